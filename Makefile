@@ -1,0 +1,41 @@
+# The two commands the README promises: `make run` (dashboard on the embedded default) and
+# `make test` (the whole suite, as CI runs it). Both install what they need first.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+# The suite runs against real services; CI and a fresh machine have them on these addresses.
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/topoweb
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+
+.PHONY: install run test lint bench clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt collector/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py load_demo
+	$(PY) manage.py runserver $(HOST):$(PORT)
+
+lint: install
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check topoweb collector tests bench
+	$(VENV)/bin/mypy
+
+test: install
+	$(VENV)/bin/lint-imports
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
+		$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+bench: install
+	for script in bench/*.py; do $(PY) $$script || exit 1; done
+
+clean:
+	rm -rf $(VENV) node_modules staticfiles

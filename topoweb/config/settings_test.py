@@ -1,0 +1,15 @@
+"""Test settings: the real PostgreSQL and Redis when their URLs are set (CI sets them), with
+fast password hashing and plain static storage."""
+
+import os
+
+os.environ.setdefault("SECRET_KEY", "test-only-key")
+
+from topoweb.config.settings import *  # noqa: E402,F403
+from topoweb.config.settings import DATABASES, env  # noqa: E402
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+STORAGES["staticfiles"]["BACKEND"] = "django.contrib.staticfiles.storage.StaticFilesStorage"  # noqa: F405
+WHITENOISE_USE_FINDERS = True
+# Several checkouts may test against one PostgreSQL at once; a suffix keeps them apart.
+DATABASES["default"]["TEST"] = {"NAME": "test_topoweb" + env.str("TOPOWEB_TEST_DB_SUFFIX", default="")}

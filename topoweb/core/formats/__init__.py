@@ -1,0 +1,56 @@
+"""Readers for the text formats topoweb ingests; `parse_text` detects which one it is given."""
+
+from __future__ import annotations
+
+import re
+
+from topoweb.core.model import Parsed
+
+
+class ParseError(ValueError):
+    """Input that a reader cannot turn into a model object. `line` is 1-based where known."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        self.message = message
+        self.line = line
+        super().__init__(f"line {line}: {message}" if line is not None else message)
+
+
+FORMATS = ("topology", "nccl-tests", "p2p-bandwidth-latency")
+
+_P2P_MARKERS = re.compile(
+    r"P2P Connectivity Matrix|P2P=(Enabled|Disabled)|p2pBandwidthLatencyTest|Peer-to-Peer \(P2P\)"
+)
+_NCCL_MARKERS = re.compile(
+    r"#\s*nThread\s+\d|#\s*out-of-place|#\s*Avg bus bandwidth|_perf\b|#\s*Using devices"
+)
+_TOPO_MARKERS = re.compile(r"GPU0\s*(GPU1|mlx|NIC|CPU|X\b)|\bGPU0\s+X\b|Legend:\s*$", re.M)
+
+
+def detect_format(text: str) -> str:
+    """Which of FORMATS the text looks like; ParseError when it is none of them."""
+    if not text.strip():
+        raise ParseError("the input is empty", line=1)
+    if "\x00" in text:
+        raise ParseError("the input is binary, not text", line=text[: text.index("\x00")].count("\n") + 1)
+    if _P2P_MARKERS.search(text):
+        return "p2p-bandwidth-latency"
+    if _NCCL_MARKERS.search(text):
+        return "nccl-tests"
+    if _TOPO_MARKERS.search(text):
+        return "topology"
+    raise ParseError(
+        "not a recognised format: expected `nvidia-smi topo -m`, nccl-tests or "
+        "p2pBandwidthLatencyTest output"
+    )
+
+
+def parse_text(text: str, expected: str | None = None) -> Parsed:
+    """Parse any supported output; with `expected`, insist on that format."""
+    from topoweb.core.formats import nccl, p2p, topo
+
+    kind = detect_format(text)
+    if expected is not None and kind != expected:
+        raise ParseError(f"expected {expected} output but this looks like {kind} output")
+    reader = {"topology": topo.parse, "nccl-tests": nccl.parse, "p2p-bandwidth-latency": p2p.parse}
+    return reader[kind](text)
