@@ -10,7 +10,8 @@ import environ
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
 env = environ.Env()
-environ.Env.read_env(BASE_DIR / ".env") if (BASE_DIR / ".env").exists() else None
+if (BASE_DIR / ".env").exists():
+    environ.Env.read_env(BASE_DIR / ".env")
 
 DEBUG = env.bool("DEBUG", default=True)
 # The fallback key is only for local development; production must set SECRET_KEY.
