@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -10,16 +11,16 @@ from topoweb.core.model import NcclMeasurement, NcclRank, NcclRow, NcclRun
 
 # Header lines. Pasted into markdown the leading "# " often loses its space ("#nThread"), so
 # every header pattern takes the hash and the blank as optional.
-_THREADS_RE = re.compile(r"^#?\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+_THREADS_RE = re.compile(r"^#?\s*nThread\s+([0-9]+)\s+nGpus\s+([0-9]+)")
 _RANK_RE = re.compile(
-    r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+"
-    r"device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
+    r"^#?\s*Rank\s+([0-9]+)\s+(?:Group\s+([0-9]+)\s+)?Pid\s+([0-9]+)\s+on\s+(\S+)\s+"
+    r"device\s+([0-9]+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )
-_TESTS_VERSION_RE = re.compile(r"^#?\s*nccl-tests version\s+(\S+)(?:.*?nccl-library=(\d+))?")
-_NCCL_VERSION_RE = re.compile(r"\bNCCL version\s+(\d+\.\d+\.\d+\S*)")
+_TESTS_VERSION_RE = re.compile(r"^#?\s*nccl-tests version\s+(\S+)(?:.*?nccl-library=([0-9]+))?")
+_NCCL_VERSION_RE = re.compile(r"\bNCCL version\s+([0-9]+\.[0-9]+\.[0-9]+\S*)")
 _STARTING_RE = re.compile(r"^#?\s*Collective test starting:\s*(\S+)")
 _AVG_RE = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(\S*)")
-_OOB_RE = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d+)\s+(\w+)")
+_OOB_RE = re.compile(r"^#?\s*Out of bounds values\s*:\s*([0-9]+)\s+(\w+)")
 # nccl-tests prints "<host>: Test CUDA failure file.cu:N 'why'", "... Test NCCL failure ..." and
 # " .. <host> pid N: Test failure file.cu:N" on its way out.
 _FAILURE_RE = re.compile(r"\bTest (?:CUDA |NCCL )?failure\b")
@@ -27,9 +28,9 @@ _BINARY_RE = re.compile(r"(?:^|[\s/=])([a-z][a-z0-9_]*?)_perf(?:_mpi)?(?=\s|$)")
 _PROMPT_RE = re.compile(r"^\s*(?:\S*@\S*?[$#]_?\s+|[$#>]\s+|Running:\s+)")
 _INFO_RE = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b")
 
-_INT_RE = re.compile(r"^-?\d+$")
-_FLOAT_RE = re.compile(r"^-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?$")
-_DIGITS_RE = re.compile(r"^\d+$")
+_INT_RE = re.compile(r"^-?[0-9]+$")
+_FLOAT_RE = re.compile(r"^-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?$")
+_DIGITS_RE = re.compile(r"^[0-9]+$")
 
 # The element types nccl-tests knows; used only to recognise a row before any column header.
 _TYPES = frozenset(
@@ -84,7 +85,7 @@ class _State:
 def parse(text: str) -> NcclRun:
     """Read one nccl-tests run. A run that failed comes back with `errors`; text that is not
     nccl-tests output raises ParseError."""
-    lines = text.splitlines()
+    lines = text.split("\n")  # line numbers as editors count them
     last = max((i for i, ln in enumerate(lines, 1) if ln.strip()), default=0)
     st = _State()
     for lineno, raw in enumerate(lines, 1):
@@ -257,7 +258,10 @@ def _number(token: str, what: str, lineno: int) -> float:
     # float() alone would also take "nan", "inf" and "1_0", none of which nccl-tests prints.
     if not _FLOAT_RE.match(token):
         raise ParseError(f"{what} {token!r} is not a number", lineno)
-    return float(token)
+    value = float(token)
+    if not math.isfinite(value):
+        raise ParseError(f"{what} {token!r} is out of range", lineno)
+    return value
 
 
 def _integer(token: str, what: str, lineno: int) -> int:

@@ -9,10 +9,10 @@ from topoweb.core.formats import ParseError
 from topoweb.core.model import P2P_MATRIX_NAMES, Matrix, P2PGpu, P2PResult
 
 _DEVICE_RE = re.compile(
-    r"^\s*Device:\s*(\d+),\s*(.*?),\s*pciBusID:\s*([0-9A-Fa-f]+),\s*"
+    r"^\s*Device:\s*([0-9]+),\s*(.*?),\s*pciBusID:\s*([0-9A-Fa-f]+),\s*"
     r"pciDeviceID:\s*([0-9A-Fa-f]+),\s*pciDomainID:\s*([0-9A-Fa-f]+)\s*$"
 )
-_ACCESS_RE = re.compile(r"^\s*Device=(\d+)\s+(CAN|CANNOT)\s+Access Peer Device=(\d+)\s*$")
+_ACCESS_RE = re.compile(r"^\s*Device=([0-9]+)\s+(CAN|CANNOT)\s+Access Peer Device=([0-9]+)\s*$")
 _CONNECTIVITY_RE = re.compile(r"^\s*P2P Connectivity Matrix\s*$")
 # Old samples say "P2P=Enabled Bandwidth Matrix", new ones add "(P2P Writes)" (or "(P2P Reads)"
 # when run with --p2p_read); the same words name the latency matrices.
@@ -24,12 +24,12 @@ _LATENCY_RE = re.compile(
     r"^\s*P2P=(Enabled|Disabled) Latency(?: \(P2P (Writes|Reads)\))? Matrix \(us\)\s*$"
 )
 # The column header: "D\D" in bandwidth and old latency matrices, "GPU"/"CPU" in new latency ones.
-_HEADER_RE = re.compile(r"^\s*(D\\D|GPU|CPU)((?:\s+\d+)+)\s*$")
-_ROW_START_RE = re.compile(r"^\s*(\d+)(?=\s)")
+_HEADER_RE = re.compile(r"^\s*(D\\D|GPU|CPU)((?:\s+[0-9]+)+)\s*$")
+_ROW_START_RE = re.compile(r"^\s*([0-9]+)(?=\s)")
 # Values are printed "%6.02f": always two decimals, so a wide value that runs into its
 # neighbour ("1234.5622.23") still splits unambiguously.
-_VALUES_RE = re.compile(r"^(?:\s*\d+\.\d\d)+\s*$")
-_VALUE_RE = re.compile(r"\d+\.\d\d")
+_VALUES_RE = re.compile(r"^(?:\s*[0-9]+\.[0-9][0-9])+\s*$")
+_VALUE_RE = re.compile(r"[0-9]+\.[0-9][0-9]")
 _ELISION_RE = re.compile(r"^\s*(\.\.\.|…)\s*$")
 
 
@@ -59,7 +59,7 @@ class _State:
 def parse(text: str) -> P2PResult:
     """Read one p2pBandwidthLatencyTest run; ParseError names the line of anything malformed."""
     st = _State()
-    lines = text.splitlines()
+    lines = text.split("\n")  # line numbers as editors count them
     for lineno, raw in enumerate(lines, 1):
         line = raw.rstrip()
         if st.block is not None and _read_row(st, st.block, line, lineno):
@@ -68,7 +68,7 @@ def parse(text: str) -> P2PResult:
             continue
         _read_line(st, line, lineno)
     if st.block is not None:
-        _close(st, st.block, len(lines) + 1)
+        _close(st, st.block, len(lines))  # the output ends inside the matrix
     if st.title is not None and st.title_unused:
         raise ParseError("the output ends before the matrix under this title", st.title[2])
     return _finish(st)
@@ -184,7 +184,7 @@ def _close(st: _State, block: _Block, lineno: int) -> None:
     n = st.n or 0
     if len(block.rows) != n:
         raise ParseError(
-            f"the {block.title} matrix has {len(block.rows)} rows for {n} devices", lineno
+            f"the {block.title} matrix ends after {len(block.rows)} of its {n} rows", lineno
         )
     matrix = tuple(block.rows)
     if block.key is None:
