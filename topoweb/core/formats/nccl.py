@@ -69,7 +69,6 @@ class _State:
     command: str | None = None
     ranks: list[NcclRank] = field(default_factory=list)
     layout: _Layout | None = None
-    header_line: int | None = None
     rows: list[NcclRow] = field(default_factory=list)
     avg: float | None = None
     avg_seen: bool = False
@@ -92,7 +91,7 @@ def parse(text: str) -> NcclRun:
         line = raw.rstrip()
         if not line.strip():
             continue
-        if _read_header_fact(st, line, lineno):
+        if _read_header_fact(st, line):
             continue
         if _starts_new_run(st, line):
             st.warnings.append(f"line {lineno} starts a second run; only the first run was read")
@@ -107,7 +106,7 @@ def parse(text: str) -> NcclRun:
     return _finish(st)
 
 
-def _read_header_fact(st: _State, line: str, lineno: int) -> bool:
+def _read_header_fact(st: _State, line: str) -> bool:
     if m := _NCCL_VERSION_RE.search(line):
         st.nccl_version = st.nccl_version or m.group(1)
         return True
@@ -181,7 +180,6 @@ def _layout_of(tokens: list[str], lineno: int) -> _Layout:
 def _read_table_line(st: _State, line: str, lineno: int, truncated: bool) -> bool:
     if (tokens := _column_header(line)) is not None:
         st.layout = _layout_of(tokens, lineno)
-        st.header_line = lineno
         return True
     if m := _AVG_RE.match(line):
         st.avg = _number(m.group(1), "average bus bandwidth", lineno)
