@@ -290,6 +290,7 @@ class NcclRun:
     n_gpus: int | None = None
     ranks: tuple[NcclRank, ...] = ()
     command: str | None = None
+    warnings: tuple[str, ...] = ()  # what the reader guessed or skipped; not failures
 
     @property
     def failed(self) -> bool:
@@ -309,6 +310,7 @@ class NcclRun:
             "rows": [r.to_document() for r in self.rows],
             "avg_busbw_gbps": self.avg_busbw_gbps,
             "errors": list(self.errors),
+            "warnings": list(self.warnings),
         }
 
     @classmethod
@@ -326,6 +328,7 @@ class NcclRun:
                 n_gpus=doc.get("n_gpus"),
                 ranks=tuple(NcclRank(**r) for r in doc.get("ranks", ())),
                 command=doc.get("command"),
+                warnings=tuple(doc.get("warnings", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DocumentError(f"malformed nccl-tests document: {exc}") from exc

@@ -20,9 +20,13 @@ FORMATS = ("topology", "nccl-tests", "p2p-bandwidth-latency")
 
 _P2P_MARKERS = re.compile(
     r"P2P Connectivity Matrix|P2P=(Enabled|Disabled)|p2pBandwidthLatencyTest|Peer-to-Peer \(P2P\)"
+    r"|^Device=\d+ CAN(NOT)? Access Peer Device=\d+|^Device: \d+, .*, pciBusID: ",
+    re.M,
 )
 _NCCL_MARKERS = re.compile(
     r"#\s*nThread\s+\d|#\s*out-of-place|#\s*Avg bus bandwidth|_perf\b|#\s*Using devices"
+    r"|#\s*size\s+count\s+type\s|#\s*Rank\s+\d+\s+(Group\s+\d+\s+)?Pid\s+\d|nccl-tests version"
+    r"|\bTest (CUDA |NCCL )?failure\b"
 )
 _TOPO_MARKERS = re.compile(r"GPU0\s*(GPU1|mlx|NIC|CPU|X\b)|\bGPU0\s+X\b|Legend:\s*$", re.M)
 
