@@ -4,8 +4,9 @@ JSON document form that the web service stores and the CLI prints."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 DOCUMENT_VERSION = 1
 
@@ -411,7 +412,7 @@ Parsed = Topology | NcclRun | P2PResult
 
 def from_document(doc: dict[str, Any]) -> Parsed:
     """Rebuild whichever model object a stored document describes."""
-    readers = {
+    readers: dict[str, Callable[[dict[str, Any]], Parsed]] = {
         "topology": Topology.from_document,
         "nccl-tests": NcclRun.from_document,
         "p2p-bandwidth-latency": P2PResult.from_document,

@@ -36,7 +36,8 @@ def detect_format(text: str) -> str:
     if not text.strip():
         raise ParseError("the input is empty", line=1)
     if "\x00" in text:
-        raise ParseError("the input is binary, not text", line=text[: text.index("\x00")].count("\n") + 1)
+        line = text[: text.index("\x00")].count("\n") + 1
+        raise ParseError("the input is binary, not text", line=line)
     if _P2P_MARKERS.search(text):
         return "p2p-bandwidth-latency"
     if _NCCL_MARKERS.search(text):
