@@ -39,6 +39,12 @@ REQUEST_SECONDS = Histogram(
 
 
 class AnalysisCollector(Collector):
+    def describe(self) -> Iterator[Metric]:
+        # Named here so that registering at import time never queries the database.
+        yield GaugeMetricFamily("topoweb_analyses", "Analyses by status.", labels=["status"])
+        yield GaugeMetricFamily("topoweb_analysis_duration_seconds_sum", "")
+        yield GaugeMetricFamily("topoweb_analysis_duration_seconds_count", "")
+
     def collect(self) -> Iterator[Metric]:
         from topoweb.analysis.models import Analysis
 

@@ -4,6 +4,7 @@ topology classes, and the graph elements the front end draws."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet
@@ -21,6 +22,8 @@ from topoweb.fleet.models import (
     TopologyClass,
 )
 
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
 
 def _hash(token: str) -> str:
     from topoweb.fleet.services import hash_token
@@ -32,9 +35,7 @@ def active_collector_token(token: str) -> CollectorToken | None:
     found = CollectorToken.objects.filter(
         token_sha256=_hash(token), revoked_at__isnull=True
     ).first()
-    if found is not None:
-        found.last_used_at = timezone.now()
-        found.save(update_fields=["last_used_at"])
+    _mark_used(found)
     return found
 
 
@@ -44,10 +45,19 @@ def active_api_token(token: str) -> ApiToken | None:
         .filter(token_sha256=_hash(token), revoked_at__isnull=True, user__is_active=True)
         .first()
     )
-    if found is not None:
-        found.last_used_at = timezone.now()
-        found.save(update_fields=["last_used_at"])
+    _mark_used(found)
     return found
+
+
+def _mark_used(token: CollectorToken | ApiToken | None) -> None:
+    # At most one write a minute per token: a scheduler polling the API should not turn every
+    # read into a write.
+    now = timezone.now()
+    if token is not None and (
+        token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION
+    ):
+        token.last_used_at = now
+        token.save(update_fields=["last_used_at"])
 
 
 @dataclass(frozen=True)
