@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.core.topo_fixtures import FIXTURES, TOPO_FILES, fixture_text
 from topoweb.core.formats import ParseError, detect_format, parse_text
 from topoweb.core.formats.topo import parse
 from topoweb.core.model import Topology
-from tests.core.topo_fixtures import FIXTURES, TOPO_FILES, fixture_text
 
 
 def read(prefix: str) -> Topology:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import cast
 
 from topoweb.core.formats import ParseError
 from topoweb.core.model import Device, DocumentError, Link, Topology, normalise_link_class
@@ -74,7 +75,8 @@ class _Row:
 def parse(text: str) -> Topology:
     """Read the first `nvidia-smi topo -m` matrix in `text`; ParseError if there is none."""
     if "\x00" in text:
-        raise ParseError("the input is binary, not text", line=text[: text.index("\x00")].count("\n") + 1)
+        line = text[: text.index("\x00")].count("\n") + 1
+        raise ParseError("the input is binary, not text", line=line)
     lines = text.splitlines()
     if not any(line.strip() for line in lines):
         raise ParseError("the input is empty", line=1)
@@ -181,8 +183,8 @@ def _read_rows(
         index += 1
     if offset < len(blob):
         missing = " ".join(_DEVICE_NAME.findall(blob[offset:]))
-        found = lines[index].strip() if index < len(lines) else ""
-        what = f"found {found[:40]!r}" if found else "the matrix ends"
+        seen = lines[index].strip() if index < len(lines) else ""
+        what = f"found {seen[:40]!r}" if seen else "the matrix ends"
         raise ParseError(
             f"the matrix is truncated: the header on line {header_index + 1} names "
             f"{missing} but {what} where their rows should be",
@@ -211,8 +213,8 @@ def _row_cells(
     # Fast path, the common case: one known cell per token.
     quick = [_single_cell.get(token) for token in tokens[1 : size + 1]]
     if len(quick) == size and None not in quick:
-        rest = [(n, 0, tokens[n]) for n in range(size + 1, len(tokens))]
-        return tuple(quick), rest  # type: ignore[arg-type]  # no None, checked above
+        trailing = [(n, 0, tokens[n]) for n in range(size + 1, len(tokens))]
+        return cast("tuple[str, ...]", tuple(quick)), trailing  # no None: checked above
     cells: list[str] = []
     found: list[_Found] = []
     for number in range(1, len(tokens)):
