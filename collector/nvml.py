@@ -55,7 +55,7 @@ def _query(fn: Callable[[], T]) -> T | str:
 
 
 def cpulist(words: Iterable[int]) -> str:
-    """A CPU bitmask (64-bit words, lowest CPU first) as Linux cpulist text, e.g. "0-95,192-287".
+    """A CPU (or NUMA node) bitmask, 64-bit words lowest first, as Linux list text: "0-95,192-287".
 
     The same notation as the CPU Affinity column of `nvidia-smi topo -m`, so the two agree.
     """
@@ -151,6 +151,11 @@ def _gpu(index: int, handle: Any, affinity_words: int) -> dict[str, Any]:
     pci = _query(lambda: pynvml.nvmlDeviceGetPciInfo(handle))
     memory = _query(lambda: pynvml.nvmlDeviceGetMemoryInfo(handle))
     affinity = _query(lambda: pynvml.nvmlDeviceGetCpuAffinity(handle, affinity_words))
+    nodes = _query(
+        lambda: pynvml.nvmlDeviceGetMemoryAffinity(
+            handle, affinity_words, pynvml.NVML_AFFINITY_SCOPE_NODE
+        )
+    )
     return {
         "index": index,
         "name": _query(lambda: pynvml.nvmlDeviceGetName(handle)),
@@ -158,7 +163,10 @@ def _gpu(index: int, handle: Any, affinity_words: int) -> dict[str, Any]:
         "pci_bus_id": pci if isinstance(pci, str) else str(pci.busId),
         "pci_device_id": pci if isinstance(pci, str) else f"0x{int(pci.pciDeviceId):08X}",
         "memory_total_bytes": memory if isinstance(memory, str) else int(memory.total),
-        "numa_node": _query(lambda: pynvml.nvmlDeviceGetNumaNodeId(handle)),
+        # The two NUMA columns of `nvidia-smi topo -m`: the node(s) nearest the GPU, and the
+        # GPU's own memory as a NUMA node (coherent systems such as Grace; x86 says N/A).
+        "numa_affinity": nodes if isinstance(nodes, str) else cpulist(nodes),
+        "gpu_numa_id": _query(lambda: pynvml.nvmlDeviceGetNumaNodeId(handle)),
         "cpu_affinity": affinity if isinstance(affinity, str) else cpulist(affinity),
         "pcie": {
             "current_generation": _query(
