@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -76,20 +77,30 @@ def plan(
     return runs
 
 
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # already gone
+
+
 def run_benchmark(
     run: BenchmarkRun, *, timeout_s: float, progress: TextIO | None = None
 ) -> dict[str, str]:
     """Run one benchmark, echoing each line to PROGRESS (stderr) as it comes; raw output kept."""
     out = progress if progress is not None else sys.stderr
     try:
-        proc = subprocess.Popen(run.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        # Own process group: a wrapper's children (mpirun, sh) hold the pipe and die with it.
+        proc = subprocess.Popen(
+            run.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        )
     except OSError as err:
         raise BenchmarkError(f"cannot run {run.argv[0]}: {err.strerror}") from None
     timed_out = threading.Event()
 
     def kill() -> None:
         timed_out.set()
-        proc.kill()
+        _kill_group(proc)
 
     timer = threading.Timer(timeout_s, kill)
     timer.start()
@@ -104,7 +115,7 @@ def run_benchmark(
     finally:
         timer.cancel()
         if proc.poll() is None:
-            proc.kill()
+            _kill_group(proc)
             proc.wait()
     if timed_out.is_set():
         raise BenchmarkError(f"{run.label} did not finish within {timeout_s:g} s")

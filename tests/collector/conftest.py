@@ -1,4 +1,4 @@
-"""The edges the collector meets on a GPU host, faked: NVML, nvidia-smi on PATH, the topoweb server."""
+"""The edges a GPU host gives the collector, faked: NVML, nvidia-smi on PATH, the topoweb server."""
 
 from __future__ import annotations
 
@@ -308,7 +308,9 @@ def report_server() -> Iterator[ReportServer]:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+    )
     thread.start()
     state.url = f"http://127.0.0.1:{server.server_address[1]}"
     try:

@@ -78,7 +78,8 @@ def h100_nvswitch() -> Profile:
     }
 
 
-# --- DGX-1 V100 hybrid cube mesh: tests/fixtures/topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt
+# --- DGX-1 V100 hybrid cube mesh:
+# tests/fixtures/topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt
 # Rows of the fixture's matrix: NV<k> = k point-to-point links to that peer (6 links per GPU).
 DGX1_MATRIX = """
  X  NV2  NV2  NV1  NV1  NODE NODE NODE

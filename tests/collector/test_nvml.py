@@ -1,4 +1,4 @@
-"""NVML gathering against the fake NVML fed by real machine profiles, and the real library's absence."""
+"""NVML gathering with the fake NVML fed by real machine profiles, and with no library at all."""
 
 from __future__ import annotations
 
