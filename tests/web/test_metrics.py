@@ -23,6 +23,12 @@ def scrape(client: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     }
 
 
+def test_healthz_answers_ok_when_the_database_does(client: Any) -> None:
+    response = client.get("/healthz")
+
+    assert (response.status_code, response.json()) == (200, {"status": "ok"})
+
+
 def test_metrics_count_ingest_outcomes_and_analyses(client: Any, collector_client: Any) -> None:
     before = scrape(client)
     api = collector_client("gpu-a01")
