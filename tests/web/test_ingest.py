@@ -23,9 +23,12 @@ V100 = "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt"
 V100_OTHER_MESH = "topo_31_v100-8gpu-alt-mesh-2mlx5-slurm-noise-lines.txt"
 RTX6000 = "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt"
 RTX6000_P2P = "p2p_05_rtx6000ada-4gpu-p2pwrites-gpu-cpu-latency.txt"
+# The shape the collector sends (collector/nvml.py); one GPU's name call failed.
 NVML_H200 = {
+    "available": True,
     "driver_version": "560.35.03",
-    "gpus": [{"index": i, "name": "NVIDIA H200"} for i in range(8)],
+    "gpus": [{"index": i, "name": "NVIDIA H200"} for i in range(7)]
+    + [{"index": 7, "name": "error: Unknown Error"}],
 }
 
 
