@@ -2,10 +2,10 @@
 and the p95 latency of the server-detail endpoint with 10,000 servers stored.
 
 Starts gunicorn on its own database (`<DATABASE_URL's name>_bench`, recreated each run) with
-the Redis in REDIS_URL, so it needs both services, as `make test` does:
+the Redis in REDIS_URL (defaults: the services `make test` uses, Redis database 13), so it
+needs both running:
 
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/topoweb REDIS_URL=redis://127.0.0.1:6379/13 \
-        .venv/bin/python bench/ingest.py
+    .venv/bin/python bench/ingest.py [--servers 10000 --reports 300]
 """
 
 from __future__ import annotations
@@ -36,9 +36,14 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--workers", type=int, default=4, help="gunicorn workers")
     args = parser.parse_args()
-    database_url = os.environ.get("DATABASE_URL", "")
-    if not database_url.startswith("postgres") or not os.environ.get("REDIS_URL"):
-        print("bench/ingest.py needs DATABASE_URL (PostgreSQL) and REDIS_URL", file=sys.stderr)
+    database_url = os.environ.setdefault(
+        "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/topoweb"
+    )
+    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/13")
+    if not database_url.startswith("postgres"):
+        print(
+            "bench/ingest.py measures PostgreSQL: DATABASE_URL must be postgres://", file=sys.stderr
+        )
         return 2
     bench_url = database_url.rstrip("/") + "_bench"
     env = {
@@ -125,6 +130,9 @@ def main() -> int:
     finally:
         server.terminate()
         server.wait(timeout=20)
+        from topoweb.config.celery_app import app
+
+        app.control.purge()  # no worker ran: drop the analyses the reports enqueued
     return 0
 
 
