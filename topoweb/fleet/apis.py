@@ -384,8 +384,9 @@ class SnapshotDetailApi(APIView):
 
 
 class GraphSerializer(serializers.Serializer):
-    nodes = serializers.ListField(child=serializers.DictField())
-    edges = serializers.ListField(child=serializers.DictField())
+    elements = serializers.ListField(
+        child=serializers.DictField(), help_text="Cytoscape.js elements (group: nodes or edges)"
+    )
 
 
 class ServerGraphApi(APIView):
@@ -398,7 +399,7 @@ class ServerGraphApi(APIView):
         server = selectors.server_by_hostname(hostname)
         if server.latest_snapshot is None:
             raise exceptions.NotFound(f"{hostname!r} has no topology yet.")
-        return Response(selectors.graph_elements(server.latest_snapshot.document))
+        return Response(selectors.graph_elements(server.latest_snapshot))
 
 
 class BenchmarkSummarySerializer(serializers.Serializer):

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from topoweb.analysis.models import Analysis
 from topoweb.analysis.services import COST_MODEL_VERSION
+from topoweb.core.export import cytoscape_elements
 from topoweb.fleet.models import (
     ApiToken,
     Benchmark,
@@ -220,35 +221,7 @@ def topology_class_by_fingerprint(fingerprint: str) -> TopologyClass:
     return found
 
 
-def graph_elements(document: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Cytoscape elements for a topology document: one node per device, one edge per link
-    except the farthest (SYS) ones, which every pair has and which would hide the structure.
-
-    Stand-in until core.export offers the same; the API calls only this function."""
-    nodes = [
-        {
-            "data": {
-                "id": d["id"],
-                "label": d.get("nic_name") or d["id"],
-                "kind": d["kind"],
-                "index": d["index"],
-                "numa_affinity": d.get("numa_affinity"),
-                "cpu_affinity": d.get("cpu_affinity"),
-            }
-        }
-        for d in document.get("devices", [])
-    ]
-    edges = [
-        {
-            "data": {
-                "id": f"{link['a']}--{link['b']}",
-                "source": link["a"],
-                "target": link["b"],
-                "link_class": link["class"],
-                "nvlinks": link.get("nvlinks", 0),
-            }
-        }
-        for link in document.get("links", [])
-        if link["class"] != "SYS"
-    ]
-    return {"nodes": nodes, "edges": edges}
+def graph_elements(snapshot: Snapshot) -> dict[str, list[dict[str, Any]]]:
+    """Cytoscape elements of a snapshot's topology, as core.export draws it: devices inside
+    NUMA nodes, the recovered PCIe tree, NVLink pairs or one NVSwitch node per fabric."""
+    return {"elements": cytoscape_elements(snapshot.to_domain())}
