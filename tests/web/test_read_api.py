@@ -263,3 +263,5 @@ def test_the_schema_and_docs_are_served_without_a_cdn(client: Any) -> None:
     html = docs.content.decode()
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in html
     assert "cdn" not in html.lower() and "unpkg" not in html.lower()
+    bundle = client.get("/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
+    assert bundle.status_code == 200
