@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 from topoweb.analysis.models import Analysis
 from topoweb.config.api import IngestThrottle, Pagination, PayloadTooLarge
 from topoweb.core.formats import ParseError
+from topoweb.core.health import KINDS, SEVERITIES
 from topoweb.fleet import selectors, services
 from topoweb.fleet.authentication import CollectorTokenAuthentication, HasCollectorToken
 from topoweb.fleet.models import CollectorToken, Server, Source
@@ -236,7 +237,7 @@ class ServerSummarySerializer(serializers.Serializer):
         return selectors.server_health(server)
 
     def get_findings_count(self, server: Server) -> int:
-        return len(selectors.server_findings(server))
+        return selectors.findings_count(server)
 
 
 class ServerFilterSerializer(serializers.Serializer):
@@ -248,6 +249,9 @@ class ServerFilterSerializer(serializers.Serializer):
         choices=["ok", "warning", "unknown"], required=False, default=""
     )
     search = serializers.CharField(required=False, default="")
+    finding = serializers.ChoiceField(choices=list(KINDS), required=False, default="")
+    severity = serializers.ChoiceField(choices=list(SEVERITIES), required=False, default="")
+    no_critical = serializers.BooleanField(required=False, default=False)
 
 
 def _paginated(request: Request, view: APIView, queryset: Any, serializer: type) -> Response:
