@@ -118,34 +118,42 @@ def scaled_busbw(run: NcclRun, factor: float) -> NcclRun:
 
 
 def nvml_facts(
-    t: Topology, gen: int, width: int, links: int, version: int, remote: str = "switch"
+    t: Topology, gen: int, width: int, links: int, version: int, remote: str = "SWITCH"
 ) -> dict[str, Any]:
-    """What the collector reports for a healthy server of this shape."""
+    """What the collector (collector/nvml.py) reports for a healthy server of this shape."""
     return {
+        "available": True,
+        "driver_version": "550.54.15",
         "gpus": [
             {
                 "index": g.index,
                 "name": "NVIDIA H100 80GB HBM3",
                 "pci_bus_id": f"00000000:{0x18 + 16 * g.index:02X}:00.0",
                 "pcie": {
-                    "current_gen": gen,
-                    "max_gen": gen,
+                    "current_generation": gen,
+                    "max_generation": gen,
                     "current_width": width,
                     "max_width": width,
                 },
                 "nvlinks": [
                     {
                         "link": k,
-                        "state": "up",
+                        "state": "active",
                         "version": version,
-                        "remote_type": remote,
+                        "remote_device_type": remote,
                         "remote_pci_bus_id": f"00000000:{5 + k % 4:02X}:00.0",
                     }
                     for k in range(links)
                 ],
             }
             for g in t.gpus
-        ]
+        ],
+        "p2p": [
+            {"from": a.index, "to": b.index, "read": "OK", "write": "OK", "nvlink": "OK"}
+            for a in t.gpus
+            for b in t.gpus
+            if a.id != b.id
+        ],
     }
 
 
@@ -160,7 +168,7 @@ def test_a_healthy_h100_nvswitch_server_with_every_input_produces_no_finding() -
         sku_reference=h100,
         fingerprint="f-h100",
         sku_fingerprint="f-h100",
-        nvml=nvml_facts(h100, gen=5, width=16, links=18, version=4),
+        nvml=nvml_facts(h100, gen=5, width=16, links=18, version=6),
     )
     assert findings == ()
 
@@ -216,23 +224,23 @@ def test_a_gpu_short_of_one_link_to_the_nvswitch_is_one_degraded_gpu() -> None:
 
 def test_nvml_links_down_and_of_an_older_version_degrade_that_gpu_only() -> None:
     h100 = topo(H100)
-    facts = nvml_facts(h100, gen=5, width=16, links=18, version=4)
-    facts["gpus"][1]["nvlinks"][7]["state"] = "down"
+    facts = nvml_facts(h100, gen=5, width=16, links=18, version=6)
+    facts["gpus"][1]["nvlinks"][7]["state"] = "inactive"
     facts["gpus"][1]["nvlinks"][12]["state"] = False
-    facts["gpus"][6]["nvlinks"][0]["version"] = 3
+    facts["gpus"][6]["nvlinks"][0]["version"] = 5
     findings = check_health(h100, nvml=facts)
     assert found(findings) == {("degraded_nvlink", ("GPU1",)), ("degraded_nvlink", ("GPU6",))}
     by_gpu = {f.devices[0]: f.evidence for f in findings}
     assert by_gpu["GPU1"]["links_down"] == [7, 12]
-    assert by_gpu["GPU6"]["links_lower_version"] == [{"link": 0, "version": 3}]
+    assert by_gpu["GPU6"]["links_lower_version"] == [{"link": 0, "version": 5}]
 
 
 def test_nvlink_ports_down_on_a_pcie_card_without_a_bridge_are_no_fault() -> None:
     ada = topo(ADA_4GPU)
-    facts = nvml_facts(ada, gen=4, width=16, links=4, version=4)
+    facts = nvml_facts(ada, gen=4, width=16, links=4, version=6)
     for g in facts["gpus"]:
         for link in g["nvlinks"]:
-            link["state"] = "down"
+            link["state"] = "inactive"
     assert check_health(ada, nvml=facts) == ()
 
 
@@ -241,8 +249,8 @@ def test_nvlink_ports_down_on_a_pcie_card_without_a_bridge_are_no_fault() -> Non
 
 def test_a_gpu_trained_at_gen3_x8_in_a_gen5_x16_slot_is_downtrained() -> None:
     h100 = topo(H100)
-    facts = nvml_facts(h100, gen=5, width=16, links=18, version=4)
-    facts["gpus"][5]["pcie"] |= {"current_gen": 3, "current_width": 8}
+    facts = nvml_facts(h100, gen=5, width=16, links=18, version=6)
+    facts["gpus"][5]["pcie"] |= {"current_generation": 3, "current_width": 8}
     findings = check_health(h100, nvml=facts)
     assert found(findings) == {("downtrained_pcie", ("GPU5",))}
     assert findings[0].severity == "critical"
@@ -251,9 +259,12 @@ def test_a_gpu_trained_at_gen3_x8_in_a_gen5_x16_slot_is_downtrained() -> None:
 
 def test_unsupported_nvml_values_are_skipped_and_a_wrong_shape_is_named() -> None:
     h100 = topo(H100)
-    facts = nvml_facts(h100, gen=5, width=16, links=18, version=4)
-    facts["gpus"][0]["pcie"]["current_gen"] = "unsupported"
+    facts = nvml_facts(h100, gen=5, width=16, links=18, version=6)
+    facts["gpus"][0]["pcie"]["current_generation"] = "unsupported"
+    facts["gpus"][1]["pcie"]["max_width"] = "error: Unknown Error"
+    facts["gpus"][3]["nvlinks"] = "unsupported"
     assert check_health(h100, nvml=facts) == ()
+    assert check_health(h100, nvml={"available": False, "error": "NVMLError_LibraryNotFound"}) == ()
     facts["gpus"][2]["pcie"]["max_width"] = "sixteen"
     with pytest.raises(HealthInputError, match=r"gpus\[2\]\.pcie\.max_width is 'sixteen'"):
         check_health(h100, nvml=facts)
@@ -312,6 +323,25 @@ def test_p2p_enabled_no_faster_than_disabled_points_at_acs_or_the_iommu() -> Non
     assert found(findings) == {("p2p_unavailable", ("GPU0", "GPU1", "GPU2", "GPU3"))}
     assert len(findings[0].evidence["pairs"]) == 6
     assert "ACS" in findings[0].advice
+
+
+def test_nvml_p2p_status_not_ok_over_nvlink_is_unavailable_and_critical() -> None:
+    h100 = topo(H100)
+    facts = nvml_facts(h100, gen=5, width=16, links=18, version=6)
+    for entry in facts["p2p"]:
+        if {entry["from"], entry["to"]} == {0, 4}:
+            entry["write"] = "CHIPSET_NOT_SUPPORTED"
+    findings = check_health(h100, nvml=facts)
+    assert found(findings) == {("p2p_unavailable", ("GPU0", "GPU4"))}
+    assert findings[0].severity == "critical"
+    assert findings[0].evidence["pairs"] == [
+        {
+            "a": "GPU0",
+            "b": "GPU4",
+            "class": "NV18",
+            "nvml_status": {"write": "CHIPSET_NOT_SUPPORTED"},
+        }
+    ]
 
 
 def test_a_p2p_result_with_more_gpus_than_the_server_is_refused() -> None:

@@ -58,25 +58,27 @@ def scaled_busbw(text: str, factor: float) -> str:
 
 
 def nvml(gpus: int, gen: int = 4, width: int = 16, links: int = 12) -> dict[str, Any]:
+    """NVML facts as collector/nvml.py sends them for a DGX A100."""
     return {
+        "available": True,
         "gpus": [
             {
                 "index": i,
                 "name": "NVIDIA A100-SXM4-40GB",
                 "pci_bus_id": f"00000000:{0x10 + 16 * i:02X}:00.0",
                 "pcie": {
-                    "current_gen": gen,
-                    "max_gen": 4,
+                    "current_generation": gen,
+                    "max_generation": 4,
                     "current_width": width,
                     "max_width": 16,
                 },
                 "nvlinks": [
-                    {"link": k, "state": "up", "version": 3, "remote_type": "switch"}
+                    {"link": k, "state": "active", "version": 4, "remote_device_type": "SWITCH"}
                     for k in range(links)
                 ],
             }
             for i in range(gpus)
-        ]
+        ],
     }
 
 
@@ -110,7 +112,7 @@ def a100_fleet() -> None:
     sweep = fixture_text(A100_ALLREDUCE)
     add("a100-01", fixture_text(DGX_A100), "DGX A100", nvml=nvml(8), benchmarks=nccl_bench(sweep))
     slow_pcie = nvml(8)
-    slow_pcie["gpus"][5]["pcie"] |= {"current_gen": 3, "current_width": 8}
+    slow_pcie["gpus"][5]["pcie"] |= {"current_generation": 3, "current_width": 8}
     add(
         "a100-02",
         fixture_text(DGX_A100),

@@ -4,17 +4,23 @@ Everything here is a pure function of parsed inputs (Topology, P2PResult, NcclRu
 facts dict a collector sends) plus the figures a server is expected to reach; the web service
 stores the findings with its analysis and the acceptance report next to them.
 
-NVML facts, as read here (every value may also be None or a string such as "unsupported" where
-the driver could not say; such values are skipped, never guessed)::
+NVML facts, as the collector (collector/nvml.py) sends them and as read here. Any value may be
+None, "unsupported" or "error: ..." where the driver could not say; such values are skipped,
+never guessed. `current_gen`/`max_gen` are accepted for the generation keys, true/false and
+"up"/"down" for the link state::
 
-    {"gpus": [{"index": 0,                      # nvidia-smi / NVML index == topo -m GPU<index>
+    {"available": true,                        # false: nothing else is read
+     "gpus": [{"index": 0,                     # NVML index == nvidia-smi's == topo -m GPU<index>
                "name": "NVIDIA H100 80GB HBM3",
                "pci_bus_id": "00000000:18:00.0",
-               "pcie": {"current_gen": 5, "max_gen": 5, "current_width": 16, "max_width": 16},
-               "nvlinks": [{"link": 0, "state": "up",   # "up"/"down" or true/false
-                            "version": 4, "remote_type": "switch",   # "gpu" or "switch"
-                            "remote_pci_bus_id": "00000000:05:00.0"}, ...]},
-              ...]}
+               "pcie": {"current_generation": 5, "max_generation": 5,
+                        "current_width": 16, "max_width": 16},
+               "nvlinks": [{"link": 0, "state": "active",        # or "inactive"
+                            "version": 6,                      # raw nvmlNvlinkVersion_t
+                            "remote_device_type": "SWITCH",    # or "GPU"
+                            "remote_pci_bus_id": "00000000:05:00.0"}, ...]},   # or "unsupported"
+              ...],
+     "p2p": [{"from": 0, "to": 1, "read": "OK", "write": "OK", ...}, ...]}   # NVML P2P status
 """
 
 from __future__ import annotations
@@ -559,8 +565,17 @@ def _degraded_nvlink_findings(
     return findings
 
 
+def _unknown(value: Any) -> bool:
+    if value is None:
+        return True
+    if not isinstance(value, str):
+        return False
+    text = value.strip().lower()
+    return text in _UNKNOWN_MARKERS or text.startswith("error")
+
+
 def _int_or_none(value: Any, where: str) -> int | None:
-    if value is None or (isinstance(value, str) and value.strip().lower() in _UNKNOWN_MARKERS):
+    if _unknown(value):
         return None
     if isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -570,19 +585,19 @@ def _int_or_none(value: Any, where: str) -> int | None:
 def _link_up(value: Any, where: str) -> bool | None:
     if isinstance(value, bool):
         return value
-    if value is None:
+    if _unknown(value):
         return None
     text = str(value).strip().lower()
     if text in ("up", "active", "enabled", "1"):
         return True
     if text in ("down", "inactive", "disabled", "0"):
         return False
-    if text in _UNKNOWN_MARKERS:
-        return None
     raise HealthInputError(f"NVML facts: {where} is {value!r}, expected 'up' or 'down'")
 
 
 def _nvml_gpus(nvml: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    if isinstance(nvml, Mapping) and nvml.get("available") is False:
+        return []  # the collector could not load NVML: nothing to judge
     gpus = nvml.get("gpus") if isinstance(nvml, Mapping) else None
     if not isinstance(gpus, list) or not all(isinstance(g, Mapping) for g in gpus):
         raise HealthInputError("NVML facts: expected {'gpus': [{...}, ...]}")
@@ -606,8 +621,13 @@ def _nvml_findings(topo: Topology, nvml: Mapping[str, Any]) -> list[Finding]:
         if not isinstance(pcie, Mapping):
             raise HealthInputError(f"NVML facts: {where}.pcie is not an object")
         cg, mg, cw, mw = (
-            _int_or_none(pcie.get(k), f"{where}.pcie.{k}")
-            for k in ("current_gen", "max_gen", "current_width", "max_width")
+            _int_or_none(pcie.get(k, pcie.get(alias)), f"{where}.pcie.{k}")
+            for k, alias in (
+                ("current_generation", "current_gen"),
+                ("max_generation", "max_gen"),
+                ("current_width", "current_width"),
+                ("max_width", "max_width"),
+            )
         )
         slow_gen = cg is not None and mg is not None and cg < mg
         narrow = cw is not None and mw is not None and cw < mw
@@ -633,6 +653,8 @@ def _nvml_findings(topo: Topology, nvml: Mapping[str, Any]) -> list[Finding]:
                 )
             )
         links = g.get("nvlinks") or []
+        if isinstance(links, str):
+            links = []  # the driver has no NVLink functions ("unsupported")
         if not isinstance(links, list) or not all(isinstance(x, Mapping) for x in links):
             raise HealthInputError(f"NVML facts: {where}.nvlinks is not a list of objects")
         parsed.append(
@@ -691,6 +713,39 @@ def _nvml_findings(topo: Topology, nvml: Mapping[str, Any]) -> list[Finding]:
             )
         )
     return findings
+
+
+def _nvml_p2p_findings(
+    topo: Topology, nvml: Mapping[str, Any], covered: set[frozenset[str]]
+) -> list[Finding]:
+    """NVML's P2P status (what `nvidia-smi topo -p2p` prints) for pairs that should have P2P."""
+    entries = nvml.get("p2p") if nvml.get("available") is not False else None
+    if not isinstance(entries, list):
+        return []
+    pairs: dict[frozenset[str], dict[str, Any]] = {}
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            raise HealthInputError("NVML facts: p2p holds something other than objects")
+        i = _int_or_none(entry.get("from"), "p2p[].from")
+        j = _int_or_none(entry.get("to"), "p2p[].to")
+        try:
+            a, b = topo.gpu(i if i is not None else -1).id, topo.gpu(j if j is not None else -1).id
+        except KeyError:
+            continue  # a GPU the matrix does not show
+        bad = {
+            cap: str(entry[cap])
+            for cap in ("read", "write")
+            if not _unknown(entry.get(cap)) and str(entry.get(cap)).upper() != "OK"
+        }
+        cls = topo.link_class(a, b)
+        key = frozenset((a, b))
+        if not bad or cls in ("NODE", "SYS") or key in covered or key in pairs:
+            continue
+        first, second = _ordered(topo, (a, b))
+        pairs[key] = {"a": first, "b": second, "class": cls, "nvml_status": bad}
+    if not pairs:
+        return []
+    return [_p2p_unavailable(topo, list(pairs.values()), "NVML reports P2P as not supported")]
 
 
 def _gpu_id(topo: Topology, index: int, what: str) -> str:
@@ -977,6 +1032,14 @@ def check_health(
         findings += _nvml_findings(topo, nvml)
     if p2p is not None:
         findings += _p2p_findings(topo, p2p, expectations, sku_medians, limits)
+    if nvml is not None:
+        covered = {
+            frozenset((p["a"], p["b"]))
+            for f in findings
+            if f.kind == P2P_UNAVAILABLE
+            for p in f.evidence["pairs"]
+        }
+        findings += _nvml_p2p_findings(topo, nvml, covered)
     findings += _nccl_findings(topo, nccl_runs, expectations, sku_medians, limits)
     kind_order = {k: i for i, k in enumerate(KINDS)}
     return tuple(sorted(findings, key=lambda f: (_SEVERITY_ORDER[f.severity], kind_order[f.kind])))
