@@ -19,6 +19,7 @@ from topoweb.core.health import (
     check_health,
     diff_topologies,
     expectations_by_class,
+    expectations_from_model,
     measured_figures,
     median_figures,
     sku_distribution,
@@ -195,10 +196,22 @@ def test_pcie_p2p_between_gpus_on_different_sockets_is_no_fault_when_p2p_is_off(
 
 def test_gpus_whose_nearest_nic_is_across_the_socket_are_named() -> None:
     findings = check_health(topo(A100_4NIC))
-    assert found(findings) == {("nic_far_from_gpu", ("GPU4", "GPU5", "GPU6", "GPU7"))}
-    (finding,) = findings
-    assert finding.severity == "warning"
-    assert finding.evidence["gpus"]["GPU4"] == {"nearest_nic": "mlx5_0", "class": "SYS"}
+    # This real capture also says GPU0..GPU3 share NUMA node 0 while GPU0-NIC2 is SYS.
+    assert found(findings) == {
+        ("nic_far_from_gpu", ("GPU4", "GPU5", "GPU6", "GPU7")),
+        ("inconsistent_matrix", ("GPU0", "GPU2", "GPU3")),
+    }
+    far = next(f for f in findings if f.kind == "nic_far_from_gpu")
+    assert far.severity == "warning"
+    assert far.evidence["gpus"]["GPU4"] == {"nearest_nic": "mlx5_0", "class": "SYS"}
+
+
+def test_a_cell_that_breaks_the_pcie_nesting_is_an_inconsistent_matrix() -> None:
+    # GPU0 under NIC0's switch (PIX) while NIC0-NIC1 is PIX and GPU0-NIC1 stays NODE.
+    broken = with_classes(topo(ADA_4GPU), {("GPU0", "NIC0"): "PIX"})
+    findings = check_health(broken)
+    assert found(findings) == {("inconsistent_matrix", ("GPU0", "NIC1"))}
+    assert findings[0].evidence["contradictions"][0]["kind"] == "nesting_violation"
 
 
 # --- NVLink -----------------------------------------------------------------------------------
@@ -386,6 +399,30 @@ def test_large_message_busbw_at_70_percent_is_below_expected() -> None:
     assert findings[0].evidence["at_bytes"] == 8589934592
 
 
+def test_the_cost_model_expects_what_a_healthy_a100_reaches() -> None:
+    dgx = topo(DGX_A100)
+    expected = expectations_from_model(dgx, "NVIDIA A100-SXM4-40GB")
+    assert expected.figures.busbw_gbps[("all_reduce", 8)] == pytest.approx(239.9, abs=0.5)
+    assert expected.figures.p2p_gbps[(0, 5)] == 240.0
+    assert "A100-SXM4-40GB" in expected.basis
+    assert check_health(dgx, nccl_runs=[nccl(A100_ALLREDUCE)], expectations=expected) == ()
+    slow = scaled_busbw(nccl(A100_ALLREDUCE), 0.8)
+    assert found(check_health(dgx, nccl_runs=[slow], expectations=expected)) == {
+        ("below_expected_bandwidth", EIGHT)
+    }
+
+
+def test_the_cost_model_expects_what_the_ada_workstation_copies_peer_to_peer() -> None:
+    ada = topo(ADA_4GPU)
+    expected = expectations_from_model(ada, "NVIDIA RTX 6000 Ada Generation")
+    healthy = p2p(ADA_4GPU_P2P)
+    assert check_health(ada, p2p=healthy, expectations=expected) == ()
+    slow = with_cell(healthy, "unidirectional_p2p_enabled_gbps", 0, 1, 0.6)
+    assert found(check_health(ada, p2p=slow, expectations=expected)) == {
+        ("below_expected_bandwidth", ("GPU0", "GPU1"))
+    }
+
+
 def test_a_stricter_threshold_turns_a_healthy_run_into_a_finding() -> None:
     dgx = topo(DGX_A100)
     expected = expectations_by_class(dgx, {}, {"all_reduce": 240.0}, Thresholds(0.99))
@@ -409,12 +446,13 @@ def test_a_gpu_missing_since_the_previous_snapshot_is_drift_naming_it() -> None:
 
 def test_a_link_class_changed_since_the_previous_snapshot_is_listed_in_the_diff() -> None:
     dgx = topo(DGX_A100)
-    moved = with_classes(dgx, {("GPU6", "mlx5_8"): "SYS", ("GPU7", "mlx5_8"): "SYS"})
-    diff = diff_topologies(dgx, moved)
-    assert diff.changed == (("GPU6", "mlx5_8", "PXB", "SYS"), ("GPU7", "mlx5_8", "PXB", "SYS"))
-    assert found(check_health(moved, previous=dgx)) == {
-        ("topology_drift", ("GPU6", "GPU7", "mlx5_8"))
-    }
+    short = with_classes(dgx, {("GPU2", "GPU5"): "NV6"})
+    diff = diff_topologies(dgx, short)
+    assert diff.changed == (("GPU2", "GPU5", "NV12", "NV6"),)
+    findings = check_health(short, previous=dgx)
+    assert found(findings) == {("topology_drift", ("GPU2", "GPU5"))}
+    assert findings[0].severity == "critical"
+    assert findings[0].message == "changed: GPU2-GPU5 NV12->NV6"
 
 
 def test_a_fingerprint_unlike_the_skus_is_drift_without_a_reference() -> None:

@@ -31,6 +31,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from topoweb.core.catalogue import infer_generation
+from topoweb.core.costs import COLLECTIVES, build_model, collective_cost, p2p_matrix
+from topoweb.core.hierarchy import recover_hierarchy
 from topoweb.core.model import NcclRun, P2PResult, Topology, link_class_rank, nvlink_count
 
 Severity = Literal["critical", "warning", "info"]
@@ -191,6 +194,37 @@ def expectations_by_class(
     }
     busbw = {(c, len(gpus)): float(v) for c, v in busbw_gbps_by_collective.items()}
     return Expectations(Figures(pairs, busbw), thresholds, basis)
+
+
+# The top of a standard nccl-tests sweep: predicted busbw there is the plateau measured rows reach.
+_MODEL_MESSAGE_BYTES = 8 * 2**30
+
+
+def expectations_from_model(
+    topo: Topology, gpu_model: str | None = None, thresholds: Thresholds = Thresholds()
+) -> Expectations:
+    """What the cost model predicts for this wiring and GPU generation (uncalibrated): P2P copy
+    bandwidth per ordered GPU pair and large-message busbw of each collective over all GPUs."""
+    model = build_model(topo, gpu_model)
+    uni = p2p_matrix(model)["unidirectional_gbps"]
+    order = sorted(g.index for g in topo.gpus)
+    pairs = {
+        (a, b): float(value)
+        for i, a in enumerate(order)
+        for j, b in enumerate(order)
+        if (value := uni[i][j]) is not None
+    }
+    busbw: dict[CollectiveKey, float] = {}
+    if len(order) >= 2:
+        for name in COLLECTIVES:
+            if name == "sendrecv" and len(order) != 2:
+                continue  # nccl-tests' sendrecv over more GPUs is a ring of pairs, not modelled
+            cost = collective_cost(model, name, order, _MODEL_MESSAGE_BYTES)
+            busbw[(name, len(order))] = round(cost.busbw_gbps, 2)
+    assumption = infer_generation(topo, gpu_model).assumption
+    return Expectations(
+        Figures(pairs, busbw), thresholds, basis=f"cost model, uncalibrated ({assumption})"
+    )
 
 
 def _p2p_cells(p2p: P2PResult) -> dict[PairKey, tuple[float, str]]:
@@ -406,6 +440,32 @@ def _nic_far_from_gpu(topo: Topology) -> list[Finding]:
                 "on GPUs with a NIC on their own NUMA node, or add a NIC to that node."
             ),
             message=f"{names}: nearest NIC is across the socket link (SYS)",
+        )
+    ]
+
+
+def _inconsistent_matrix(topo: Topology) -> list[Finding]:
+    """Cells that contradict the PCIe/NUMA nesting, as the hierarchy recovery reports them."""
+    contradictions = [
+        f
+        for f in recover_hierarchy(topo).findings
+        if f.kind in ("nesting_violation", "numa_affinity_conflict")
+    ]
+    if not contradictions:
+        return []
+    devices = _ordered(topo, [d for f in contradictions for d in f.devices])
+    return [
+        Finding(
+            kind=INCONSISTENT_MATRIX,
+            severity="warning",
+            devices=devices,
+            evidence={"contradictions": [f.to_document() for f in contradictions]},
+            advice=(
+                "The matrix cannot describe one PCIe tree: check for a mis-seated card or riser, "
+                "a BIOS that misreports NUMA affinity, or a paste that mixes two machines."
+            ),
+            message=f"{len(contradictions)} cell(s) contradict the PCIe/NUMA nesting: "
+            + contradictions[0].message,
         )
     ]
 
@@ -1025,6 +1085,7 @@ def check_health(
     limits = thresholds or (expectations.thresholds if expectations else Thresholds())
     findings: list[Finding] = []
     findings += _nic_far_from_gpu(topo)
+    findings += _inconsistent_matrix(topo)
     if previous is not None:
         findings += _drift_from_previous(topo, previous)
     findings += _against_sku(topo, sku_reference, fingerprint, sku_fingerprint)

@@ -58,18 +58,21 @@ class SkuExpectation(models.Model):
     def __str__(self) -> str:
         return f"{self.sku_name} v{self.version}"
 
-    def to_domain(self, topology: Topology) -> Expectations:
-        thresholds = Thresholds(
+    def thresholds(self) -> Thresholds:
+        return Thresholds(
             bandwidth_ratio=self.bandwidth_ratio,
             sku_median_ratio=self.sku_median_ratio,
             large_message_bytes=self.large_message_bytes,
             p2p_min_gain=self.p2p_min_gain,
         )
+
+    def to_domain(self, topology: Topology) -> Expectations:
+        """Staff's figures alone (services fill the rest from the cost model)."""
         return expectations_by_class(
             topology,
             {str(k): float(v) for k, v in (self.p2p_gbps_by_class or {}).items()},
             {str(k): float(v) for k, v in (self.busbw_gbps or {}).items()},
-            thresholds,
+            self.thresholds(),
             basis=f"SKU {self.sku_name} expectations v{self.version}",
         )
 

@@ -150,16 +150,7 @@ def sku_acceptance(sku_name: str) -> dict[str, Any]:
     if not members:
         raise Http404(f"no SKU named {sku_name!r}")
     expectation = sku_expectation(sku_name)
-    thresholds = (
-        Thresholds(
-            expectation.bandwidth_ratio,
-            expectation.sku_median_ratio,
-            expectation.large_message_bytes,
-            expectation.p2p_min_gain,
-        )
-        if expectation
-        else Thresholds()
-    )
+    thresholds = expectation.thresholds() if expectation else Thresholds()
     servers = []
     for s in members:
         health: ServerHealth | None = getattr(s, "health", None)

@@ -15,10 +15,13 @@ from django.utils import timezone
 from topoweb.core.health import (
     Expectations,
     Figures,
+    Thresholds,
     acceptance_report,
     check_health,
+    expectations_from_model,
     median_figures,
 )
+from topoweb.core.model import Topology
 from topoweb.fleet.models import Server
 from topoweb.health import selectors
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
@@ -38,11 +41,8 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
     if server is None or inputs is None:
         return None
     row = selectors.sku_expectation(server.sku_name)
-    expectations = (
-        row.to_domain(inputs.topology)
-        if row is not None
-        else Expectations(Figures(), basis="no expectations set for this SKU")
-    )
+    gpu_model = server.latest_snapshot.gpu_model if server.latest_snapshot else ""
+    expectations = expectations_for(inputs.topology, gpu_model, row)
     siblings = {
         host: figures
         for host, figures in selectors.sku_figures(server.sku_name, expectations.thresholds).items()
@@ -94,6 +94,26 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
             HealthFinding(server=server, **f.to_document()) for f in findings
         )
     return health
+
+
+def expectations_for(
+    topology: Topology, gpu_model: str, row: SkuExpectation | None
+) -> Expectations:
+    """The cost model's figures for this wiring, with staff's SKU figures (and thresholds)
+    taking precedence wherever they give one."""
+    thresholds = row.thresholds() if row is not None else Thresholds()
+    model = expectations_from_model(topology, gpu_model or None, thresholds)
+    if row is None:
+        return model
+    staff = row.to_domain(topology)
+    return Expectations(
+        Figures(
+            {**model.figures.p2p_gbps, **staff.figures.p2p_gbps},
+            {**model.figures.busbw_gbps, **staff.figures.busbw_gbps},
+        ),
+        thresholds,
+        basis=f"{staff.basis}; other figures from the {model.basis}",
+    )
 
 
 def request_health(server: Server) -> None:
