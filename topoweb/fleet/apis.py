@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 
 from topoweb.analysis.models import Analysis
 from topoweb.config.api import IngestThrottle, Pagination, PayloadTooLarge
+from topoweb.config.metrics import count_report
 from topoweb.core.formats import ParseError
 from topoweb.core.health import KINDS, SEVERITIES
 from topoweb.fleet import selectors, services
@@ -96,7 +97,16 @@ class IngestedSerializer(serializers.Serializer):
     created = serializers.BooleanField()
 
 
+class _CountedIngest(APIView):
+    """Counts every answer of an ingest endpoint for /metrics, refusals included."""
+
+    def handle_exception(self, exc: Exception) -> Response:
+        count_report("rejected")
+        return super().handle_exception(exc)
+
+
 def _ingested(result: services.Ingested) -> Response:
+    count_report("new" if result.created else "duplicate")
     stored = result.snapshot or result.benchmark
     assert stored is not None
     kind = "topology" if result.snapshot is not None else result.benchmark.kind  # type: ignore[union-attr]
@@ -109,7 +119,7 @@ def _ingested(result: services.Ingested) -> Response:
     return Response(body, status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
 
 
-class ReportApi(APIView):
+class ReportApi(_CountedIngest):
     """A collector's report: 201 with a new snapshot, 200 with the stored identical one."""
 
     authentication_classes = [CollectorTokenAuthentication]
@@ -160,7 +170,7 @@ class UploadInputSerializer(serializers.Serializer):
         return attrs
 
 
-class UploadApi(APIView):
+class UploadApi(_CountedIngest):
     """A person's upload of topo -m, nccl-tests or p2pBandwidthLatencyTest output for a host."""
 
     permission_classes = [IsAuthenticated]
@@ -378,8 +388,9 @@ class SnapshotDetailApi(APIView):
 
 
 class GraphSerializer(serializers.Serializer):
-    nodes = serializers.ListField(child=serializers.DictField())
-    edges = serializers.ListField(child=serializers.DictField())
+    elements = serializers.ListField(
+        child=serializers.DictField(), help_text="Cytoscape.js elements (group: nodes or edges)"
+    )
 
 
 class ServerGraphApi(APIView):
@@ -392,7 +403,7 @@ class ServerGraphApi(APIView):
         server = selectors.server_by_hostname(hostname)
         if server.latest_snapshot is None:
             raise exceptions.NotFound(f"{hostname!r} has no topology yet.")
-        return Response(selectors.graph_elements(server.latest_snapshot.document))
+        return Response(selectors.graph_elements(server.latest_snapshot))
 
 
 class BenchmarkSummarySerializer(serializers.Serializer):

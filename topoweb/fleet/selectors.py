@@ -4,6 +4,7 @@ topology classes, and the graph elements the front end draws."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet
@@ -12,6 +13,7 @@ from django.utils import timezone
 
 from topoweb.analysis.models import Analysis
 from topoweb.analysis.services import COST_MODEL_VERSION
+from topoweb.core.export import cytoscape_elements
 from topoweb.fleet.models import (
     ApiToken,
     Benchmark,
@@ -21,6 +23,8 @@ from topoweb.fleet.models import (
     TopologyClass,
 )
 from topoweb.health.selectors import filter_by_health, health_findings
+
+LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 def _hash(token: str) -> str:
@@ -33,9 +37,7 @@ def active_collector_token(token: str) -> CollectorToken | None:
     found = CollectorToken.objects.filter(
         token_sha256=_hash(token), revoked_at__isnull=True
     ).first()
-    if found is not None:
-        found.last_used_at = timezone.now()
-        found.save(update_fields=["last_used_at"])
+    _mark_used(found)
     return found
 
 
@@ -45,10 +47,19 @@ def active_api_token(token: str) -> ApiToken | None:
         .filter(token_sha256=_hash(token), revoked_at__isnull=True, user__is_active=True)
         .first()
     )
-    if found is not None:
-        found.last_used_at = timezone.now()
-        found.save(update_fields=["last_used_at"])
+    _mark_used(found)
     return found
+
+
+def _mark_used(token: CollectorToken | ApiToken | None) -> None:
+    # At most one write a minute per token: a scheduler polling the API should not turn every
+    # read into a write.
+    now = timezone.now()
+    if token is not None and (
+        token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION
+    ):
+        token.last_used_at = now
+        token.save(update_fields=["last_used_at"])
 
 
 @dataclass(frozen=True)
@@ -227,35 +238,7 @@ def topology_class_by_fingerprint(fingerprint: str) -> TopologyClass:
     return found
 
 
-def graph_elements(document: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Cytoscape elements for a topology document: one node per device, one edge per link
-    except the farthest (SYS) ones, which every pair has and which would hide the structure.
-
-    Stand-in until core.export offers the same; the API calls only this function."""
-    nodes = [
-        {
-            "data": {
-                "id": d["id"],
-                "label": d.get("nic_name") or d["id"],
-                "kind": d["kind"],
-                "index": d["index"],
-                "numa_affinity": d.get("numa_affinity"),
-                "cpu_affinity": d.get("cpu_affinity"),
-            }
-        }
-        for d in document.get("devices", [])
-    ]
-    edges = [
-        {
-            "data": {
-                "id": f"{link['a']}--{link['b']}",
-                "source": link["a"],
-                "target": link["b"],
-                "link_class": link["class"],
-                "nvlinks": link.get("nvlinks", 0),
-            }
-        }
-        for link in document.get("links", [])
-        if link["class"] != "SYS"
-    ]
-    return {"nodes": nodes, "edges": edges}
+def graph_elements(snapshot: Snapshot) -> dict[str, list[dict[str, Any]]]:
+    """Cytoscape elements of a snapshot's topology, as core.export draws it: devices inside
+    NUMA nodes, the recovered PCIe tree, NVLink pairs or one NVSwitch node per fabric."""
+    return {"elements": cytoscape_elements(snapshot.to_domain())}

@@ -323,7 +323,16 @@ def _gpu_model(
     names: list[str] = []
     gpus = nvml.get("gpus") if isinstance(nvml, dict) else None
     if isinstance(gpus, list):
-        names = [str(g["name"]) for g in gpus if isinstance(g, dict) and g.get("name")]
+        # The collector writes "unsupported" or "error: ..." where the driver gave no name.
+        names = [
+            g["name"]
+            for g in gpus
+            if isinstance(g, dict)
+            and isinstance(g.get("name"), str)
+            and g["name"]
+            and g["name"] != "unsupported"
+            and not g["name"].startswith("error:")
+        ]
     if not names and hint:
         return hint
     if not names:
