@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from topoweb.analysis.models import Analysis
 from topoweb.core.fingerprint import describe_links
+from topoweb.core.health import check_health
 from topoweb.core.model import DocumentError, Topology, link_class_rank
 from topoweb.fleet.models import TopologyClass
 
@@ -69,6 +70,8 @@ def build_analysis_result(topology: Topology, gpu_model: str) -> dict[str, Any]:
             "description": describe_links(topology),
         },
         "warnings": list(topology.warnings),
+        # What the wiring alone shows; per-server findings live with each server's health.
+        "findings": [f.to_document() for f in check_health(topology)],
     }
 
 

@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from topoweb.config.api import healthz
 from topoweb.config.metrics import metrics_view
 from topoweb.fleet import apis
+from topoweb.health import urls as health_urls
 
 api_v1 = [
     path("reports", apis.ReportApi.as_view(), name="reports"),
@@ -32,6 +33,7 @@ api_v1 = [
         apis.TopologyClassDetailApi.as_view(),
         name="topology-class-detail",
     ),
+    *health_urls.api_urls,
 ]
 
 urlpatterns = [
@@ -42,6 +44,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
+    *health_urls.page_urls,
 ]
 
 handler404 = "topoweb.config.api.json_404"

@@ -19,6 +19,7 @@ from topoweb.analysis.models import Analysis
 from topoweb.config.api import IngestThrottle, Pagination, PayloadTooLarge
 from topoweb.config.metrics import count_report
 from topoweb.core.formats import ParseError
+from topoweb.core.health import KINDS, SEVERITIES
 from topoweb.fleet import selectors, services
 from topoweb.fleet.authentication import CollectorTokenAuthentication, HasCollectorToken
 from topoweb.fleet.models import CollectorToken, Server, Source
@@ -246,7 +247,7 @@ class ServerSummarySerializer(serializers.Serializer):
         return selectors.server_health(server)
 
     def get_findings_count(self, server: Server) -> int:
-        return len(selectors.server_findings(server))
+        return selectors.findings_count(server)
 
 
 class ServerFilterSerializer(serializers.Serializer):
@@ -258,6 +259,9 @@ class ServerFilterSerializer(serializers.Serializer):
         choices=["ok", "warning", "unknown"], required=False, default=""
     )
     search = serializers.CharField(required=False, default="")
+    finding = serializers.ChoiceField(choices=list(KINDS), required=False, default="")
+    severity = serializers.ChoiceField(choices=list(SEVERITIES), required=False, default="")
+    no_critical = serializers.BooleanField(required=False, default=False)
 
 
 def _paginated(request: Request, view: APIView, queryset: Any, serializer: type) -> Response:

@@ -31,6 +31,7 @@ from topoweb.fleet.models import (
     Source,
     TopologyClass,
 )
+from topoweb.health.services import request_health
 
 BENCHMARK_KINDS = (Benchmark.Kind.NCCL.value, Benchmark.Kind.P2P.value)
 
@@ -178,6 +179,7 @@ def ingest_report(
         server.save(update_fields=update_fields)
         refresh_sku_drift(sku_name)
         request_analysis(topology_class)
+        request_health(server)
     return Ingested(server=server, created=True, snapshot=snapshot)
 
 
@@ -202,6 +204,7 @@ def ingest_benchmark(
             server, server.latest_snapshot, kind, text, parsed, source, uploaded_by, captured_at
         )
         _touch(server, timezone.now())
+        request_health(server)
     return Ingested(server=server, created=True, benchmark=benchmark)
 
 
