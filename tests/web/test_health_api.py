@@ -181,6 +181,23 @@ def test_a_scheduler_asks_for_servers_without_critical_findings(
     ]
 
 
+def test_the_health_state_follows_the_stored_findings(reader: APIClient, a100_fleet: None) -> None:
+    add("fresh-01", fixture_text(H200), "HGX H200")
+    states = {s["hostname"]: s["health"] for s in reader.get("/api/v1/servers/").json()["results"]}
+    assert states == {
+        "a100-01": "ok",
+        "a100-02": "critical",
+        "a100-03": "critical",
+        "fresh-01": "ok",
+    }
+    assert hostnames(reader.get("/api/v1/servers/", {"health": "critical"})) == [
+        "a100-02",
+        "a100-03",
+    ]
+    assert hostnames(reader.get("/api/v1/servers/", {"health": "ok"})) == ["a100-01", "fresh-01"]
+    assert hostnames(reader.get("/api/v1/servers/", {"health": "warning"})) == []
+
+
 def test_the_server_detail_lists_the_stored_findings(reader: APIClient, a100_fleet: None) -> None:
     body = reader.get("/api/v1/servers/a100-02/").json()
     assert body["findings_count"] == 1

@@ -242,7 +242,7 @@ class ServerSummarySerializer(serializers.Serializer):
     latest_snapshot_id = serializers.IntegerField(allow_null=True)
     last_seen_at = serializers.DateTimeField(allow_null=True)
 
-    @extend_schema_field(serializers.ChoiceField(choices=["ok", "warning", "unknown"]))
+    @extend_schema_field(serializers.ChoiceField(choices=selectors.HEALTH_STATES))
     def get_health(self, server: Server) -> str:
         return selectors.server_health(server)
 
@@ -256,7 +256,7 @@ class ServerFilterSerializer(serializers.Serializer):
     gpu_count = serializers.IntegerField(required=False, min_value=0, max_value=100000)
     has_nvlink = serializers.BooleanField(required=False, allow_null=True, default=None)
     health = serializers.ChoiceField(
-        choices=["ok", "warning", "unknown"], required=False, default=""
+        choices=selectors.HEALTH_STATES, required=False, default=""
     )
     search = serializers.CharField(required=False, default="")
     finding = serializers.ChoiceField(choices=list(KINDS), required=False, default="")

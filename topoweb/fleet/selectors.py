@@ -94,12 +94,8 @@ def server_list(filters: ServerFilters) -> QuerySet[Server]:
         qs = qs.filter(latest_snapshot__gpu_count=filters.gpu_count)
     if filters.has_nvlink is not None:
         qs = qs.filter(latest_snapshot__has_nvlink=filters.has_nvlink)
-    if filters.health == "unknown":
-        qs = qs.filter(latest_snapshot__isnull=True)
-    elif filters.health == "warning":
-        qs = qs.filter(latest_snapshot__isnull=False, differs_from_sku=True)
-    elif filters.health == "ok":
-        qs = qs.filter(latest_snapshot__isnull=False, differs_from_sku=False)
+    if filters.health:
+        qs = qs.filter(_HEALTH_STATES[filters.health])
     if filters.search:
         term = filters.search
         qs = qs.filter(
@@ -113,32 +109,56 @@ def server_list(filters: ServerFilters) -> QuerySet[Server]:
     return qs.order_by("hostname")
 
 
+HEALTH_STATES = ("ok", "warning", "critical", "unknown")
+
+# The list filter and `server_health` must agree: a server is unknown without a snapshot,
+# critical with a critical finding, warning with a warning finding or a wiring that differs
+# from its SKU's (known at ingest, before the health checks ran), and ok otherwise.
+_NOT_CRITICAL = Q(health__isnull=True) | Q(health__critical_count=0)
+_HEALTH_STATES = {
+    "unknown": Q(latest_snapshot__isnull=True),
+    "critical": Q(health__critical_count__gt=0),
+    "warning": Q(latest_snapshot__isnull=False)
+    & _NOT_CRITICAL
+    & (Q(health__warning_count__gt=0) | Q(differs_from_sku=True)),
+    "ok": Q(latest_snapshot__isnull=False, differs_from_sku=False)
+    & (Q(health__isnull=True) | Q(health__critical_count=0, health__warning_count=0)),
+}
+
+
 def server_health(server: Server) -> str:
     if server.latest_snapshot_id is None:
         return "unknown"
-    return "warning" if server.differs_from_sku else "ok"
+    health = getattr(server, "health", None)
+    if health is not None and health.critical_count:
+        return "critical"
+    if (health is not None and health.warning_count) or server.differs_from_sku:
+        return "warning"
+    return "ok"
 
 
 def server_findings(server: Server) -> list[dict[str, Any]]:
-    """What is worth a look on this server. The health checks will add to this list."""
-    findings: list[dict[str, Any]] = []
-    if server.differs_from_sku:
-        findings.append(
-            {
-                "code": "topology-differs-from-sku",
-                "severity": "warning",
-                "message": f"wired differently from the usual topology of SKU {server.sku_name!r}",
-            }
-        )
-    findings += [f | {"code": f["kind"]} for f in health_findings(server)]
-    return findings
+    """What is worth a look on this server: the health checks' findings once they ran, and
+    until then what ingest already knows (a wiring that differs from the SKU's)."""
+    if getattr(server, "health", None) is not None:
+        return [f | {"code": f["kind"]} for f in health_findings(server)]
+    if not server.differs_from_sku:
+        return []
+    return [
+        {
+            "code": "topology-differs-from-sku",
+            "severity": "warning",
+            "message": f"wired differently from the usual topology of SKU {server.sku_name!r}",
+        }
+    ]
 
 
 def findings_count(server: Server) -> int:
     """The list's count, from columns already joined in (no query per row)."""
     health = getattr(server, "health", None)
-    stored = health.critical_count + health.warning_count if health is not None else 0
-    return int(server.differs_from_sku) + stored
+    if health is None:
+        return int(server.differs_from_sku)
+    return int(health.critical_count + health.warning_count)
 
 
 def server_by_hostname(hostname: str) -> Server:
