@@ -18,7 +18,6 @@ import pytest
 import yaml
 from celery.app.utils import find_app
 from django.core.management import get_commands
-from django.test import Client
 
 from collector.cli import build_parser
 
@@ -263,17 +262,42 @@ def test_the_celery_command_loads_the_app_in_the_compose_environment() -> None:
     assert "software -> celery:" in report.stdout
 
 
-@pytest.mark.django_db
-def test_the_web_healthcheck_asks_for_healthz_which_answers_200() -> None:
-    probe = services()["web"]["healthcheck"]["test"][-1]
-    url = re.search(r"http://127\.0\.0\.1:8000(/\S*?)'", probe)
-    assert url, probe
+def run_web_probe(server_url: str, allowed_hosts: str) -> subprocess.CompletedProcess[str]:
+    """The web healthcheck's own command, aimed at SERVER_URL instead of the container's :8000."""
+    probe = services()["web"]["healthcheck"]["test"]
+    assert probe[:3] == ["CMD", "python", "-c"]
+    assert "http://127.0.0.1:8000/healthz" in probe[3]
+    return subprocess.run(
+        [sys.executable, "-c", probe[3].replace("http://127.0.0.1:8000", server_url)],
+        env={"PATH": os.environ["PATH"], "ALLOWED_HOSTS": allowed_hosts},
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
 
-    response = Client().get(url.group(1))
 
-    assert url.group(1) == "/healthz"
-    assert response.status_code == 200
-    assert response.json() == {"status": "ok"}
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "allowed_hosts", ["localhost,127.0.0.1", "topoweb.example.org", ".example.org,localhost", "*"]
+)
+def test_the_web_healthcheck_passes_whatever_public_name_allowed_hosts_gives(
+    live_server: Any, settings: Any, allowed_hosts: str
+) -> None:
+    settings.ALLOWED_HOSTS = allowed_hosts.split(",")  # as settings.py reads the same variable
+
+    probe = run_web_probe(live_server.url, allowed_hosts)
+
+    assert probe.returncode == 0, probe.stderr[-2000:]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_web_healthcheck_fails_when_healthz_does_not_answer_200(
+    live_server: Any, settings: Any
+) -> None:
+    settings.ALLOWED_HOSTS = ["other.example.org"]  # the probe's Host is refused: 400
+
+    probe = run_web_probe(live_server.url, "topoweb.example.org")
+
+    assert probe.returncode != 0
+    assert "HTTP Error 400" in probe.stderr
 
 
 # ---------------------------------------------------------------- Dockerfile
@@ -300,6 +324,13 @@ def test_the_image_serves_the_same_wsgi_application_by_default() -> None:
     (cmd,) = [args for _, keyword, args in dockerfile_instructions() if keyword == "CMD"]
     assert yaml.safe_load(cmd)[:2] == ["gunicorn", "topoweb.config.wsgi:application"]
     assert ("EXPOSE", "8000") in [(k, a) for _, k, a in dockerfile_instructions()]
+
+
+def test_a_local_env_file_with_the_secrets_never_goes_into_the_image() -> None:
+    # `COPY . .` sends the whole checkout; compose and settings.py both read `.env` from it.
+    ignored = (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+    assert ("COPY", ". .") in [(k, a) for _, k, a in dockerfile_instructions()]
+    assert ".env" in [line.strip() for line in ignored]
 
 
 # ---------------------------------------------------------------- collector deployment
