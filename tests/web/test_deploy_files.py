@@ -1,0 +1,382 @@
+"""The deployment files, checked without Docker, systemd or Kubernetes: docker-compose.yml's shape
+and the commands it runs, the Dockerfile's COPY sources, the collector's unit and DaemonSet."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import environ
+import pytest
+import yaml
+from celery.app.utils import find_app
+from django.core.management import get_commands
+
+from collector.cli import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+VENV_BIN = Path(sys.executable).parent
+APP_SERVICES = ("web", "worker", "beat")  # the ones built from this repository
+
+
+# ---------------------------------------------------------------- reading the files
+
+
+class ComposeError(Exception):
+    """What `docker compose` itself would refuse, e.g. a required variable left unset."""
+
+
+_VARIABLE = re.compile(r"\$\$|\$\{(?P<name>\w+)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}")
+
+
+def interpolate(value: Any, env: dict[str, str]) -> Any:
+    """Compose's `${VAR}`, `${VAR:-default}`, `${VAR:?message}` substitution, on every string."""
+    if isinstance(value, dict):
+        return {key: interpolate(item, env) for key, item in value.items()}
+    if isinstance(value, list):
+        return [interpolate(item, env) for item in value]
+    if not isinstance(value, str):
+        return value
+
+    def substitute(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name, op, arg = match.group("name", "op", "arg")
+        found = env.get(name)
+        missing = found is None or (found == "" and op is not None and op.startswith(":"))
+        if op in (":-", "-") and missing:
+            return str(arg)
+        if op in (":?", "?") and missing:
+            raise ComposeError(f"required variable {name} is missing a value: {arg}")
+        return found or ""
+
+    return _VARIABLE.sub(substitute, value)
+
+
+def compose(env: dict[str, str] | None = None) -> dict[str, Any]:
+    text = (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
+    document = yaml.safe_load(text)  # `<<: *app` merges are resolved by the loader
+    return interpolate(document, {"SECRET_KEY": "compose-test-key"} if env is None else env)
+
+
+def services() -> dict[str, Any]:
+    return compose()["services"]
+
+
+def command_parts(service: dict[str, Any]) -> list[list[str]]:
+    """The argv of each program a service's command runs (`sh -c "a && b"` gives two)."""
+    command = service["command"]
+    argv = shlex.split(command) if isinstance(command, str) else list(command)
+    if argv[:2] == ["sh", "-c"]:
+        return [shlex.split(part) for part in argv[2].split("&&")]
+    return [argv]
+
+
+def dockerfile_instructions() -> list[tuple[int, str, str]]:
+    """(line, INSTRUCTION, arguments) of the Dockerfile, continuation lines joined."""
+    instructions: list[tuple[int, str, str]] = []
+    pending = ""
+    start = 0
+    for number, line in enumerate(
+        (ROOT / "Dockerfile").read_text(encoding="utf-8").splitlines(), 1
+    ):
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        start = start if pending else number
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        keyword, _, arguments = (pending + line).strip().partition(" ")
+        instructions.append((start, keyword.upper(), arguments.strip()))
+        pending = ""
+    return instructions
+
+
+def read_unit(path: Path) -> dict[str, list[tuple[str, str]]]:
+    """A systemd unit file: sections in order, each with its (key, value) lines."""
+    sections: dict[str, list[tuple[str, str]]] = {}
+    current: str | None = None
+    logical = ""
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not logical and (not line.strip() or line.lstrip()[0] in "#;"):
+            continue
+        if line.endswith("\\"):
+            logical += line[:-1] + " "
+            continue
+        logical, line = "", logical + line
+        if line.startswith("[") and line.rstrip().endswith("]"):
+            current = line.strip()[1:-1]
+            sections[current] = []
+            continue
+        key, equals, value = line.partition("=")
+        assert equals and current, f"{path.name} line {number}: not `Key=value` in a section"
+        sections[current].append((key.strip(), value.strip()))
+    return sections
+
+
+# ---------------------------------------------------------------- docker-compose.yml
+
+
+def test_compose_runs_web_worker_beat_redis_and_postgres() -> None:
+    assert sorted(services()) == ["beat", "postgres", "redis", "web", "worker"]
+
+
+def test_web_worker_and_beat_run_from_one_image_built_from_this_repository() -> None:
+    found = services()
+    built = {(str(found[name].get("build")), found[name].get("image")) for name in APP_SERVICES}
+    assert built == {(".", "topoweb:latest")}
+    assert "build" not in found["redis"] and "build" not in found["postgres"]
+
+
+def test_every_service_has_a_healthcheck_with_a_command_and_timings() -> None:
+    for name, service in services().items():
+        check = service.get("healthcheck")
+        assert check, f"{name} has no healthcheck"
+        assert check["test"][0] in ("CMD", "CMD-SHELL"), name
+        assert {"interval", "timeout", "retries"} <= set(check), name
+
+
+def test_the_app_services_start_only_after_postgres_and_redis_are_healthy() -> None:
+    found = services()
+    for name in APP_SERVICES:
+        assert found[name]["depends_on"] == {
+            "postgres": {"condition": "service_healthy"},
+            "redis": {"condition": "service_healthy"},
+        }, name
+
+
+def test_the_app_services_get_the_database_redis_and_secret_key_from_the_environment() -> None:
+    found = services()
+    for name in APP_SERVICES:
+        assert {"DATABASE_URL", "REDIS_URL", "SECRET_KEY"} <= set(found[name]["environment"]), name
+    assert found["web"]["environment"]["SECRET_KEY"] == "compose-test-key"
+    assert found["web"]["environment"]["DEBUG"] == "0"
+
+
+def test_compose_refuses_to_start_without_a_secret_key() -> None:
+    with pytest.raises(ComposeError, match="SECRET_KEY"):
+        compose(env={})
+
+
+def test_every_variable_compose_sets_is_one_the_settings_read() -> None:
+    settings_text = (ROOT / "topoweb" / "config" / "settings.py").read_text(encoding="utf-8")
+    read = set(re.findall(r"\benv(?:\.\w+)?\(\s*\"(\w+)\"", settings_text))
+    for name in APP_SERVICES:
+        unread = set(services()[name]["environment"]) - read
+        assert not unread, f"{name} sets {sorted(unread)}, which settings.py never reads"
+
+
+@pytest.mark.parametrize("password", [None, "s3cret"])
+def test_the_database_url_reaches_the_postgres_service_with_its_credentials(
+    password: str | None,
+) -> None:
+    env = {"SECRET_KEY": "k"} | ({"POSTGRES_PASSWORD": password} if password else {})
+    found = compose(env)["services"]
+    database = environ.Env.db_url_config(found["web"]["environment"]["DATABASE_URL"])
+    postgres = found["postgres"]["environment"]
+
+    assert database["ENGINE"] == "django.db.backends.postgresql"
+    assert (database["HOST"], database["PORT"]) == ("postgres", 5432)
+    assert database["NAME"] == postgres["POSTGRES_DB"] == "topoweb"
+    assert database["USER"] == postgres["POSTGRES_USER"] == "topoweb"
+    assert database["PASSWORD"] == postgres["POSTGRES_PASSWORD"] == (password or "topoweb")
+    assert found["postgres"]["healthcheck"]["test"][1:] == [
+        "pg_isready", "-U", "topoweb", "-d", "topoweb"
+    ]  # fmt: skip
+    assert found["web"]["environment"]["REDIS_URL"] == "redis://redis:6379/0"
+
+
+def test_gunicorn_and_celery_are_console_scripts_pinned_in_requirements() -> None:
+    pins = dict(
+        line.split("==", 1)
+        for line in (ROOT / "requirements.txt").read_text(encoding="utf-8").splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    for program in ("gunicorn", "celery"):
+        assert os.access(VENV_BIN / program, os.X_OK), f"{program} is not installed"
+        assert importlib.metadata.version(program) == pins[program]
+
+
+def test_web_migrates_then_serves_the_wsgi_application_with_gunicorn() -> None:
+    migrate, gunicorn = command_parts(services()["web"])
+    assert migrate == ["python", "manage.py", "migrate", "--noinput"]
+    assert (ROOT / "manage.py").is_file() and "migrate" in get_commands()
+    assert gunicorn[:2] == ["gunicorn", "topoweb.config.wsgi:application"]
+    assert gunicorn[gunicorn.index("--bind") + 1] == "0.0.0.0:8000"
+    assert services()["web"]["ports"] == ["8000:8000"]
+    module, _, attribute = gunicorn[1].partition(":")
+    assert callable(getattr(importlib.import_module(module), attribute))
+
+
+def test_gunicorn_accepts_the_web_command_and_loads_the_app_in_the_compose_environment() -> None:
+    gunicorn = command_parts(services()["web"])[1]
+    env = {"PATH": os.environ["PATH"], **services()["web"]["environment"]}
+
+    # --check-config parses every option and imports the application, then exits.
+    checked = subprocess.run(
+        [str(VENV_BIN / "gunicorn"), "--check-config", *gunicorn[1:]],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+    assert checked.returncode == 0, checked.stderr[-2000:]
+
+
+def test_worker_and_beat_run_celery_on_the_project_app() -> None:
+    found = services()
+    worker, beat = command_parts(found["worker"])[0], command_parts(found["beat"])[0]
+    assert worker[:4] == ["celery", "-A", "topoweb.config", "worker"]
+    assert beat[:4] == ["celery", "-A", "topoweb.config", "beat"]
+    assert found["worker"]["healthcheck"]["test"][1:5] == [
+        "celery", "-A", "topoweb.config", "inspect"
+    ]  # fmt: skip
+    # Beat's healthcheck looks for the schedule file that beat is told to write.
+    schedule = beat[beat.index("--schedule") + 1]
+    assert found["beat"]["healthcheck"]["test"][-1] == f"test -f {schedule}"
+
+
+def test_the_celery_app_has_the_analysis_tasks_and_a_beat_schedule_for_the_sweep() -> None:
+    app = find_app("topoweb.config")  # how `celery -A topoweb.config` finds it
+    app.loader.import_default_modules()
+
+    assert app.main == "topoweb"
+    assert {"analysis.run", "analysis.sweep"} <= set(app.tasks)
+    assert [entry["task"] for entry in app.conf.beat_schedule.values()] == ["analysis.sweep"]
+
+
+def test_the_celery_command_loads_the_app_in_the_compose_environment() -> None:
+    env = {"PATH": os.environ["PATH"], **services()["worker"]["environment"]}
+
+    report = subprocess.run(
+        [str(VENV_BIN / "celery"), "-A", "topoweb.config", "report"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "software -> celery:" in report.stdout
+
+
+def run_web_probe(server_url: str, allowed_hosts: str) -> subprocess.CompletedProcess[str]:
+    """The web healthcheck's own command, aimed at SERVER_URL instead of the container's :8000."""
+    probe = services()["web"]["healthcheck"]["test"]
+    assert probe[:3] == ["CMD", "python", "-c"]
+    assert "http://127.0.0.1:8000/healthz" in probe[3]
+    return subprocess.run(
+        [sys.executable, "-c", probe[3].replace("http://127.0.0.1:8000", server_url)],
+        env={"PATH": os.environ["PATH"], "ALLOWED_HOSTS": allowed_hosts},
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "allowed_hosts", ["localhost,127.0.0.1", "topoweb.example.org", ".example.org,localhost", "*"]
+)
+def test_the_web_healthcheck_passes_whatever_public_name_allowed_hosts_gives(
+    live_server: Any, settings: Any, allowed_hosts: str
+) -> None:
+    settings.ALLOWED_HOSTS = allowed_hosts.split(",")  # as settings.py reads the same variable
+
+    probe = run_web_probe(live_server.url, allowed_hosts)
+
+    assert probe.returncode == 0, probe.stderr[-2000:]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_web_healthcheck_fails_when_healthz_does_not_answer_200(
+    live_server: Any, settings: Any
+) -> None:
+    settings.ALLOWED_HOSTS = ["other.example.org"]  # the probe's Host is refused: 400
+
+    probe = run_web_probe(live_server.url, "topoweb.example.org")
+
+    assert probe.returncode != 0
+    assert "HTTP Error 400" in probe.stderr
+
+
+# ---------------------------------------------------------------- Dockerfile
+
+
+def test_every_file_the_dockerfile_copies_from_the_repository_exists() -> None:
+    copies = [
+        (line, shlex.split(arguments))
+        for line, keyword, arguments in dockerfile_instructions()
+        if keyword in ("COPY", "ADD")
+    ]
+    assert copies, "the Dockerfile copies nothing"
+    for line, argv in copies:
+        if any(arg.startswith("--from=") for arg in argv):
+            continue  # from an earlier build stage, not from the repository
+        sources = [arg for arg in argv if not arg.startswith("--")][:-1]
+        for source in sources:
+            assert list(ROOT.glob(source)) or (ROOT / source).exists(), (
+                f"Dockerfile line {line}: COPY source {source} is not in the repository"
+            )
+
+
+def test_the_image_serves_the_same_wsgi_application_by_default() -> None:
+    (cmd,) = [args for _, keyword, args in dockerfile_instructions() if keyword == "CMD"]
+    assert yaml.safe_load(cmd)[:2] == ["gunicorn", "topoweb.config.wsgi:application"]
+    assert ("EXPOSE", "8000") in [(k, a) for _, k, a in dockerfile_instructions()]
+
+
+def test_a_local_env_file_with_the_secrets_never_goes_into_the_image() -> None:
+    # `COPY . .` sends the whole checkout; compose and settings.py both read `.env` from it.
+    ignored = (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+    assert ("COPY", ". .") in [(k, a) for _, k, a in dockerfile_instructions()]
+    assert ".env" in [line.strip() for line in ignored]
+
+
+# ---------------------------------------------------------------- collector deployment
+
+
+def test_the_systemd_unit_runs_the_collector_module_with_options_it_accepts() -> None:
+    unit = read_unit(ROOT / "collector" / "deploy" / "topoweb-collector.service")
+    assert list(unit) == ["Unit", "Service", "Install"]
+    service = dict(unit["Service"])
+    argv = shlex.split(service["ExecStart"])
+    assert argv[1:3] == ["-m", "collector"]
+    assert (ROOT / "collector" / "__main__.py").is_file()
+
+    # systemd's specifiers: %d the credentials directory, %S the state directory root.
+    args = [
+        arg.replace("%d", "/run/credentials/topoweb-collector.service").replace("%S", "/var/lib")
+        for arg in argv[3:]
+    ]
+    options = build_parser().parse_args(args)
+    assert options.interval == 3600
+    assert service["LoadCredential"].split(":")[0] == options.token_file.name == "token"
+    assert options.spool_dir == Path("/var/lib") / service["StateDirectory"] / "spool"
+    assert dict(unit["Install"])["WantedBy"] == "multi-user.target"
+
+
+def test_the_daemonset_runs_the_collector_module_with_options_it_accepts() -> None:
+    document = yaml.safe_load(
+        (ROOT / "collector" / "deploy" / "daemonset.yaml").read_text(encoding="utf-8")
+    )
+    assert (document["apiVersion"], document["kind"]) == ("apps/v1", "DaemonSet")
+    pod = document["spec"]["template"]
+    assert document["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == ["python", "-m", "collector"]
+
+    # Kubernetes expands $(NODE_NAME) from the container's environment.
+    env = {item["name"]: item for item in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["TOPOWEB_HOSTNAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    options = build_parser().parse_args(
+        [arg.replace("$(NODE_NAME)", "gpu-a01") for arg in container["args"]]
+    )
+    assert options.server.startswith("https://")
+    assert options.interval == 3600
+    mounts = {m["name"]: Path(m["mountPath"]) for m in container["volumeMounts"]}
+    assert options.token_file == mounts["tokens"] / "gpu-a01"
+    assert mounts["spool"] in options.spool_dir.parents
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["spool"]["hostPath"]["path"] == str(mounts["spool"])  # survives the pod
