@@ -241,13 +241,16 @@ def test_worker_and_beat_run_celery_on_the_project_app() -> None:
     assert found["beat"]["healthcheck"]["test"][-1] == f"test -f {schedule}"
 
 
-def test_the_celery_app_has_the_analysis_tasks_and_a_beat_schedule_for_the_sweep() -> None:
+def test_the_celery_app_has_the_tasks_and_a_beat_schedule_for_the_sweeps() -> None:
     app = find_app("topoweb.config")  # how `celery -A topoweb.config` finds it
     app.loader.import_default_modules()
 
     assert app.main == "topoweb"
-    assert {"analysis.run", "analysis.sweep"} <= set(app.tasks)
-    assert [entry["task"] for entry in app.conf.beat_schedule.values()] == ["analysis.sweep"]
+    assert {"analysis.run", "analysis.sweep", "health.evaluate", "health.sweep"} <= set(app.tasks)
+    assert sorted(entry["task"] for entry in app.conf.beat_schedule.values()) == [
+        "analysis.sweep",
+        "health.sweep",
+    ]
 
 
 def test_the_celery_command_loads_the_app_in_the_compose_environment() -> None:
