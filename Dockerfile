@@ -1,0 +1,19 @@
+# One image for the web process, the Celery worker and Celery beat.
+FROM node:20-bookworm-slim AS assets
+WORKDIR /src/frontend
+COPY frontend/package.json frontend/package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund
+
+FROM python:3.11-slim-bookworm
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 DEBUG=0
+WORKDIR /app
+COPY requirements.txt ./
+RUN pip install --no-cache-dir -r requirements.txt
+COPY . .
+COPY --from=assets /src/frontend/node_modules ./frontend/node_modules
+# collectstatic needs a key to import settings; it is not used for anything else here.
+RUN SECRET_KEY=collectstatic-only python manage.py collectstatic --noinput
+RUN useradd --system --home /app topoweb && chown -R topoweb /app
+USER topoweb
+EXPOSE 8000
+CMD ["gunicorn", "topoweb.config.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]
