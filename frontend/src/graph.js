@@ -25,6 +25,9 @@ export function classInfo(linkClass) {
 
 const kindOf = (n) => n.data("kind") || n.data("type") || "";
 
+// Node boxes grow with their label so long NIC names and placement tags stay inside.
+const labelWidth = (perChar, min) => (n) => Math.max(min, String(n.data("group_label") || n.data("label") || "").length * perChar + 14);
+
 function stylesheet() {
   const edgeStyles = LINK_CLASSES.map((c) => ({
     selector: c.key === "NV" ? "edge[nvlinks > 0]" : `edge[link_class = "${c.key}"]`,
@@ -55,7 +58,7 @@ function stylesheet() {
       },
     },
     { selector: 'node[kind = "gpu"]', style: { "background-color": "#cfe8d5", "border-color": "#1b7f3b", "border-width": 2, width: 58, height: 34, "font-weight": "bold" } },
-    { selector: 'node[kind = "nic"]', style: { "background-color": "#dbe7fb", "border-color": "#1f5fbf", shape: "tag", width: 62, height: 26, "font-size": 10 } },
+    { selector: 'node[kind = "nic"]', style: { "background-color": "#dbe7fb", "border-color": "#1f5fbf", shape: "round-tag", width: labelWidth(6.2, 62), height: 26, "font-size": 10 } },
     { selector: 'node[kind = "nvswitch"], node[kind = "nvlink_fabric"], node[kind = "fabric"]', style: { "background-color": "#1b7f3b", color: "#fff", shape: "hexagon", width: 120, height: 46, "font-weight": "bold" } },
     { selector: 'node[kind = "pcie_switch"], node[kind = "switch"]', style: { "background-color": "#eef1f5", shape: "diamond", width: 44, height: 44, "font-size": 9, "text-valign": "bottom", "text-margin-y": 4 } },
     { selector: 'node[kind = "host_bridge"], node[kind = "bridge"]', style: { "background-color": "#efe7f7", "border-color": "#7b4fb0", shape: "rectangle", width: 64, height: 20, "font-size": 9 } },
@@ -96,9 +99,9 @@ function stylesheet() {
     ...edgeStyles,
     // NVLink width grows with the bonded link count (NV1 thin, NV18 thick).
     { selector: "edge[nvlinks > 0]", style: { width: "mapData(nvlinks, 1, 18, 2, 9)" } },
-    { selector: "node[group_colour]", style: { "background-color": "data(group_colour)", "border-color": "#1d2430", "border-width": 3, label: "data(group_label)", color: "#fff", "text-outline-color": "#1d2430", "text-outline-width": 1.5 } },
+    { selector: "node[group_colour]", style: { width: labelWidth(7, 58), "background-color": "data(group_colour)", "border-color": "#1d2430", "border-width": 3, label: "data(group_label)", color: "#fff", "text-outline-color": "#1d2430", "text-outline-width": 1.5 } },
     { selector: ".faded", style: { opacity: 0.15 } },
-    { selector: "node.path", style: { "border-width": 4, "border-color": "#111" } },
+    { selector: "node.path", style: { "border-width": 2.5, "border-color": "#3d4555" } },
     { selector: "edge.path", style: { opacity: 1, "z-index": 10, "underlay-color": "#ffd400", "underlay-opacity": 0.55, "underlay-padding": 4 } },
     { selector: "node.selected-gpu", style: { "border-width": 5, "border-color": "#ffb000", "underlay-color": "#ffd400", "underlay-opacity": 0.6, "underlay-padding": 6 } },
   ];
@@ -232,6 +235,7 @@ export function clearHighlight(cy) {
 
 // Colours GPU nodes by placement group; `groups` is a list of lists of GPU indices or ids.
 export function colourGroups(cy, groups, labelPrefix = "group") {
+  clearHighlight(cy);
   cy.nodes().forEach((n) => { n.removeData("group_colour"); n.removeData("group_label"); });
   groups.forEach((members, i) => {
     const colour = GROUP_COLOURS[i % GROUP_COLOURS.length];

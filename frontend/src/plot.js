@@ -16,7 +16,7 @@ export function busbwPlot(container, series, { width, height = 260 } = {}) {
     height,
     scales: { x: { distr: 3, log: 2 }, y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] } },
     axes: [
-      { label: "message size", values: (u, vals) => vals.map((v) => fmtBytes(v)), size: 40 },
+      { label: "message size", values: (u, vals) => vals.map((v) => (v == null ? "" : fmtBytes(v))), space: 56, size: 40 },
       { label: "busbw (GB/s)", size: 56 },
     ],
     series: [

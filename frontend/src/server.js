@@ -117,7 +117,8 @@ function renderMatrix(mode) {
       const j = gpuPos.get(b.id);
       const value = measured && i !== undefined && j !== undefined && measured[i] ? measured[i][j] : null;
       if (mode === "class" || value === null || a.id === b.id) {
-        td.textContent = c === "X" ? "·" : c || "";
+        td.textContent = c === "X" ? "X" : c || "";
+        if (c === "X") td.classList.add("self");
         const info = classInfo(c);
         if (info) { td.style.background = info.color; td.classList.add("cls", `cls-${info.key}`); }
         if (mode !== "class" && c !== "X") td.classList.add("dim");
@@ -147,6 +148,7 @@ function renderMatrix(mode) {
 }
 
 function setView(view) {
+  $("tooltip").hidden = true;
   const matrix = view === "matrix";
   $("view-graph").setAttribute("aria-pressed", String(!matrix));
   $("view-matrix").setAttribute("aria-pressed", String(matrix));

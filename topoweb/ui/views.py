@@ -79,14 +79,24 @@ def preview(request: HttpRequest) -> JsonResponse:
     Answers the graph elements and a one-line summary, or 400 with the parser's message and line.
     """
     if not request.user.is_authenticated:
-        return JsonResponse({"error": {"code": "not_authenticated", "message": "Sign in first."}}, status=403)
+        return JsonResponse(
+            {"error": {"code": "not_authenticated", "message": "Sign in first."}}, status=403
+        )
     upload = request.FILES.get("file")
     try:
         text = upload.read().decode("utf-8") if upload else request.POST.get("text", "")
     except UnicodeDecodeError:
         return _parse_error("the file is not UTF-8 text", None)
     if len(text.encode()) > settings.TOPOWEB_MAX_REPORT_BYTES:
-        return JsonResponse({"error": {"code": "too_large", "message": "The output is larger than the upload limit."}}, status=413)
+        return JsonResponse(
+            {
+                "error": {
+                    "code": "too_large",
+                    "message": "The output is larger than the upload limit.",
+                }
+            },
+            status=413,
+        )
     try:
         parsed = parse_text(text)
     except ParseError as exc:
@@ -96,7 +106,9 @@ def preview(request: HttpRequest) -> JsonResponse:
 
 def _parse_error(message: str, line: int | None) -> JsonResponse:
     shown = f"line {line}: {message}" if line is not None else message
-    return JsonResponse({"error": {"code": "parse_error", "message": shown, "line": line}}, status=400)
+    return JsonResponse(
+        {"error": {"code": "parse_error", "message": shown, "line": line}}, status=400
+    )
 
 
 def preview_of(parsed: Parsed) -> dict[str, Any]:
@@ -107,7 +119,9 @@ def preview_of(parsed: Parsed) -> dict[str, Any]:
             f"NVLink {'/'.join(nv)}" if nv else "no NVLink"
         )
         if parsed.warnings:
-            summary += f" ({len(parsed.warnings)} reader warning{'s' if len(parsed.warnings) > 1 else ''})"
+            summary += (
+                f" ({len(parsed.warnings)} reader warning{'s' if len(parsed.warnings) > 1 else ''})"
+            )
         return {"kind": "topology", "summary": summary, "elements": cytoscape_elements(parsed)}
     if isinstance(parsed, NcclRun):
         summary = f"nccl-tests {parsed.collective or ''}: {len(parsed.rows)} sizes"
