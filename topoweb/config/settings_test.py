@@ -12,4 +12,5 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 STORAGES["staticfiles"]["BACKEND"] = "django.contrib.staticfiles.storage.StaticFilesStorage"  # noqa: F405
 WHITENOISE_USE_FINDERS = True
 # Several checkouts may test against one PostgreSQL at once; a suffix keeps them apart.
-DATABASES["default"]["TEST"] = {"NAME": "test_topoweb" + env.str("TOPOWEB_TEST_DB_SUFFIX", default="")}
+_suffix = env.str("TOPOWEB_TEST_DB_SUFFIX", default="")
+DATABASES["default"]["TEST"] = {"NAME": f"test_topoweb{_suffix}"}

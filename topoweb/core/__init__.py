@@ -1,1 +1,1 @@
-"""Pure-Python domain core of topoweb: parsers, model, cost model and placement. Never imports Django."""
+"""Pure-Python domain core of topoweb: parsers, model, costs and placement. No Django here."""

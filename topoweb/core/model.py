@@ -4,8 +4,9 @@ JSON document form that the web service stores and the CLI prints."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 DOCUMENT_VERSION = 1
 
@@ -290,6 +291,7 @@ class NcclRun:
     n_gpus: int | None = None
     ranks: tuple[NcclRank, ...] = ()
     command: str | None = None
+    warnings: tuple[str, ...] = ()  # what the reader guessed or skipped; not failures
 
     @property
     def failed(self) -> bool:
@@ -309,6 +311,7 @@ class NcclRun:
             "rows": [r.to_document() for r in self.rows],
             "avg_busbw_gbps": self.avg_busbw_gbps,
             "errors": list(self.errors),
+            "warnings": list(self.warnings),
         }
 
     @classmethod
@@ -326,6 +329,7 @@ class NcclRun:
                 n_gpus=doc.get("n_gpus"),
                 ranks=tuple(NcclRank(**r) for r in doc.get("ranks", ())),
                 command=doc.get("command"),
+                warnings=tuple(doc.get("warnings", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DocumentError(f"malformed nccl-tests document: {exc}") from exc
@@ -408,7 +412,7 @@ Parsed = Topology | NcclRun | P2PResult
 
 def from_document(doc: dict[str, Any]) -> Parsed:
     """Rebuild whichever model object a stored document describes."""
-    readers = {
+    readers: dict[str, Callable[[dict[str, Any]], Parsed]] = {
         "topology": Topology.from_document,
         "nccl-tests": NcclRun.from_document,
         "p2p-bandwidth-latency": P2PResult.from_document,

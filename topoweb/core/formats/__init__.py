@@ -20,9 +20,13 @@ FORMATS = ("topology", "nccl-tests", "p2p-bandwidth-latency")
 
 _P2P_MARKERS = re.compile(
     r"P2P Connectivity Matrix|P2P=(Enabled|Disabled)|p2pBandwidthLatencyTest|Peer-to-Peer \(P2P\)"
+    r"|^Device=\d+ CAN(NOT)? Access Peer Device=\d+|^Device: \d+, .*, pciBusID: ",
+    re.M,
 )
 _NCCL_MARKERS = re.compile(
     r"#\s*nThread\s+\d|#\s*out-of-place|#\s*Avg bus bandwidth|_perf\b|#\s*Using devices"
+    r"|#\s*size\s+count\s+type\s|#\s*Rank\s+\d+\s+(Group\s+\d+\s+)?Pid\s+\d|nccl-tests version"
+    r"|\bTest (CUDA |NCCL )?failure\b"
 )
 _TOPO_MARKERS = re.compile(r"GPU0\s*(GPU1|mlx|NIC|CPU|X\b)|\bGPU0\s+X\b|Legend:\s*$", re.M)
 
@@ -32,7 +36,8 @@ def detect_format(text: str) -> str:
     if not text.strip():
         raise ParseError("the input is empty", line=1)
     if "\x00" in text:
-        raise ParseError("the input is binary, not text", line=text[: text.index("\x00")].count("\n") + 1)
+        line = text[: text.index("\x00")].count("\n") + 1
+        raise ParseError("the input is binary, not text", line=line)
     if _P2P_MARKERS.search(text):
         return "p2p-bandwidth-latency"
     if _NCCL_MARKERS.search(text):

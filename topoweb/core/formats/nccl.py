@@ -1,9 +1,360 @@
-"""Reader for nccl output (to be written)."""
+"""Reader for nccl-tests output (all_reduce_perf and its siblings) -> `NcclRun`."""
 
 from __future__ import annotations
 
+import math
+import re
+from dataclasses import dataclass, field
+
 from topoweb.core.formats import ParseError
+from topoweb.core.model import NcclMeasurement, NcclRank, NcclRow, NcclRun
+
+# Header lines. Pasted into markdown the leading "# " often loses its space ("#nThread"), so
+# every header pattern takes the hash and the blank as optional.
+_THREADS_RE = re.compile(r"^#?\s*nThread\s+([0-9]+)\s+nGpus\s+([0-9]+)")
+_RANK_RE = re.compile(
+    r"^#?\s*Rank\s+([0-9]+)\s+(?:Group\s+([0-9]+)\s+)?Pid\s+([0-9]+)\s+on\s+(\S+)\s+"
+    r"device\s+([0-9]+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
+)
+_TESTS_VERSION_RE = re.compile(r"^#?\s*nccl-tests version\s+(\S+)(?:.*?nccl-library=([0-9]+))?")
+_NCCL_VERSION_RE = re.compile(r"\bNCCL version\s+([0-9]+\.[0-9]+\.[0-9]+\S*)")
+_STARTING_RE = re.compile(r"^#?\s*Collective test starting:\s*(\S+)")
+_AVG_RE = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(\S*)")
+_OOB_RE = re.compile(r"^#?\s*Out of bounds values\s*:\s*([0-9]+)\s+(\w+)")
+# nccl-tests prints "<host>: Test CUDA failure file.cu:N 'why'", "... Test NCCL failure ..." and
+# " .. <host> pid N: Test failure file.cu:N" on its way out.
+_FAILURE_RE = re.compile(r"\bTest (?:CUDA |NCCL )?failure\b")
+_BINARY_RE = re.compile(r"(?:^|[\s/=])([a-z][a-z0-9_]*?)_perf(?:_mpi)?(?=\s|$)")
+_PROMPT_RE = re.compile(r"^\s*(?:\S*@\S*?[$#]_?\s+|[$#>]\s+|Running:\s+)")
+_INFO_RE = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b")
+
+_INT_RE = re.compile(r"^-?[0-9]+$")
+_FLOAT_RE = re.compile(r"^-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?$")
+_DIGITS_RE = re.compile(r"^[0-9]+$")
+
+# The element types nccl-tests knows; used only to recognise a row before any column header.
+_TYPES = frozenset(
+    "int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 f8e4m3 f8e5m2 "
+    "fp8_e4m3 fp8_e5m2 int char".split()
+)
+_LEADING = ("size", "count", "type", "redop", "root")
+_MEASURE = ("time", "algbw", "busbw")
 
 
-def parse(text: str):  # type: ignore[no-untyped-def]
-    raise ParseError("the nccl reader is not written yet")
+@dataclass(frozen=True)
+class _Layout:
+    """Which leading columns a table has and whether it checks by #wrong or by error."""
+
+    leading: tuple[str, ...]
+    check: str  # "#wrong" (count of wrong elements) or "error" (old: max deviation)
+
+    @property
+    def width(self) -> int:
+        return len(self.leading) + 8
+
+
+# Without a column header (a pasted table tail) the width alone tells the two known layouts.
+_CURRENT = _Layout(_LEADING, "#wrong")
+_OLD = _Layout(("size", "count", "type", "redop"), "error")
+_BY_WIDTH = {_CURRENT.width: _CURRENT, _OLD.width: _OLD}
+
+
+@dataclass
+class _State:
+    n_threads: int | None = None
+    n_gpus: int | None = None
+    tests_version: str | None = None
+    nccl_version: str | None = None
+    collective: str | None = None
+    command: str | None = None
+    ranks: list[NcclRank] = field(default_factory=list)
+    layout: _Layout | None = None
+    rows: list[NcclRow] = field(default_factory=list)
+    avg: float | None = None
+    avg_seen: bool = False
+    failures: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def started_table(self) -> bool:
+        return bool(self.rows) or self.avg_seen
+
+
+def parse(text: str) -> NcclRun:
+    """Read one nccl-tests run. A run that failed comes back with `errors`; text that is not
+    nccl-tests output raises ParseError."""
+    lines = text.split("\n")  # line numbers as editors count them
+    last = max((i for i, ln in enumerate(lines, 1) if ln.strip()), default=0)
+    st = _State()
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.rstrip()
+        if not line.strip():
+            continue
+        if _read_header_fact(st, line):
+            continue
+        if _starts_new_run(st, line):
+            st.warnings.append(f"line {lineno} starts a second run; only the first run was read")
+            break
+        if _read_table_line(st, line, lineno, truncated=lineno == last):
+            continue
+        if _FAILURE_RE.search(line):
+            st.failures.append(line.strip())
+            continue
+        if st.command is None and not _INFO_RE.search(line):
+            _read_command(st, lines, lineno)
+    return _finish(st)
+
+
+def _read_header_fact(st: _State, line: str) -> bool:
+    if m := _NCCL_VERSION_RE.search(line):
+        st.nccl_version = st.nccl_version or m.group(1)
+        return True
+    if m := _TESTS_VERSION_RE.match(line):
+        st.tests_version = m.group(1)
+        if m.group(2):
+            st.nccl_version = _version_from_code(int(m.group(2)))
+        return True
+    if m := _STARTING_RE.match(line):
+        st.collective = st.collective or _collective_of(m.group(1))
+        return True
+    if (m := _THREADS_RE.match(line)) and not st.started_table:
+        st.n_threads, st.n_gpus = int(m.group(1)), int(m.group(2))
+        return True
+    if m := _RANK_RE.match(line):
+        rank, group, pid, host, device, bus_id, name = m.groups()
+        st.ranks.append(
+            NcclRank(
+                rank=int(rank),
+                group=int(group) if group is not None else None,
+                pid=int(pid),
+                host=host,
+                device=int(device),
+                bus_id=bus_id.strip(),
+                name=name or None,
+            )
+        )
+        return True
+    return False
+
+
+def _version_from_code(code: int) -> str:
+    # NCCL_VERSION_CODE is major*10000 + minor*100 + patch since 2.9 (major*1000 + ... before).
+    if code >= 10000:
+        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+
+
+def _starts_new_run(st: _State, line: str) -> bool:
+    if not st.started_table:
+        return False
+    return bool(_THREADS_RE.match(line)) or _column_header(line) is not None
+
+
+def _column_header(line: str) -> list[str] | None:
+    """The column names of a `# size count type ...` line, or None for any other line."""
+    stripped = line.strip()
+    if not stripped.startswith("#"):
+        return None
+    tokens = stripped.lstrip("#").split()
+    if len(tokens) < 3 or tokens[:2] != ["size", "count"] or "time" not in tokens:
+        return None
+    return tokens
+
+
+def _layout_of(tokens: list[str], lineno: int) -> _Layout:
+    split = tokens.index("time")
+    leading, measured = tuple(tokens[:split]), tokens[split:]
+    known = [c for c in _LEADING if c in leading]
+    check = measured[3] if len(measured) == 8 else ""
+    if (
+        list(leading) != known
+        or leading[:3] != ("size", "count", "type")
+        or check not in ("#wrong", "error")
+        or measured != [*_MEASURE, check, *_MEASURE, check]
+    ):
+        raise ParseError(f"unrecognised nccl-tests column header: {' '.join(tokens)}", lineno)
+    return _Layout(leading, check)
+
+
+def _read_table_line(st: _State, line: str, lineno: int, truncated: bool) -> bool:
+    if (tokens := _column_header(line)) is not None:
+        st.layout = _layout_of(tokens, lineno)
+        return True
+    if m := _AVG_RE.match(line):
+        st.avg = _number(m.group(1), "average bus bandwidth", lineno)
+        st.avg_seen = True
+        return True
+    if m := _OOB_RE.match(line):
+        if m.group(2) != "OK":
+            st.errors.append(f"out of bounds values: {m.group(1)} {m.group(2)}")
+        return True
+    if line.lstrip().startswith("#"):
+        return True  # the out-of-place/in-place banner, the units line, bare '#'
+    tokens = line.split()
+    layout = st.layout
+    if layout is None:
+        # A table pasted without its header: recognise rows by shape only.
+        candidate = _BY_WIDTH.get(len(tokens))
+        if candidate is None or not _is_row_start(tokens) or tokens[2] not in _TYPES:
+            return False
+        layout = st.layout = candidate
+    elif not (
+        _DIGITS_RE.match(tokens[0]) and (len(tokens) == layout.width or _is_row_start(tokens))
+    ):
+        return False
+    try:
+        if len(tokens) != layout.width:
+            raise ParseError(
+                f"table row has {len(tokens)} columns, the header names {layout.width}", lineno
+            )
+        st.rows.append(_row(tokens, layout, lineno))
+    except ParseError:
+        # A malformed last line is most likely a paste or log cut off mid-row.
+        if not truncated:
+            raise
+        st.errors.append(f"the output ends inside a table row (line {lineno})")
+    return True
+
+
+def _is_row_start(tokens: list[str]) -> bool:
+    return len(tokens) >= 2 and bool(_DIGITS_RE.match(tokens[0]) and _DIGITS_RE.match(tokens[1]))
+
+
+def _row(tokens: list[str], layout: _Layout, lineno: int) -> NcclRow:
+    lead = dict(zip(layout.leading, tokens, strict=False))  # the rest are measured
+    n = len(layout.leading)
+    type_ = lead["type"]
+    if not re.match(r"^[A-Za-z][A-Za-z0-9_]*$", type_):
+        raise ParseError(f"element type {type_!r} is not a type name", lineno)
+    root = lead.get("root")
+    return NcclRow(
+        bytes=_integer(lead["size"], "size", lineno),
+        count=_integer(lead["count"], "count", lineno),
+        type=type_,
+        redop=lead.get("redop"),
+        root=_integer(root, "root", lineno) if root is not None else None,
+        out_of_place=_measurement(tokens[n : n + 4], layout, "out-of-place", lineno),
+        in_place=_measurement(tokens[n + 4 : n + 8], layout, "in-place", lineno),
+    )
+
+
+def _measurement(cells: list[str], layout: _Layout, which: str, lineno: int) -> NcclMeasurement:
+    time, algbw, busbw = (_optional(cells[i], f"{which} {_MEASURE[i]}", lineno) for i in range(3))
+    check = cells[3]
+    if layout.check == "#wrong":
+        wrong = None if check == "N/A" else _integer(check, f"{which} #wrong", lineno)
+        return NcclMeasurement(time, algbw, busbw, wrong)
+    return NcclMeasurement(time, algbw, busbw, None, _optional(check, f"{which} error", lineno))
+
+
+def _optional(token: str, what: str, lineno: int) -> float | None:
+    return None if token == "N/A" else _number(token, what, lineno)
+
+
+def _number(token: str, what: str, lineno: int) -> float:
+    # float() alone would also take "nan", "inf" and "1_0", none of which nccl-tests prints.
+    if not _FLOAT_RE.match(token):
+        raise ParseError(f"{what} {token!r} is not a number", lineno)
+    value = float(token)
+    if not math.isfinite(value):
+        raise ParseError(f"{what} {token!r} is out of range", lineno)
+    return value
+
+
+def _integer(token: str, what: str, lineno: int) -> int:
+    if not _INT_RE.match(token):
+        raise ParseError(f"{what} {token!r} is not an integer", lineno)
+    return int(token)
+
+
+def _collective_of(binary: str) -> str | None:
+    m = _BINARY_RE.search(binary)
+    return m.group(1) if m else None
+
+
+def _read_command(st: _State, lines: list[str], lineno: int) -> None:
+    line = lines[lineno - 1]
+    m = _BINARY_RE.search(line)
+    if not m:
+        return
+    # A command continued with backslashes starts on the first line of its block.
+    first = lineno - 1
+    while first > 0 and lines[first - 1].rstrip().endswith("\\"):
+        first -= 1
+    parts = [ln.strip().removesuffix("\\").strip() for ln in lines[first:lineno]]
+    parts[0] = _PROMPT_RE.sub("", parts[0], count=1).strip()
+    st.command = " ".join(p for p in parts if p)
+    st.collective = st.collective or m.group(1)
+
+
+def _finish(st: _State) -> NcclRun:
+    seen_header = st.n_threads is not None or bool(st.ranks)
+    seen_table = st.layout is not None or st.avg_seen
+    if not (seen_header or seen_table or st.rows or st.failures):
+        raise ParseError(
+            "not nccl-tests output: no `# nThread` header, rank list, results table or "
+            "`# Avg bus bandwidth` line"
+        )
+    errors = [*st.failures, *st.errors]
+    for row in st.rows:
+        for which, m in (("out-of-place", row.out_of_place), ("in-place", row.in_place)):
+            if m.wrong:
+                errors.append(f"{m.wrong} wrong elements at {row.bytes} bytes ({which})")
+    if not st.failures:
+        if not st.rows and not st.avg_seen:
+            errors.append(
+                "no results: the output ends before the first table row "
+                "(the run hung or died after its header)"
+            )
+        elif not st.avg_seen:
+            errors.append("the output ends before `# Avg bus bandwidth`: the run did not finish")
+    collective = st.collective
+    if collective is None:
+        collective = _infer_collective(st)
+    return NcclRun(
+        collective=collective,
+        rows=tuple(st.rows),
+        avg_busbw_gbps=st.avg,
+        errors=tuple(dict.fromkeys(errors)),
+        nccl_version=st.nccl_version,
+        tests_version=st.tests_version,
+        n_threads=st.n_threads,
+        n_gpus=st.n_gpus,
+        ranks=tuple(st.ranks),
+        command=st.command,
+        warnings=tuple(st.warnings),
+    )
+
+
+def _infer_collective(st: _State) -> str | None:
+    """Guess the collective from the columns when no command line names it (a pasted tail).
+
+    busbw/algbw is 1 for broadcast and reduce, 2(n-1)/n for all_reduce and (n-1)/n for
+    reduce_scatter, the gathers, scatter and all-to-all, so with redop and root it separates
+    the common cases; the rest stay unknown."""
+    ratio: float | None = None
+    for r in sorted(st.rows, key=lambda r: r.bytes, reverse=True):
+        alg, bus = r.out_of_place.algbw_gbps, r.out_of_place.busbw_gbps
+        if alg and bus:
+            ratio = bus / alg  # the largest message measures the ratio most precisely
+            break
+    guess: str | None = None
+    if st.rows:
+        row = st.rows[-1]
+        rooted = row.root is not None and row.root >= 0
+        reduces = row.redop not in (None, "none")
+        if rooted and reduces:
+            guess = "reduce"
+        elif rooted and ratio is not None and abs(ratio - 1) < 0.02:
+            guess = "broadcast"
+        elif not rooted and reduces and ratio is not None and 0.98 < ratio < 2:
+            guess = "all_reduce"  # reduce_scatter, the other unrooted reduction, stays below 1
+    if guess is None:
+        st.warnings.append("the collective is unknown: no command line names the test binary")
+    else:
+        st.warnings.append(
+            f"the collective ({guess}) is inferred from the table's columns: "
+            "no command line names the test binary"
+        )
+    return guess

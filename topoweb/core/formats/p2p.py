@@ -1,9 +1,230 @@
-"""Reader for p2p output (to be written)."""
+"""Reader for CUDA samples `p2pBandwidthLatencyTest` output -> `P2PResult`."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
+
 from topoweb.core.formats import ParseError
+from topoweb.core.model import P2P_MATRIX_NAMES, Matrix, P2PGpu, P2PResult
+
+_DEVICE_RE = re.compile(
+    r"^\s*Device:\s*([0-9]+),\s*(.*?),\s*pciBusID:\s*([0-9A-Fa-f]+),\s*"
+    r"pciDeviceID:\s*([0-9A-Fa-f]+),\s*pciDomainID:\s*([0-9A-Fa-f]+)\s*$"
+)
+_ACCESS_RE = re.compile(r"^\s*Device=([0-9]+)\s+(CAN|CANNOT)\s+Access Peer Device=([0-9]+)\s*$")
+_CONNECTIVITY_RE = re.compile(r"^\s*P2P Connectivity Matrix\s*$")
+# Old samples say "P2P=Enabled Bandwidth Matrix", new ones add "(P2P Writes)" (or "(P2P Reads)"
+# when run with --p2p_read); the same words name the latency matrices.
+_BANDWIDTH_RE = re.compile(
+    r"^\s*(Unidirectional|Bidirectional) P2P=(Enabled|Disabled) Bandwidth"
+    r"(?: \(P2P (Writes|Reads)\))? Matrix \(GB/s\)\s*$"
+)
+_LATENCY_RE = re.compile(
+    r"^\s*P2P=(Enabled|Disabled) Latency(?: \(P2P (Writes|Reads)\))? Matrix \(us\)\s*$"
+)
+# The column header: "D\D" in bandwidth and old latency matrices, "GPU"/"CPU" in new latency ones.
+_HEADER_RE = re.compile(r"^\s*(D\\D|GPU|CPU)((?:\s+[0-9]+)+)\s*$")
+_ROW_START_RE = re.compile(r"^\s*([0-9]+)(?=\s)")
+# Values are printed "%6.02f": always two decimals, so a wide value that runs into its
+# neighbour ("1234.5622.23") still splits unambiguously.
+_VALUES_RE = re.compile(r"^(?:\s*[0-9]+\.[0-9][0-9])+\s*$")
+_VALUE_RE = re.compile(r"[0-9]+\.[0-9][0-9]")
+_ELISION_RE = re.compile(r"^\s*(\.\.\.|…)\s*$")
 
 
-def parse(text: str):  # type: ignore[no-untyped-def]
-    raise ParseError("the p2p reader is not written yet")
+@dataclass
+class _Block:
+    """A matrix being read: its document key (None for the connectivity matrix)."""
+
+    key: str | None
+    title: str
+    rows: list[tuple[float, ...]] = field(default_factory=list)
+
+
+@dataclass
+class _State:
+    gpus: list[P2PGpu] = field(default_factory=list)
+    access_lines: dict[tuple[int, int], bool] = field(default_factory=dict)
+    access_line_no: dict[tuple[int, int], int] = field(default_factory=dict)
+    connectivity: Matrix | None = None
+    matrices: dict[str, Matrix] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    n: int | None = None  # device count: from the device list, else the first matrix header
+    title: tuple[str, str, int] | None = None  # (family, state, line) of the last matrix title
+    title_unused: bool = False  # a title whose matrix has not started yet
+    block: _Block | None = None
+
+
+def parse(text: str) -> P2PResult:
+    """Read one p2pBandwidthLatencyTest run; ParseError names the line of anything malformed."""
+    st = _State()
+    lines = text.split("\n")  # line numbers as editors count them
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.rstrip()
+        if st.block is not None and _read_row(st, st.block, line, lineno):
+            continue
+        if not line.strip() or _ELISION_RE.match(line):
+            continue
+        _read_line(st, line, lineno)
+    if st.block is not None:
+        _close(st, st.block, len(lines))  # the output ends inside the matrix
+    if st.title is not None and st.title_unused:
+        raise ParseError("the output ends before the matrix under this title", st.title[2])
+    return _finish(st)
+
+
+def _read_line(st: _State, line: str, lineno: int) -> None:
+    if m := _DEVICE_RE.match(line):
+        index = int(m.group(1))
+        if st.connectivity is not None or st.matrices or index != len(st.gpus):
+            raise ParseError(f"device {index} is out of order in the device list", lineno)
+        bus, device, domain = m.group(3), m.group(4), m.group(5)
+        st.gpus.append(P2PGpu(index, m.group(2).strip(), bus, domain, device))
+        st.n = len(st.gpus)
+        return
+    if m := _ACCESS_RE.match(line):
+        pair = (int(m.group(1)), int(m.group(3)))
+        st.access_lines[pair] = m.group(2) == "CAN"
+        st.access_line_no[pair] = lineno
+        return
+    if _CONNECTIVITY_RE.match(line):
+        st.title = ("connectivity", "", lineno)
+        st.title_unused = True
+        return
+    if m := _BANDWIDTH_RE.match(line):
+        st.title = (m.group(1).lower(), m.group(2).lower(), lineno)
+        st.title_unused = True
+        _note_reads(st, m.group(3))
+        return
+    if m := _LATENCY_RE.match(line):
+        st.title = ("latency", m.group(1).lower(), lineno)
+        st.title_unused = True
+        _note_reads(st, m.group(2))
+        return
+    if m := _HEADER_RE.match(line):
+        st.block = _open(st, m.group(1), m.group(2).split(), lineno)
+        return
+    if _ROW_START_RE.match(line) and st.title_unused:
+        raise ParseError("a matrix row with no column header (D\\D, GPU or CPU) above it", lineno)
+    # Anything else is prompt, notes or commentary around the output.
+
+
+def _note_reads(st: _State, mode: str | None) -> None:
+    if mode == "Reads":
+        warning = "the P2P=Enabled figures were measured with P2P reads (--p2p_read)"
+        if warning not in st.warnings:
+            st.warnings.append(warning)
+
+
+def _open(st: _State, label: str, columns: list[str], lineno: int) -> _Block:
+    if st.title is None:
+        raise ParseError(f"a matrix header ({label}) with no matrix title above it", lineno)
+    family, state, _ = st.title
+    if family == "connectivity" and label != "D\\D":
+        raise ParseError(f"the connectivity matrix cannot have a {label} header", lineno)
+    if family == "latency":
+        key = f"latency_{'cpu' if label == 'CPU' else 'gpu'}_p2p_{state}_us"
+    elif family == "connectivity":
+        key = None
+    else:
+        if label != "D\\D":
+            raise ParseError(f"a bandwidth matrix cannot have a {label} header", lineno)
+        key = f"{family}_p2p_{state}_gbps"
+    name = key or "P2P connectivity"
+    if st.n is None:
+        st.n = len(columns)  # an elided paste can lack the device list
+    if columns != [str(i) for i in range(st.n)]:
+        raise ParseError(
+            f"the {name} matrix header names columns {' '.join(columns)}, "
+            f"expected 0..{st.n - 1} for {st.n} devices",
+            lineno,
+        )
+    if (key is None and st.connectivity is not None) or (key is not None and key in st.matrices):
+        raise ParseError(f"a second {name} matrix", lineno)
+    st.title_unused = False
+    return _Block(key, name)
+
+
+def _read_row(st: _State, block: _Block, line: str, lineno: int) -> bool:
+    """Take `line` as the block's next row; False (and the block closed) when it is not one."""
+    n = st.n or 0
+    m = _ROW_START_RE.match(line)
+    if m is None:
+        _close(st, block, lineno)
+        return False
+    if len(block.rows) == n:
+        raise ParseError(f"the {block.title} matrix has more rows than the {n} devices", lineno)
+    index = int(m.group(1))
+    if index != len(block.rows):
+        raise ParseError(
+            f"row {index} of the {block.title} matrix where row {len(block.rows)} belongs", lineno
+        )
+    rest = line[m.end() :]
+    values: tuple[float, ...]
+    if block.key is None:
+        cells = rest.split()
+        if any(c not in ("0", "1") for c in cells):
+            raise ParseError("the P2P connectivity matrix holds values other than 0 and 1", lineno)
+        values = tuple(float(c) for c in cells)
+    else:
+        if not _VALUES_RE.match(rest):
+            raise ParseError(f"row {index} of the {block.title} matrix is not all numbers", lineno)
+        values = tuple(float(v) for v in _VALUE_RE.findall(rest))
+    if len(values) != n:
+        raise ParseError(
+            f"row {index} of the {block.title} matrix has {len(values)} values for {n} devices",
+            lineno,
+        )
+    block.rows.append(values)
+    return True
+
+
+def _close(st: _State, block: _Block, lineno: int) -> None:
+    n = st.n or 0
+    if len(block.rows) != n:
+        raise ParseError(
+            f"the {block.title} matrix ends after {len(block.rows)} of its {n} rows", lineno
+        )
+    matrix = tuple(block.rows)
+    if block.key is None:
+        st.connectivity = matrix
+        st.title = None
+    else:
+        st.matrices[block.key] = matrix
+        if not block.key.startswith("latency"):
+            st.title = None  # a latency title covers its GPU and CPU sub-blocks
+    st.block = None
+
+
+def _finish(st: _State) -> P2PResult:
+    if st.n is None:
+        raise ParseError("not p2pBandwidthLatencyTest output: no device list and no matrix found")
+    n = st.n
+    for (a, b), lineno in st.access_line_no.items():
+        if a >= n or b >= n:
+            raise ParseError(f"peer access line names device {max(a, b)} of {n}", lineno)
+    access = _access(st, n)
+    if not st.gpus:
+        st.warnings.append("the device list is missing (elided paste): GPU names are unknown")
+    if not st.matrices:
+        st.warnings.append("the output holds no bandwidth or latency matrix")
+    ordered = {k: st.matrices[k] for k in P2P_MATRIX_NAMES if k in st.matrices}
+    return P2PResult(
+        gpus=tuple(st.gpus), p2p_access=access, matrices=ordered, warnings=tuple(st.warnings)
+    )
+
+
+def _access(st: _State, n: int) -> tuple[tuple[bool, ...], ...] | None:
+    """Peer access from the connectivity matrix, else from the `Device=i CAN Access` lines."""
+    from_lines: tuple[tuple[bool, ...], ...] | None = None
+    if st.access_lines:
+        from_lines = tuple(
+            tuple(i == j or st.access_lines.get((i, j), False) for j in range(n)) for i in range(n)
+        )
+    if st.connectivity is None:
+        return from_lines
+    matrix = tuple(tuple(v == 1.0 for v in row) for row in st.connectivity)
+    if from_lines is not None and from_lines != matrix:
+        st.warnings.append("the peer access lines disagree with the P2P connectivity matrix")
+    return matrix

@@ -1,0 +1,319 @@
+"""nccl-tests output read from the real captured fixtures, and variants made from them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from topoweb.core.formats import ParseError, detect_format, nccl
+from topoweb.core.model import NcclMeasurement, NcclRank, NcclRow, NcclRun
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+NCCL_FIXTURES = sorted(FIXTURES.glob("nccl_*.txt"))
+
+
+def text_of(prefix: str) -> str:
+    (path,) = FIXTURES.glob(f"{prefix}_*.txt")
+    return path.read_text()
+
+
+def run_of(prefix: str) -> NcclRun:
+    return nccl.parse(text_of(prefix))
+
+
+def row_at(run: NcclRun, size: int) -> NcclRow:
+    (row,) = [r for r in run.rows if r.bytes == size]
+    return row
+
+
+@pytest.mark.parametrize("path", NCCL_FIXTURES, ids=lambda p: p.name[:7])
+def test_every_nccl_fixture_is_detected_as_nccl_tests(path: Path) -> None:
+    assert detect_format(path.read_text()) == "nccl-tests"
+
+
+def test_it_reads_a_two_node_single_size_all_reduce_with_hex_bus_ids() -> None:
+    run = run_of("nccl_01")
+    assert run.collective == "all_reduce"
+    assert (run.n_threads, run.n_gpus) == (1, 1)  # as printed, although -g 8 was asked for
+    assert run.tests_version is None and run.nccl_version is None
+    assert len(run.ranks) == 16
+    assert run.ranks[8] == NcclRank(
+        8, 0, 371, "inst-yyyyy-gpu4-ol89", 0, "0x0f", "NVIDIA A100-SXM4-40GB"
+    )
+    assert [r.bus_id for r in run.ranks[:8]] == [
+        "0x0f", "0x15", "0x51", "0x54", "0x8d", "0x92", "0xd6", "0xda"
+    ]  # fmt: skip
+    (row,) = run.rows
+    assert (row.bytes, row.count, row.type, row.redop, row.root) == (
+        10737418240, 2684354560, "float", "sum", -1
+    )  # fmt: skip
+    assert row.out_of_place == NcclMeasurement(90330.0, 118.87, 222.88, 0)
+    assert row.in_place == NcclMeasurement(91945.0, 116.78, 218.96, 0)
+    assert run.avg_busbw_gbps == 220.921
+    assert run.errors == ()
+    assert run.command is not None and run.command.startswith("mpirun --allow-run-as-root -np 2")
+    assert run.command.endswith("./build/all_reduce_perf -b 10G -e 10G -t 1 -g 8")
+
+
+def test_it_reads_versions_and_the_collective_through_authorization_noise() -> None:
+    run = run_of("nccl_03")
+    assert run.tests_version == "2.18.3"
+    assert run.nccl_version == "2.28.9"  # decoded from nccl-library=22809
+    assert run.collective == "all_gather"
+    assert [(r.host, r.bus_id, r.name) for r in run.ranks] == [
+        ("spark-fb97", "000f:01:00", "NVIDIA GB10"),
+        ("spark-4440", "000f:01:00", "NVIDIA GB10"),
+    ]
+    assert [r.bytes for r in run.rows] == [1073741824, 2147483648, 4294967296]
+    assert run.rows[0].redop == "none"
+    assert run.rows[0].out_of_place.time_us == 27211.0
+    assert run.rows[2].in_place == NcclMeasurement(95610.9, 44.92, 22.46, 0)
+    assert run.avg_busbw_gbps == 21.4033
+    assert run.errors == ()
+    # the multi-line mpirun command is joined, without the backslashes
+    assert run.command == (
+        "mpirun -np 2 -H 192.168.100.15:1,192.168.100.16:1 --mca oob_tcp_if_include enp1s0f1np1 "
+        "--mca btl_tcp_if_include enp1s0f1np1 -x LD_LIBRARY_PATH -x NCCL_SOCKET_IFNAME=enp1s0f1np1 "
+        "./build/all_gather_perf -b 1G -e 4G -f 2 -n 50 -w 10 -g 1"
+    )
+
+
+def test_it_reports_a_run_that_printed_only_its_header_as_failed() -> None:
+    run = run_of("nccl_05")
+    assert run.failed
+    assert run.errors == (
+        "no results: the output ends before the first table row "
+        "(the run hung or died after its header)",
+    )
+    assert run.rows == ()
+    assert run.n_gpus == 8
+    assert {r.pid for r in run.ranks} == {498607}
+    assert [r.bus_id for r in run.ranks] == [
+        "0x18", "0x2a", "0x3a", "0x5d", "0x9a", "0xab", "0xba", "0xdb"
+    ]  # fmt: skip
+    assert run.ranks[7].name == "NVIDIA H100 80GB HBM3"
+    assert run.avg_busbw_gbps is None
+    assert run.collective is None
+    assert run.warnings == ("the collective is unknown: no command line names the test binary",)
+
+
+def test_it_reads_a_full_sweep_whose_time_column_turns_integer() -> None:
+    run = run_of("nccl_06")
+    assert run.collective == "all_reduce"
+    assert run.command == "./build/all_reduce_perf -b 64 -e 10G -f 2 -t 1 -g 8"
+    assert len(run.rows) == 28
+    assert run.rows[0].bytes == 64 and run.rows[-1].bytes == 8589934592
+    assert row_at(run, 4194304).out_of_place == NcclMeasurement(134.5, 31.18, 54.57, 0)
+    assert row_at(run, 2147483648).out_of_place.time_us == 16232.0
+    assert row_at(run, 8589934592).in_place.busbw_gbps == 235.21
+    assert run.avg_busbw_gbps == 81.112
+    assert {r.host for r in run.ranks} == {"inst-ks8ls-comp"}
+    assert run.errors == ()
+
+
+def test_it_reads_a_log_tail_with_debug_lines_and_na_wrong_as_a_broadcast() -> None:
+    run = run_of("nccl_08")
+    assert len(run.rows) == 30
+    assert all(r.out_of_place.wrong is None and r.in_place.wrong is None for r in run.rows)
+    assert all((r.redop, r.root) == ("none", 0) for r in run.rows)
+    assert row_at(run, 2147483648).out_of_place == NcclMeasurement(13018.0, 164.97, 164.97, None)
+    assert row_at(run, 16777216).in_place.time_us == 122.8
+    assert run.avg_busbw_gbps == 52.4049
+    assert run.ranks == () and run.n_threads is None
+    assert run.errors == ()
+    assert run.collective == "broadcast"
+    assert run.warnings == (
+        "the collective (broadcast) is inferred from the table's columns: "
+        "no command line names the test binary",
+    )
+
+
+def test_it_reports_the_cuda_failure_of_a_markdown_mangled_alltoall_run() -> None:
+    run = run_of("nccl_09")
+    assert run.failed
+    assert (
+        run.errors[0]
+        == "node: Test CUDA failure common.cu:297 'an illegal memory access was encountered'"
+    )
+    assert run.errors[1:] == tuple(
+        f".. node pid 12225: Test failure {where}"
+        for where in ("common.cu:407", "common.cu:594", "alltoall.cu:97", "common.cu:625",
+                      "common.cu:1123", "common.cu:893")
+    )  # fmt: skip
+    assert run.rows == ()
+    assert (run.n_threads, run.n_gpus) == (1, 1)  # from '#nThread', hash glued to the word
+    assert run.ranks == (NcclRank(0, 0, 12225, "node", 0, "0000:16:00", "NVIDIA GeForce RTX 5090"),)
+    assert run.nccl_version == "2.25.1+cuda12.4"  # from the NCCL_DEBUG=INFO banner
+    assert run.collective == "alltoall"
+    assert run.command == "NCCL_DEBUG=INFO ./alltoall_perf"
+    assert run.avg_busbw_gbps is None
+
+
+def test_it_reads_a_two_gpu_sweep_with_stripped_trailing_whitespace() -> None:
+    run = run_of("nccl_11")
+    assert run.n_gpus == 2 and len(run.ranks) == 2
+    assert len(run.rows) == 28
+    assert row_at(run, 1048576).out_of_place == NcclMeasurement(279.5, 3.75, 3.75, 0)
+    assert row_at(run, 1073741824).in_place == NcclMeasurement(268461.0, 4.0, 4.0, 0)
+    assert run.avg_busbw_gbps == 2.05774
+
+
+def test_it_reads_misaligned_in_place_columns_and_an_integer_average() -> None:
+    run = run_of("nccl_12")
+    assert run.collective == "reduce"
+    assert len(run.rows) == 28
+    assert all(r.root == 0 for r in run.rows)
+    last = row_at(run, 1073741824)
+    assert last.out_of_place == NcclMeasurement(4016.0, 267.37, 267.37, 0)
+    assert last.in_place == NcclMeasurement(0.19, 5706839.35, 5706839.35, 0)
+    assert row_at(run, 2048).in_place == NcclMeasurement(0.18, 11.17, 11.17, 0)
+    assert run.avg_busbw_gbps == 202818.0
+
+
+def test_it_reads_a_single_alltoall_row_with_in_place_wrong_na_and_zero_average() -> None:
+    run = run_of("nccl_14")
+    (row,) = run.rows
+    assert row.out_of_place == NcclMeasurement(19.56, 1715.44, 0.0, 0)
+    assert row.in_place == NcclMeasurement(0.78, 43046.10, 0.0, None)
+    assert run.avg_busbw_gbps == 0.0
+    assert run.ranks[0].host == "GENOA-01"
+    assert run.ranks[0].bus_id == "0x01"
+    assert run.command == "sudo ./build/./alltoall_perf"
+    assert run.collective == "alltoall"
+    assert run.errors == ()
+
+
+def test_it_reads_the_old_format_with_an_error_column_and_no_root_or_group() -> None:
+    run = run_of("nccl_15")
+    assert run.collective == "all_reduce"
+    assert run.n_gpus == 12
+    assert run.ranks[11] == NcclRank(11, None, 88131, "seville", 11, "0xe7", "Tesla V100-SXM3-32GB")
+    assert len(run.rows) == 31
+    first = run.rows[0]
+    assert (first.bytes, first.count, first.type, first.redop, first.root) == (
+        8,
+        2,
+        "float",
+        "sum",
+        None,
+    )
+    assert first.out_of_place == NcclMeasurement(61.03, 0.0, 0.0, None, 2e-07)
+    assert first.in_place.error == 1e-07
+    assert row_at(run, 8589934592).out_of_place == NcclMeasurement(
+        127453.0, 67.40, 123.56, None, 2e-07
+    )
+    assert run.avg_busbw_gbps == 42.5578
+    assert run.errors == ()
+    assert run.command is not None and run.command.startswith("CUDA_VISIBLE_DEVICES=1,2,6,7")
+
+
+# --- variants made from the real text ------------------------------------------------------
+
+
+def lines_of(prefix: str) -> list[str]:
+    return text_of(prefix).splitlines()
+
+
+def test_a_run_that_died_mid_table_keeps_its_rows_and_reports_the_failure() -> None:
+    lines = lines_of("nccl_11")
+    first_rows = lines[:20]  # header, column header and ten rows
+    failure = "autodl: Test NCCL failure common.cu:1005 'unhandled system error'"
+    run = nccl.parse(
+        "\n".join([*first_rows, failure, " .. autodl pid 31706: Test failure common.cu:400"])
+    )
+    assert len(run.rows) == 10 and run.rows[-1].bytes == 4096
+    assert run.errors == (failure, ".. autodl pid 31706: Test failure common.cu:400")
+
+
+def test_a_log_cut_off_mid_table_without_a_message_is_reported_as_unfinished() -> None:
+    run = nccl.parse("\n".join(lines_of("nccl_06")[:22]))
+    assert len(run.rows) == 5
+    assert run.errors == ("the output ends before `# Avg bus bandwidth`: the run did not finish",)
+
+
+def test_a_log_cut_inside_a_row_keeps_the_complete_rows() -> None:
+    text = (
+        "\n".join(lines_of("nccl_06")[:22])
+        + "\n        2048           512     float     sum      -1    31.7"
+    )
+    run = nccl.parse(text)
+    assert len(run.rows) == 5
+    assert "the output ends inside a table row (line 23)" in run.errors
+
+
+def test_it_rejects_a_garbled_number_in_a_row_naming_the_line() -> None:
+    lines = lines_of("nccl_11")
+    lines[14] = lines[14].replace("11.69", "11.6x9")
+    with pytest.raises(ParseError) as err:
+        nccl.parse("\n".join(lines))
+    assert err.value.line == 15
+    assert "out-of-place time '11.6x9' is not a number" in str(err.value)
+
+
+def test_it_rejects_a_row_with_a_missing_column_naming_the_line() -> None:
+    lines = lines_of("nccl_11")
+    lines[12] = lines[12].rsplit(maxsplit=1)[0]
+    with pytest.raises(ParseError) as err:
+        nccl.parse("\n".join(lines))
+    assert err.value.line == 13
+    assert "12 columns, the header names 13" in err.value.message
+
+
+def test_wrong_elements_and_out_of_bounds_values_make_a_run_fail() -> None:
+    lines = lines_of("nccl_01")
+    lines[24] = lines[24][:-1] + "7"  # in-place #wrong 0 -> 7
+    lines[25] = "# Out of bounds values : 7 FAILED"
+    run = nccl.parse("\n".join(lines))
+    assert run.rows[0].in_place.wrong == 7
+    assert run.errors == (
+        "out of bounds values: 7 FAILED",
+        "7 wrong elements at 10737418240 bytes (in-place)",
+    )
+
+
+def test_a_table_pasted_without_any_header_is_still_read() -> None:
+    rows = [ln for ln in lines_of("nccl_06") if ln.startswith("  ")]
+    run = nccl.parse("\n".join(rows))
+    assert len(run.rows) == 28
+    assert run.collective == "all_reduce"  # busbw/algbw = 1.75 = 2(n-1)/n with n = 8
+    assert run.errors == ("the output ends before `# Avg bus bandwidth`: the run did not finish",)
+
+
+def test_only_the_first_of_two_concatenated_runs_is_read() -> None:
+    text = text_of("nccl_11") + "\n" + text_of("nccl_12")
+    run = nccl.parse(text)
+    assert run.collective == "all_reduce" and len(run.rows) == 28
+    assert run.avg_busbw_gbps == 2.05774
+    assert run.warnings == (
+        "line 44 starts a second run; only the first run was read",
+    )  # its nThread line
+
+
+def test_it_rejects_an_unknown_column_header_naming_the_line() -> None:
+    lines = lines_of("nccl_11")
+    lines[8] = lines[8].replace("busbw", "latency", 1)
+    with pytest.raises(ParseError) as err:
+        nccl.parse("\n".join(lines))
+    assert err.value.line == 9
+    assert "unrecognised nccl-tests column header" in err.value.message
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "hello world\n", "GPU0\tX\tNV18\n", "./build/all_reduce_perf -b 8\n"],
+    ids=["empty", "prose", "topology", "command-only"],
+)
+def test_it_rejects_text_that_is_not_nccl_tests_output(text: str) -> None:
+    with pytest.raises(ParseError, match="not nccl-tests output"):
+        nccl.parse(text)
+
+
+def test_a_table_with_only_its_column_header_is_detected_as_nccl_tests() -> None:
+    lines = lines_of("nccl_08")
+    header = [ln for ln in lines if "#wrong" in ln]
+    rows = [ln for ln in lines if ln[:1] == " " and ln.split()[0].isdigit()]
+    assert len(header) == 1 and len(rows) == 30
+    text = "\n".join(header + rows)
+    assert detect_format(text) == "nccl-tests"
+    assert len(nccl.parse(text).rows) == 30

@@ -1,0 +1,216 @@
+"""p2pBandwidthLatencyTest output read from the real captured fixtures, and variants of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from topoweb.core.formats import ParseError, detect_format, p2p
+from topoweb.core.model import P2P_MATRIX_NAMES, P2PGpu, P2PResult
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+P2P_FIXTURES = sorted(FIXTURES.glob("p2p_*.txt"))
+OLD_STYLE = tuple(k for k in P2P_MATRIX_NAMES if "latency_cpu" not in k)
+
+
+def text_of(prefix: str) -> str:
+    (path,) = FIXTURES.glob(f"{prefix}_*.txt")
+    return path.read_text()
+
+
+def result_of(prefix: str) -> P2PResult:
+    return p2p.parse(text_of(prefix))
+
+
+def parse_error(text: str) -> ParseError:
+    with pytest.raises(ParseError) as err:
+        p2p.parse(text)
+    return err.value
+
+
+@pytest.mark.parametrize("path", P2P_FIXTURES, ids=lambda p: p.name[:6])
+def test_every_p2p_fixture_is_detected_as_p2p_bandwidth_latency(path: Path) -> None:
+    assert detect_format(path.read_text()) == "p2p-bandwidth-latency"
+
+
+def test_it_reads_seven_mixed_gpus_in_the_old_wording() -> None:
+    result = result_of("p2p_01")
+    assert [g.name for g in result.gpus] == ["GeForce GTX 1070"] * 6 + ["GeForce GTX 1080"]
+    assert [g.pci_bus_id for g in result.gpus] == ["5", "6", "7", "a", "b", "c", "d"]
+    assert result.gpus[3] == P2PGpu(3, "GeForce GTX 1070", "a", "0", "0")
+    assert result.p2p_access == ((True,) * 7,) * 7
+    assert tuple(result.matrices) == OLD_STYLE
+    assert result.matrices["unidirectional_p2p_disabled_gbps"][1][1] == 194.83
+    assert result.matrices["bidirectional_p2p_enabled_gbps"][3][4] == 1.59
+    assert result.matrices["latency_gpu_p2p_disabled_us"][6] == (
+        13.89, 12.63, 13.72, 12.82, 12.59, 12.64, 4.55
+    )  # fmt: skip
+    assert result.matrices["latency_gpu_p2p_enabled_us"][0][1] == 6.81
+    assert result.warnings == ()
+
+
+def test_it_keeps_hex_domain_ids_and_reads_no_peer_access() -> None:
+    result = result_of("p2p_02")
+    assert [(g.pci_bus_id, g.pci_domain_id) for g in result.gpus] == [("0", "d463"), ("0", "f7bf")]
+    assert result.p2p_access == ((True, False), (False, True))
+    assert result.matrices["latency_gpu_p2p_enabled_us"] == ((4.44, 23.37), (19.97, 4.16))
+    assert result.matrices["bidirectional_p2p_disabled_gbps"][1][1] == 135.57
+
+
+def test_it_reads_four_m60s_without_any_peer_access() -> None:
+    result = result_of("p2p_03")
+    assert [g.pci_domain_id for g in result.gpus] == ["3403", "4c42", "64d0", "83e7"]
+    assert result.p2p_access == tuple(tuple(i == j for j in range(4)) for i in range(4))
+    assert result.matrices["bidirectional_p2p_disabled_gbps"][0][1] == 10.40
+    assert result.matrices["unidirectional_p2p_enabled_gbps"][3][3] == 130.35
+
+
+def test_it_reads_p2p_writes_wording_and_gpu_and_cpu_latency_blocks() -> None:
+    result = result_of("p2p_05")
+    assert [g.pci_bus_id for g in result.gpus] == ["1", "41", "c1", "e1"]
+    assert result.gpus[0].name == "NVIDIA RTX 6000 Ada Generation"
+    assert tuple(result.matrices) == P2P_MATRIX_NAMES
+    assert result.matrices["bidirectional_p2p_enabled_gbps"][0][1] == 52.10
+    assert result.matrices["unidirectional_p2p_enabled_gbps"][1][1] == 833.33
+    assert result.matrices["latency_gpu_p2p_disabled_us"][0][2] == 13.76
+    assert result.matrices["latency_cpu_p2p_disabled_us"][2] == (5.67, 5.67, 2.03, 6.53)
+    assert result.matrices["latency_gpu_p2p_enabled_us"][3][0] == 1.44
+    assert result.matrices["latency_cpu_p2p_enabled_us"][3][3] == 2.05
+    assert result.p2p_access == ((True,) * 4,) * 4
+
+
+def test_it_reads_every_matrix_when_the_closing_note_is_missing() -> None:
+    result = result_of("p2p_06")
+    assert tuple(result.matrices) == P2P_MATRIX_NAMES
+    assert result.matrices["latency_cpu_p2p_enabled_us"] == ((1.64, 1.32), (1.32, 1.58))
+    assert [g.pci_bus_id for g in result.gpus] == ["c1", "c2"]
+
+
+def test_it_reads_the_dgx1_hybrid_cube_mesh_from_an_elided_paste() -> None:
+    result = result_of("p2p_08")
+    rows = ("11110010", "11110001", "11111000", "11110100",
+            "00101111", "00011111", "10001111", "01001111")  # fmt: skip
+    assert result.p2p_access == tuple(tuple(c == "1" for c in r) for r in rows)
+    assert tuple(result.matrices) == (
+        "bidirectional_p2p_disabled_gbps",
+        "bidirectional_p2p_enabled_gbps",
+    )
+    enabled = result.matrices["bidirectional_p2p_enabled_gbps"]
+    assert (enabled[0][3], enabled[0][1], enabled[0][4]) == (96.91, 48.50, 11.59)
+    assert result.matrices["bidirectional_p2p_disabled_gbps"][7][6] == 8.16
+    assert result.gpus == ()
+    assert result.warnings == ("the device list is missing (elided paste): GPU names are unknown",)
+
+
+def test_it_reads_the_dgx_station_elided_paste() -> None:
+    result = result_of("p2p_09")
+    assert result.p2p_access == ((True,) * 4,) * 4
+    assert result.matrices["bidirectional_p2p_enabled_gbps"][1][2] == 96.92
+    assert result.matrices["bidirectional_p2p_disabled_gbps"][0][0] == 755.01
+    assert set(result.matrices) == {
+        "bidirectional_p2p_disabled_gbps",
+        "bidirectional_p2p_enabled_gbps",
+    }
+
+
+def test_it_reads_a_container_without_peer_access_in_the_new_wording() -> None:
+    result = result_of("p2p_11")
+    assert [g.pci_bus_id for g in result.gpus] == ["b4", "b5"]
+    assert result.p2p_access == ((True, False), (False, True))
+    assert result.matrices["latency_cpu_p2p_disabled_us"][1][0] == 10.48
+    assert result.matrices["unidirectional_p2p_enabled_gbps"] == ((538.62, 5.72), (5.72, 532.54))
+
+
+# --- variants made from the real text ------------------------------------------------------
+
+
+def lines_of(prefix: str) -> list[str]:
+    return text_of(prefix).splitlines()
+
+
+def test_a_four_digit_diagonal_that_breaks_the_alignment_is_read() -> None:
+    lines = lines_of("p2p_05")
+    assert lines[31] == "     1  22.32 813.80  22.14  22.38"
+    lines[31] = "     1  22.32 1813.80  22.14  22.38"
+    lines[33] = "     3  22.23  22.24  22.251813.80"  # a wide value run into its neighbour
+    result = p2p.parse("\n".join(lines))
+    matrix = result.matrices["unidirectional_p2p_disabled_gbps"]
+    assert matrix[1] == (22.32, 1813.80, 22.14, 22.38)
+    assert matrix[3] == (22.23, 22.24, 22.25, 1813.80)
+
+
+def test_the_peer_access_lines_serve_when_the_connectivity_matrix_is_absent() -> None:
+    lines = lines_of("p2p_02")
+    without_matrix = lines[:9] + lines[13:]
+    assert without_matrix[9] == "Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)"
+    result = p2p.parse("\n".join(without_matrix))
+    assert result.p2p_access == ((True, False), (False, True))
+
+
+def test_it_rejects_a_truncated_matrix_naming_the_line() -> None:
+    lines = lines_of("p2p_05")
+    err = parse_error("\n".join(lines[:50]))  # two of the four bidirectional enabled rows
+    assert err.line == 50
+    assert "bidirectional_p2p_enabled_gbps matrix ends after 2 of its 4 rows" in err.message
+
+
+def test_it_rejects_a_row_missing_a_value_naming_the_line() -> None:
+    lines = lines_of("p2p_01")
+    lines[67] = lines[67].rsplit(maxsplit=1)[0]
+    err = parse_error("\n".join(lines))
+    assert err.line == 68
+    assert "row 2 of the unidirectional_p2p_disabled_gbps matrix has 6 values for 7 devices" in (
+        err.message
+    )
+
+
+def test_it_rejects_a_matrix_narrower_than_the_device_list() -> None:
+    lines = lines_of("p2p_02")
+    lines.insert(3, "Device: 2, Tesla M60, pciBusID: 0, pciDeviceID: 0, pciDomainID:aaaa")
+    err = parse_error("\n".join(lines))
+    assert err.line == 12
+    assert "expected 0..2 for 3 devices" in err.message
+
+
+def test_it_rejects_a_garbled_value_naming_the_line() -> None:
+    lines = lines_of("p2p_03")
+    lines[41] = lines[41].replace("10.40", "10.4O")
+    err = parse_error("\n".join(lines))
+    assert err.line == 42
+    assert "row 0 of the bidirectional_p2p_disabled_gbps matrix is not all numbers" in err.message
+
+
+def test_it_rejects_an_extra_row_beyond_the_device_count() -> None:
+    lines = lines_of("p2p_02")
+    lines.insert(21, "     2   5.26 120.02 ")
+    err = parse_error("\n".join(lines))
+    assert err.line == 22
+    assert "unidirectional_p2p_enabled_gbps matrix has more rows than the 2 devices" in err.message
+
+
+def test_it_rejects_output_that_ends_right_after_a_matrix_title() -> None:
+    lines = lines_of("p2p_06")
+    assert lines[38] == "P2P=Enabled Latency (P2P Writes) Matrix (us)"
+    err = parse_error("\n".join(lines[:39]))
+    assert err.line == 39
+    assert err.message == "the output ends before the matrix under this title"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "hello\nworld\n", "Device=0 CAN Access Peer Device=1\n"],
+    ids=["empty", "prose", "access-line-only"],
+)
+def test_it_rejects_text_that_is_not_p2p_output(text: str) -> None:
+    assert "not p2pBandwidthLatencyTest output" in parse_error(text).message
+
+
+def test_a_paste_of_only_the_device_list_is_detected_and_read_without_matrices() -> None:
+    devices = "\n".join(lines_of("p2p_11")[2:8])
+    assert detect_format(devices) == "p2p-bandwidth-latency"
+    result = p2p.parse(devices)
+    assert [g.pci_bus_id for g in result.gpus] == ["b4", "b5"]
+    assert result.p2p_access == ((True, False), (False, True))
+    assert result.matrices == {}
+    assert result.warnings == ("the output holds no bandwidth or latency matrix",)
