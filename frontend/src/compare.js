@@ -11,9 +11,9 @@ const form = $("compare-form");
 
 // A name is a SKU when the SKU list knows it, otherwise a hostname.
 async function resolve(name, skus) {
-  const sku = skus.find((s) => (s.name ?? s.sku_name) === name);
+  const sku = skus.find((s) => s.sku_name === name);
   if (sku) {
-    const d = await getJSON(`skus/${encodeURIComponent(sku.id ?? sku.name)}/`).catch(() => sku);
+    const d = await getJSON(`skus/${encodeURIComponent(sku.sku_name)}/`);
     const members = d.servers || d.members || [];
     const host = members.length ? (members[0].hostname ?? members[0]) : null;
     const server = host ? await getJSON(`${hostPath(host)}/`) : null;
@@ -67,8 +67,8 @@ function renderTable(a, b) {
 async function drawSide(x, container, title) {
   $(title).textContent = `${x.kind} ${x.name}${x.kind === "SKU" && x.host ? ` — e.g. ${x.host}` : ""}`;
   if (!x.host) { clear(container).append(el("p", { class: "muted", text: "No server of this SKU to draw." })); return null; }
-  const data = await getJSON(`${hostPath(x.host)}/cytoscape/`);
-  const elements = Array.isArray(data) ? data : data.elements || [];
+  const data = await getJSON(`${hostPath(x.host)}/graph/`);
+  const elements = Array.isArray(data) ? data : data.elements || [...(data.nodes || []), ...(data.edges || [])];
   const cy = await drawGraph(container, elements);
   return cy;
 }
@@ -88,7 +88,7 @@ async function main() {
     const data = await getJSON("skus/", { page_size: 200 });
     skus = data.results || data;
     const options = $("compare-options");
-    for (const s of skus) options.append(el("option", { value: s.name ?? s.sku_name }));
+    for (const s of skus) options.append(el("option", { value: s.sku_name, label: `SKU · ${s.server_count} servers` }));
   } catch (err) { showError($("compare-status"), err); }
   if (!page.a || !page.b) { $("compare-status").textContent = "Pick two SKUs or servers."; return; }
   let a; let b;

@@ -9,15 +9,15 @@ const status = document.getElementById("fleet-status");
 const pageInfo = document.getElementById("page-info");
 const prev = document.getElementById("prev-page");
 const next = document.getElementById("next-page");
-const FILTERS = ["search", "sku", "health", "has_nvlink", "ordering"];
-const HEALTH_STATES = ["ok", "warning", "critical"];
+const FILTERS = ["search", "sku", "health", "has_nvlink"];
+const HEALTH_STATES = ["ok", "warning", "unknown"];
 
 let state = { page: 1, pageSize: null, ...pageData().query };
 state.page = Number(state.page) || 1;
 
-export const skuOf = (s) => s.sku_name ?? s.sku ?? "";
+const skuOf = (s) => s.sku ?? s.sku_name ?? "";
 
-export function linkSummary(s) {
+function linkSummary(s) {
   if (s.link_summary) return s.link_summary;
   const parts = [];
   if (s.gpu_count) parts.push(`${s.gpu_count}x ${s.gpu_model || "GPU"}`);

@@ -67,7 +67,7 @@ function showDetails(node) {
 async function loadGraph() {
   const status = $("graph-status");
   status.textContent = "Laying out…";
-  const data = await getJSON(`${base}/cytoscape/`);
+  const data = await getJSON(`${base}/graph/`);
   const elements = Array.isArray(data) ? data : data.elements || [...(data.nodes || []), ...(data.edges || [])];
   const t0 = performance.now();
   cy = await drawGraph($("graph"), elements);
@@ -172,7 +172,7 @@ function renderFindings(findings) {
 
 function renderSummary(s) {
   const parts = [];
-  const sku = s.sku_name ?? s.sku;
+  const sku = s.sku ?? s.sku_name;
   if (sku) parts.push(`SKU ${sku}`);
   if (s.gpu_count != null) parts.push(`${s.gpu_count}x ${s.gpu_model || "GPU"}`);
   if (s.nvlink_summary) parts.push(s.nvlink_summary);
@@ -189,12 +189,13 @@ function renderSummary(s) {
 
 async function loadBenchmarks() {
   const tbody = document.querySelector("#bench-table tbody");
-  const data = await getJSON(`${base}/benchmarks/`);
-  const list = data.results || data;
+  const data = await getJSON("benchmarks/", { hostname });
+  const list = (data.results || data).slice(0, 12);
   clear(tbody);
   if (!list.length) tbody.append(el("tr", {}, el("td", { colspan: 5, class: "muted", text: "No benchmark results yet." })));
   const series = [];
   for (const b of list) {
+    // The list leaves the parsed document out; the newest few are fetched for the plot.
     const doc = b.document || (b.id != null ? (await getJSON(`benchmarks/${b.id}/`).catch(() => ({}))).document : null);
     const failed = doc && doc.errors && doc.errors.length;
     tbody.append(el("tr", {},
@@ -232,7 +233,7 @@ async function loadHistory() {
       if (older.gpu_count !== s.gpu_count) changes.push(`GPUs ${older.gpu_count}→${s.gpu_count}`);
       if (older.nic_count !== s.nic_count) changes.push(`NICs ${older.nic_count}→${s.nic_count}`);
       if ((older.nvlink_summary || "") !== (s.nvlink_summary || "")) changes.push(`NVLink ${older.nvlink_summary || "none"}→${s.nvlink_summary || "none"}`);
-      if (older.topology_class !== undefined && older.topology_class !== s.topology_class) changes.push("wiring changed");
+      if (older.topology_fingerprint && older.topology_fingerprint !== s.topology_fingerprint) changes.push("wiring changed");
     }
     tbody.append(el("tr", {},
       el("td", { title: s.captured_at, text: new Date(s.captured_at).toLocaleString() }),
@@ -296,7 +297,10 @@ async function main() {
     $("server-summary").textContent = "";
     return;
   }
-  topology = detail.topology || detail.latest_snapshot?.document || detail.document || null;
+  if (detail.latest_snapshot_id != null) {
+    const snap = await getJSON(`snapshots/${detail.latest_snapshot_id}/`).catch(() => null);
+    topology = snap ? snap.document : null;
+  }
   renderSummary(detail);
   renderFindings(detail.findings);
   await Promise.all([
