@@ -1,12 +1,49 @@
-"""URL routes of topoweb."""
+"""URL routes of topoweb: the admin, the JSON API under /api/v1/ with its schema and docs,
+sign-in/out, and the dashboard pages."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+
+from topoweb.fleet import apis
+
+api_v1 = [
+    path("reports", apis.ReportApi.as_view(), name="reports"),
+    path("uploads", apis.UploadApi.as_view(), name="uploads"),
+    path("servers/", apis.ServerListApi.as_view(), name="server-list"),
+    path("servers/<str:hostname>/", apis.ServerDetailApi.as_view(), name="server-detail"),
+    path(
+        "servers/<str:hostname>/snapshots/",
+        apis.ServerSnapshotsApi.as_view(),
+        name="server-snapshots",
+    ),
+    path("servers/<str:hostname>/graph/", apis.ServerGraphApi.as_view(), name="server-graph"),
+    path("snapshots/<int:snapshot_id>/", apis.SnapshotDetailApi.as_view(), name="snapshot-detail"),
+    path("benchmarks/", apis.BenchmarkListApi.as_view(), name="benchmark-list"),
+    path(
+        "benchmarks/<int:benchmark_id>/", apis.BenchmarkDetailApi.as_view(), name="benchmark-detail"
+    ),
+    path("skus/", apis.SkuListApi.as_view(), name="sku-list"),
+    path("skus/<str:sku_name>/", apis.SkuDetailApi.as_view(), name="sku-detail"),
+    path("topology-classes/", apis.TopologyClassListApi.as_view(), name="topology-class-list"),
+    path(
+        "topology-classes/<str:fingerprint>/",
+        apis.TopologyClassDetailApi.as_view(),
+        name="topology-class-detail",
+    ),
+]
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/v1/", include((api_v1, "api"))),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("topoweb.ui.urls")),
 ]
+
+handler404 = "topoweb.config.api.json_404"
+handler500 = "topoweb.config.api.json_500"

@@ -1,0 +1,115 @@
+"""Web tests run against the real PostgreSQL and Redis, with one real Celery worker thread for
+the whole session. A missing service fails the run; it is never skipped."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.db import connections
+from rest_framework.test import APIClient
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def real_services() -> None:
+    """PostgreSQL and Redis, as CI runs them; SQLite or a missing Redis fail every web test."""
+    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        pytest.fail("tests/web need PostgreSQL: set DATABASE_URL=postgres://...", pytrace=False)
+    if not settings.REDIS_URL:
+        pytest.fail("tests/web need Redis: set REDIS_URL=redis://...", pytrace=False)
+    import psycopg
+    import redis
+
+    params = settings.DATABASES["default"]
+    try:
+        psycopg.connect(
+            host=params["HOST"] or "127.0.0.1",
+            port=params["PORT"] or 5432,
+            user=params["USER"],
+            dbname="postgres",
+            connect_timeout=3,
+        ).close()
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"PostgreSQL is unreachable: {exc}", pytrace=False)
+    try:
+        redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3).ping()
+    except redis.RedisError as exc:
+        pytest.fail(f"Redis is unreachable at {settings.REDIS_URL}: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup: None, django_db_blocker: Any) -> Iterator[Any]:
+    """One real worker thread (solo pool) on the project's app, consuming from the test Redis.
+
+    Tests that use it are marked django_db(transaction=True): the worker has its own database
+    connection and sees only committed rows."""
+    from celery.contrib.testing.worker import start_worker
+    from celery.signals import task_postrun
+
+    from topoweb.config.celery_app import app
+
+    def close_worker_connections(**kwargs: Any) -> None:
+        # The worker thread's connection must not outlive the task: the test database is
+        # truncated between tests and dropped at the end.
+        connections.close_all()
+
+    task_postrun.connect(close_worker_connections, weak=False)
+    app.control.purge()  # messages left by an earlier, interrupted run
+    with start_worker(app, perform_ping_check=False, pool="solo", loglevel="WARNING"):
+        yield app
+    task_postrun.disconnect(close_worker_connections)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0) -> Any:
+    """Poll until the predicate is truthy (the worker runs in another thread)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def fixture_text(name: str) -> str:
+    return (FIXTURES / name).read_text(encoding="utf-8")
+
+
+def report(hostname: str, topo: str = "topo_01_h200-8gpu-12nic-numaid.txt", **extra: Any) -> dict:
+    body: dict[str, Any] = {
+        "hostname": hostname,
+        "captured_at": "2026-11-29T10:00:00Z",
+        "collector_version": "0.1.0",
+        "topo_text": fixture_text(topo),
+    }
+    body.update(extra)
+    return body
+
+
+@pytest.fixture
+def collector_client() -> Callable[[str], APIClient]:
+    """A client carrying a fresh collector token for the given hostname."""
+    from topoweb.fleet.services import create_collector_token
+
+    def make(hostname: str) -> APIClient:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_collector_token(hostname)}")
+        return client
+
+    return make
+
+
+@pytest.fixture
+def reader() -> APIClient:
+    """A client reading with an API token, as a scheduler does."""
+    from topoweb.fleet.services import create_api_token
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_api_token('scheduler')}")
+    return client

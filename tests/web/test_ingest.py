@@ -1,0 +1,344 @@
+"""Ingest through HTTP: collector reports, manual uploads and the management commands, with the
+database state each leaves behind."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from tests.web.conftest import fixture_text, report
+from topoweb.analysis.models import Analysis
+from topoweb.fleet.models import Benchmark, CollectorToken, Server, Snapshot, TopologyClass
+from topoweb.fleet.services import create_collector_token, revoke_collector_token
+
+pytestmark = pytest.mark.django_db
+
+H200 = "topo_01_h200-8gpu-12nic-numaid.txt"
+V100 = "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt"
+V100_OTHER_MESH = "topo_31_v100-8gpu-alt-mesh-2mlx5-slurm-noise-lines.txt"
+RTX6000 = "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt"
+RTX6000_P2P = "p2p_05_rtx6000ada-4gpu-p2pwrites-gpu-cpu-latency.txt"
+NVML_H200 = {
+    "driver_version": "560.35.03",
+    "gpus": [{"index": i, "name": "NVIDIA H200"} for i in range(8)],
+}
+
+
+def post_report(client: APIClient, body: dict[str, Any]) -> Any:
+    return client.post("/api/v1/reports", body, format="json")
+
+
+def test_a_new_report_answers_201_and_keeps_the_text_verbatim_with_its_summary(
+    collector_client: Any,
+) -> None:
+    body = report("gpu-a01", H200, nvml=NVML_H200, host={"product_name": "HGX H200 8-GPU"})
+    response = post_report(collector_client("gpu-a01"), body)
+
+    assert response.status_code == 201
+    snapshot = Snapshot.objects.get()
+    assert response.json() == {
+        "id": snapshot.pk,
+        "kind": "topology",
+        "hostname": "gpu-a01",
+        "created": True,
+    }
+    assert snapshot.raw_text == fixture_text(H200)
+    assert snapshot.source == "collector"
+    assert (snapshot.gpu_count, snapshot.nic_count) == (8, 12)
+    assert snapshot.gpu_model == "NVIDIA H200"
+    assert snapshot.has_nvlink is True
+    assert snapshot.nvlink_summary == "NV18 x28"  # NVSwitch: every one of the 28 GPU pairs
+    assert [d["id"] for d in snapshot.document["devices"]][:9] == [
+        "GPU0",
+        "GPU1",
+        "GPU2",
+        "GPU3",
+        "GPU4",
+        "GPU5",
+        "GPU6",
+        "GPU7",
+        "NIC0",
+    ]
+    server = Server.objects.get()
+    assert server.sku_name == "HGX H200 8-GPU"
+    assert server.latest_snapshot == snapshot
+    assert server.topology_class == snapshot.topology_class
+    assert snapshot.topology_class.sku_name == "HGX H200 8-GPU"
+    # The analysis waits for the commit to be enqueued; it exists, pending, from the start.
+    assert Analysis.objects.get().status == "pending"
+
+
+def test_the_same_report_again_answers_200_with_the_stored_snapshot(collector_client: Any) -> None:
+    client = collector_client("gpu-a01")
+    first = post_report(client, report("gpu-a01", H200))
+    again = post_report(client, report("gpu-a01", H200, captured_at="2026-11-29T11:00:00Z"))
+
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["id"] == first.json()["id"]
+    assert again.json()["created"] is False
+    assert Snapshot.objects.count() == 1
+    assert TopologyClass.objects.count() == 1
+    assert Analysis.objects.count() == 1
+
+
+def test_servers_wired_the_same_share_one_topology_class(collector_client: Any) -> None:
+    for host in ("gpu-a01", "gpu-a02"):
+        assert post_report(collector_client(host), report(host, H200)).status_code == 201
+    post_report(collector_client("gpu-v01"), report("gpu-v01", V100))
+
+    assert Snapshot.objects.count() == 3
+    assert TopologyClass.objects.count() == 2
+    a01, a02, v01 = Server.objects.order_by("hostname")
+    assert a01.topology_class == a02.topology_class != v01.topology_class
+
+
+def test_it_rejects_a_report_for_another_server(collector_client: Any) -> None:
+    response = post_report(collector_client("gpu-a01"), report("gpu-b02", H200))
+
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "permission_denied"
+    assert "'gpu-a01'" in response.json()["error"]["message"]
+    assert not Server.objects.exists()
+
+
+@pytest.mark.parametrize("header", [None, "Bearer twc_not-a-real-token", "Token abc"])
+def test_a_missing_or_unknown_token_answers_401(header: str | None) -> None:
+    client = APIClient()
+    if header:
+        client.credentials(HTTP_AUTHORIZATION=header)
+    response = post_report(client, report("gpu-a01", H200))
+
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] in ("not_authenticated", "authentication_failed")
+    assert response["WWW-Authenticate"].startswith("Bearer")
+    assert not Snapshot.objects.exists()
+
+
+def test_a_revoked_token_answers_401_and_the_token_records_its_last_use() -> None:
+    token = create_collector_token("gpu-a01")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert post_report(client, report("gpu-a01", H200)).status_code == 201
+    stored = CollectorToken.objects.get()
+    assert stored.last_used_at is not None
+    assert stored.token_sha256 != token and token not in stored.prefix + stored.token_sha256
+
+    revoke_collector_token(stored)
+    response = post_report(client, report("gpu-a01", V100))
+
+    assert response.status_code == 401
+    assert response.json()["error"]["message"] == "Unknown or revoked collector token."
+    assert Snapshot.objects.count() == 1
+
+
+def test_an_oversize_report_answers_413_and_stores_nothing(
+    collector_client: Any, settings: Any
+) -> None:
+    settings.TOPOWEB_MAX_REPORT_BYTES = 2000
+    response = post_report(collector_client("gpu-a01"), report("gpu-a01", H200))
+
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "too_large"
+    assert "the limit is 2000" in response.json()["error"]["message"]
+    assert not Server.objects.exists()
+
+
+def test_a_truncated_matrix_answers_400_naming_the_line_and_stores_nothing(
+    collector_client: Any,
+) -> None:
+    lines = fixture_text(H200).splitlines(keepends=True)
+    truncated = "".join(lines[:5])  # the header and the first GPU rows only
+    response = post_report(
+        collector_client("gpu-a01"), report("gpu-a01", H200, topo_text=truncated)
+    )
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "parse_error"
+    assert isinstance(error["line"], int) and 1 <= error["line"] <= 6
+    assert error["message"]
+    assert not Server.objects.exists()
+    assert not Snapshot.objects.exists()
+    assert not TopologyClass.objects.exists()
+
+
+def test_an_unreadable_benchmark_rejects_the_whole_report(collector_client: Any) -> None:
+    body = report(
+        "gpu-r01",
+        RTX6000,
+        benchmarks=[{"kind": "p2p-bandwidth-latency", "text": "P2P Connectivity Matrix\n oops\n"}],
+    )
+    response = post_report(collector_client("gpu-r01"), body)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["message"].startswith("benchmarks[0] (p2p-bandwidth-latency): ")
+    assert not Server.objects.exists()
+    assert not Benchmark.objects.exists()
+
+
+def test_a_report_with_a_bad_field_answers_400_listing_the_field(collector_client: Any) -> None:
+    body = report("gpu-a01", H200, captured_at="yesterday")
+    response = post_report(collector_client("gpu-a01"), body)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid"
+    assert list(response.json()["error"]["details"]) == ["captured_at"]
+
+
+def test_benchmarks_in_a_report_are_stored_linked_to_its_snapshot(collector_client: Any) -> None:
+    body = report(
+        "gpu-r01",
+        RTX6000,
+        benchmarks=[{"kind": "p2p-bandwidth-latency", "text": fixture_text(RTX6000_P2P)}],
+    )
+    response = post_report(collector_client("gpu-r01"), body)
+
+    assert response.status_code == 201
+    benchmark = Benchmark.objects.get()
+    assert benchmark.snapshot_id == response.json()["id"]
+    assert benchmark.kind == "p2p-bandwidth-latency"
+    assert benchmark.gpu_count == 4
+    assert benchmark.raw_text == fixture_text(RTX6000_P2P)
+    # With no NVML facts, the GPU model comes from the benchmark's own device list.
+    assert Snapshot.objects.get().gpu_model == "NVIDIA RTX 6000 Ada Generation"
+
+
+def test_a_late_report_of_an_older_capture_does_not_replace_the_latest(
+    collector_client: Any,
+) -> None:
+    client = collector_client("gpu-a01")
+    new = post_report(client, report("gpu-a01", H200, captured_at="2026-11-29T10:00:00Z"))
+    old = post_report(client, report("gpu-a01", V100, captured_at="2026-11-28T10:00:00Z"))
+
+    assert (new.status_code, old.status_code) == (201, 201)
+    assert Server.objects.get().latest_snapshot_id == new.json()["id"]
+
+
+def test_a_server_wired_unlike_its_sku_siblings_is_a_finding(collector_client: Any) -> None:
+    for host, topo in (("v-01", V100), ("v-02", V100), ("v-03", V100_OTHER_MESH)):
+        body = report(host, topo, host={"product_name": "DGX-1V"})
+        assert post_report(collector_client(host), body).status_code == 201
+
+    differing = Server.objects.filter(differs_from_sku=True)
+    assert [s.hostname for s in differing] == ["v-03"]
+
+
+def test_ingest_is_throttled_per_token(collector_client: Any, settings: Any) -> None:
+    cache.clear()
+    settings.TOPOWEB_INGEST_RATE = "2/min"
+    client = collector_client("gpu-a01")
+    codes = [post_report(client, report("gpu-a01", H200)).status_code for _ in range(3)]
+
+    assert codes == [201, 200, 429]
+    cache.clear()
+
+
+# --- manual upload -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def person(django_user_model: Any) -> APIClient:
+    user = django_user_model.objects.create_user("ana", password="pw-for-tests")
+    client = APIClient()
+    client.force_login(user)
+    return client
+
+
+def test_a_signed_in_user_uploads_a_topology_file(person: APIClient) -> None:
+    upload = io.BytesIO(fixture_text(V100).encode())
+    upload.name = "topo.txt"
+    response = person.post(
+        "/api/v1/uploads", {"hostname": "lab-v100", "file": upload, "gpu_model": "Tesla V100"}
+    )
+
+    assert response.status_code == 201
+    snapshot = Snapshot.objects.get()
+    assert response.json()["kind"] == "topology"
+    assert snapshot.source == "upload"
+    assert snapshot.uploaded_by.username == "ana"
+    assert snapshot.gpu_model == "Tesla V100"
+    assert snapshot.raw_text == fixture_text(V100)
+
+
+def test_an_uploaded_p2p_output_is_recognised_and_linked_to_the_current_snapshot(
+    person: APIClient,
+) -> None:
+    topo = person.post("/api/v1/uploads", {"hostname": "lab-r", "text": fixture_text(RTX6000)})
+    p2p = person.post("/api/v1/uploads", {"hostname": "lab-r", "text": fixture_text(RTX6000_P2P)})
+
+    assert (topo.status_code, p2p.status_code) == (201, 201)
+    assert p2p.json()["kind"] == "p2p-bandwidth-latency"
+    assert Benchmark.objects.get().snapshot_id == topo.json()["id"]
+
+
+def test_an_unreadable_upload_answers_400_with_the_line(person: APIClient) -> None:
+    response = person.post(
+        "/api/v1/uploads", {"hostname": "lab-x", "text": "hello\nthis is not a topology\n"}
+    )
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "parse_error"
+    assert not Server.objects.exists()
+
+
+def test_a_binary_file_upload_answers_400_naming_the_line(person: APIClient) -> None:
+    upload = io.BytesIO(b"GPU0\tGPU1\nabc\x00def\n")
+    upload.name = "blob.bin"
+    response = person.post("/api/v1/uploads", {"hostname": "lab-x", "file": upload})
+
+    assert response.status_code == 400
+    assert response.json()["error"]["line"] == 2
+
+
+def test_an_anonymous_upload_answers_401() -> None:
+    response = APIClient().post("/api/v1/uploads", {"hostname": "x", "text": fixture_text(V100)})
+
+    assert response.status_code == 401
+    assert not Server.objects.exists()
+
+
+# --- management commands -----------------------------------------------------------------
+
+
+def test_create_collector_token_prints_a_token_that_writes_that_host_only() -> None:
+    out = io.StringIO()
+    call_command("create_collector_token", "gpu-c01", stdout=out, stderr=io.StringIO())
+    token = out.getvalue().strip().splitlines()[-1]
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    assert post_report(client, report("gpu-c01", H200)).status_code == 201
+    assert post_report(client, report("gpu-c02", H200)).status_code == 403
+
+
+def test_create_api_token_creates_the_user_and_the_token_reads_the_api(
+    django_user_model: Any,
+) -> None:
+    out = io.StringIO()
+    call_command("create_api_token", "slurm", stdout=out, stderr=io.StringIO())
+    token = out.getvalue().strip().splitlines()[-1]
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    assert django_user_model.objects.get(username="slurm").has_usable_password() is False
+    assert client.get("/api/v1/servers/").status_code == 200
+
+
+def test_import_topo_stores_a_snapshot_once(tmp_path: Any) -> None:
+    path = tmp_path / "topo.txt"
+    path.write_text(fixture_text(V100))
+    out = io.StringIO()
+    call_command("import_topo", str(path), "--host", "lab-v100", stdout=out)
+    call_command("import_topo", str(path), "--host", "lab-v100", stdout=out)
+
+    snapshot = Snapshot.objects.get()
+    assert out.getvalue().splitlines() == [
+        f"{path}: stored as new snapshot {snapshot.pk} of lab-v100",
+        f"{path}: already stored as snapshot {snapshot.pk} of lab-v100",
+    ]
+    assert snapshot.gpu_count == 8

@@ -1,0 +1,103 @@
+"""The API's shared plumbing: one JSON error shape for every failure, pagination, and the
+ingest throttle.
+
+Every error answers `{"error": {"code": str, "message": str, "line": int | null,
+"details": object | null}}`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from topoweb.core.formats import ParseError
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The report is larger than the server accepts."
+    default_code = "too_large"
+
+
+def error_body(
+    code: str, message: str, line: int | None = None, details: Any = None
+) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "line": line, "details": details}}
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, ParseError):
+        return Response(error_body("parse_error", exc.message, exc.line), status=400)
+    if isinstance(exc, RequestDataTooBig):
+        exc = PayloadTooLarge()
+    elif isinstance(exc, Http404):
+        exc = exceptions.NotFound(str(exc) or None)
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied(str(exc) or None)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None  # a real bug: Django's handler500 answers it (also as JSON under /api/)
+    assert isinstance(exc, exceptions.APIException)
+    if isinstance(exc, exceptions.ValidationError):
+        response.data = error_body("invalid", "The request is not valid.", details=exc.detail)
+    else:
+        codes = exc.get_codes()
+        response.data = error_body(
+            codes if isinstance(codes, str) else exc.default_code, str(exc.detail)
+        )
+    return response
+
+
+def json_404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """Unknown URLs under /api/ answer the same JSON shape as everything else there."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(error_body("not_found", "No such API endpoint."), status=404)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception or Http404())
+
+
+def json_500(request: HttpRequest) -> HttpResponse:
+    if request.path.startswith("/api/"):
+        return JsonResponse(error_body("server_error", "Internal server error."), status=500)
+    from django.views.defaults import server_error
+
+    return server_error(request)
+
+
+class Pagination(PageNumberPagination):
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+
+class IngestThrottle(SimpleRateThrottle):
+    """Per collector token (or user, or address), at TOPOWEB_INGEST_RATE read per request."""
+
+    scope = "ingest"
+
+    def get_rate(self) -> str | None:
+        return str(settings.TOPOWEB_INGEST_RATE)
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        # The rate is read per request so that a settings change applies without a restart.
+        self.rate = self.get_rate()
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+        return super().allow_request(request, view)
+
+    def get_cache_key(self, request: Request, view: Any) -> str | None:
+        if request.auth is not None and hasattr(request.auth, "pk"):
+            ident = f"{type(request.auth).__name__}:{request.auth.pk}"
+        elif request.user and request.user.is_authenticated:
+            ident = f"user:{request.user.pk}"
+        else:
+            ident = self.get_ident(request)
+        return self.cache_format % {"scope": self.scope, "ident": ident}

@@ -1,0 +1,1 @@
+"""The fleet: servers, their topology snapshots and benchmark results, and who may write them."""

@@ -1,0 +1,512 @@
+"""HTTP interface of the fleet: ingest (collector reports, manual uploads) and the read API.
+Each view validates, calls one service or selector, and shapes the answer."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
+from rest_framework import exceptions, parsers, serializers, status
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from topoweb.analysis.models import Analysis
+from topoweb.config.api import IngestThrottle, Pagination, PayloadTooLarge
+from topoweb.core.formats import ParseError
+from topoweb.fleet import selectors, services
+from topoweb.fleet.authentication import CollectorTokenAuthentication, HasCollectorToken
+from topoweb.fleet.models import CollectorToken, Server, Source
+
+hostname_field = RegexValidator(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*$", "A hostname is letters, digits, dots, dashes, underscores."
+)
+
+
+def _no_nul(value: Any) -> None:
+    # PostgreSQL cannot store U+0000 in text or jsonb; refuse it here rather than fail there.
+    if value is not None and "\\u0000" in json.dumps(value):
+        raise serializers.ValidationError("Null characters are not allowed.")
+
+
+def _check_size(request: Request) -> None:
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    if length > settings.TOPOWEB_MAX_REPORT_BYTES:
+        raise PayloadTooLarge(
+            f"The request has {length} bytes; the limit is {settings.TOPOWEB_MAX_REPORT_BYTES}."
+        )
+
+
+class ErrorSerializer(serializers.Serializer):  # documents the one error shape
+    class ErrorBody(serializers.Serializer):
+        code = serializers.CharField()
+        message = serializers.CharField()
+        line = serializers.IntegerField(allow_null=True)
+        details = serializers.JSONField(allow_null=True)
+
+    error = ErrorBody()
+
+
+ERRORS = {
+    code: OpenApiResponse(ErrorSerializer, description=text)
+    for code, text in (
+        (400, "Invalid request or unparseable text (message and line from the parser)"),
+        (401, "Missing or unknown token"),
+        (403, "Not allowed"),
+        (404, "Not found"),
+        (413, "Larger than TOPOWEB_MAX_REPORT_BYTES"),
+        (429, "Throttled"),
+    )
+}
+READ_ERRORS = {k: ERRORS[k] for k in (400, 401, 403, 404)}
+
+
+# --- ingest ----------------------------------------------------------------------------------
+
+
+class BenchmarkInputSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=services.BENCHMARK_KINDS)
+    text = serializers.CharField(trim_whitespace=False)
+
+
+class ReportInputSerializer(serializers.Serializer):
+    hostname = serializers.CharField(max_length=253, validators=[hostname_field])
+    captured_at = serializers.DateTimeField()
+    collector_version = serializers.CharField(
+        max_length=64, required=False, allow_blank=True, default=""
+    )
+    topo_text = serializers.CharField(trim_whitespace=False)
+    nvml = serializers.DictField(required=False, allow_null=True, validators=[_no_nul])
+    host = serializers.DictField(required=False, allow_null=True, validators=[_no_nul])
+    benchmarks = BenchmarkInputSerializer(many=True, required=False)
+
+
+class IngestedSerializer(serializers.Serializer):
+    id = serializers.IntegerField(help_text="The snapshot's id (the benchmark's for one)")
+    kind = serializers.CharField()
+    hostname = serializers.CharField()
+    created = serializers.BooleanField()
+
+
+def _ingested(result: services.Ingested) -> Response:
+    stored = result.snapshot or result.benchmark
+    assert stored is not None
+    kind = "topology" if result.snapshot is not None else result.benchmark.kind  # type: ignore[union-attr]
+    body = {
+        "id": stored.pk,
+        "kind": kind,
+        "hostname": result.server.hostname,
+        "created": result.created,
+    }
+    return Response(body, status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
+
+
+class ReportApi(APIView):
+    """A collector's report: 201 with a new snapshot, 200 with the stored identical one."""
+
+    authentication_classes = [CollectorTokenAuthentication]
+    permission_classes = [HasCollectorToken]
+    throttle_classes = [IngestThrottle]
+    parser_classes = [parsers.JSONParser]
+
+    @extend_schema(
+        operation_id="reports_create",
+        request=ReportInputSerializer,
+        responses={200: IngestedSerializer, 201: IngestedSerializer, **ERRORS},
+    )
+    def post(self, request: Request) -> Response:
+        _check_size(request)
+        data = ReportInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        payload = data.validated_data
+        token = request.auth
+        assert isinstance(token, CollectorToken)
+        if token.hostname != payload["hostname"]:
+            raise exceptions.PermissionDenied(
+                f"This token may write reports for {token.hostname!r} only."
+            )
+        result = services.ingest_report(
+            hostname=payload["hostname"],
+            topo_text=payload["topo_text"],
+            captured_at=payload["captured_at"],
+            source=Source.COLLECTOR,
+            collector_version=payload["collector_version"],
+            nvml=payload.get("nvml"),
+            host=payload.get("host"),
+            benchmarks=[
+                services.BenchmarkInput(b["kind"], b["text"]) for b in payload.get("benchmarks", [])
+            ],
+        )
+        return _ingested(result)
+
+
+class UploadInputSerializer(serializers.Serializer):
+    hostname = serializers.CharField(max_length=253, validators=[hostname_field])
+    text = serializers.CharField(required=False, trim_whitespace=False)
+    file = serializers.FileField(required=False)
+    gpu_model = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("text" in attrs) == ("file" in attrs):
+            raise serializers.ValidationError("Send exactly one of `text` and `file`.")
+        return attrs
+
+
+class UploadApi(APIView):
+    """A person's upload of topo -m, nccl-tests or p2pBandwidthLatencyTest output for a host."""
+
+    permission_classes = [IsAuthenticated]
+    throttle_classes = [IngestThrottle]
+    parser_classes = [parsers.MultiPartParser, parsers.FormParser, parsers.JSONParser]
+
+    @extend_schema(
+        operation_id="uploads_create",
+        request={
+            "multipart/form-data": UploadInputSerializer,
+            "application/json": UploadInputSerializer,
+        },
+        responses={200: IngestedSerializer, 201: IngestedSerializer, **ERRORS},
+    )
+    def post(self, request: Request) -> Response:
+        _check_size(request)
+        data = UploadInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        payload = data.validated_data
+        if "file" in payload:
+            upload = payload["file"]
+            if upload.size > settings.TOPOWEB_MAX_REPORT_BYTES:
+                raise PayloadTooLarge()
+            raw = upload.read()
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ParseError(
+                    "the file is not UTF-8 text", raw[: exc.start].count(b"\n") + 1
+                ) from exc
+            if "\x00" in text:
+                raise ParseError(
+                    "the input is binary, not text", text[: text.index("\x00")].count("\n") + 1
+                )
+        else:
+            text = payload["text"]
+        result = services.ingest_upload(
+            hostname=payload["hostname"],
+            text=text,
+            uploaded_by=request.user,
+            gpu_model_hint=payload["gpu_model"],
+        )
+        return _ingested(result)
+
+
+# --- read ------------------------------------------------------------------------------------
+
+
+class FindingSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    severity = serializers.CharField()
+    message = serializers.CharField()
+
+
+class ServerSummarySerializer(serializers.Serializer):
+    hostname = serializers.CharField()
+    sku = serializers.CharField(source="sku_name")
+    labels = serializers.DictField()
+    gpu_model = serializers.CharField(source="latest_snapshot.gpu_model", allow_null=True)
+    gpu_count = serializers.IntegerField(source="latest_snapshot.gpu_count", allow_null=True)
+    nic_count = serializers.IntegerField(source="latest_snapshot.nic_count", allow_null=True)
+    has_nvlink = serializers.BooleanField(source="latest_snapshot.has_nvlink", allow_null=True)
+    nvlink_summary = serializers.CharField(source="latest_snapshot.nvlink_summary", allow_null=True)
+    health = serializers.SerializerMethodField()
+    findings_count = serializers.SerializerMethodField()
+    topology_fingerprint = serializers.CharField(
+        source="topology_class.fingerprint", allow_null=True
+    )
+    latest_snapshot_id = serializers.IntegerField(allow_null=True)
+    last_seen_at = serializers.DateTimeField(allow_null=True)
+
+    @extend_schema_field(serializers.ChoiceField(choices=["ok", "warning", "unknown"]))
+    def get_health(self, server: Server) -> str:
+        return selectors.server_health(server)
+
+    def get_findings_count(self, server: Server) -> int:
+        return len(selectors.server_findings(server))
+
+
+class ServerFilterSerializer(serializers.Serializer):
+    sku = serializers.CharField(required=False, default="")
+    gpu_model = serializers.CharField(required=False, default="")
+    gpu_count = serializers.IntegerField(required=False, min_value=0, max_value=100000)
+    has_nvlink = serializers.BooleanField(required=False, allow_null=True, default=None)
+    health = serializers.ChoiceField(
+        choices=["ok", "warning", "unknown"], required=False, default=""
+    )
+    search = serializers.CharField(required=False, default="")
+
+
+def _paginated(request: Request, view: APIView, queryset: Any, serializer: type) -> Response:
+    paginator = Pagination()
+    page = paginator.paginate_queryset(queryset, request, view=view)
+    return paginator.get_paginated_response(serializer(page, many=True).data)
+
+
+def _no_nul_params(request: Request) -> None:
+    for key, value in request.query_params.items():
+        if "\x00" in key or "\x00" in value:
+            raise exceptions.ValidationError({key: ["Null characters are not allowed."]})
+
+
+class ServerListApi(APIView):
+    @extend_schema(
+        operation_id="servers_list",
+        parameters=[ServerFilterSerializer],
+        responses={200: ServerSummarySerializer(many=True), **READ_ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        _no_nul_params(request)
+        params = ServerFilterSerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        filters = selectors.ServerFilters(**params.validated_data)
+        return _paginated(request, self, selectors.server_list(filters), ServerSummarySerializer)
+
+    # drf-spectacular reads pagination from here to describe the envelope.
+    pagination_class = Pagination
+
+
+class SnapshotSummarySerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    captured_at = serializers.DateTimeField()
+    received_at = serializers.DateTimeField()
+    source = serializers.CharField()
+    collector_version = serializers.CharField()
+    content_sha256 = serializers.CharField()
+    gpu_count = serializers.IntegerField()
+    nic_count = serializers.IntegerField()
+    gpu_model = serializers.CharField()
+    has_nvlink = serializers.BooleanField()
+    nvlink_summary = serializers.CharField()
+    warning_count = serializers.IntegerField()
+    topology_fingerprint = serializers.CharField(source="topology_class.fingerprint")
+
+
+class SnapshotDetailSerializer(SnapshotSummarySerializer):
+    hostname = serializers.CharField(source="server.hostname")
+    document = serializers.JSONField()
+    raw_text = serializers.CharField()
+    nvml = serializers.JSONField(allow_null=True)
+    host = serializers.JSONField(allow_null=True)
+
+
+class AnalysisSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=Analysis.Status.choices)
+    cost_model_version = serializers.IntegerField()
+    error = serializers.CharField()
+    result = serializers.JSONField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class TopologyClassSerializer(serializers.Serializer):
+    fingerprint = serializers.CharField()
+    sku_name = serializers.CharField()
+    gpu_model = serializers.CharField()
+    gpu_count = serializers.IntegerField()
+    nic_count = serializers.IntegerField()
+    nvlink_summary = serializers.CharField()
+    description = serializers.CharField()
+    server_count = serializers.IntegerField()
+
+
+class ServerDetailSerializer(ServerSummarySerializer):
+    created_at = serializers.DateTimeField()
+    findings = serializers.SerializerMethodField()
+    snapshot = SnapshotDetailSerializer(source="latest_snapshot", allow_null=True)
+    analysis = serializers.SerializerMethodField()
+    snapshot_count = serializers.IntegerField()
+    benchmark_count = serializers.IntegerField()
+
+    @extend_schema_field(FindingSerializer(many=True))
+    def get_findings(self, server: Server) -> list[dict[str, Any]]:
+        return selectors.server_findings(server)
+
+    @extend_schema_field(AnalysisSerializer(allow_null=True))
+    def get_analysis(self, server: Server) -> dict[str, Any] | None:
+        analysis = selectors.current_analysis(server.topology_class_id)
+        return AnalysisSerializer(analysis).data if analysis is not None else None
+
+
+class ServerDetailApi(APIView):
+    @extend_schema(
+        operation_id="servers_retrieve", responses={200: ServerDetailSerializer, **READ_ERRORS}
+    )
+    def get(self, request: Request, hostname: str) -> Response:
+        server = selectors.server_by_hostname(hostname)
+        server.snapshot_count = server.snapshots.count()  # type: ignore[attr-defined]
+        server.benchmark_count = server.benchmarks.count()  # type: ignore[attr-defined]
+        return Response(ServerDetailSerializer(server).data)
+
+
+class ServerSnapshotsApi(APIView):
+    pagination_class = Pagination
+
+    @extend_schema(
+        operation_id="servers_snapshots_list",
+        responses={200: SnapshotSummarySerializer(many=True), **READ_ERRORS},
+    )
+    def get(self, request: Request, hostname: str) -> Response:
+        server = selectors.server_by_hostname(hostname)
+        return _paginated(
+            request, self, selectors.snapshot_history(server), SnapshotSummarySerializer
+        )
+
+
+class SnapshotDetailApi(APIView):
+    @extend_schema(
+        operation_id="snapshots_retrieve", responses={200: SnapshotDetailSerializer, **READ_ERRORS}
+    )
+    def get(self, request: Request, snapshot_id: int) -> Response:
+        return Response(SnapshotDetailSerializer(selectors.snapshot_by_id(snapshot_id)).data)
+
+
+class GraphSerializer(serializers.Serializer):
+    nodes = serializers.ListField(child=serializers.DictField())
+    edges = serializers.ListField(child=serializers.DictField())
+
+
+class ServerGraphApi(APIView):
+    """Cytoscape elements of the server's latest topology."""
+
+    @extend_schema(
+        operation_id="servers_graph_retrieve", responses={200: GraphSerializer, **READ_ERRORS}
+    )
+    def get(self, request: Request, hostname: str) -> Response:
+        server = selectors.server_by_hostname(hostname)
+        if server.latest_snapshot is None:
+            raise exceptions.NotFound(f"{hostname!r} has no topology yet.")
+        return Response(selectors.graph_elements(server.latest_snapshot.document))
+
+
+class BenchmarkSummarySerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    hostname = serializers.CharField(source="server.hostname")
+    kind = serializers.CharField()
+    snapshot_id = serializers.IntegerField(allow_null=True)
+    source = serializers.CharField()
+    captured_at = serializers.DateTimeField()
+    received_at = serializers.DateTimeField()
+    collective = serializers.CharField()
+    avg_busbw_gbps = serializers.FloatField(allow_null=True)
+    gpu_count = serializers.IntegerField(allow_null=True)
+
+
+class BenchmarkDetailSerializer(BenchmarkSummarySerializer):
+    document = serializers.JSONField()
+    raw_text = serializers.CharField()
+
+
+class BenchmarkFilterSerializer(serializers.Serializer):
+    hostname = serializers.CharField(required=False, default="")
+    kind = serializers.ChoiceField(choices=services.BENCHMARK_KINDS, required=False, default="")
+
+
+class BenchmarkListApi(APIView):
+    pagination_class = Pagination
+
+    @extend_schema(
+        operation_id="benchmarks_list",
+        parameters=[BenchmarkFilterSerializer],
+        responses={200: BenchmarkSummarySerializer(many=True), **READ_ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        _no_nul_params(request)
+        params = BenchmarkFilterSerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        queryset = selectors.benchmark_list(**params.validated_data)
+        return _paginated(request, self, queryset, BenchmarkSummarySerializer)
+
+
+class BenchmarkDetailApi(APIView):
+    @extend_schema(
+        operation_id="benchmarks_retrieve",
+        responses={200: BenchmarkDetailSerializer, **READ_ERRORS},
+    )
+    def get(self, request: Request, benchmark_id: int) -> Response:
+        return Response(BenchmarkDetailSerializer(selectors.benchmark_by_id(benchmark_id)).data)
+
+
+class SkuSerializer(serializers.Serializer):
+    sku_name = serializers.CharField()
+    server_count = serializers.IntegerField()
+    topology_class_count = serializers.IntegerField()
+    differing_count = serializers.IntegerField()
+
+
+class SkuListApi(APIView):
+    pagination_class = Pagination
+
+    @extend_schema(
+        operation_id="skus_list", responses={200: SkuSerializer(many=True), **READ_ERRORS}
+    )
+    def get(self, request: Request) -> Response:
+        return _paginated(request, self, selectors.sku_list(), SkuSerializer)
+
+
+class SkuDetailSerializer(serializers.Serializer):
+    sku_name = serializers.CharField()
+    servers = ServerSummarySerializer(many=True)
+    topology_classes = TopologyClassSerializer(many=True)
+
+
+class SkuDetailApi(APIView):
+    @extend_schema(
+        operation_id="skus_retrieve", responses={200: SkuDetailSerializer, **READ_ERRORS}
+    )
+    def get(self, request: Request, sku_name: str) -> Response:
+        members = list(selectors.sku_members(sku_name))
+        fingerprints = {s.topology_class.fingerprint for s in members if s.topology_class}
+        classes = selectors.topology_class_list().filter(fingerprint__in=fingerprints)
+        body = {"sku_name": members[0].sku_name, "servers": members, "topology_classes": classes}
+        return Response(SkuDetailSerializer(body).data)
+
+
+class TopologyClassListApi(APIView):
+    pagination_class = Pagination
+
+    @extend_schema(
+        operation_id="topology_classes_list",
+        responses={200: TopologyClassSerializer(many=True), **READ_ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        return _paginated(request, self, selectors.topology_class_list(), TopologyClassSerializer)
+
+
+class TopologyClassDetailSerializer(TopologyClassSerializer):
+    document = serializers.JSONField()
+    servers = ServerSummarySerializer(many=True)
+    analysis = AnalysisSerializer(allow_null=True)
+
+
+class TopologyClassDetailApi(APIView):
+    @extend_schema(
+        operation_id="topology_classes_retrieve",
+        responses={200: TopologyClassDetailSerializer, **READ_ERRORS},
+    )
+    def get(self, request: Request, fingerprint: str) -> Response:
+        topology_class = selectors.topology_class_by_fingerprint(fingerprint)
+        topology_class.servers_list = selectors.server_list(selectors.ServerFilters()).filter(  # type: ignore[attr-defined]
+            topology_class=topology_class
+        )
+        data = TopologyClassDetailSerializer(
+            {
+                **{f: getattr(topology_class, f) for f in TopologyClassSerializer().fields},
+                "document": topology_class.document,
+                "servers": topology_class.servers_list,  # type: ignore[attr-defined]
+                "analysis": selectors.current_analysis(topology_class.pk),
+            }
+        ).data
+        return Response(data)

@@ -1,0 +1,13 @@
+"""Django app configuration of the fleet."""
+
+from django.apps import AppConfig
+
+
+class FleetConfig(AppConfig):
+    name = "topoweb.fleet"
+    label = "fleet"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Registers the OpenAPI description of the Bearer token authentication.
+        from topoweb.fleet import authentication  # noqa: F401

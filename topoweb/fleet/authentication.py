@@ -1,0 +1,89 @@
+"""DRF authentication and permissions by Bearer token: collector tokens (write one host's
+reports) and API tokens (read as a user), plus the read-access rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AnonymousUser
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework import authentication, exceptions, permissions
+from rest_framework.request import Request
+
+from topoweb.fleet import selectors
+from topoweb.fleet.models import CollectorToken
+
+
+def _bearer(request: Request) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header; None when there is no header."""
+    header = authentication.get_authorization_header(request).decode("latin-1")
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    token = token.strip()
+    if not token or " " in token:
+        raise exceptions.AuthenticationFailed("Malformed Bearer token.")
+    return token
+
+
+class CollectorTokenAuthentication(authentication.BaseAuthentication):
+    """`request.auth` becomes the CollectorToken; the user stays anonymous."""
+
+    def authenticate(self, request: Request) -> tuple[Any, CollectorToken] | None:
+        token = _bearer(request)
+        if token is None:
+            return None
+        found = selectors.active_collector_token(token)
+        if found is None:
+            raise exceptions.AuthenticationFailed("Unknown or revoked collector token.")
+        return AnonymousUser(), found
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="topoweb"'
+
+
+class ApiTokenAuthentication(authentication.BaseAuthentication):
+    def authenticate(self, request: Request) -> tuple[Any, Any] | None:
+        token = _bearer(request)
+        if token is None:
+            return None
+        found = selectors.active_api_token(token)
+        if found is None:
+            raise exceptions.AuthenticationFailed("Unknown or revoked API token.")
+        return found.user, found
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="topoweb"'
+
+
+class HasCollectorToken(permissions.BasePermission):
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.auth, CollectorToken)
+
+
+class CanRead(permissions.BasePermission):
+    """Signed-in users read; anyone does when TOPOWEB_PUBLIC_READ is on (read at request time)."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if request.method not in permissions.SAFE_METHODS:
+            return False
+        return bool(settings.TOPOWEB_PUBLIC_READ or request.user.is_authenticated)
+
+
+class _BearerScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    target_class = "topoweb.fleet.authentication.ApiTokenAuthentication"
+    name = "apiToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {"type": "http", "scheme": "bearer"}
+
+
+class _CollectorScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    target_class = "topoweb.fleet.authentication.CollectorTokenAuthentication"
+    name = "collectorToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {"type": "http", "scheme": "bearer"}

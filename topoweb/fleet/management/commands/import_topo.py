@@ -1,0 +1,40 @@
+"""`manage.py import_topo FILE --host NAME`: store `nvidia-smi topo -m` output as a snapshot."""
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from topoweb.core.formats import ParseError
+from topoweb.fleet.models import Source
+from topoweb.fleet.services import ingest_report
+
+
+class Command(BaseCommand):
+    help = "Import a saved `nvidia-smi topo -m` output as a snapshot of server NAME."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("file")
+        parser.add_argument("--host", required=True, help="hostname of the server it came from")
+        parser.add_argument("--gpu-model", default="", help="GPU model, when no NVML facts exist")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        path = Path(options["file"])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CommandError(f"{path}: cannot read: {exc}") from exc
+        try:
+            result = ingest_report(
+                hostname=options["host"],
+                topo_text=text,
+                captured_at=timezone.now(),
+                source=Source.UPLOAD,
+                gpu_model_hint=options["gpu_model"],
+            )
+        except ParseError as exc:
+            raise CommandError(f"{path}: {exc}") from exc
+        assert result.snapshot is not None
+        verb = "stored as new" if result.created else "already stored as"
+        self.stdout.write(f"{path}: {verb} snapshot {result.snapshot.pk} of {options['host']}")

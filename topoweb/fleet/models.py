@@ -1,0 +1,174 @@
+"""Tables of the fleet. Thin on purpose: writes live in services.py, reads in selectors.py, and
+the parsed topology stays a JSON document that `to_domain()` turns back into core objects."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from topoweb.core.model import NcclRun, P2PResult, Topology, from_document
+
+
+class Source(models.TextChoices):
+    COLLECTOR = "collector", "collector"
+    UPLOAD = "upload", "upload"
+
+
+class TopologyClass(models.Model):
+    """Every server wired the same way (up to device renumbering) shares one of these."""
+
+    fingerprint = models.CharField(max_length=64, unique=True)
+    sku_name = models.CharField(max_length=200, blank=True, db_index=True)
+    document = models.JSONField()  # the first topology seen with this fingerprint
+    gpu_count = models.PositiveIntegerField(default=0)
+    nic_count = models.PositiveIntegerField(default=0)
+    gpu_model = models.CharField(max_length=200, blank=True)
+    nvlink_summary = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["sku_name", "id"]
+        verbose_name_plural = "topology classes"
+
+    def __str__(self) -> str:
+        return f"{self.sku_name or 'unnamed'} ({self.fingerprint[:12]})"
+
+    def to_domain(self) -> Topology:
+        return Topology.from_document(self.document)
+
+
+class Server(models.Model):
+    hostname = models.CharField(max_length=253, unique=True)
+    labels = models.JSONField(default=dict, blank=True)  # rack, cluster, sku, ...
+    sku_name = models.CharField(max_length=200, blank=True, db_index=True)
+    topology_class = models.ForeignKey(
+        TopologyClass, null=True, blank=True, on_delete=models.SET_NULL, related_name="servers"
+    )
+    # The newest snapshot, kept here so that lists filter and sort without a subquery.
+    latest_snapshot = models.ForeignKey(
+        "Snapshot", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Wired differently from the usual topology class of its SKU: the one finding this app keeps
+    # as a column, so that the health filter stays a plain WHERE clause.
+    differs_from_sku = models.BooleanField(default=False, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["hostname"]
+
+    def __str__(self) -> str:
+        return self.hostname
+
+
+class Snapshot(models.Model):
+    """One report of a server's wiring: the raw text verbatim and what the core read from it."""
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="snapshots")
+    content_sha256 = models.CharField(max_length=64)
+    raw_text = models.TextField()
+    document = models.JSONField()
+    source = models.CharField(max_length=16, choices=Source.choices)
+    uploaded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    collector_version = models.CharField(max_length=64, blank=True)
+    captured_at = models.DateTimeField()
+    received_at = models.DateTimeField(auto_now_add=True)
+    nvml = models.JSONField(null=True, blank=True)
+    host = models.JSONField(null=True, blank=True)
+    topology_class = models.ForeignKey(
+        TopologyClass, on_delete=models.PROTECT, related_name="snapshots"
+    )
+    gpu_count = models.PositiveIntegerField(default=0, db_index=True)
+    nic_count = models.PositiveIntegerField(default=0)
+    gpu_model = models.CharField(max_length=200, blank=True, db_index=True)
+    has_nvlink = models.BooleanField(default=False)
+    nvlink_summary = models.CharField(max_length=200, blank=True)  # e.g. "NV18 x28"
+    warning_count = models.PositiveIntegerField(default=0)  # what the reader had to work around
+
+    class Meta:
+        ordering = ["-captured_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["server", "content_sha256"], name="snapshot_unique_content_per_server"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.server_id}@{self.captured_at:%Y-%m-%dT%H:%M}"
+
+    def to_domain(self) -> Topology:
+        return Topology.from_document(self.document)
+
+
+class Benchmark(models.Model):
+    class Kind(models.TextChoices):
+        NCCL = "nccl-tests", "nccl-tests"
+        P2P = "p2p-bandwidth-latency", "p2p-bandwidth-latency"
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="benchmarks")
+    # The snapshot current when the benchmark was taken; none when it came before any topology.
+    snapshot = models.ForeignKey(
+        Snapshot, null=True, blank=True, on_delete=models.SET_NULL, related_name="benchmarks"
+    )
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    content_sha256 = models.CharField(max_length=64)
+    raw_text = models.TextField()
+    document = models.JSONField()
+    source = models.CharField(max_length=16, choices=Source.choices)
+    uploaded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    captured_at = models.DateTimeField()
+    received_at = models.DateTimeField(auto_now_add=True)
+    collective = models.CharField(max_length=64, blank=True)
+    avg_busbw_gbps = models.FloatField(null=True, blank=True)
+    gpu_count = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-captured_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["server", "content_sha256"], name="benchmark_unique_content_per_server"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} on {self.server_id}"
+
+    def to_domain(self) -> NcclRun | P2PResult:
+        parsed = from_document(self.document)
+        assert not isinstance(parsed, Topology)
+        return parsed
+
+
+class CollectorToken(models.Model):
+    """A secret that lets one collector write reports for one hostname; only its hash is kept."""
+
+    hostname = models.CharField(max_length=253, db_index=True)
+    token_sha256 = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12)  # shown in the admin so a token can be recognised
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}... for {self.hostname}"
+
+
+class ApiToken(models.Model):
+    """A secret with which a scheduler or script reads the API as one user; hash only."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    token_sha256 = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}... for {self.user_id}"

@@ -1,0 +1,371 @@
+"""Writes of the fleet: ingest of reports and uploads (parse with the core, dedupe, store in one
+transaction, then ask for an analysis), and creation of tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from topoweb.analysis.services import request_analysis
+from topoweb.core.fingerprint import describe_links, topology_fingerprint
+from topoweb.core.formats import ParseError, detect_format, parse_text
+from topoweb.core.model import NcclRun, P2PResult, Topology
+from topoweb.fleet.models import (
+    ApiToken,
+    Benchmark,
+    CollectorToken,
+    Server,
+    Snapshot,
+    Source,
+    TopologyClass,
+)
+
+BENCHMARK_KINDS = (Benchmark.Kind.NCCL.value, Benchmark.Kind.P2P.value)
+
+
+@dataclass(frozen=True)
+class BenchmarkInput:
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """What an ingest stored, or found already stored (`created` False)."""
+
+    server: Server
+    created: bool
+    snapshot: Snapshot | None = None
+    benchmark: Benchmark | None = None
+
+
+# --- tokens ----------------------------------------------------------------------------------
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_collector_token(hostname: str) -> str:
+    """A new token for one host's collector; the plain text exists only in the return value."""
+    token = "twc_" + secrets.token_urlsafe(32)
+    CollectorToken.objects.create(
+        hostname=hostname, token_sha256=hash_token(token), prefix=token[:12]
+    )
+    return token
+
+
+def revoke_collector_token(token: CollectorToken) -> None:
+    token.revoked_at = timezone.now()
+    token.save(update_fields=["revoked_at"])
+
+
+def create_api_token(username: str) -> str:
+    """A new API token for the user, created (without a usable password) if it does not exist."""
+    user, created = get_user_model().objects.get_or_create(username=username)
+    if created:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    token = "twa_" + secrets.token_urlsafe(32)
+    ApiToken.objects.create(user=user, token_sha256=hash_token(token), prefix=token[:12])
+    return token
+
+
+# --- ingest ----------------------------------------------------------------------------------
+
+
+def content_sha256(
+    topo_text: str,
+    nvml: dict[str, Any] | None = None,
+    host: dict[str, Any] | None = None,
+    benchmarks: Sequence[BenchmarkInput] = (),
+) -> str:
+    """What makes two reports "the same": everything measured, not when or by which version."""
+    canonical = json.dumps(
+        {
+            "topo_text": topo_text,
+            "nvml": nvml,
+            "host": host,
+            "benchmarks": [[b.kind, b.text] for b in benchmarks],
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def ingest_report(
+    *,
+    hostname: str,
+    topo_text: str,
+    captured_at: datetime,
+    source: str,
+    collector_version: str = "",
+    nvml: dict[str, Any] | None = None,
+    host: dict[str, Any] | None = None,
+    benchmarks: Sequence[BenchmarkInput] = (),
+    uploaded_by: AbstractBaseUser | None = None,
+    gpu_model_hint: str = "",
+) -> Ingested:
+    """Store one topology report with its benchmarks, or find the identical one already stored.
+
+    Everything is parsed before anything is written, so bad input raises ParseError (message and
+    line from the core) with nothing stored."""
+    topology = parse_text(topo_text, expected="topology")
+    assert isinstance(topology, Topology)
+    parsed_benchmarks = [_parse_benchmark(i, b) for i, b in enumerate(benchmarks)]
+    digest = content_sha256(topo_text, nvml, host, benchmarks)
+    now = timezone.now()
+    with transaction.atomic():
+        server, _ = Server.objects.get_or_create(hostname=hostname)
+        existing = Snapshot.objects.filter(server=server, content_sha256=digest).first()
+        if existing is not None:
+            _touch(server, now)
+            return Ingested(server=server, created=False, snapshot=existing)
+        gpu_model = _gpu_model(nvml, gpu_model_hint, parsed_benchmarks)
+        sku_name = _sku_name(server, host)
+        topology_class = _topology_class(topology, sku_name, gpu_model)
+        try:
+            with transaction.atomic():
+                snapshot = Snapshot.objects.create(
+                    server=server,
+                    content_sha256=digest,
+                    raw_text=topo_text,
+                    document=topology.to_document(),
+                    source=source,
+                    uploaded_by=uploaded_by,
+                    collector_version=collector_version,
+                    captured_at=captured_at,
+                    nvml=nvml,
+                    host=host,
+                    topology_class=topology_class,
+                    gpu_count=len(topology.gpus),
+                    nic_count=len(topology.nics),
+                    gpu_model=gpu_model,
+                    has_nvlink=any(link.is_nvlink for link in topology.gpu_links()),
+                    nvlink_summary=nvlink_summary(topology),
+                    warning_count=len(topology.warnings),
+                )
+        except IntegrityError:
+            # The same report raced in through another request: answer with that one.
+            snapshot = Snapshot.objects.get(server=server, content_sha256=digest)
+            return Ingested(server=server, created=False, snapshot=snapshot)
+        for item, parsed in zip(benchmarks, parsed_benchmarks, strict=True):
+            _store_benchmark(
+                server, snapshot, item.kind, item.text, parsed, source, uploaded_by, captured_at
+            )
+        latest = server.latest_snapshot
+        update_fields = ["last_seen_at", "sku_name"]
+        server.last_seen_at = now
+        server.sku_name = sku_name
+        # Spooled reports can arrive late: the newest capture, not the newest arrival, is current.
+        if latest is None or captured_at >= latest.captured_at:
+            server.latest_snapshot = snapshot
+            server.topology_class = topology_class
+            update_fields += ["latest_snapshot", "topology_class"]
+        server.save(update_fields=update_fields)
+        refresh_sku_drift(sku_name)
+        request_analysis(topology_class)
+    return Ingested(server=server, created=True, snapshot=snapshot)
+
+
+def ingest_benchmark(
+    *,
+    hostname: str,
+    kind: str,
+    text: str,
+    captured_at: datetime,
+    source: str,
+    uploaded_by: AbstractBaseUser | None = None,
+) -> Ingested:
+    """Store one benchmark output for a server, linked to its current snapshot if it has one."""
+    parsed = _parse_benchmark(None, BenchmarkInput(kind, text))
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    with transaction.atomic():
+        server, _ = Server.objects.get_or_create(hostname=hostname)
+        existing = Benchmark.objects.filter(server=server, content_sha256=digest).first()
+        if existing is not None:
+            return Ingested(server=server, created=False, benchmark=existing)
+        benchmark = _store_benchmark(
+            server, server.latest_snapshot, kind, text, parsed, source, uploaded_by, captured_at
+        )
+        _touch(server, timezone.now())
+    return Ingested(server=server, created=True, benchmark=benchmark)
+
+
+def ingest_upload(
+    *, hostname: str, text: str, uploaded_by: AbstractBaseUser | None, gpu_model_hint: str = ""
+) -> Ingested:
+    """A file a person hands in: topology, nccl-tests or p2p output, told apart by the core."""
+    kind = detect_format(text)
+    now = timezone.now()
+    if kind == "topology":
+        return ingest_report(
+            hostname=hostname,
+            topo_text=text,
+            captured_at=now,
+            source=Source.UPLOAD,
+            uploaded_by=uploaded_by,
+            gpu_model_hint=gpu_model_hint,
+        )
+    return ingest_benchmark(
+        hostname=hostname,
+        kind=kind,
+        text=text,
+        captured_at=now,
+        source=Source.UPLOAD,
+        uploaded_by=uploaded_by,
+    )
+
+
+def refresh_sku_drift(sku_name: str) -> None:
+    """Flag the servers of a SKU whose wiring differs from the SKU's most common topology class."""
+    if not sku_name:
+        return
+    counts = (
+        Server.objects.filter(sku_name=sku_name, topology_class__isnull=False)
+        .values("topology_class")
+        .annotate(n=Count("id"))
+        .order_by("-n", "topology_class")
+    )
+    ranked = list(counts[:2])
+    members = Server.objects.filter(sku_name=sku_name)
+    # With a tie for the most common class there is no "usual" wiring to differ from.
+    if not ranked or (len(ranked) == 2 and ranked[0]["n"] == ranked[1]["n"]):
+        members.filter(differs_from_sku=True).update(differs_from_sku=False)
+        return
+    usual = ranked[0]["topology_class"]
+    members.exclude(topology_class=usual).filter(topology_class__isnull=False).update(
+        differs_from_sku=True
+    )
+    members.filter(topology_class=usual, differs_from_sku=True).update(differs_from_sku=False)
+
+
+def nvlink_summary(topology: Topology) -> str:
+    """NVLink bundles between GPU pairs, e.g. "NV1 x8, NV2 x8"; empty without NVLink."""
+    counts = Counter(link.link_class for link in topology.gpu_links() if link.is_nvlink)
+    return ", ".join(
+        f"{cls} x{n}" for cls, n in sorted(counts.items(), key=lambda kv: int(kv[0][2:]))
+    )
+
+
+def _parse_benchmark(index: int | None, item: BenchmarkInput) -> NcclRun | P2PResult:
+    where = f"benchmarks[{index}] ({item.kind}): " if index is not None else ""
+    if item.kind not in BENCHMARK_KINDS:
+        raise ParseError(f"{where}unknown benchmark kind; expected one of {list(BENCHMARK_KINDS)}")
+    try:
+        parsed = parse_text(item.text, expected=item.kind)
+    except ParseError as exc:
+        raise ParseError(where + exc.message, exc.line) from exc
+    assert isinstance(parsed, NcclRun | P2PResult)
+    return parsed
+
+
+def _store_benchmark(
+    server: Server,
+    snapshot: Snapshot | None,
+    kind: str,
+    text: str,
+    parsed: NcclRun | P2PResult,
+    source: str,
+    uploaded_by: AbstractBaseUser | None,
+    captured_at: datetime,
+) -> Benchmark:
+    if isinstance(parsed, NcclRun):
+        extra: dict[str, Any] = {
+            "collective": parsed.collective or "",
+            "avg_busbw_gbps": parsed.avg_busbw_gbps,
+            "gpu_count": parsed.n_gpus,
+        }
+    else:
+        extra = {"gpu_count": len(parsed.gpus)}
+    benchmark, _ = Benchmark.objects.get_or_create(
+        server=server,
+        content_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        defaults={
+            "snapshot": snapshot,
+            "kind": kind,
+            "raw_text": text,
+            "document": parsed.to_document(),
+            "source": source,
+            "uploaded_by": uploaded_by,
+            "captured_at": captured_at,
+            **extra,
+        },
+    )
+    return benchmark
+
+
+def _touch(server: Server, now: datetime) -> None:
+    server.last_seen_at = now
+    server.save(update_fields=["last_seen_at"])
+
+
+def _gpu_model(
+    nvml: dict[str, Any] | None, hint: str, benchmarks: Sequence[NcclRun | P2PResult]
+) -> str:
+    """NVML's names are authoritative; a person's hint next; benchmark headers last."""
+    names: list[str] = []
+    gpus = nvml.get("gpus") if isinstance(nvml, dict) else None
+    if isinstance(gpus, list):
+        names = [str(g["name"]) for g in gpus if isinstance(g, dict) and g.get("name")]
+    if not names and hint:
+        return hint
+    if not names:
+        for parsed in benchmarks:
+            if isinstance(parsed, P2PResult):
+                names = [g.name for g in parsed.gpus]
+            else:
+                names = [r.name for r in parsed.ranks if r.name]
+            if names:
+                break
+    return Counter(names).most_common(1)[0][0] if names else ""
+
+
+def _sku_name(server: Server, host: dict[str, Any] | None) -> str:
+    """An operator's `sku` label wins over the DMI product name the collector reports."""
+    label = server.labels.get("sku") if isinstance(server.labels, dict) else None
+    if label:
+        return str(label)
+    product = host.get("product_name") if isinstance(host, dict) else None
+    if isinstance(product, str) and product.strip():
+        return product.strip()[:200]
+    return server.sku_name
+
+
+def _topology_class(topology: Topology, sku_name: str, gpu_model: str) -> TopologyClass:
+    topology_class, created = TopologyClass.objects.get_or_create(
+        fingerprint=topology_fingerprint(topology),
+        defaults={
+            "sku_name": sku_name,
+            "document": topology.to_document(),
+            "gpu_count": len(topology.gpus),
+            "nic_count": len(topology.nics),
+            "gpu_model": gpu_model,
+            "nvlink_summary": nvlink_summary(topology),
+            "description": describe_links(topology),
+        },
+    )
+    # A class first seen through an anonymous upload learns its names from later reports.
+    missing = {
+        name: value
+        for name, value in (("sku_name", sku_name), ("gpu_model", gpu_model))
+        if value and not getattr(topology_class, name)
+    }
+    if not created and missing:
+        for name, value in missing.items():
+            setattr(topology_class, name, value)
+        topology_class.save(update_fields=list(missing))
+    return topology_class
