@@ -113,7 +113,9 @@ def main() -> None:
                 for _ in range(RUNS + 1):  # the first load warms caches and is not counted
                     page = browser.new_page(viewport={"width": 1400, "height": 1000})
                     page.goto(f"{base}/servers/{host}/")
-                    page.wait_for_function("window.topowebLayoutDone !== undefined", timeout=60_000)
+                    page.wait_for_selector(
+                        "body[data-graph-ready]", state="attached", timeout=60_000
+                    )
                     times.append(page.evaluate("window.topowebLayoutDone"))
                     facts = page.evaluate(
                         "[window.topowebCy.nodes().length, window.topowebCy.edges().length]"

@@ -81,5 +81,11 @@ def page(browser, live_server, user, request):  # type: ignore[no-untyped-def]
     assert not errors, errors
 
 
-def wait_for_graph(page: Page, flag: str = "graphReady") -> None:
-    page.wait_for_function(f"document.body.dataset.{flag} !== undefined", timeout=20_000)
+def wait_for_flag(page: Page, flag: str = "graph-ready", timeout: int = 20_000) -> None:
+    """Wait for a page module to mark <body data-FLAG>. A selector, not wait_for_function:
+    the pages' CSP forbids the eval that a polled JavaScript predicate needs."""
+    page.wait_for_selector(f"body[data-{flag}]", state="attached", timeout=timeout)
+
+
+def wait_for_graph(page: Page) -> None:
+    wait_for_flag(page, "graph-ready")

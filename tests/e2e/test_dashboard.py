@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 from playwright.sync_api import Page, expect
 
-from tests.e2e.conftest import FIXTURES, XSS_HOST, wait_for_graph
+from tests.e2e.conftest import FIXTURES, XSS_HOST, wait_for_flag, wait_for_graph
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -21,13 +21,20 @@ SYS_RED = "rgb(200,50,45)"
 @pytest.fixture
 def servers(fleet: None) -> None:
     call_command(
-        "import_topo", str(FIXTURES / "topo_01_h200-8gpu-12nic-numaid.txt"), "--host", H200
+        "import_topo",
+        str(FIXTURES / "topo_01_h200-8gpu-12nic-numaid.txt"),
+        "--host",
+        H200,
+        "--gpu-model",
+        "NVIDIA H200",
     )
     call_command(
         "import_topo",
         str(FIXTURES / "topo_26_dgx-a100-8gpu-nv12-12mlx5-named-cols.txt"),
         "--host",
         A100,
+        "--gpu-model",
+        "NVIDIA A100-SXM4-80GB",
     )
 
 
@@ -127,7 +134,7 @@ def test_placement_advice_colours_the_chosen_groups(page: Page, servers: None) -
     page.fill("#placement-form input[name=pp]", "1")
     page.fill("#placement-form input[name=dp]", "2")
     page.click("#placement-form button[type=submit]")
-    page.wait_for_function("document.body.dataset.placementReady === '1'", timeout=20_000)
+    wait_for_flag(page, "placement-ready")
     coloured = page.evaluate(
         "() => window.topowebCy.nodes('[group_colour]')"
         ".map((n) => [n.id(), n.data('group_colour')])"
@@ -141,7 +148,7 @@ def test_the_compare_page_shows_both_servers_and_their_differences(
     page: Page, servers: None
 ) -> None:
     page.goto(f"/compare/?a={H200}&b={A100}")
-    page.wait_for_function("document.body.dataset.compareReady === '1'", timeout=30_000)
+    wait_for_flag(page, "compare-ready", timeout=30_000)
     expect(page.locator("#head-a")).to_contain_text(H200)
     expect(page.locator("#head-b")).to_contain_text(A100)
     model = page.locator("#compare-table tr[data-property='GPU model']")
@@ -166,7 +173,7 @@ def test_uploading_a_good_file_creates_the_server_and_opens_its_page(
         "#upload-file", str(FIXTURES / "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt")
     )
     page.click("#preview-button")
-    page.wait_for_function("document.body.dataset.previewReady === '1'", timeout=20_000)
+    wait_for_flag(page, "preview-ready")
     expect(page.locator("#preview-summary")).to_contain_text("4 GPUs, 4 NICs")
     page.click("#save-button")
     page.wait_for_url(re.compile(r"/servers/e2e-uploaded-01/$"))
