@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from topoweb.core.model import Parsed
 
@@ -57,5 +58,9 @@ def parse_text(text: str, expected: str | None = None) -> Parsed:
     kind = detect_format(text)
     if expected is not None and kind != expected:
         raise ParseError(f"expected {expected} output but this looks like {kind} output")
-    reader = {"topology": topo.parse, "nccl-tests": nccl.parse, "p2p-bandwidth-latency": p2p.parse}
-    return reader[kind](text)
+    readers: dict[str, Callable[[str], Parsed]] = {
+        "topology": topo.parse,
+        "nccl-tests": nccl.parse,
+        "p2p-bandwidth-latency": p2p.parse,
+    }
+    return readers[kind](text)

@@ -1,9 +1,421 @@
-"""Reader for topo output (to be written)."""
+"""Reader for `nvidia-smi topo -m` (and `-mp`) output: the link-class matrix -> Topology.
+
+How a real output is read, and why:
+- The matrix is found, not assumed: prompts, banners, timestamps and scheduler noise come
+  before it and legends or a second command's output after it. The header is the line naming
+  `GPU<n>` that is directly followed by a row whose label the header starts with and whose
+  next token is a link class.
+- Device ids come from the row labels, checked against the header with whitespace removed, so
+  a glued header (`GPU0GPU1...GPU7mlx5_0`) reads like a tab-separated one and any NIC naming
+  (`NIC3`, `mlx5_bond_0`, `mlx4_0`) works without a list of known names.
+- Link cells are read in order from whitespace-separated tokens, not by column position: a
+  label wider than a tab stop shifts a whole row by 8 columns, and tab expansion can drop the
+  separator between two cells (`NODENODE`, `NODEPIX`), so a token that is a run of link
+  classes is split into its cells.
+- The trailing `CPU Affinity` / `NUMA Affinity` / `GPU NUMA ID` values never contain spaces.
+  When a row has one value per column they are taken in order; when some are missing they are
+  placed by position under the header (with a warning), since nvidia-smi's values drift left
+  of their wider header labels but never past the previous one.
+"""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from typing import cast
+
 from topoweb.core.formats import ParseError
+from topoweb.core.model import Device, DocumentError, Link, Topology, normalise_link_class
+
+# One link class at the start of a run of glued cells; longest spellings first so that
+# `NODEPIX` splits as NODE+PIX. `X` is the diagonal.
+_CELL_PIECE = re.compile(r"NODE|SYS|SOC|PHB|PXB|PIX|NV[1-9]\d*|X")
+_GPU_ID = re.compile(r"GPU(\d+)\Z")
+_HEADER_GPU = re.compile(r"GPU\d+")
+_COLUMN_LABEL = re.compile(r"CPU\s+Affinity|NUMA\s+Affinity|GPU\s+NUMA\s+ID")
+_NIC_LEGEND_ENTRY = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+_TOKEN = re.compile(r"\S+")
+_DEVICE_NAME = re.compile(r"(?:GPU|NIC)\d+|[A-Za-z][A-Za-z0-9]*?_(?:bond_)?\d+|\S+")
+# Cells of `nvidia-smi topo -p2p <r|w|n|a|p>`: a status matrix, not link classes.
+_P2P_STATUS = frozenset({"OK", "NS", "CNS", "GNS", "TNS", "U", "DR", "NR"})
+_MISSING = frozenset({"", "N/A"})
+
+# Column label -> Device field. Labels are matched with any run of whitespace inside.
+_COLUMN_FIELDS = {
+    "CPU Affinity": "cpu_affinity",
+    "NUMA Affinity": "numa_affinity",
+    "GPU NUMA ID": "gpu_numa_id",
+}
+
+# Decomposition of a token into cells, cached: real matrices repeat a handful of tokens, and
+# this keeps an 8-GPU 12-NIC matrix well under a millisecond.
+_piece_cache: dict[str, tuple[tuple[str, ...], str]] = {}
+# A value found after a row's cells: (token number in the row, characters of the token
+# before the value, the value). Columns are worked out only when a value must be placed by
+# position, which real rows rarely need.
+_Found = tuple[int, int, str]
+_single_cell: dict[str, str] = {}  # tokens that are exactly one cell -> canonical class
+_PIECE_CACHE_LIMIT = 4096
 
 
-def parse(text: str):  # type: ignore[no-untyped-def]
-    raise ParseError("the topo reader is not written yet")
+@dataclass(frozen=True)
+class _Column:
+    name: str  # canonical label, e.g. "CPU Affinity"
+    start: int  # column of the label in the tab-expanded header
+
+
+@dataclass(frozen=True)
+class _Row:
+    label: str
+    line: int  # 1-based
+    cells: tuple[str, ...]  # canonical classes, "X" on the diagonal
+    values: tuple[str | None, ...]  # one per header column, None for N/A or empty
+
+
+def parse(text: str) -> Topology:
+    """Read the first `nvidia-smi topo -m` matrix in `text`; ParseError if there is none."""
+    if "\x00" in text:
+        line = text[: text.index("\x00")].count("\n") + 1
+        raise ParseError("the input is binary, not text", line=line)
+    lines = text.splitlines()
+    if not any(line.strip() for line in lines):
+        raise ParseError("the input is empty", line=1)
+
+    header_index = _find_header(lines)
+    header = lines[header_index].expandtabs(8)
+    first_gpu = _HEADER_GPU.search(header)
+    assert first_gpu is not None  # _find_header only returns lines naming a GPU
+    region = header[first_gpu.start() :]
+    labels = list(_COLUMN_LABEL.finditer(region))
+    device_region = region[: labels[0].start()] if labels else region
+    columns = tuple(
+        _Column(" ".join(m.group(0).split()), first_gpu.start() + m.start()) for m in labels
+    )
+    blob = "".join(device_region.split())
+
+    rows, end_index, warnings = _read_rows(
+        lines, header_index, blob, first_gpu.start(), columns
+    )
+    _check_square_and_symmetric(rows)
+    nic_names = _read_nic_legend(lines, end_index)
+    return _build(rows, columns, nic_names, warnings)
+
+
+def _find_header(lines: list[str]) -> int:
+    """Index of the header line: names a GPU and is followed at once by the first row."""
+    lone_header: int | None = None
+    p2p_status: tuple[int, str] | None = None
+    for index, line in enumerate(lines):
+        match = _HEADER_GPU.search(line)
+        if match is None:
+            continue
+        blob = "".join(line[match.start() :].split())
+        following = lines[index + 1].split() if index + 1 < len(lines) else []
+        if len(following) >= 2 and blob.startswith(following[0]):
+            pieces, _ = _split_cells(following[1])
+            if pieces:
+                return index
+            if following[1] in _P2P_STATUS and p2p_status is None:
+                p2p_status = (index + 2, following[1])
+        if lone_header is None and (
+            _COLUMN_LABEL.search(line) or len(_HEADER_GPU.findall(line)) >= 2
+        ):
+            lone_header = index
+    if p2p_status is not None:
+        raise ParseError(
+            "this is an `nvidia-smi topo -p2p` status matrix (cells such as "
+            f"{p2p_status[1]!r}), not a `nvidia-smi topo -m` link matrix",
+            line=p2p_status[0],
+        )
+    if lone_header is not None:
+        raise ParseError(
+            "the matrix header is not followed by a row starting with its first device "
+            "and a link class: the matrix is missing or truncated",
+            line=lone_header + 1,
+        )
+    raise ParseError(
+        "no `nvidia-smi topo -m` matrix found: expected a header line naming GPU0 "
+        "followed by rows of link classes (X, NV#, PIX, PXB, PHB, NODE, SYS)",
+        line=1,
+    )
+
+
+def _split_cells(token: str) -> tuple[tuple[str, ...], str]:
+    """A token as its leading link-class cells, canonical (SOC -> SYS) and with glued runs
+    split, and whatever text follows them."""
+    cached = _piece_cache.get(token)
+    if cached is not None:
+        return cached
+    pieces: list[str] = []
+    pos = 0
+    while pos < len(token):
+        match = _CELL_PIECE.match(token, pos)
+        if match is None:
+            break
+        piece = match.group(0)
+        pieces.append(piece if piece == "X" else normalise_link_class(piece) or piece)
+        pos = match.end()
+    result = (tuple(pieces), token[pos:])
+    if len(_piece_cache) < _PIECE_CACHE_LIMIT:
+        _piece_cache[token] = result
+        if len(pieces) == 1 and pos == len(token):
+            _single_cell[token] = pieces[0]
+    return result
+
+
+def _read_rows(
+    lines: list[str],
+    header_index: int,
+    blob: str,
+    header_start: int,
+    columns: tuple[_Column, ...],
+) -> tuple[list[_Row], int, list[str]]:
+    """Rows under the header until the header's devices are all used; the index after them."""
+    labels: list[str] = []
+    offset = 0
+    index = header_index + 1
+    while offset < len(blob) and index < len(lines):
+        tokens = lines[index].split()
+        if not tokens or not blob.startswith(tokens[0], offset):
+            break
+        labels.append(tokens[0])
+        offset += len(tokens[0])
+        index += 1
+    if offset < len(blob):
+        missing = " ".join(_DEVICE_NAME.findall(blob[offset:]))
+        seen = lines[index].strip() if index < len(lines) else ""
+        what = f"found {seen[:40]!r}" if seen else "the matrix ends"
+        raise ParseError(
+            f"the matrix is truncated: the header on line {header_index + 1} names "
+            f"{missing} but {what} where their rows should be",
+            line=index + 1,
+        )
+
+    size = len(labels)
+    warnings: list[str] = []
+    rows: list[_Row] = []
+    for number, label in enumerate(labels):
+        line_index = header_index + 1 + number
+        line = lines[line_index]
+        cells, found = _row_cells(line, label, labels, line_index + 1)
+        values = _place_values(found, line, columns, header_start, label, line_index + 1, warnings)
+        rows.append(_Row(label, line_index + 1, cells, values))
+    assert len(rows) == size
+    return rows, index, warnings
+
+
+def _row_cells(
+    line: str, label: str, labels: list[str], line_number: int
+) -> tuple[tuple[str, ...], list[_Found]]:
+    """The row's link cells (canonical) and the values that follow them."""
+    size = len(labels)
+    tokens = line.split()
+    # Fast path, the common case: one known cell per token.
+    quick = [_single_cell.get(token) for token in tokens[1 : size + 1]]
+    if len(quick) == size and None not in quick:
+        trailing = [(n, 0, tokens[n]) for n in range(size + 1, len(tokens))]
+        return cast("tuple[str, ...]", tuple(quick)), trailing  # no None: checked above
+    cells: list[str] = []
+    found: list[_Found] = []
+    for number in range(1, len(tokens)):
+        token = tokens[number]
+        if len(cells) == size:
+            found.append((number, 0, token))
+            continue
+        pieces, rest = _split_cells(token)
+        if not pieces:
+            column = labels[len(cells)]
+            if token in _P2P_STATUS:
+                raise ParseError(
+                    "this is an `nvidia-smi topo -p2p` status matrix (cells such as "
+                    f"{token!r}), not a `nvidia-smi topo -m` link matrix",
+                    line=line_number,
+                )
+            if token[0].isdigit() or token in _MISSING:
+                raise ParseError(
+                    f"row {label} has {len(cells)} link cells but the header names "
+                    f"{size} devices (no cell for {column})",
+                    line=line_number,
+                )
+            raise ParseError(
+                f"row {label}, column {column}: {token!r} is not a link class "
+                "(X, NV#, PIX, PXB, PHB, NODE, SYS or SOC)",
+                line=line_number,
+            )
+        room = size - len(cells)
+        if len(pieces) <= room:
+            if rest and len(pieces) < room:
+                raise ParseError(
+                    f"row {label}, column {labels[len(cells) + len(pieces)]}: {token!r} "
+                    "is not a run of link classes",
+                    line=line_number,
+                )
+            cells.extend(pieces)
+            if rest:
+                found.append((number, len(token) - len(rest), rest))
+            continue
+        # A run of cells glued to what follows the last one: keep the rest as a value.
+        cells.extend(pieces[:room])
+        leftover = token[_glued_length(token, room) :]
+        found.append((number, len(token) - len(leftover), leftover))
+    if len(cells) < size:
+        raise ParseError(
+            f"row {label} has {len(cells)} link cells but the header names {size} devices "
+            f"(no cell for {labels[len(cells)]}): the row is truncated",
+            line=line_number,
+        )
+    return tuple(cells), found
+
+
+def _glued_length(token: str, count: int) -> int:
+    """Characters taken by the first `count` cells of a glued run (spellings, not SOC->SYS)."""
+    pos = 0
+    for _ in range(count):
+        match = _CELL_PIECE.match(token, pos)
+        assert match is not None  # the caller split these same pieces
+        pos = match.end()
+    return pos
+
+
+def _with_columns(line: str, found: list[_Found]) -> tuple[int, list[tuple[int, str]]]:
+    """The column of the row's first cell and of each value, in the tab-expanded line."""
+    starts = [m.start() for m in _TOKEN.finditer(line.expandtabs(8))]
+    return starts[1], [(starts[n] + skip, value) for n, skip, value in found]
+
+
+def _place_values(
+    found: list[_Found],
+    line: str,
+    columns: tuple[_Column, ...],
+    header_start: int,
+    label: str,
+    line_number: int,
+    warnings: list[str],
+) -> tuple[str | None, ...]:
+    """One value per header column: in order when all are there, else by position."""
+    count = len(columns)
+    for _, _, token in found:
+        pieces, rest = _split_cells(token)
+        if pieces and not rest:
+            raise ParseError(
+                f"row {label} has more link cells than the header names devices "
+                f"(an extra {token!r})",
+                line=line_number,
+            )
+    if len(found) > count:
+        names = ", ".join(c.name for c in columns) or "none"
+        raise ParseError(
+            f"row {label} has {len(found)} values after its link cells but the header "
+            f"names {count} such columns ({names})",
+            line=line_number,
+        )
+    values: list[str | None] = [None] * count
+    if len(found) == count:
+        for i, (_, _, token) in enumerate(found):
+            values[i] = None if token in _MISSING else token
+        return tuple(values)
+    if not found:
+        return tuple(values)
+    # Fewer values than columns: a value belongs under the first label that starts at or
+    # after it (nvidia-smi's values sit at or left of their wider labels), keeping order and
+    # leaving room for the values still to come. `shift` undoes a row pushed right by a
+    # label wider than a tab stop.
+    first_cell, tokens = _with_columns(line, found)
+    shift = max(0, first_cell - header_start)
+    previous = -1
+    for k, (start, token) in enumerate(tokens):
+        room = count - (len(tokens) - k)
+        chosen = room
+        for i in range(previous + 1, room + 1):
+            if columns[i].start >= start - shift - 1:
+                chosen = i
+                break
+        values[chosen] = None if token in _MISSING else token
+        previous = chosen
+    placed = ", ".join(
+        f"{c.name}={v}" for c, v in zip(columns, values, strict=True) if v is not None
+    )
+    warnings.append(
+        f"line {line_number}: {label} has {len(tokens)} values for {count} columns; "
+        f"placed by position ({placed})"
+    )
+    return tuple(values)
+
+
+def _check_square_and_symmetric(rows: list[_Row]) -> None:
+    ids = [r.label for r in rows]
+    seen: dict[str, int] = {}
+    for row in rows:
+        if row.label in seen:
+            raise ParseError(
+                f"device {row.label} has two rows (lines {seen[row.label]} and {row.line})",
+                line=row.line,
+            )
+        seen[row.label] = row.line
+    for i, row in enumerate(rows):
+        if row.cells[i] != "X":
+            raise ParseError(
+                f"the diagonal cell of {row.label} is {row.cells[i]!r}, expected X",
+                line=row.line,
+            )
+        for j in range(i):
+            mine, theirs = row.cells[j], rows[j].cells[i]
+            if mine == "X":
+                raise ParseError(
+                    f"{row.label}-{ids[j]} is X, but X marks only the diagonal", line=row.line
+                )
+            if mine != theirs:
+                raise ParseError(
+                    f"the matrix is not symmetric: {row.label}-{ids[j]} is {mine} here but "
+                    f"{ids[j]}-{row.label} is {theirs} on line {rows[j].line}",
+                    line=row.line,
+                )
+
+
+def _read_nic_legend(lines: list[str], start: int) -> dict[str, str]:
+    """`NIC<n>: mlx5_<m>` entries after the matrix, up to the next command's output."""
+    names: dict[str, str] = {}
+    for line in lines[start:]:
+        if "nvidia-smi" in line or _HEADER_GPU.search(line):
+            break
+        match = _NIC_LEGEND_ENTRY.match(line)
+        if match:
+            names.setdefault(match.group(1), match.group(2))
+    return names
+
+
+def _build(
+    rows: list[_Row],
+    columns: tuple[_Column, ...],
+    nic_names: dict[str, str],
+    warnings: list[str],
+) -> Topology:
+    fields = [_COLUMN_FIELDS[c.name] for c in columns]
+    gpus: list[tuple[int, Device]] = []
+    nics: list[tuple[int, Device]] = []
+    for position, row in enumerate(rows):
+        attrs = dict(zip(fields, row.values, strict=True))
+        cpu, numa, gpu_numa = (
+            attrs.get("cpu_affinity"), attrs.get("numa_affinity"), attrs.get("gpu_numa_id")
+        )
+        gpu = _GPU_ID.match(row.label)
+        if gpu:
+            device = Device(row.label, "gpu", int(gpu.group(1)), cpu, numa, gpu_numa)
+            gpus.append((position, device))
+        else:
+            # `NIC<n>` needs the legend for its RDMA name; `mlx5_0` and friends are their name.
+            name = nic_names.get(row.label, None if row.label.startswith("NIC") else row.label)
+            device = Device(row.label, "nic", len(nics), cpu, numa, gpu_numa, nic_name=name)
+            nics.append((position, device))
+    ordered = gpus + nics
+    links = [
+        Link(a.id, b.id, rows[pa].cells[pb])
+        for n, (pa, a) in enumerate(ordered)
+        for (pb, b) in ordered[n + 1 :]
+    ]
+    try:
+        return Topology(
+            devices=tuple(d for _, d in ordered), links=tuple(links), warnings=tuple(warnings)
+        )
+    except DocumentError as exc:  # validation above should make this unreachable
+        raise ParseError(f"inconsistent matrix: {exc}", line=rows[0].line) from exc

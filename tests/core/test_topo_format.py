@@ -1,0 +1,419 @@
+"""The `nvidia-smi topo -m` reader against every real sample, and against broken variants."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.core.topo_fixtures import FIXTURES, TOPO_FILES, fixture_text
+from topoweb.core.formats import ParseError, detect_format, parse_text
+from topoweb.core.formats.topo import parse
+from topoweb.core.model import Topology
+
+
+def read(prefix: str) -> Topology:
+    return parse(fixture_text(prefix))
+
+
+def ids(topo: Topology) -> list[str]:
+    return [d.id for d in topo.devices]
+
+
+def gpus(n: int) -> list[str]:
+    return [f"GPU{i}" for i in range(n)]
+
+
+# --- every sample ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", TOPO_FILES)
+def test_every_sample_is_detected_as_a_topology_and_reads_square_and_symmetric(
+    name: str,
+) -> None:
+    text = (FIXTURES / name).read_text()
+    assert detect_format(text) == "topology"
+    topo = parse_text(text)
+    assert isinstance(topo, Topology)
+    n = len(topo.devices)
+    assert len(topo.links) == n * (n - 1) // 2
+    assert topo.warnings == ()
+    for link in topo.links:
+        assert topo.link_class(link.b, link.a) == link.link_class != "X"
+        assert link.link_class != "SOC"
+
+
+# --- one test (or more) per sample ---------------------------------------------------------
+
+
+def test_h200_reads_eight_gpus_then_twelve_nics_named_by_the_legend() -> None:
+    topo = read("topo_01")
+    assert ids(topo) == gpus(8) + [f"NIC{i}" for i in range(12)]
+    assert [d.nic_name for d in topo.nics] == [f"mlx5_{i}" for i in range(12)]
+    assert [d.index for d in topo.nics] == list(range(12))
+    assert {lnk.link_class for lnk in topo.gpu_links()} == {"NV18"}
+    assert topo.link_class("GPU0", "NIC0") == "PXB"
+    assert topo.link_class("GPU1", "NIC3") == "PXB"
+    assert topo.link_class("GPU4", "NIC6") == "PXB"
+    assert topo.link_class("GPU0", "NIC6") == "SYS"
+    assert topo.link_class("NIC1", "NIC2") == "PIX"
+    assert topo.link_class("NIC10", "NIC11") == "NODE"
+
+
+def test_h200_affinity_columns_survive_the_empty_cell_and_n_a_becomes_none() -> None:
+    topo = read("topo_01")
+    assert topo.gpu(0).cpu_affinity == "0-55,112-167"
+    assert topo.gpu(0).numa_affinity == "0"
+    assert topo.gpu(7).cpu_affinity == "56-111,168-223"
+    assert topo.gpu(7).numa_affinity == "1"
+    assert {d.gpu_numa_id for d in topo.gpus} == {None}
+    nic = topo.device("NIC11")
+    assert (nic.cpu_affinity, nic.numa_affinity, nic.gpu_numa_id) == (None, None, None)
+
+
+def test_p40_reads_soc_as_sys_and_names_mlx5_directly() -> None:
+    topo = read("topo_03")
+    assert ids(topo) == gpus(8) + ["mlx5_0"]
+    assert topo.device("mlx5_0").kind == "nic"
+    assert topo.device("mlx5_0").nic_name == "mlx5_0"
+    assert topo.link_class("GPU0", "mlx5_0") == "SYS"
+    assert topo.link_class("GPU0", "GPU1") == "PIX"
+    assert topo.link_class("GPU0", "GPU4") == "PXB"
+    assert topo.gpu(5).cpu_affinity == "0-13"
+    assert topo.gpu(5).numa_affinity is None
+
+
+def test_seven_gpu_space_aligned_sample_reads_pix_and_phb() -> None:
+    topo = read("topo_04")
+    assert ids(topo) == gpus(7)
+    assert topo.link_class("GPU0", "GPU2") == "PIX"
+    assert topo.link_class("GPU2", "GPU3") == "PHB"
+    assert topo.link_class("GPU5", "GPU6") == "PIX"
+    assert topo.gpu(6).cpu_affinity == "0-19"
+
+
+def test_m60_header_without_indent_reads_two_gpus() -> None:
+    topo = read("topo_05")
+    assert ids(topo) == gpus(2)
+    assert topo.link_class("GPU0", "GPU1") == "SYS"
+    assert topo.gpu(1).cpu_affinity == "0-11"
+
+
+def test_nimbix_sample_skips_the_prompt_and_reads_mlx5_rows() -> None:
+    topo = read("topo_06")
+    assert ids(topo) == gpus(4) + ["mlx5_0"]
+    assert topo.link_class("GPU2", "mlx5_0") == "PHB"
+    assert topo.link_class("GPU0", "mlx5_0") == "SYS"
+    assert topo.gpu(2).cpu_affinity == "8-15"
+
+
+def test_dgx1_glued_header_reads_the_hybrid_cube_mesh_and_odd_nic_order() -> None:
+    topo = read("topo_07")
+    assert ids(topo) == gpus(8) + ["mlx5_0", "mlx5_2", "mlx5_1", "mlx5_3"]
+    assert [d.index for d in topo.nics] == [0, 1, 2, 3]
+    # GPU0 has NVLinks to GPU1-4 and none to GPU5-7: the cube's cross edge is GPU0-GPU4.
+    assert [topo.link_class("GPU0", f"GPU{i}") for i in range(1, 8)] == [
+        "NV1", "NV1", "NV1", "NV1", "SYS", "SYS", "SYS"
+    ]
+    assert topo.link_class("GPU5", "GPU1") == "NV1"
+    assert topo.link_class("GPU6", "GPU2") == "NV1"
+    assert topo.link_class("GPU0", "mlx5_0") == "PIX"
+    assert topo.link_class("GPU0", "mlx5_1") == "PHB"
+    assert topo.link_class("GPU7", "mlx5_3") == "PIX"
+    assert topo.gpu(3).cpu_affinity == "1-1"
+
+
+def test_k80_reads_mlx4_after_a_prompt_and_blank_line() -> None:
+    topo = read("topo_08")
+    assert ids(topo) == gpus(4) + ["mlx4_0"]
+    assert topo.device("mlx4_0").nic_name == "mlx4_0"
+    assert topo.link_class("GPU3", "mlx4_0") == "PHB"
+    assert topo.gpu(0).cpu_affinity == "0-3"
+
+
+def test_rtx6000ada_space_aligned_numa_columns_and_nic_legend() -> None:
+    topo = read("topo_09")
+    assert ids(topo) == gpus(4) + ["NIC0", "NIC1", "NIC2", "NIC3"]
+    assert [d.nic_name for d in topo.nics] == ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
+    assert [(d.cpu_affinity, d.numa_affinity, d.gpu_numa_id) for d in topo.gpus] == [
+        ("0-31", "0", None), ("0-31", "0", None), ("32-63", "1", None), ("32-63", "1", None)
+    ]
+    assert topo.link_class("GPU0", "GPU2") == "SYS"
+    assert topo.link_class("NIC2", "NIC3") == "PIX"
+
+
+def test_threadripper_two_gpus_phb_and_two_nics() -> None:
+    topo = read("topo_10")
+    assert ids(topo) == ["GPU0", "GPU1", "NIC0", "NIC1"]
+    assert topo.link_class("GPU0", "GPU1") == "PHB"
+    assert topo.link_class("NIC0", "NIC1") == "PIX"
+    assert topo.gpu(1).cpu_affinity == "0-23"
+
+
+def test_indented_v100_reads_the_nv1_nv2_mesh() -> None:
+    topo = read("topo_12")
+    assert ids(topo) == gpus(8) + ["mlx5_0"]
+    assert [topo.link_class("GPU0", f"GPU{i}") for i in range(1, 8)] == [
+        "NV2", "NV2", "NV1", "NV1", "NODE", "NODE", "NODE"
+    ]
+    assert topo.link_class("GPU3", "GPU7") == "NV2"
+    assert sum(1 for lnk in topo.gpu_links() if lnk.link_class == "NV2") == 8
+    assert sum(1 for lnk in topo.gpu_links() if lnk.link_class == "NV1") == 8
+
+
+def test_polaris_mixed_separator_header_reads_both_affinity_columns() -> None:
+    topo = read("topo_13")
+    assert ids(topo) == gpus(4) + ["mlx5_0", "mlx5_1"]
+    assert [d.numa_affinity for d in topo.gpus] == ["3", "2", "1", "0"]
+    assert topo.gpu(0).cpu_affinity == "24-31,56-63"
+    assert topo.gpu(3).cpu_affinity == "0-7,32-39"
+    assert topo.link_class("GPU3", "mlx5_0") == "PHB"
+    assert topo.link_class("GPU1", "mlx5_1") == "PHB"
+
+
+def test_timestamped_a100_reads_odd_affinity_strings_as_printed() -> None:
+    topo = read("topo_15")
+    assert ids(topo) == gpus(4) + ["NIC0"]
+    assert topo.device("NIC0").nic_name == "mlx5_0"
+    assert topo.gpu(2).cpu_affinity == "0,64"
+    assert topo.gpu(2).numa_affinity == "0-3"
+    assert topo.link_class("GPU3", "NIC0") == "PHB"
+
+
+def test_rtx3090_bridge_ignores_the_trailing_prompt() -> None:
+    topo = read("topo_17")
+    assert ids(topo) == gpus(2)
+    assert topo.link_class("GPU0", "GPU1") == "NV4"
+    assert topo.link("GPU0", "GPU1").nvlinks == 4
+    assert (topo.gpu(0).numa_affinity, topo.gpu(0).gpu_numa_id) == ("0", None)
+
+
+def test_a100_pcie_reads_comma_list_affinity() -> None:
+    topo = read("topo_18")
+    assert topo.gpu(0).cpu_affinity == "0,2,4,6,8,10"
+    assert topo.gpu(3).cpu_affinity == "1,3,5,7,9,11"
+    assert topo.link_class("GPU1", "mlx5_0") == "NODE"
+
+
+def test_della_a100_sxm_reads_nv4_and_mlx5() -> None:
+    topo = read("topo_20")
+    assert {lnk.link_class for lnk in topo.gpu_links()} == {"NV4"}
+    assert topo.link_class("GPU2", "mlx5_0") == "SYS"
+    assert topo.gpu(2).numa_affinity == "1"
+
+
+def test_h100_without_nic_or_legend_reads_wide_affinity() -> None:
+    topo = read("topo_22")
+    assert ids(topo) == gpus(8)
+    assert topo.gpu(4).cpu_affinity == "96-191,288-383"
+    assert topo.gpu(4).numa_affinity == "1"
+    assert topo.nics == ()
+
+
+def test_single_visible_gpu_with_one_nic_under_a_prefix_line() -> None:
+    topo = read("topo_25")
+    assert ids(topo) == ["GPU0", "NIC0"]
+    assert topo.link_class("GPU0", "NIC0") == "PHB"
+    assert topo.gpu(0).cpu_affinity == "0-251"
+    assert topo.device("NIC0").nic_name == "mlx5_0"
+
+
+def test_dgx_a100_twelve_mlx5_columns_named_directly() -> None:
+    topo = read("topo_26")
+    assert ids(topo) == gpus(8) + [f"mlx5_{i}" for i in range(12)]
+    assert topo.device("mlx5_11").nic_name == "mlx5_11"
+    assert topo.link_class("GPU0", "mlx5_1") == "PXB"
+    assert topo.link_class("mlx5_4", "mlx5_5") == "PIX"
+    assert [d.numa_affinity for d in topo.gpus] == ["3", "3", "1", "1", "7", "7", "5", "5"]
+
+
+def test_a100_with_four_nics_leaves_gpu4_to_7_far_from_every_nic() -> None:
+    topo = read("topo_28")
+    assert {topo.link_class(f"GPU{g}", f"NIC{n}") for g in range(4, 8) for n in range(4)} == {
+        "SYS"
+    }
+    assert topo.link_class("GPU2", "NIC3") == "PXB"
+    assert topo.gpu(5).cpu_affinity == "32-63,96-127"
+
+
+def test_v100_nic0_without_legend_has_no_nic_name() -> None:
+    topo = read("topo_29")
+    assert ids(topo) == gpus(8) + ["NIC0"]
+    assert topo.device("NIC0").nic_name is None
+    assert topo.link_class("GPU4", "NIC0") == "PIX"
+    assert topo.gpu(0).cpu_affinity == "0-3,8-11"
+
+
+def test_slurm_noise_before_the_matrix_is_skipped() -> None:
+    topo = read("topo_31")
+    assert ids(topo) == gpus(8) + ["mlx5_0", "mlx5_1"]
+    assert topo.link_class("GPU0", "GPU7") == "NV2"
+    assert topo.link_class("GPU3", "GPU4") == "NV1"
+    assert topo.link_class("GPU6", "mlx5_1") == "PIX"
+
+
+def test_trailing_p2p_status_matrix_is_not_read_as_topology() -> None:
+    topo = read("topo_32")
+    assert ids(topo) == gpus(2)
+    assert topo.link_class("GPU0", "GPU1") == "PIX"
+    assert topo.gpu(0).cpu_affinity == "24-47,72-95"
+
+
+def test_banners_around_an_all_node_matrix() -> None:
+    topo = read("topo_34")
+    assert ids(topo) == gpus(4)
+    assert {lnk.link_class for lnk in topo.links} == {"NODE"}
+    assert topo.gpu(3).cpu_affinity == "0-119"
+
+
+def test_l40s_after_a_redacted_prompt() -> None:
+    topo = read("topo_36")
+    assert ids(topo) == gpus(4) + ["NIC0", "NIC1"]
+    assert topo.link_class("GPU2", "NIC1") == "NODE"
+    assert topo.link_class("NIC0", "NIC1") == "PIX"
+
+
+def test_h20_merged_cells_are_split_into_valid_symmetric_classes() -> None:
+    topo = read("topo_38")
+    assert ids(topo) == gpus(8) + [f"NIC{i}" for i in range(36)]
+    assert topo.device("NIC32").nic_name == "mlx5_bond_0"
+    assert topo.device("NIC35").nic_name == "mlx5_bond_3"
+    # `NODENODE` under NIC12/NIC13 and `NODEPIX` under NIC34/NIC35 in GPU0's row.
+    assert topo.link_class("GPU0", "NIC12") == "NODE"
+    assert topo.link_class("GPU0", "NIC13") == "NODE"
+    assert topo.link_class("GPU0", "NIC34") == "NODE"
+    assert topo.link_class("GPU0", "NIC35") == "PIX"
+    assert topo.link_class("GPU2", "NIC34") == "PIX"
+    # ` X PIX` and `PIX X` on the diagonal; ` X NODE` and `NODE X ` at the end.
+    assert topo.link_class("NIC12", "NIC13") == "PIX"
+    assert topo.link_class("NIC34", "NIC35") == "NODE"
+    assert topo.gpu(4).cpu_affinity == "70-99,102-107"
+    assert topo.gpu(4).numa_affinity == "1"
+
+
+def test_rtx5090_pair_reads_phb() -> None:
+    topo = read("topo_41")
+    assert ids(topo) == gpus(2)
+    assert topo.link_class("GPU0", "GPU1") == "PHB"
+    assert topo.gpu(1).cpu_affinity == "0-63"
+
+
+# --- variants made in the test from real text ----------------------------------------------
+
+
+def test_topo_mp_output_with_pcie_classes_only_reads() -> None:
+    text = fixture_text("topo_12")
+    for nv in ("NV1", "NV2"):
+        text = text.replace(f" {nv} ", " NODE")
+    topo = parse(text)
+    assert {lnk.link_class for lnk in topo.gpu_links()} == {"NODE"}
+
+
+def test_tab_separated_and_space_aligned_forms_read_the_same() -> None:
+    text = fixture_text("topo_01")
+    assert parse(text.expandtabs(8)) == parse(text)
+
+
+def test_a_missing_middle_value_is_placed_by_position_with_a_warning() -> None:
+    text = fixture_text("topo_09").replace(
+        "0-31    0               N/A", "0-31                    N/A", 1
+    )
+    topo = parse(text)
+    assert topo.gpu(0).cpu_affinity == "0-31"
+    assert topo.gpu(0).numa_affinity is None
+    assert topo.gpu(1).numa_affinity == "0"
+    assert len(topo.warnings) == 1
+    assert "line 3" in topo.warnings[0] and "GPU0" in topo.warnings[0]
+
+
+def test_a_header_on_the_same_line_as_the_nvidia_topology_prefix_reads() -> None:
+    text = fixture_text("topo_25").replace("NVIDIA Topology: \n", "NVIDIA Topology: ")
+    assert ids(parse(text)) == ["GPU0", "NIC0"]
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+def error(text: str) -> ParseError:
+    with pytest.raises(ParseError) as info:
+        parse(text)
+    return info.value
+
+
+def test_it_rejects_an_empty_file() -> None:
+    assert error("").message == "the input is empty"
+    assert error("\n  \n").line == 1
+
+
+def test_it_rejects_binary_junk_naming_the_line() -> None:
+    exc = error("GPU0\tGPU1\nGPU0\t X \x00\x01\x02\xff")
+    assert exc.line == 2
+    assert "binary" in exc.message
+
+
+def test_it_rejects_a_random_paragraph() -> None:
+    exc = error("Our GPUs are fast.\nWe wired them carefully,\nand the benchmarks agree.\n")
+    assert "no `nvidia-smi topo -m` matrix found" in exc.message
+
+
+def test_it_rejects_a_truncated_matrix_naming_the_line() -> None:
+    lines = fixture_text("topo_01").splitlines()
+    exc = error("\n".join(lines[:8]))  # prompt, header, GPU0..GPU5
+    assert exc.line == 9
+    assert "truncated" in exc.message
+    assert "GPU6 GPU7 NIC0" in exc.message
+
+
+def test_it_rejects_a_row_with_a_missing_cell_naming_the_row() -> None:
+    lines = fixture_text("topo_04").splitlines()
+    lines[3] = lines[3].replace("PIX      X      PHB", "PIX      X")
+    exc = error("\n".join(lines))
+    assert exc.line == 4
+    assert "row GPU2 has 6 link cells" in exc.message
+
+
+def test_it_rejects_an_asymmetric_cell_naming_the_pair_and_the_line() -> None:
+    text = fixture_text("topo_12").replace(
+        "  GPU5    NODE    NV2 ", "  GPU5    NODE    PIX ", 1
+    )
+    exc = error(text)
+    assert exc.line == 8
+    assert "not symmetric" in exc.message
+    assert "GPU5-GPU1 is PIX here but GPU1-GPU5 is NV2 on line 4" in exc.message
+
+
+def test_it_rejects_a_diagonal_that_is_not_x() -> None:
+    text = fixture_text("topo_05").replace("GPU1    SOC     X ", "GPU1    SOC     SOC ")
+    exc = error(text)
+    assert exc.line == 3
+    assert "diagonal" in exc.message
+
+
+def test_it_rejects_an_unknown_cell_naming_the_column() -> None:
+    text = fixture_text("topo_10").replace(
+        "NIC1    NODE    NODE    PIX", "NIC1    NODE    QPI     PIX"
+    )
+    exc = error(text)
+    assert exc.line == 6
+    assert "'QPI' is not a link class" in exc.message
+    assert "column GPU1" in exc.message
+
+
+def test_it_rejects_a_lone_p2p_status_matrix() -> None:
+    text = "\n".join(fixture_text("topo_32").splitlines()[15:])  # from the -p2p prompt on
+    exc = error(text)
+    assert "`nvidia-smi topo -p2p` status matrix" in exc.message
+    assert exc.line == 3  # the first row, " GPU0   X       NS"
+    with pytest.raises(ParseError, match="status matrix"):
+        parse_text(text)
+
+
+def test_it_rejects_a_header_with_no_rows() -> None:
+    exc = error("$ nvidia-smi topo -m\n\tGPU0\tGPU1\tCPU Affinity\n\nLegend:\n")
+    assert exc.line == 2
+    assert "not followed by a row" in exc.message
+
+
+def test_it_rejects_a_duplicated_device_row() -> None:
+    text = "\tGPU0\tGPU0\nGPU0\t X \tPIX\nGPU0\tPIX\t X \n"
+    exc = error(text)
+    assert exc.line == 3
+    assert "two rows" in exc.message
