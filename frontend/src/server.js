@@ -82,8 +82,9 @@ async function loadGraph() {
   const gpus = cy.nodes().filter((n) => kindOf(n) === "gpu").length;
   const nics = cy.nodes().filter((n) => kindOf(n) === "nic").length;
   status.textContent = `${gpus} GPUs · ${nics} NICs · ${cy.edges().length} edges · laid out in ${Math.round(performance.now() - t0)} ms`;
-  document.body.dataset.graphReady = "1";
+  window.topowebLayoutMs = performance.now() - t0;
   window.topowebLayoutDone = performance.now();
+  document.body.dataset.graphReady = "1";
 }
 
 // --- matrix view ------------------------------------------------------------------------
@@ -290,6 +291,8 @@ async function main() {
   $("fit-graph").addEventListener("click", () => cy && cy.fit(undefined, 24));
   $("clear-selection").addEventListener("click", () => { if (cy) { clearHighlight(cy); colourGroups(cy, []); } clear($("placement-result")); });
   $("placement-form").addEventListener("submit", place);
+  // The graph needs nothing from the detail: start it at once, it is what people wait for.
+  const graph = loadGraph().catch((err) => showError($("graph-status"), err));
   try {
     detail = await getJSON(`${base}/`);
   } catch (err) {
@@ -297,14 +300,14 @@ async function main() {
     $("server-summary").textContent = "";
     return;
   }
+  renderSummary(detail);
+  renderFindings(detail.findings);
   if (detail.latest_snapshot_id != null) {
     const snap = await getJSON(`snapshots/${detail.latest_snapshot_id}/`).catch(() => null);
     topology = snap ? snap.document : null;
   }
-  renderSummary(detail);
-  renderFindings(detail.findings);
   await Promise.all([
-    loadGraph().catch((err) => showError($("graph-status"), err)),
+    graph,
     loadBenchmarks().catch((err) => showError($("bench-plot"), err)),
     loadHistory().catch((err) => showError($("history-diff"), err)),
     loadPresets(),
