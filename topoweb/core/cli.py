@@ -10,9 +10,13 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from topoweb.core.costs import COLLECTIVES, build_model, collective_cost
 from topoweb.core.formats import ParseError, parse_text
+from topoweb.core.ledger import Layout
+from topoweb.core.model import Topology
+from topoweb.core.placement import place
 
 EXIT_BAD_INPUT = 2
 
@@ -41,12 +45,94 @@ def cmd_parse(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"{args.file}: {exc}") from exc
 
 
+def _topology(path: str) -> Topology:
+    text = read_input(path)
+    try:
+        parsed = parse_text(text, expected="topology")
+    except ParseError as exc:
+        raise UsageError(f"{path}: {exc}") from exc
+    assert isinstance(parsed, Topology)
+    return parsed
+
+
+def _index_list(value: str, flag: str) -> list[int]:
+    try:
+        out = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError as exc:
+        raise UsageError(f"{flag}: expected comma-separated GPU indices, got {value!r}") from exc
+    if not out:
+        raise UsageError(f"{flag}: no GPU index given")
+    return out
+
+
+def cmd_cost(args: argparse.Namespace) -> dict[str, Any]:
+    topo = _topology(args.file)
+    gpus = _index_list(args.gpus, "--gpus")
+    try:
+        model = build_model(topo, args.gpu_model)
+        cost = collective_cost(model, args.collective, gpus, args.bytes)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    return {
+        "collective": cost.collective,
+        "gpus": gpus,
+        "bytes": cost.bytes,
+        "time_us": round(cost.time_us, 3),
+        "algbw_gbps": round(cost.algbw_gbps, 3),
+        "busbw_gbps": round(cost.busbw_gbps, 3),
+        "bottleneck": cost.bottleneck,
+    }
+
+
+def cmd_place(args: argparse.Namespace) -> dict[str, Any]:
+    topo = _topology(args.file)
+    free = _index_list(args.free, "--free") if args.free is not None else None
+    try:
+        model = build_model(topo, args.gpu_model)
+        layout = Layout(args.tp, args.pp, args.dp, args.ep)
+        result = place(model, layout, free)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    groups = {k: [list(g) for g in v] for k, v in result.groups.items()
+              if k != "ep" or args.ep > 1}
+    return {
+        "groups": groups,
+        "predicted_step_comm_us": round(result.step_comm_us, 3),
+        "naive_step_comm_us": round(result.naive_step_comm_us, 3),
+    }
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr and exit 2, like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m topoweb.core.cli", description=__doc__)
+    parser = _Parser(prog="python -m topoweb.core.cli", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("parse", help="parse topo -m, nccl-tests or p2p output into JSON")
     p.add_argument("file", help="path to the output file, or - for standard input")
     p.set_defaults(handler=cmd_parse)
+
+    c = sub.add_parser("cost", help="predict one collective on a set of GPUs")
+    c.add_argument("file", help="nvidia-smi topo -m output, or - for standard input")
+    c.add_argument("--collective", required=True, choices=COLLECTIVES)
+    c.add_argument("--gpus", required=True, help="comma-separated GPU indices, e.g. 0,1,2,3")
+    c.add_argument("--bytes", required=True, type=int, help="message size as nccl-tests counts")
+    c.add_argument("--gpu-model", help='NVML GPU name, e.g. "NVIDIA H100 80GB HBM3"')
+    c.set_defaults(handler=cmd_cost)
+
+    pl = sub.add_parser("place", help="best rank-to-GPU mapping for a TP x PP x DP job")
+    pl.add_argument("file", help="nvidia-smi topo -m output, or - for standard input")
+    for flag in ("--tp", "--pp", "--dp"):
+        pl.add_argument(flag, type=int, required=True)
+    pl.add_argument("--ep", type=int, default=1)
+    pl.add_argument("--free", help="comma-separated free GPU indices (default: all)")
+    pl.add_argument("--gpu-model", help="NVML GPU name")
+    pl.set_defaults(handler=cmd_place)
     return parser
 
 

@@ -1,0 +1,100 @@
+"""The `cost` and `place` commands: the exact JSON contract and one-line errors (exit 2).
+
+They read a small tab-separated topo -m text (the layout of topo_22) and so need the real
+topo reader, which lands from its own branch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# An HGX H100 8-GPU board without NICs, as nvidia-smi prints it (see topo_22).
+_HEADER = "\t" + "\t".join(f"GPU{i}" for i in range(8)) + "\tCPU Affinity\tNUMA Affinity\n"
+H100_TOPO = _HEADER + "".join(
+    f"GPU{i}\t" + "\t".join(" X " if i == j else "NV18" for j in range(8))
+    + f"\t{'0-95' if i < 4 else '96-191'}\t{0 if i < 4 else 1}\n"
+    for i in range(8)
+)
+# Four L40S-style PCIe cards, two per socket (see topo_36).
+PCIE_TOPO = (
+    "\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity\n"
+    "GPU0\t X \tNODE\tSYS\tSYS\t0-95\t0\n"
+    "GPU1\tNODE\t X \tSYS\tSYS\t0-95\t0\n"
+    "GPU2\tSYS\tSYS\t X \tNODE\t96-191\t1\n"
+    "GPU3\tSYS\tSYS\tNODE\t X \t96-191\t1\n"
+)
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "topoweb.core.cli", *args],
+                          capture_output=True, text=True, check=False)
+
+
+@pytest.fixture
+def h100(tmp_path: Path) -> str:
+    path = tmp_path / "h100.txt"
+    path.write_text(H100_TOPO)
+    return str(path)
+
+
+def test_cost_prints_the_contract_for_an_nvswitch_all_reduce(h100: str) -> None:
+    out = _run("cost", h100, "--collective", "all_reduce", "--gpus", "0,1,2,3",
+               "--bytes", "268435456", "--gpu-model", "NVIDIA H100 80GB HBM3")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert list(doc) == ["collective", "gpus", "bytes", "time_us", "algbw_gbps", "busbw_gbps",
+                         "bottleneck"]
+    assert (doc["collective"], doc["gpus"], doc["bytes"]) == ("all_reduce", [0, 1, 2, 3],
+                                                              268435456)
+    # 1.5 x 268435456 B / 360 GB/s + 6 x 2 us
+    assert doc["time_us"] == pytest.approx(1.5 * 268435456 / 360e3 + 12, rel=1e-3)
+    assert doc["busbw_gbps"] == pytest.approx(doc["algbw_gbps"] * 1.5, rel=1e-3)
+    assert doc["bottleneck"].startswith("NVSwitch port of GPU")
+
+
+def test_place_prints_groups_and_both_step_times(tmp_path: Path) -> None:
+    path = tmp_path / "pcie.txt"
+    path.write_text(PCIE_TOPO)
+    out = _run("place", str(path), "--tp", "2", "--pp", "1", "--dp", "2")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert list(doc) == ["groups", "predicted_step_comm_us", "naive_step_comm_us"]
+    assert doc["groups"]["tp"] == [[0, 1], [2, 3]]
+    assert doc["groups"]["dp"] == [[0, 2], [1, 3]]
+    assert doc["predicted_step_comm_us"] <= doc["naive_step_comm_us"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["place", "{f}", "--tp", "4", "--pp", "2", "--dp", "2"], "does not match the 8 free"),
+        (["place", "{f}", "--tp", "2", "--pp", "1", "--dp", "1", "--free", "0,9"],
+         "unknown GPU index 9"),
+        (["cost", "{f}", "--collective", "all_reduce", "--gpus", "0,x", "--bytes", "8"],
+         "--gpus"),
+        (["cost", "{f}", "--collective", "all_reduce", "--gpus", "3", "--bytes", "8"],
+         "at least two GPUs"),
+        (["cost", "{f}", "--collective", "allreduce", "--gpus", "0,1", "--bytes", "8"],
+         "invalid choice"),
+        (["cost", "/nonexistent/topo.txt", "--collective", "all_reduce", "--gpus", "0,1",
+          "--bytes", "8"], "cannot read"),
+    ],
+)
+def test_bad_requests_exit_2_with_one_line(h100: str, args: list[str], message: str) -> None:
+    out = _run(*[a.replace("{f}", h100) for a in args])
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert message in out.stderr
+    assert out.stderr.count("\n") == 1
+
+
+def test_a_file_that_is_not_topo_output_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "nccl.txt"
+    path.write_text("# nThread 1 nGpus 8 minBytes 64\n")
+    out = _run("cost", str(path), "--collective", "all_reduce", "--gpus", "0,1", "--bytes", "8")
+    assert out.returncode == 2
+    assert "expected topology output" in out.stderr

@@ -1,0 +1,124 @@
+"""Rank->GPU mapping search (exact vs brute force, large servers), k-GPU selection, affinity."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+
+from tests.core import topologies as T
+from topoweb.core.costs import build_model
+from topoweb.core.ledger import Layout
+from topoweb.core.placement import StepCost, affinity, place, rank_groups, select_gpus
+
+
+def test_megatron_order_puts_tp_fastest_then_dp_then_pp() -> None:
+    groups = rank_groups(tuple(range(8)), Layout(2, 2, 2))
+    assert groups["tp"] == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert groups["dp"] == [(0, 2), (1, 3), (4, 6), (5, 7)]
+    assert groups["pp"] == [(0, 4), (1, 5), (2, 6), (3, 7)]
+
+
+@pytest.mark.parametrize(
+    ("build", "gpu", "layout"),
+    [
+        (T.dgx1_v100_mesh, "Tesla V100-SXM2-32GB", Layout(4, 2, 1)),
+        (T.pcie_only_8gpu, "NVIDIA H100 PCIe", Layout(2, 1, 4)),
+        (T.l40s_4gpu, "NVIDIA L40S", Layout(2, 1, 2)),
+    ],
+    ids=["dgx1-tp4-pp2", "pcie8-tp2-dp4", "l40s-tp2-dp2"],
+)
+def test_the_exact_search_matches_brute_force_over_every_mapping(
+    build: object, gpu: str, layout: Layout
+) -> None:
+    model = build_model(build(), gpu)  # type: ignore[operator]
+    result = place(model, layout)
+    cost = StepCost(model, layout)
+    brute = min(cost(p) for p in itertools.permutations(sorted(model.gpu_ids)))
+    assert result.search == "exact"
+    assert result.step_comm_us == pytest.approx(brute)
+    assert cost(result.mapping) == pytest.approx(result.step_comm_us)
+
+
+def test_on_the_dgx1_mesh_a_pipeline_follows_the_nv2_cycle() -> None:
+    model = build_model(T.dgx1_v100_mesh(), "Tesla V100-SXM2-32GB")
+    result = place(model, Layout(1, 8, 1))
+    (chain,) = result.groups["pp"]
+    hops = zip(chain, chain[1:], strict=False)
+    classes = {model.topo.link_class(f"GPU{a}", f"GPU{b}") for a, b in hops}
+    assert classes == {"NV2"}
+    assert result.improvement > 0.5  # index order crosses NV1 and PCIe hops
+    assert result.naive_step_comm_us > result.step_comm_us
+
+
+def test_tp_takes_the_nvlink_bridges_that_the_naive_order_splits() -> None:
+    # Four PCIe cards on two sockets with NV4 bridges across slots 0-2 and 1-3: index order
+    # would pair 0 with 1 and 2 with 3, both over PCIe.
+    def cls(a: int, b: int) -> str:
+        if {a, b} in ({0, 2}, {1, 3}):
+            return "NV4"
+        return "NODE" if a // 2 == b // 2 else "SYS"
+
+    model = build_model(T.from_function(4, cls, lambda i: i // 2), "NVIDIA RTX A6000")
+    result = place(model, Layout(2, 1, 2))
+    assert sorted(map(sorted, result.groups["tp"])) == [[0, 2], [1, 3]]
+    tp = next(d for d in result.per_dimension if d.dimension == "tp")
+    assert tp.bottleneck_class == "nvlink"
+    assert "NVLink NV4" in tp.bottleneck
+    assert result.improvement > 0.25
+
+
+def test_larger_servers_are_searched_fast_and_never_worse_than_naive() -> None:
+    for build, layout in ((T.pcie_nv4_pairs_16gpu, Layout(2, 2, 4)),
+                          (T.pcie_nv4_pairs_16gpu, Layout(4, 1, 4)),
+                          (T.nvl72, Layout(8, 9, 1))):
+        model = build_model(build())
+        start = time.perf_counter()
+        result = place(model, layout, time_budget_s=0.3)
+        assert time.perf_counter() - start < 1.0
+        assert result.step_comm_us <= result.naive_step_comm_us
+
+
+def test_an_impossible_job_is_refused_with_the_arithmetic() -> None:
+    model = build_model(T.l40s_4gpu())
+    with pytest.raises(ValueError, match=r"2 x 2 x 2 = 8 does not match the 4 free GPUs"):
+        place(model, Layout(2, 2, 2))
+    with pytest.raises(ValueError, match="unknown GPU index 9"):
+        place(model, Layout(2, 1, 1), free=[0, 9])
+
+
+def test_k_gpu_selection_prefers_an_nv4_pair_and_leaves_the_other_pair_whole() -> None:
+    model = build_model(T.pcie_nv4_pairs_16gpu())
+    best = select_gpus({"node-a": (model, [0, 1, 2, 3])}, 2)
+    assert best[0].gpus in ((0, 1), (2, 3))
+    assert best[0].busbw_gbps == pytest.approx(80.0, rel=0.01)
+    assert best[0].leftover_busbw_gbps == pytest.approx(80.0, rel=0.01)
+    assert "NVLink NV4" in best[0].reason and "leaves GPUs" in best[0].reason
+
+
+def test_k_gpu_selection_over_many_servers_ranks_the_nvswitch_box_first() -> None:
+    servers = {
+        "pcie": (build_model(T.pcie_only_8gpu(), "NVIDIA H100 PCIe"), range(8)),
+        "hgx": (build_model(T.h100_nv18_no_nic(), "NVIDIA H100 80GB HBM3"), [0, 3, 5, 6]),
+    }
+    best = select_gpus(servers, 4, top=3)
+    assert best[0].server == "hgx"
+    assert best[0].gpus == (0, 3, 5, 6)
+    with pytest.raises(ValueError, match="no server has 9 free GPUs"):
+        select_gpus(servers, 9)
+
+
+def test_affinity_names_nearest_nics_numa_and_warns_where_no_nic_is_local() -> None:
+    advice = affinity(build_model(T.h200_nv18_12nic()))
+    gpu1 = advice.gpus[1]
+    assert (gpu1.nearest_nics, gpu1.nic_class, gpu1.numa_node) == (("mlx5_3",), "PXB",
+                                                                    "NUMA node 0")
+    assert gpu1.cpu_list == "0-55,112-167"
+    assert advice.binding_hints[1] == (
+        "GPU1: numactl --cpunodebind=0 --membind=0; NCCL_IB_HCA=mlx5_3")
+    assert all(g.warning is None for g in advice.gpus)
+    l40s = affinity(build_model(T.l40s_4gpu()))
+    assert [g.gpu for g in l40s.gpus if g.warning] == [0, 1]
+    assert "no NIC on its NUMA node (NUMA node 0)" in (l40s.gpus[0].warning or "")
+    assert l40s.cuda_visible_devices == "0,1,2,3"

@@ -1,0 +1,255 @@
+"""Per-link-class bandwidth and latency defaults by GPU generation (../shared/DOMAIN.md s2).
+
+Every bandwidth here is PER DIRECTION in GB/s (1e9 bytes/s); vendor figures quoted
+bidirectional (H100 "900 GB/s") are halved before they get here. Figures are defaults the
+cost model can override (calibration, explicit PCIe generation/width)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from topoweb.core.model import Topology, nvlink_count
+
+# NCCL reaches about 80 % of NVLink line rate (DOMAIN.md s2: "Effective NVLink bandwidth in
+# NCCL is about 80 % of line rate (H100 NV18 ~370 GB/s)").
+NCCL_NVLINK_EFFICIENCY = 0.80
+# P2P DMA reaches ~85-90 % of PCIe line rate (DOMAIN.md s2); the low end, because
+# p2pBandwidthLatencyTest on Gen4 x16 (p2p_05/p2p_06 fixtures) shows 26.3 of 31.5 GB/s.
+P2P_PCIE_EFFICIENCY = 0.85
+# Copies between GPUs without P2P are staged through host memory: a device-to-host copy then
+# a host-to-device copy, one after the other, so each byte costs two PCIe transfers.
+HOST_STAGED_COPIES = 2
+
+# Per-link NVLink rate, per direction (DOMAIN.md s2 table, "per-link" column).
+NVLINK_PER_LINK_GBPS: dict[str, float] = {
+    "NVLink1": 20.0,
+    "NVLink2": 25.0,
+    "NVLink3": 25.0,
+    "NVLink3-bridge": 14.0,  # RTX 3090 / A6000 (sm86) bridge
+    "NVLink4": 25.0,
+    "NVLink5": 50.0,
+}
+
+# PCIe transfer rate per lane in GT/s and the line encoding (8b/10b up to Gen2, 128b/130b
+# from Gen3; Gen6 FLIT mode is treated as 128/130 too, near enough for a default).
+PCIE_GTS: dict[int, float] = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
+
+
+def pcie_line_rate_gbps(gen: int, width: int = 16) -> float:
+    """Raw PCIe line rate per direction in GB/s: Gen4 x16 -> 31.5 (DOMAIN.md s2 "~32")."""
+    if gen not in PCIE_GTS:
+        raise ValueError(f"unknown PCIe generation {gen}")
+    if width not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"PCIe width must be x1..x32, got x{width}")
+    encoding = 0.8 if gen <= 2 else 128 / 130
+    return PCIE_GTS[gen] * width * encoding / 8
+
+
+# Inter-socket links: NCCL's planning figures, per direction (DOMAIN.md s2 table).
+SOCKET_LINK_GBPS: dict[str, float] = {
+    "Intel QPI (Broadwell)": 6.0,
+    "Intel UPI (Skylake)": 10.0,
+    "Intel UPI (Sapphire Rapids)": 22.0,
+    "Intel UPI (Emerald Rapids)": 40.0,
+    "AMD xGMI (Zen1-2)": 16.0,
+    "AMD xGMI (Zen3-4)": 24.0,
+    "AMD xGMI (Zen5)": 32.0,
+}
+
+# Per-hop latency (alpha) in microseconds, DOMAIN.md s2 "Latency orders of magnitude".
+# NVLink takes the top of its 0.3-2 us range: nccl_06 (A100, 8 GPUs) shows ~32 us for a
+# 64-byte all_reduce, i.e. ~2.3 us for each of its 14 ring steps.
+LATENCY_US: dict[str, float] = {
+    "nvlink": 2.0,
+    "pcie": 2.0,  # PCIe 1-2 us
+    "socket": 2.5,  # crossing sockets adds 2-3 us
+    "network": 3.0,  # InfiniBand RDMA 1-3 us
+}
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What a GPU family brings: its NVLink flavour and count, its PCIe generation, and the
+    CPU / NIC a server of its era usually has (the last two are defaults, not facts)."""
+
+    name: str
+    nvlink: str | None  # key of NVLINK_PER_LINK_GBPS, None without NVLink
+    links_per_gpu: int
+    pcie_gen: int
+    socket_link: str  # key of SOCKET_LINK_GBPS
+    nic_gbits: float  # typical NIC line rate of servers of this era, Gb/s
+
+    @property
+    def nvlink_per_link_gbps(self) -> float:
+        return NVLINK_PER_LINK_GBPS[self.nvlink] if self.nvlink else 0.0
+
+
+GENERATIONS: dict[str, Generation] = {
+    "Kepler": Generation("Kepler", None, 0, 3, "Intel QPI (Broadwell)", 56),
+    "Maxwell": Generation("Maxwell", None, 0, 3, "Intel QPI (Broadwell)", 56),
+    "Pascal": Generation("Pascal", None, 0, 3, "Intel QPI (Broadwell)", 100),
+    "Pascal-NVLink": Generation("Pascal-NVLink", "NVLink1", 4, 3, "Intel QPI (Broadwell)", 100),
+    "Volta": Generation("Volta", "NVLink2", 6, 3, "Intel UPI (Skylake)", 100),
+    "Volta-PCIe": Generation("Volta-PCIe", None, 0, 3, "Intel UPI (Skylake)", 100),
+    "Turing": Generation("Turing", None, 0, 3, "Intel UPI (Skylake)", 100),
+    "Ampere": Generation("Ampere", "NVLink3", 12, 4, "AMD xGMI (Zen1-2)", 200),
+    "Ampere-A800": Generation("Ampere-A800", "NVLink3", 8, 4, "AMD xGMI (Zen1-2)", 200),
+    "Ampere-sm86": Generation("Ampere-sm86", "NVLink3-bridge", 4, 4, "AMD xGMI (Zen3-4)", 100),
+    "Ada": Generation("Ada", None, 0, 4, "AMD xGMI (Zen3-4)", 200),
+    "Hopper": Generation("Hopper", "NVLink4", 18, 5, "Intel UPI (Sapphire Rapids)", 400),
+    "Hopper-H800": Generation("Hopper-H800", "NVLink4", 8, 5, "Intel UPI (Sapphire Rapids)", 400),
+    "Blackwell": Generation("Blackwell", "NVLink5", 18, 5, "Intel UPI (Emerald Rapids)", 400),
+    "Blackwell-consumer": Generation(
+        "Blackwell-consumer", None, 0, 5, "AMD xGMI (Zen5)", 200
+    ),
+}
+
+# First match wins: specific names before families.
+_NAME_RULES: tuple[tuple[str, str], ...] = (
+    (r"H800", "Hopper-H800"),
+    (r"H100|H200|H20\b|GH200", "Hopper"),
+    (r"GB10\b|RTX 50\d0|RTX PRO \d+ Blackwell", "Blackwell-consumer"),
+    (r"B100|B200|GB200|B300|GB300", "Blackwell"),
+    (r"A800", "Ampere-A800"),
+    (r"A100|A30\b", "Ampere"),
+    (r"RTX 30[89]0|RTX A6000|A40\b|RTX A5000|A10\b", "Ampere-sm86"),
+    (r"L40|L4\b|RTX 40\d0|RTX 6000 Ada|Ada Generation", "Ada"),
+    (r"V100-PCIE|V100S-PCIE", "Volta-PCIe"),
+    (r"V100|Titan V", "Volta"),
+    (r"RTX 20\d0|T4\b|Quadro RTX|TITAN RTX", "Turing"),
+    (r"P100-SXM|DGX-1", "Pascal-NVLink"),
+    (r"P100|P40|P4\b|GTX 10\d0|TITAN X|Titan Xp", "Pascal"),
+    (r"M60|M40|GTX 9\d0", "Maxwell"),
+    (r"K80|K40|K20", "Kepler"),
+)
+
+
+@dataclass(frozen=True)
+class GenerationChoice:
+    generation: Generation
+    source: str  # "gpu-name", "nvlink-count" or "default"
+    assumption: str  # shown to the user: where the figures come from
+
+
+def generation_from_name(gpu_name: str) -> Generation | None:
+    for pattern, key in _NAME_RULES:
+        if re.search(pattern, gpu_name, re.IGNORECASE):
+            return GENERATIONS[key]
+    return None
+
+
+def infer_generation(topo: Topology | None, gpu_name: str | None = None) -> GenerationChoice:
+    """The GPU generation from an NVML name when given; otherwise a guess from the NVLink
+    bundle sizes in the matrix, said out loud in `assumption`."""
+    if gpu_name:
+        gen = generation_from_name(gpu_name)
+        if gen is not None:
+            return GenerationChoice(gen, "gpu-name", f"{gpu_name!r} is {gen.name}")
+    counts = sorted({lnk.nvlinks for lnk in topo.gpu_links() if lnk.is_nvlink}) if topo else []
+    named = f"unrecognised GPU name {gpu_name!r}; " if gpu_name else "no GPU name given; "
+    if counts:
+        top = counts[-1]
+        n_gpus = len(topo.gpus) if topo else 0
+        if top >= 18:
+            key, why = "Hopper", f"NV{top} bundles"
+        elif top >= 12:
+            key, why = "Ampere", f"NV{top} bundles"
+        elif top == 8:
+            key, why = "Hopper-H800", "NV8 bundles"
+        elif top == 6:
+            key, why = "Volta", "NV6 bundles"
+        elif top == 4 and n_gpus > 2:
+            key, why = "Ampere", f"NV4 between {n_gpus} GPUs (HGX A100 4-GPU board)"
+        elif top == 4:
+            key, why = "Ampere-sm86", "an NV4 pair (workstation NVLink bridge)"
+        elif counts == [1]:
+            key, why = "Pascal-NVLink", "NV1-only mesh (DGX-1 P100)"
+        else:
+            key, why = "Volta", f"NV{'/NV'.join(map(str, counts))} mesh (DGX-1V style)"
+        gen = GENERATIONS[key]
+        return GenerationChoice(
+            gen,
+            "nvlink-count",
+            f"{named}assuming {gen.name} ({gen.nvlink}, PCIe Gen{gen.pcie_gen}) from {why}",
+        )
+    gen = GENERATIONS["Ada"]
+    return GenerationChoice(
+        gen, "default", f"{named}no NVLink: assuming PCIe Gen{gen.pcie_gen} x16 GPUs"
+    )
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The resolved figures one cost model runs on. All bandwidths effective, per direction."""
+
+    generation: Generation
+    assumption: str
+    nvlink_per_link_gbps: float  # effective (line x NCCL efficiency)
+    pcie_gen: int
+    pcie_width: int
+    pcie_gbps: float  # effective (line x P2P efficiency), one x-width link
+    socket_link: str
+    socket_gbps: float
+    nic_gbps: float  # GB/s per direction (speed / 8)
+    p2p_enabled: bool
+    latency_us: tuple[tuple[str, float], ...]
+
+    def latency(self, kind: str) -> float:
+        return dict(self.latency_us)[kind]
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "generation": self.generation.name,
+            "assumption": self.assumption,
+            "nvlink": self.generation.nvlink,
+            "nvlink_per_link_gbps_per_direction": round(self.nvlink_per_link_gbps, 2),
+            "pcie": f"Gen{self.pcie_gen} x{self.pcie_width}",
+            "pcie_gbps_per_direction": round(self.pcie_gbps, 2),
+            "socket_link": self.socket_link,
+            "socket_gbps_per_direction": self.socket_gbps,
+            "nic_gbps_per_direction": self.nic_gbps,
+            "p2p_enabled": self.p2p_enabled,
+        }
+
+
+def resolve_hardware(
+    topo: Topology | None,
+    gpu_model: str | None = None,
+    *,
+    pcie_gen: int | None = None,
+    pcie_width: int = 16,
+    p2p_enabled: bool = True,
+    socket_link: str | None = None,
+    nic_gbits: float | None = None,
+) -> Hardware:
+    """Figures for a server: generation defaults, overridden by whatever the caller knows
+    (NVML's PCIe generation and width, P2P status from p2pBandwidthLatencyTest)."""
+    choice = infer_generation(topo, gpu_model)
+    gen = choice.generation
+    if socket_link is not None and socket_link not in SOCKET_LINK_GBPS:
+        raise ValueError(f"unknown socket link {socket_link!r}")
+    pgen = pcie_gen or gen.pcie_gen
+    link = socket_link or gen.socket_link
+    nv_line = gen.nvlink_per_link_gbps or NVLINK_PER_LINK_GBPS["NVLink2"]
+    assumption = choice.assumption
+    if topo is not None and gen.nvlink is None and any(lnk.is_nvlink for lnk in topo.gpu_links()):
+        assumption += "; the matrix shows NVLink this GPU family lacks: using 25 GB/s per link"
+    return Hardware(
+        generation=gen,
+        assumption=assumption,
+        nvlink_per_link_gbps=nv_line * NCCL_NVLINK_EFFICIENCY,
+        pcie_gen=pgen,
+        pcie_width=pcie_width,
+        pcie_gbps=pcie_line_rate_gbps(pgen, pcie_width) * P2P_PCIE_EFFICIENCY,
+        socket_link=link,
+        socket_gbps=SOCKET_LINK_GBPS[link],
+        nic_gbps=(nic_gbits or gen.nic_gbits) / 8,
+        p2p_enabled=p2p_enabled,
+        latency_us=tuple(sorted(LATENCY_US.items())),
+    )
+
+
+def nvlink_bundle_gbps(hw: Hardware, link_class: str) -> float:
+    """Effective per-direction bandwidth of an NV<k> bundle on this hardware."""
+    return nvlink_count(link_class) * hw.nvlink_per_link_gbps

@@ -1,0 +1,309 @@
+"""The structure behind a topo -m matrix: NUMA nodes, PCIe host bridges, switch trees and
+switches (by clustering the nested classes SYS > NODE > PHB > PXB > PIX), NIC placement, and
+the NVLink fabric (NVSwitch or point-to-point). Contradictions become findings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from topoweb.core.catalogue import infer_generation
+from topoweb.core.model import Topology, link_class_rank
+
+Severity = Literal["info", "warning", "error"]
+NodeKind = Literal["numa", "host_bridge", "switch_tree", "switch"]
+
+# Cluster level -> the class two devices in one cluster of that level are nearer than.
+_LEVELS: tuple[tuple[NodeKind, str], ...] = (
+    ("numa", "SYS"),
+    ("host_bridge", "NODE"),
+    ("switch_tree", "PHB"),
+    ("switch", "PXB"),
+)
+# The class implied by the finest level two devices share (none shared: SYS).
+_IMPLIED = {"numa": "NODE", "host_bridge": "PHB", "switch_tree": "PXB", "switch": "PIX"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # nesting_violation, numa_affinity_conflict, nvlink_uneven, ...
+    severity: Severity
+    devices: tuple[str, ...]
+    message: str
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "devices": list(self.devices),
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class PcieNode:
+    id: str  # numa0, hb1, tree0, sw2
+    kind: NodeKind
+    parent: str | None
+    devices: tuple[str, ...]  # every device below it
+    label: str
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "parent": self.parent,
+            "devices": list(self.devices),
+            "label": self.label,
+        }
+
+
+@dataclass(frozen=True)
+class NvlinkDomain:
+    """GPUs joined by NVLink. `nvswitch`: each GPU's bundle of `port_links` is shared by all
+    its peers; otherwise every NV<k> pair is a dedicated point-to-point bundle."""
+
+    gpus: tuple[str, ...]
+    fabric: Literal["nvswitch", "point_to_point"]
+    port_links: int  # NV<k> per GPU on NVSwitch; the largest pair bundle otherwise
+    reason: str
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "gpus": list(self.gpus),
+            "fabric": self.fabric,
+            "port_links": self.port_links,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    nodes: tuple[PcieNode, ...]
+    parent: dict[str, str] = field(hash=False)  # device id -> the node it hangs off
+    nvlink_domains: tuple[NvlinkDomain, ...]
+    findings: tuple[Finding, ...]
+
+    def node(self, node_id: str) -> PcieNode:
+        for n in self.nodes:
+            if n.id == node_id:
+                return n
+        raise KeyError(node_id)
+
+    def chain(self, device: str) -> tuple[str, ...]:
+        """Nodes from the device's parent up to its NUMA node."""
+        out = [self.parent[device]]
+        by_id = {n.id: n for n in self.nodes}
+        while by_id[out[-1]].parent is not None:
+            out.append(by_id[out[-1]].parent)  # type: ignore[arg-type]
+        return tuple(out)
+
+    def numa_of(self, device: str) -> str:
+        return self.chain(device)[-1]
+
+    def implied_class(self, a: str, b: str) -> str:
+        if a == b:
+            return "X"
+        up_b = set(self.chain(b))
+        for node_id in self.chain(a):
+            if node_id in up_b:
+                return _IMPLIED[self.node(node_id).kind]
+        return "SYS"
+
+    def domain_of(self, gpu: str) -> NvlinkDomain | None:
+        for d in self.nvlink_domains:
+            if gpu in d.gpus:
+                return d
+        return None
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "nodes": [n.to_document() for n in self.nodes],
+            "parent": dict(sorted(self.parent.items())),
+            "nvlink_domains": [d.to_document() for d in self.nvlink_domains],
+            "findings": [f.to_document() for f in self.findings],
+        }
+
+
+class _Union:
+    def __init__(self, items: list[str]) -> None:
+        self.up = {i: i for i in items}
+
+    def find(self, x: str) -> str:
+        while self.up[x] != x:
+            self.up[x] = self.up[self.up[x]]
+            x = self.up[x]
+        return x
+
+    def join(self, a: str, b: str) -> None:
+        self.up[self.find(a)] = self.find(b)
+
+    def groups(self, order: list[str]) -> list[tuple[str, ...]]:
+        seen: dict[str, list[str]] = {}
+        for i in order:
+            seen.setdefault(self.find(i), []).append(i)
+        return [tuple(g) for g in seen.values()]
+
+
+def _numa_value(value: str | None) -> str | None:
+    """A single NUMA node number, or None for N/A, ranges and lists."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return value.strip()
+
+
+def recover_hierarchy(
+    topo: Topology, gpu_model: str | None = None, nvswitch: bool | None = None
+) -> Hierarchy:
+    """Cluster the matrix into its PCIe/NUMA tree and NVLink fabric.
+
+    NVLink cells hide the PCIe relation of a pair; such pairs are placed by the other
+    evidence (shared NICs, NUMA affinity). `nvswitch` is NVML's word (remote device type
+    SWITCH) where the collector had it; it overrides the inference from link counts."""
+    ids = [d.id for d in topo.devices]
+    known: list[tuple[str, str, int]] = []
+    for lnk in topo.links:
+        if not lnk.is_nvlink:
+            known.append((lnk.a, lnk.b, link_class_rank(lnk.link_class)))
+    findings: list[Finding] = []
+
+    clusters: dict[NodeKind, list[tuple[str, ...]]] = {}
+    for level_kind, bound in _LEVELS:
+        uf = _Union(ids)
+        limit = link_class_rank(bound)
+        for a, b, rank in known:
+            if rank < limit:
+                uf.join(a, b)
+        if level_kind == "numa":
+            _join_by_numa_affinity(topo, uf, known, findings)
+        clusters[level_kind] = uf.groups(ids)
+
+    # A set that clusters at several levels (a PIX pair is also its own switch tree and host
+    # bridge group) is one node, of the finest kind: the others add no shared resource.
+    # NUMA nodes always stand on their own: they carry the socket link.
+    finest_kind: dict[tuple[str, ...], NodeKind] = {}
+    for level_kind, _bound in _LEVELS[1:]:
+        for members in clusters[level_kind]:
+            if len(members) >= 2:
+                finest_kind[members] = level_kind
+    nodes: list[PcieNode] = []
+    owner: dict[str, str] = {}  # device -> finest node created so far
+    counters: dict[str, int] = {}
+    prefixes = {"numa": "numa", "host_bridge": "hb", "switch_tree": "tree", "switch": "sw"}
+    created: set[tuple[str, ...]] = set()
+    for level, _bound in _LEVELS:
+        for members in clusters[level]:
+            if level != "numa" and (members in created or len(members) < 2):
+                continue
+            kind: NodeKind = "numa"
+            if level != "numa":
+                created.add(members)
+                kind = finest_kind[members]
+            n = counters.get(kind, 0)
+            counters[kind] = n + 1
+            node_id = f"{prefixes[kind]}{n}"
+            up = owner.get(members[0]) if level != "numa" else None
+            nodes.append(PcieNode(node_id, kind, up, members, _label(topo, kind, n, members)))
+            for m in members:
+                owner[m] = node_id
+    parent = {d: owner[d] for d in ids}
+
+    hierarchy = Hierarchy(tuple(nodes), parent, (), ())
+    for a, b, rank in known:
+        implied = hierarchy.implied_class(a, b)
+        actual = topo.link_class(a, b)
+        if link_class_rank(implied) != rank:
+            findings.append(
+                Finding(
+                    "nesting_violation",
+                    "warning",
+                    (a, b),
+                    f"{a}-{b} is {actual} but the other cells put them {implied} apart: "
+                    "the classes do not nest (modelled as " + implied + ")",
+                )
+            )
+    domains = _nvlink_domains(topo, gpu_model, nvswitch, findings)
+    return Hierarchy(tuple(nodes), parent, domains, tuple(findings))
+
+
+def _label(topo: Topology, kind: NodeKind, n: int, members: tuple[str, ...]) -> str:
+    if kind == "numa":
+        values = {_numa_value(topo.device(m).numa_affinity) for m in members} - {None}
+        if len(values) == 1:
+            return f"NUMA node {values.pop()}"
+        return f"NUMA group {n} (inferred from the matrix)"
+    names = {"host_bridge": "PCIe host bridge", "switch_tree": "PCIe switch tree",
+             "switch": "PCIe switch"}
+    return f"{names[kind]} {n}"
+
+
+def _join_by_numa_affinity(
+    topo: Topology, uf: _Union, known: list[tuple[str, str, int]], findings: list[Finding]
+) -> None:
+    """Devices the matrix leaves unplaced (all NVLink, no NIC) join by their NUMA column;
+    where the column would put two devices the matrix holds SYS apart into one node, the
+    matrix wins and the disagreement is a finding."""
+    sys_rank = link_class_rank("SYS")
+    sys_pairs = [(a, b) for a, b, r in known if r == sys_rank]
+    by_value: dict[str, list[str]] = {}
+    for d in topo.devices:
+        value = _numa_value(d.numa_affinity)
+        if value is not None:
+            by_value.setdefault(value, []).append(d.id)
+    for value, members in by_value.items():
+        for i, other in enumerate(members[1:], start=1):
+            for earlier in members[:i]:
+                first, second = uf.find(earlier), uf.find(other)
+                if first == second:
+                    break
+                clash = next(((a, b) for a, b in sys_pairs
+                              if {uf.find(a), uf.find(b)} == {first, second}), None)
+                if clash is None:
+                    uf.join(earlier, other)
+                    break
+                if earlier == members[0]:
+                    findings.append(Finding(
+                        "numa_affinity_conflict", "warning", (earlier, other),
+                        f"{earlier} and {other} both report NUMA affinity {value} but the "
+                        f"matrix puts them on different NUMA nodes ({clash[0]}-{clash[1]} "
+                        "is SYS); the matrix is followed"))
+
+
+def _nvlink_domains(
+    topo: Topology, gpu_model: str | None, nvswitch: bool | None, findings: list[Finding]
+) -> tuple[NvlinkDomain, ...]:
+    gpu_ids = [g.id for g in topo.gpus]
+    uf = _Union(gpu_ids)
+    nv = [lnk for lnk in topo.gpu_links() if lnk.is_nvlink]
+    for lnk in nv:
+        uf.join(lnk.a, lnk.b)
+    links_per_gpu = infer_generation(topo, gpu_model).generation.links_per_gpu
+    domains = []
+    for members in uf.groups(gpu_ids):
+        if len(members) < 2:
+            continue
+        counts = sorted({topo.link(a, b).nvlinks
+                         for i, a in enumerate(members) for b in members[i + 1:]})
+        complete = 0 not in counts
+        k = counts[-1]
+        if nvswitch is not None:
+            fabric = "nvswitch" if nvswitch else "point_to_point"
+            reason = "NVML reports the remote NVLink device type as " + (
+                "SWITCH" if nvswitch else "GPU")
+        elif complete and len(counts) == 1 and k * (len(members) - 1) > max(links_per_gpu, 1):
+            fabric = "nvswitch"
+            reason = (f"every pair shows NV{k} and {k} x {len(members) - 1} peers exceeds the "
+                      f"{links_per_gpu} NVLinks one GPU has: the bundle is a switch port")
+        else:
+            fabric = "point_to_point"
+            reason = ("pairs differ (" + "/".join(f"NV{c}" for c in counts if c) + ")"
+                      if len(counts) > 1 else
+                      f"NV{k} x {len(members) - 1} peers fits in {links_per_gpu} links per GPU")
+            reason += ": each NV<k> pair is a dedicated bundle"
+        if fabric == "nvswitch" and len(counts) > 1:
+            low = [f"{a}-{b}" for i, a in enumerate(members) for b in members[i + 1:]
+                   if topo.link(a, b).nvlinks < k]
+            findings.append(Finding("nvlink_uneven", "warning", members,
+                                    f"NVSwitch domain with fewer than NV{k} on {', '.join(low)}"))
+        domains.append(NvlinkDomain(members, fabric, k, reason))  # type: ignore[arg-type]
+    return tuple(domains)

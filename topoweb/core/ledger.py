@@ -1,0 +1,159 @@
+"""Training communication ledger: every collective one training step issues for a model shape
+and a TP/PP/DP/EP layout (DOMAIN.md s4), priced on a server with the cost model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from topoweb.core.costs import CostModel, chain_costs, concurrent_costs
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    layers: int
+    hidden: int
+    seq: int
+    micro_batch: int
+    micro_batches: int  # per step
+    params: float
+    bytes_per_elem: int = 2  # bf16
+    moe_layers: int = 0
+    top_k: int = 1
+    sequence_parallel: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "hidden", "seq", "micro_batch", "micro_batches", "bytes_per_elem"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.params <= 0:
+            raise ValueError("params must be positive")
+
+    @property
+    def activation_bytes(self) -> int:
+        """b x s x h x e: one TP AllReduce and one PP send (DOMAIN.md s4)."""
+        return self.micro_batch * self.seq * self.hidden * self.bytes_per_elem
+
+    def to_document(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+PRESETS: dict[str, ModelShape] = {
+    # DOMAIN.md s4 worked example: 201 MB per TP AllReduce, 384 of them per step.
+    "gpt3-175b": ModelShape("GPT-3 175B", 96, 12288, 2048, 4, 1, 175e9),
+    "llama-7b": ModelShape("Llama-style 7B", 32, 4096, 4096, 1, 8, 6.7e9),
+    "llama-70b": ModelShape("Llama-style 70B", 80, 8192, 4096, 1, 8, 70e9),
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int
+    pp: int
+    dp: int
+    ep: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "ep"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.dp % self.ep:
+            raise ValueError(f"EP {self.ep} must divide DP {self.dp} (experts split the "
+                             "data-parallel ranks)")
+
+    @property
+    def size(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    dimension: str  # tp, pp, dp, ep
+    collective: str
+    bytes: int
+    count: int  # per step, on one GPU's critical path
+    note: str
+
+    def to_document(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def ledger(shape: ModelShape, layout: Layout) -> tuple[LedgerEntry, ...]:
+    """Collectives per step. Counts are per GPU: pipeline stages run side by side, so a
+    stage's TP group issues 4 (L / PP) m AllReduces; with PP = 1 that is DOMAIN.md's 4 L m."""
+    out: list[LedgerEntry] = []
+    act = shape.activation_bytes
+    layers_here = -(-shape.layers // layout.pp)  # the fullest stage sets the pace
+    m = shape.micro_batches
+    if layout.tp > 1:
+        count = 4 * layers_here * m
+        if shape.sequence_parallel:
+            out.append(LedgerEntry("tp", "all_gather", act, count,
+                                   "sequence parallel: AllGather before each TP block"))
+            out.append(LedgerEntry("tp", "reduce_scatter", act, count,
+                                   "sequence parallel: ReduceScatter after each TP block"))
+        else:
+            out.append(LedgerEntry("tp", "all_reduce", act, count,
+                                   "Megatron TP: 2 forward + 2 backward per layer per "
+                                   "micro-batch"))
+    if layout.pp > 1:
+        out.append(LedgerEntry("pp", "sendrecv", act, 2 * m,
+                               "activations forward and their gradients back, per "
+                               "micro-batch, every stage boundary at once"))
+    if layout.dp > 1:
+        grad = int(shape.params * shape.bytes_per_elem / (layout.tp * layout.pp))
+        out.append(LedgerEntry("dp", "all_reduce", grad, 1, "gradient AllReduce once per step"))
+    if layout.ep > 1 and shape.moe_layers:
+        tokens_bytes = act * shape.top_k
+        count = 4 * -(-shape.moe_layers // layout.pp) * m
+        out.append(LedgerEntry("ep", "alltoall", tokens_bytes, count,
+                               "MoE dispatch + combine, forward and backward"))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class PricedEntry:
+    entry: LedgerEntry
+    group_size: int
+    each_us: float
+    total_us: float
+    bottleneck: str
+    bottleneck_class: str
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            **self.entry.to_document(),
+            "group_size": self.group_size,
+            "each_us": round(self.each_us, 3),
+            "total_us": round(self.total_us, 3),
+            "bottleneck": self.bottleneck,
+            "bottleneck_class": self.bottleneck_class,
+        }
+
+
+def price(
+    model: CostModel,
+    entries: Sequence[LedgerEntry],
+    groups: Mapping[str, Sequence[Sequence[int]]],
+) -> tuple[PricedEntry, ...]:
+    """Each entry timed with all groups of its dimension running at once (they contend)."""
+    out = []
+    for e in entries:
+        gs = [g for g in groups.get(e.dimension, ()) if len(g) > 1]
+        if not gs:
+            continue
+        if e.dimension == "pp":
+            costs = chain_costs(model, gs, e.bytes)
+        else:
+            costs = concurrent_costs(model, e.collective, gs, e.bytes)
+        slow = max(costs, key=lambda c: c.time_us)
+        out.append(PricedEntry(e, len(gs[0]), slow.time_us, slow.time_us * e.count,
+                               slow.bottleneck, slow.bottleneck_class))
+    return tuple(out)
+
+
+def step_comm_us(priced: Sequence[PricedEntry]) -> float:
+    """Dimensions are summed: they run in different phases of the step."""
+    return sum(p.total_us for p in priced)
