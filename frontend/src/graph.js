@@ -13,6 +13,8 @@ export const LINK_CLASSES = [
   { key: "PHB", label: "PHB", name: "through the host bridge (CPU)", color: "#7b4fb0", style: "dashed", dash: [4, 4] },
   { key: "NODE", label: "NODE", name: "between host bridges, same NUMA node", color: "#e08a00", style: "dotted", dash: [2, 4] },
   { key: "SYS", label: "SYS", name: "across the CPU socket interconnect", color: "#c8322d", style: "dotted", dash: [1, 6] },
+  // One hop of the recovered PCIe tree; device-to-device classes are the paths through it.
+  { key: "PCIe", label: "PCIe", name: "one hop of the recovered PCIe tree", color: "#4a5263", style: "solid", dash: null },
 ];
 
 export const GROUP_COLOURS = ["#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#9a6324", "#469990", "#800000", "#808000", "#000075"];
@@ -60,7 +62,7 @@ function stylesheet() {
     { selector: 'node[kind = "gpu"]', style: { "background-color": "#cfe8d5", "border-color": "#1b7f3b", "border-width": 2, width: 58, height: 34, "font-weight": "bold" } },
     { selector: 'node[kind = "nic"]', style: { "background-color": "#dbe7fb", "border-color": "#1f5fbf", shape: "round-tag", width: labelWidth(6.2, 62), height: 26, "font-size": 10 } },
     { selector: 'node[kind = "nvswitch"], node[kind = "nvlink_fabric"], node[kind = "fabric"]', style: { "background-color": "#1b7f3b", color: "#fff", shape: "hexagon", width: 120, height: 46, "font-weight": "bold" } },
-    { selector: 'node[kind = "pcie_switch"], node[kind = "switch"]', style: { "background-color": "#eef1f5", shape: "diamond", width: 44, height: 44, "font-size": 9, "text-valign": "bottom", "text-margin-y": 4 } },
+    { selector: 'node[kind = "pcie_switch"], node[kind = "switch"], node[kind = "switch_tree"]', style: { "background-color": "#eef1f5", shape: "diamond", width: 44, height: 44, "font-size": 9, "text-valign": "bottom", "text-margin-y": 4 } },
     { selector: 'node[kind = "host_bridge"], node[kind = "bridge"]', style: { "background-color": "#efe7f7", "border-color": "#7b4fb0", shape: "rectangle", width: 64, height: 20, "font-size": 9 } },
     { selector: 'node[kind = "cpu"], node[kind = "socket"]', style: { "background-color": "#fdf1dd", "border-color": "#e08a00", shape: "round-rectangle", width: 72, height: 28 } },
     {
@@ -100,6 +102,7 @@ function stylesheet() {
     // NVLink width grows with the bonded link count (NV1 thin, NV18 thick).
     { selector: "edge[nvlinks > 0]", style: { width: "mapData(nvlinks, 1, 18, 2, 9)" } },
     { selector: "node[group_colour]", style: { width: labelWidth(7, 58), "background-color": "data(group_colour)", "border-color": "#1d2430", "border-width": 3, label: "data(group_label)", color: "#fff", "text-outline-color": "#1d2430", "text-outline-width": 1.5 } },
+    { selector: "edge.into-compound", style: { display: "none" } },
     { selector: ".faded", style: { opacity: 0.15 } },
     { selector: "node.path", style: { "border-width": 2.5, "border-color": "#3d4555" } },
     { selector: "edge.path", style: { opacity: 1, "z-index": 10, "underlay-color": "#ffd400", "underlay-opacity": 0.55, "underlay-padding": 4 } },
@@ -129,6 +132,9 @@ export function drawGraph(container, elements, { onReady } = {}) {
     autoungrabify: false,
   });
   const hasCompound = cy.nodes(":parent").length > 0;
+  // A PCIe hop up into a NUMA box is already said by the box containing the node; drawn, it
+  // would run to the box's corner. The SYS hop between two boxes stays.
+  cy.edges().filter((e) => (e.source().isParent() || e.target().isParent()) && e.data("link_class") !== "SYS").addClass("into-compound");
   const layout = cy.layout({
     name: registered ? "fcose" : "cose",
     quality: cy.nodes().length > 60 ? "draft" : "default",
@@ -188,7 +194,8 @@ function nodeLines(node) {
   if (kind) lines.push([kind.replace(/_/g, " ")]);
   if (d.name && d.name !== d.label) lines.push([d.name]);
   if (d.nic_name) lines.push([`RDMA device ${d.nic_name}`]);
-  if (d.numa_affinity != null) lines.push([`NUMA ${d.numa_affinity}`]);
+  const numa = d.numa_affinity ?? d.numa;
+  if (numa != null) lines.push([`NUMA ${numa}`]);
   if (d.cpu_affinity) lines.push([`CPUs ${d.cpu_affinity}`]);
   if (d.group_label) lines.push([`placement: ${d.group_label}`]);
   return lines;

@@ -44,7 +44,7 @@ function showDetails(node) {
   const rows = [
     ["Device", d.label || d.id],
     ["Kind", kindOf(node)],
-    ["NUMA node", dev.numa_affinity ?? d.numa_affinity ?? "–"],
+    ["NUMA node", dev.numa_affinity ?? d.numa_affinity ?? d.numa ?? "–"],
     ["CPU list", dev.cpu_affinity ?? d.cpu_affinity ?? "–"],
   ];
   if (dev.gpu_numa_id) rows.push(["GPU NUMA ID", dev.gpu_numa_id]);

@@ -108,7 +108,7 @@ def test_the_server_graph_has_every_device_and_colours_link_classes(
         "PXB": [PXB_BLUE, "dashed", "PXB"],
         "NODE": [NODE_ORANGE, "dotted", "NODE"],
     }
-    expect(page.locator("#legend .legend-item")).to_have_count(6)
+    expect(page.locator("#legend .legend-item")).to_have_count(7)
     expect(page.locator("#server-summary")).to_contain_text("8x NVIDIA H200")
     page.click("#view-matrix")
     expect(page.locator("table.matrix tbody tr")).to_have_count(20)
