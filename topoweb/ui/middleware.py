@@ -1,4 +1,6 @@
-"""Content-Security-Policy for every page: scripts only from our own origin, never inline."""
+"""Content-Security-Policy for the dashboard's pages: scripts only from our own origin, never
+inline. The API docs (drf-spectacular's Swagger page bootstraps with an inline script) and the
+admin keep their own behaviour."""
 
 from collections.abc import Callable
 
@@ -19,14 +21,21 @@ POLICY = (
 )
 
 
+DASHBOARD_URL_NAMES = frozenset({"login", "logout"})
+
+
 class ContentSecurityPolicyMiddleware:
-    """Adds the policy to responses that do not set their own."""
+    """Adds the policy to the dashboard's responses (the `ui` namespace and sign-in/out)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
-        if "Content-Security-Policy" not in response:
+        match = request.resolver_match
+        ours = match is not None and (
+            match.app_name == "ui" or match.url_name in DASHBOARD_URL_NAMES
+        )
+        if ours and "Content-Security-Policy" not in response:
             response["Content-Security-Policy"] = POLICY
         return response
