@@ -11,7 +11,17 @@ FORBIDDEN = ("django", "rest_framework", "celery", "kombu", "drf_spectacular")
 
 @pytest.mark.parametrize(
     "module",
-    ["topoweb.core", "topoweb.core.model", "topoweb.core.formats", "topoweb.core.cli", "collector"],
+    [
+        "topoweb.core",
+        "topoweb.core.model",
+        "topoweb.core.formats",
+        "topoweb.core.cli",
+        "topoweb.core.costs",
+        "topoweb.core.placement",
+        "topoweb.core.health",
+        "collector",
+        "collector.cli",
+    ],
 )
 def test_importing_it_loads_no_web_framework(module: str) -> None:
     code = (

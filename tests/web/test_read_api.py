@@ -152,23 +152,23 @@ def test_the_server_detail_has_the_topology_findings_and_analysis_status(
     assert (body["snapshot_count"], body["benchmark_count"]) == (1, 0)
 
 
-def test_the_graph_has_a_node_per_device_and_no_socket_edges(
+def test_the_graph_is_the_cytoscape_drawing_of_the_latest_topology(
     reader: APIClient, fleet: None
 ) -> None:
     response = reader.get("/api/v1/servers/h200-01/graph/")
 
     assert response.status_code == 200
-    nodes, edges = response.json()["nodes"], response.json()["edges"]
-    assert len(nodes) == 20  # 8 GPUs and 12 NICs
-    assert {e["data"]["link_class"] for e in edges} >= {"NV18"}
-    assert "SYS" not in {e["data"]["link_class"] for e in edges}
-    assert {
-        "id": "GPU0--GPU1",
-        "source": "GPU0",
-        "target": "GPU1",
-        "link_class": "NV18",
-        "nvlinks": 18,
-    } == edges[0]["data"]
+    elements = response.json()["elements"]
+    nodes = [e["data"] for e in elements if e["group"] == "nodes"]
+    edges = [e["data"] for e in elements if e["group"] == "edges"]
+    assert sum(n["kind"] == "gpu" for n in nodes) == 8
+    assert sum(n["kind"] == "nic" for n in nodes) == 12
+    # NVSwitch: every GPU joins one fabric node with its 18 links, not 28 pair edges.
+    assert [n["id"] for n in nodes if n["kind"] == "nvswitch"] == ["nvswitch0"]
+    nvlink = [e for e in edges if e["link_class"] == "NV18"]
+    assert sorted(e["source"] for e in nvlink) == [f"GPU{i}" for i in range(8)]
+    assert {e["target"] for e in nvlink} == {"nvswitch0"}
+    assert {e["nvlinks"] for e in nvlink} == {18}
 
 
 def test_snapshot_history_and_snapshot_detail(reader: APIClient, fleet: None) -> None:
@@ -263,3 +263,5 @@ def test_the_schema_and_docs_are_served_without_a_cdn(client: Any) -> None:
     html = docs.content.decode()
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in html
     assert "cdn" not in html.lower() and "unpkg" not in html.lower()
+    bundle = client.get("/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
+    assert bundle.status_code == 200

@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from topoweb.analysis.models import Analysis
 from topoweb.core.fingerprint import describe_links
-from topoweb.core.model import DocumentError, Topology
+from topoweb.core.health import check_health
+from topoweb.core.model import DocumentError, Topology, link_class_rank
 from topoweb.fleet.models import TopologyClass
 
 log = logging.getLogger(__name__)
@@ -55,25 +56,23 @@ def build_analysis_result(topology: Topology, gpu_model: str) -> dict[str, Any]:
     nearest_nic = {}
     for gpu in topology.gpus:
         classes = [topology.link_class(gpu.id, nic.id) for nic in topology.nics]
-        nearest_nic[gpu.id] = min(classes, key=_rank) if classes else None
+        nearest_nic[gpu.id] = min(classes, key=link_class_rank) if classes else None
     return {
         "summary": {
             "gpu_model": gpu_model,
             "gpu_count": len(topology.gpus),
             "nic_count": len(topology.nics),
-            "gpu_pair_classes": dict(sorted(gpu_pairs.items(), key=lambda kv: _rank(kv[0]))),
+            "gpu_pair_classes": dict(
+                sorted(gpu_pairs.items(), key=lambda kv: link_class_rank(kv[0]))
+            ),
             "largest_nvlink_domain": largest_domain,
             "nearest_nic_class": nearest_nic,
             "description": describe_links(topology),
         },
         "warnings": list(topology.warnings),
+        # What the wiring alone shows; per-server findings live with each server's health.
+        "findings": [f.to_document() for f in check_health(topology)],
     }
-
-
-def _rank(link_class: str) -> int:
-    from topoweb.core.model import link_class_rank
-
-    return link_class_rank(link_class)
 
 
 def current_analysis_for(topology_class: TopologyClass) -> Analysis:

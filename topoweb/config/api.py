@@ -73,6 +73,18 @@ def json_500(request: HttpRequest) -> HttpResponse:
     return server_error(request)
 
 
+def healthz(request: HttpRequest) -> HttpResponse:
+    """Liveness for load balancers and the compose healthcheck: the database answers."""
+    from django.db import DatabaseError, connection
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except DatabaseError as exc:
+        return JsonResponse(error_body("unavailable", f"database: {exc}"), status=503)
+    return JsonResponse({"status": "ok"})
+
+
 class Pagination(PageNumberPagination):
     page_size = 50
     page_size_query_param = "page_size"

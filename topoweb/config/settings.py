@@ -33,10 +33,12 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "topoweb.fleet",
     "topoweb.analysis",
+    "topoweb.health",
     "topoweb.ui",
 ]
 
 MIDDLEWARE = [
+    "topoweb.config.metrics.RequestLatencyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -131,6 +133,10 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "inte
 CELERY_BEAT_SCHEDULE = {
     "analysis-sweep": {
         "task": "analysis.sweep",
+        "schedule": env.float("TOPOWEB_SWEEP_EVERY_S", default=60.0),
+    },
+    "health-sweep": {
+        "task": "health.sweep",
         "schedule": env.float("TOPOWEB_SWEEP_EVERY_S", default=60.0),
     },
 }

@@ -6,7 +6,10 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from topoweb.config.api import healthz
+from topoweb.config.metrics import metrics_view
 from topoweb.fleet import apis
+from topoweb.health import urls as health_urls
 
 api_v1 = [
     path("reports", apis.ReportApi.as_view(), name="reports"),
@@ -32,14 +35,18 @@ api_v1 = [
         apis.TopologyClassDetailApi.as_view(),
         name="topology-class-detail",
     ),
+    *health_urls.api_urls,
 ]
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include((api_v1, "api"))),
+    path("metrics", metrics_view, name="metrics"),
+    path("healthz", healthz, name="healthz"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
+    *health_urls.page_urls,
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("topoweb.ui.urls")),

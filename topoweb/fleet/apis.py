@@ -17,7 +17,9 @@ from rest_framework.views import APIView
 
 from topoweb.analysis.models import Analysis
 from topoweb.config.api import IngestThrottle, Pagination, PayloadTooLarge
+from topoweb.config.metrics import count_report
 from topoweb.core.formats import ParseError
+from topoweb.core.health import KINDS, SEVERITIES
 from topoweb.fleet import selectors, services
 from topoweb.fleet.authentication import CollectorTokenAuthentication, HasCollectorToken
 from topoweb.fleet.models import CollectorToken, Server, Source
@@ -95,7 +97,16 @@ class IngestedSerializer(serializers.Serializer):
     created = serializers.BooleanField()
 
 
+class _CountedIngest(APIView):
+    """Counts every answer of an ingest endpoint for /metrics, refusals included."""
+
+    def handle_exception(self, exc: Exception) -> Response:
+        count_report("rejected")
+        return super().handle_exception(exc)
+
+
 def _ingested(result: services.Ingested) -> Response:
+    count_report("new" if result.created else "duplicate")
     stored = result.snapshot or result.benchmark
     assert stored is not None
     kind = "topology" if result.snapshot is not None else result.benchmark.kind  # type: ignore[union-attr]
@@ -108,7 +119,7 @@ def _ingested(result: services.Ingested) -> Response:
     return Response(body, status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
 
 
-class ReportApi(APIView):
+class ReportApi(_CountedIngest):
     """A collector's report: 201 with a new snapshot, 200 with the stored identical one."""
 
     authentication_classes = [CollectorTokenAuthentication]
@@ -159,7 +170,7 @@ class UploadInputSerializer(serializers.Serializer):
         return attrs
 
 
-class UploadApi(APIView):
+class UploadApi(_CountedIngest):
     """A person's upload of topo -m, nccl-tests or p2pBandwidthLatencyTest output for a host."""
 
     permission_classes = [IsAuthenticated]
@@ -231,12 +242,12 @@ class ServerSummarySerializer(serializers.Serializer):
     latest_snapshot_id = serializers.IntegerField(allow_null=True)
     last_seen_at = serializers.DateTimeField(allow_null=True)
 
-    @extend_schema_field(serializers.ChoiceField(choices=["ok", "warning", "unknown"]))
+    @extend_schema_field(serializers.ChoiceField(choices=selectors.HEALTH_STATES))
     def get_health(self, server: Server) -> str:
         return selectors.server_health(server)
 
     def get_findings_count(self, server: Server) -> int:
-        return len(selectors.server_findings(server))
+        return selectors.findings_count(server)
 
 
 class ServerFilterSerializer(serializers.Serializer):
@@ -245,9 +256,12 @@ class ServerFilterSerializer(serializers.Serializer):
     gpu_count = serializers.IntegerField(required=False, min_value=0, max_value=100000)
     has_nvlink = serializers.BooleanField(required=False, allow_null=True, default=None)
     health = serializers.ChoiceField(
-        choices=["ok", "warning", "unknown"], required=False, default=""
+        choices=selectors.HEALTH_STATES, required=False, default=""
     )
     search = serializers.CharField(required=False, default="")
+    finding = serializers.ChoiceField(choices=list(KINDS), required=False, default="")
+    severity = serializers.ChoiceField(choices=list(SEVERITIES), required=False, default="")
+    no_critical = serializers.BooleanField(required=False, default=False)
 
 
 def _paginated(request: Request, view: APIView, queryset: Any, serializer: type) -> Response:
@@ -374,8 +388,9 @@ class SnapshotDetailApi(APIView):
 
 
 class GraphSerializer(serializers.Serializer):
-    nodes = serializers.ListField(child=serializers.DictField())
-    edges = serializers.ListField(child=serializers.DictField())
+    elements = serializers.ListField(
+        child=serializers.DictField(), help_text="Cytoscape.js elements (group: nodes or edges)"
+    )
 
 
 class ServerGraphApi(APIView):
@@ -388,7 +403,7 @@ class ServerGraphApi(APIView):
         server = selectors.server_by_hostname(hostname)
         if server.latest_snapshot is None:
             raise exceptions.NotFound(f"{hostname!r} has no topology yet.")
-        return Response(selectors.graph_elements(server.latest_snapshot.document))
+        return Response(selectors.graph_elements(server.latest_snapshot))
 
 
 class BenchmarkSummarySerializer(serializers.Serializer):

@@ -4,6 +4,7 @@ topology classes, and the graph elements the front end draws."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet
@@ -12,6 +13,7 @@ from django.utils import timezone
 
 from topoweb.analysis.models import Analysis
 from topoweb.analysis.services import COST_MODEL_VERSION
+from topoweb.core.export import cytoscape_elements
 from topoweb.fleet.models import (
     ApiToken,
     Benchmark,
@@ -20,6 +22,9 @@ from topoweb.fleet.models import (
     Snapshot,
     TopologyClass,
 )
+from topoweb.health.selectors import filter_by_health, health_findings
+
+LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 def _hash(token: str) -> str:
@@ -32,9 +37,7 @@ def active_collector_token(token: str) -> CollectorToken | None:
     found = CollectorToken.objects.filter(
         token_sha256=_hash(token), revoked_at__isnull=True
     ).first()
-    if found is not None:
-        found.last_used_at = timezone.now()
-        found.save(update_fields=["last_used_at"])
+    _mark_used(found)
     return found
 
 
@@ -44,10 +47,19 @@ def active_api_token(token: str) -> ApiToken | None:
         .filter(token_sha256=_hash(token), revoked_at__isnull=True, user__is_active=True)
         .first()
     )
-    if found is not None:
-        found.last_used_at = timezone.now()
-        found.save(update_fields=["last_used_at"])
+    _mark_used(found)
     return found
+
+
+def _mark_used(token: CollectorToken | ApiToken | None) -> None:
+    # At most one write a minute per token: a scheduler polling the API should not turn every
+    # read into a write.
+    now = timezone.now()
+    if token is not None and (
+        token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION
+    ):
+        token.last_used_at = now
+        token.save(update_fields=["last_used_at"])
 
 
 @dataclass(frozen=True)
@@ -58,16 +70,21 @@ class ServerFilters:
     has_nvlink: bool | None = None
     health: str = ""  # ok, warning or unknown
     search: str = ""
+    finding: str = ""  # a core.health finding kind
+    severity: str = ""  # critical, warning or info
+    no_critical: bool = False  # evaluated and free of critical findings: safe to schedule on
 
 
 def server_list(filters: ServerFilters) -> QuerySet[Server]:
     """Servers with their latest snapshot joined in: one query per page, whatever the filters."""
-    qs = Server.objects.select_related("latest_snapshot", "topology_class").defer(
+    qs = Server.objects.select_related("latest_snapshot", "topology_class", "health").defer(
         "latest_snapshot__raw_text",
         "latest_snapshot__document",
         "latest_snapshot__nvml",
         "latest_snapshot__host",
         "topology_class__document",
+        "health__acceptance",
+        "health__expectations",
     )
     if filters.sku:
         qs = qs.filter(sku_name__iexact=filters.sku)
@@ -77,12 +94,8 @@ def server_list(filters: ServerFilters) -> QuerySet[Server]:
         qs = qs.filter(latest_snapshot__gpu_count=filters.gpu_count)
     if filters.has_nvlink is not None:
         qs = qs.filter(latest_snapshot__has_nvlink=filters.has_nvlink)
-    if filters.health == "unknown":
-        qs = qs.filter(latest_snapshot__isnull=True)
-    elif filters.health == "warning":
-        qs = qs.filter(latest_snapshot__isnull=False, differs_from_sku=True)
-    elif filters.health == "ok":
-        qs = qs.filter(latest_snapshot__isnull=False, differs_from_sku=False)
+    if filters.health:
+        qs = qs.filter(_HEALTH_STATES[filters.health])
     if filters.search:
         term = filters.search
         qs = qs.filter(
@@ -90,27 +103,62 @@ def server_list(filters: ServerFilters) -> QuerySet[Server]:
             | Q(sku_name__icontains=term)
             | Q(latest_snapshot__gpu_model__icontains=term)
         )
+    qs = filter_by_health(
+        qs, finding=filters.finding, severity=filters.severity, no_critical=filters.no_critical
+    )
     return qs.order_by("hostname")
+
+
+HEALTH_STATES = ("ok", "warning", "critical", "unknown")
+
+# The list filter and `server_health` must agree: a server is unknown without a snapshot,
+# critical with a critical finding, warning with a warning finding or a wiring that differs
+# from its SKU's (known at ingest, before the health checks ran), and ok otherwise.
+_NOT_CRITICAL = Q(health__isnull=True) | Q(health__critical_count=0)
+_HEALTH_STATES = {
+    "unknown": Q(latest_snapshot__isnull=True),
+    "critical": Q(health__critical_count__gt=0),
+    "warning": Q(latest_snapshot__isnull=False)
+    & _NOT_CRITICAL
+    & (Q(health__warning_count__gt=0) | Q(differs_from_sku=True)),
+    "ok": Q(latest_snapshot__isnull=False, differs_from_sku=False)
+    & (Q(health__isnull=True) | Q(health__critical_count=0, health__warning_count=0)),
+}
 
 
 def server_health(server: Server) -> str:
     if server.latest_snapshot_id is None:
         return "unknown"
-    return "warning" if server.differs_from_sku else "ok"
+    health = getattr(server, "health", None)
+    if health is not None and health.critical_count:
+        return "critical"
+    if (health is not None and health.warning_count) or server.differs_from_sku:
+        return "warning"
+    return "ok"
 
 
 def server_findings(server: Server) -> list[dict[str, Any]]:
-    """What is worth a look on this server. The health checks will add to this list."""
-    findings: list[dict[str, Any]] = []
-    if server.differs_from_sku:
-        findings.append(
-            {
-                "code": "topology-differs-from-sku",
-                "severity": "warning",
-                "message": f"wired differently from the usual topology of SKU {server.sku_name!r}",
-            }
-        )
-    return findings
+    """What is worth a look on this server: the health checks' findings once they ran, and
+    until then what ingest already knows (a wiring that differs from the SKU's)."""
+    if getattr(server, "health", None) is not None:
+        return [f | {"code": f["kind"]} for f in health_findings(server)]
+    if not server.differs_from_sku:
+        return []
+    return [
+        {
+            "code": "topology-differs-from-sku",
+            "severity": "warning",
+            "message": f"wired differently from the usual topology of SKU {server.sku_name!r}",
+        }
+    ]
+
+
+def findings_count(server: Server) -> int:
+    """The list's count, from columns already joined in (no query per row)."""
+    health = getattr(server, "health", None)
+    if health is None:
+        return int(server.differs_from_sku)
+    return int(health.critical_count + health.warning_count)
 
 
 def server_by_hostname(hostname: str) -> Server:
@@ -210,35 +258,7 @@ def topology_class_by_fingerprint(fingerprint: str) -> TopologyClass:
     return found
 
 
-def graph_elements(document: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Cytoscape elements for a topology document: one node per device, one edge per link
-    except the farthest (SYS) ones, which every pair has and which would hide the structure.
-
-    Stand-in until core.export offers the same; the API calls only this function."""
-    nodes = [
-        {
-            "data": {
-                "id": d["id"],
-                "label": d.get("nic_name") or d["id"],
-                "kind": d["kind"],
-                "index": d["index"],
-                "numa_affinity": d.get("numa_affinity"),
-                "cpu_affinity": d.get("cpu_affinity"),
-            }
-        }
-        for d in document.get("devices", [])
-    ]
-    edges = [
-        {
-            "data": {
-                "id": f"{link['a']}--{link['b']}",
-                "source": link["a"],
-                "target": link["b"],
-                "link_class": link["class"],
-                "nvlinks": link.get("nvlinks", 0),
-            }
-        }
-        for link in document.get("links", [])
-        if link["class"] != "SYS"
-    ]
-    return {"nodes": nodes, "edges": edges}
+def graph_elements(snapshot: Snapshot) -> dict[str, list[dict[str, Any]]]:
+    """Cytoscape elements of a snapshot's topology, as core.export draws it: devices inside
+    NUMA nodes, the recovered PCIe tree, NVLink pairs or one NVSwitch node per fabric."""
+    return {"elements": cytoscape_elements(snapshot.to_domain())}

@@ -31,6 +31,7 @@ from topoweb.fleet.models import (
     Source,
     TopologyClass,
 )
+from topoweb.health.services import request_health
 
 BENCHMARK_KINDS = (Benchmark.Kind.NCCL.value, Benchmark.Kind.P2P.value)
 
@@ -178,6 +179,7 @@ def ingest_report(
         server.save(update_fields=update_fields)
         refresh_sku_drift(sku_name)
         request_analysis(topology_class)
+        request_health(server)
     return Ingested(server=server, created=True, snapshot=snapshot)
 
 
@@ -202,6 +204,7 @@ def ingest_benchmark(
             server, server.latest_snapshot, kind, text, parsed, source, uploaded_by, captured_at
         )
         _touch(server, timezone.now())
+        request_health(server)
     return Ingested(server=server, created=True, benchmark=benchmark)
 
 
@@ -320,7 +323,16 @@ def _gpu_model(
     names: list[str] = []
     gpus = nvml.get("gpus") if isinstance(nvml, dict) else None
     if isinstance(gpus, list):
-        names = [str(g["name"]) for g in gpus if isinstance(g, dict) and g.get("name")]
+        # The collector writes "unsupported" or "error: ..." where the driver gave no name.
+        names = [
+            g["name"]
+            for g in gpus
+            if isinstance(g, dict)
+            and isinstance(g.get("name"), str)
+            and g["name"]
+            and g["name"] != "unsupported"
+            and not g["name"].startswith("error:")
+        ]
     if not names and hint:
         return hint
     if not names:

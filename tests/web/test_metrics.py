@@ -1,0 +1,51 @@
+"""/metrics in Prometheus text format: ingest outcomes, analyses by status, request latency."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.web.conftest import report
+
+pytestmark = pytest.mark.django_db
+
+
+def scrape(client: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.content.decode())
+        for sample in family.samples
+    }
+
+
+def test_healthz_answers_ok_when_the_database_does(client: Any) -> None:
+    response = client.get("/healthz")
+
+    assert (response.status_code, response.json()) == (200, {"status": "ok"})
+
+
+def test_metrics_count_ingest_outcomes_and_analyses(client: Any, collector_client: Any) -> None:
+    before = scrape(client)
+    api = collector_client("gpu-a01")
+    api.post("/api/v1/reports", report("gpu-a01"), format="json")
+    api.post("/api/v1/reports", report("gpu-a01"), format="json")
+    api.post("/api/v1/reports", report("gpu-b01"), format="json")  # another host: rejected
+    after = scrape(client)
+
+    def delta(outcome: str) -> float:
+        key = ("topoweb_reports_total", (("outcome", outcome),))
+        return after[key] - before[key]
+
+    assert (delta("new"), delta("duplicate"), delta("rejected")) == (1, 1, 1)
+    assert after[("topoweb_analyses", (("status", "pending"),))] == 1
+    assert after[("topoweb_analyses", (("status", "done"),))] == 0
+    latency = (
+        "topoweb_request_duration_seconds_count",
+        (("method", "POST"), ("route", "api/v1/reports")),
+    )
+    assert after[latency] - before.get(latency, 0) == 3

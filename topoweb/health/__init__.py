@@ -1,0 +1,1 @@
+"""Django app of the health checks: per-server findings, SKU expectations, acceptance reports."""

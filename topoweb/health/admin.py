@@ -1,0 +1,41 @@
+"""Admin pages of the health checks: staff edit SKU expectations; evaluations are read-only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
+from topoweb.health.services import save_expectation
+
+
+@admin.register(SkuExpectation)
+class SkuExpectationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("sku_name", "version", "bandwidth_ratio", "sku_median_ratio", "updated_at")
+    readonly_fields = ("version", "updated_at", "updated_by")
+    search_fields = ("sku_name",)
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        judged = set(form.changed_data) - {"notes"}
+        save_expectation(obj, changed=change and bool(judged), user=request.user)
+
+
+@admin.register(ServerHealth)
+class ServerHealthAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("server", "computed_at", "critical_count", "warning_count")
+    raw_id_fields = ("server", "snapshot")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(HealthFinding)
+class HealthFindingAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("server", "kind", "severity", "message")
+    list_filter = ("kind", "severity")
+    raw_id_fields = ("server",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

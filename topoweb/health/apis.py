@@ -1,0 +1,29 @@
+"""JSON API of the health checks: a server's acceptance report and a SKU's distribution."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from topoweb.fleet.apis import READ_ERRORS
+from topoweb.health import selectors, services
+
+
+class ServerAcceptanceApi(APIView):
+    @extend_schema(
+        operation_id="servers_acceptance", responses={200: OpenApiTypes.OBJECT, **READ_ERRORS}
+    )
+    def get(self, request: Request, hostname: str) -> Response:
+        server = selectors.server_with_health(hostname)
+        return Response(services.acceptance_document(server))
+
+
+class SkuAcceptanceApi(APIView):
+    @extend_schema(
+        operation_id="skus_acceptance", responses={200: OpenApiTypes.OBJECT, **READ_ERRORS}
+    )
+    def get(self, request: Request, sku_name: str) -> Response:
+        return Response(selectors.sku_acceptance(sku_name))

@@ -1,0 +1,121 @@
+"""Tables of the health checks: what staff expect of a SKU (versioned), and the findings and
+acceptance report last computed for each server. Logic lives in services.py and core.health."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from topoweb.core.health import KINDS, SEVERITIES, Expectations, Thresholds, expectations_by_class
+from topoweb.core.model import Topology
+from topoweb.fleet.models import Server, Snapshot
+
+_DEFAULTS = Thresholds()
+
+
+class SkuExpectation(models.Model):
+    """Thresholds and expected figures for the servers of one SKU, edited by staff. Every
+    change bumps `version`; each server's health record keeps the version (and figures) it was
+    judged by."""
+
+    sku_name = models.CharField(max_length=200, unique=True)
+    version = models.PositiveIntegerField(default=1, editable=False)
+    bandwidth_ratio = models.FloatField(
+        default=_DEFAULTS.bandwidth_ratio,
+        help_text="Measured under this fraction of expected: a finding.",
+    )
+    sku_median_ratio = models.FloatField(
+        default=_DEFAULTS.sku_median_ratio,
+        help_text="Measured under this fraction of the SKU median: a finding.",
+    )
+    large_message_bytes = models.BigIntegerField(
+        default=_DEFAULTS.large_message_bytes,
+        help_text="nccl-tests rows from this size on are the plateau.",
+    )
+    p2p_min_gain = models.FloatField(
+        default=_DEFAULTS.p2p_min_gain,
+        help_text="P2P=Enabled must beat P2P=Disabled by more than this factor.",
+    )
+    p2p_gbps_by_class = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='P2P GB/s per direction by class: {"NV18": 370}',
+    )
+    busbw_gbps = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='busbw GB/s over all GPUs: {"all_reduce": 360}',
+    )
+    notes = models.TextField(blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+
+    class Meta:
+        ordering = ["sku_name"]
+
+    def __str__(self) -> str:
+        return f"{self.sku_name} v{self.version}"
+
+    def thresholds(self) -> Thresholds:
+        return Thresholds(
+            bandwidth_ratio=self.bandwidth_ratio,
+            sku_median_ratio=self.sku_median_ratio,
+            large_message_bytes=self.large_message_bytes,
+            p2p_min_gain=self.p2p_min_gain,
+        )
+
+    def to_domain(self, topology: Topology) -> Expectations:
+        """Staff's figures alone (services fill the rest from the cost model)."""
+        return expectations_by_class(
+            topology,
+            {str(k): float(v) for k, v in (self.p2p_gbps_by_class or {}).items()},
+            {str(k): float(v) for k, v in (self.busbw_gbps or {}).items()},
+            self.thresholds(),
+            basis=f"SKU {self.sku_name} expectations v{self.version}",
+        )
+
+
+class ServerHealth(models.Model):
+    """The latest health evaluation of one server (replaced, never appended)."""
+
+    server = models.OneToOneField(Server, on_delete=models.CASCADE, related_name="health")
+    snapshot = models.ForeignKey(Snapshot, null=True, on_delete=models.SET_NULL, related_name="+")
+    computed_at = models.DateTimeField()
+    expectation_version = models.PositiveIntegerField(null=True, blank=True)
+    expectations = models.JSONField(null=True, blank=True)  # the figures it was judged by
+    acceptance = models.JSONField()  # core.health.acceptance_report
+    critical_count = models.PositiveIntegerField(default=0, db_index=True)
+    warning_count = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"health of {self.server_id} at {self.computed_at:%Y-%m-%dT%H:%M}"
+
+
+class HealthFinding(models.Model):
+    """One finding of a server's latest evaluation; a row each so the fleet list filters on it."""
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="health_findings")
+    kind = models.CharField(max_length=40, choices=[(k, k) for k in KINDS], db_index=True)
+    severity = models.CharField(max_length=16, choices=[(s, s) for s in SEVERITIES], db_index=True)
+    devices = models.JSONField(default=list)
+    evidence = models.JSONField(default=dict)
+    advice = models.TextField(blank=True)
+    message = models.TextField()
+
+    class Meta:
+        ordering = ["server_id", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} ({self.severity}) on {self.server_id}"
+
+    def to_document(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "devices": self.devices,
+            "evidence": self.evidence,
+            "advice": self.advice,
+            "message": self.message,
+        }

@@ -1,0 +1,191 @@
+"""Reads of the health checks: a server's inputs (previous snapshot, SKU reference, benchmarks,
+expectations, sibling figures), its stored findings and reports, and the fleet-list filters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet
+from django.http import Http404
+
+from topoweb.core.health import Figures, Thresholds, measured_figures, sku_distribution
+from topoweb.core.model import NcclRun, P2PResult, Topology
+from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
+from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
+
+# A SKU median means something only with a few servers behind it.
+MIN_SIBLINGS_FOR_MEDIAN = 2
+# The newest runs of each kind that count as a server's current measurements.
+_BENCHMARKS_PER_SERVER = 20
+
+
+@dataclass(frozen=True)
+class HealthInputs:
+    """Everything core.health.check_health reads for one server, loaded from the database."""
+
+    topology: Topology
+    previous: Topology | None
+    sku_reference: Topology | None
+    fingerprint: str | None
+    sku_fingerprint: str | None
+    nvml: dict[str, Any] | None
+    p2p: P2PResult | None
+    nccl_runs: tuple[NcclRun, ...]
+
+
+def usual_topology_class(sku_name: str) -> TopologyClass | None:
+    """The SKU's most common wiring; None without a SKU or with a tie for first place."""
+    if not sku_name:
+        return None
+    ranked = list(
+        Server.objects.filter(sku_name=sku_name, topology_class__isnull=False)
+        .values("topology_class")
+        .annotate(n=Count("id"))
+        .order_by("-n", "topology_class")[:2]
+    )
+    if not ranked or (len(ranked) == 2 and ranked[0]["n"] == ranked[1]["n"]):
+        return None
+    return TopologyClass.objects.get(pk=ranked[0]["topology_class"])
+
+
+def current_benchmarks(
+    benchmarks: list[Benchmark],
+) -> tuple[P2PResult | None, tuple[NcclRun, ...]]:
+    """The newest p2p result, and the newest nccl-tests run of each collective (newest first in)."""
+    p2p: P2PResult | None = None
+    runs: dict[str | None, NcclRun] = {}
+    for b in benchmarks:
+        parsed = b.to_domain()
+        if isinstance(parsed, P2PResult):
+            p2p = p2p or parsed
+        elif parsed.collective not in runs:
+            runs[parsed.collective] = parsed
+    return p2p, tuple(runs.values())
+
+
+def _newest_benchmarks(server_ids: list[int]) -> dict[int, list[Benchmark]]:
+    by_server: dict[int, list[Benchmark]] = {sid: [] for sid in server_ids}
+    for b in Benchmark.objects.filter(server_id__in=server_ids).order_by("-captured_at", "-id"):
+        if len(by_server[b.server_id]) < _BENCHMARKS_PER_SERVER:
+            by_server[b.server_id].append(b)
+    return by_server
+
+
+def health_inputs(server: Server) -> HealthInputs | None:
+    """The inputs of a server's evaluation; None before its first topology snapshot."""
+    snapshot = server.latest_snapshot
+    if snapshot is None:
+        return None
+    previous = (
+        Snapshot.objects.filter(server=server, captured_at__lte=snapshot.captured_at)
+        .exclude(pk=snapshot.pk)
+        .order_by("-captured_at", "-id")
+        .first()
+    )
+    usual = usual_topology_class(server.sku_name)
+    differs = usual is not None and usual.pk != snapshot.topology_class_id
+    p2p, runs = current_benchmarks(_newest_benchmarks([server.pk])[server.pk])
+    return HealthInputs(
+        topology=snapshot.to_domain(),
+        previous=previous.to_domain() if previous is not None else None,
+        sku_reference=usual.to_domain() if differs and usual is not None else None,
+        fingerprint=snapshot.topology_class.fingerprint,
+        sku_fingerprint=usual.fingerprint if usual is not None else None,
+        nvml=snapshot.nvml,
+        p2p=p2p,
+        nccl_runs=runs,
+    )
+
+
+def sku_expectation(sku_name: str) -> SkuExpectation | None:
+    if not sku_name:
+        return None
+    return SkuExpectation.objects.filter(sku_name=sku_name).first()
+
+
+def sku_figures(sku_name: str, thresholds: Thresholds) -> dict[str, Figures]:
+    """Each SKU member's measured figures by hostname (members that measured nothing left out)."""
+    members = dict(
+        Server.objects.filter(sku_name=sku_name).exclude(sku_name="").values_list("pk", "hostname")
+    )
+    out = {}
+    for server_id, benchmarks in _newest_benchmarks(list(members)).items():
+        p2p, runs = current_benchmarks(benchmarks)
+        figures = measured_figures(p2p, runs, thresholds)
+        if figures.p2p_gbps or figures.busbw_gbps:
+            out[members[server_id]] = figures
+    return out
+
+
+def server_with_health(hostname: str) -> Server:
+    server = (
+        Server.objects.select_related("latest_snapshot", "topology_class", "health")
+        .filter(hostname=hostname)
+        .first()
+    )
+    if server is None:
+        raise Http404(f"no server named {hostname!r}")
+    return server
+
+
+def stored_health(server: Server) -> ServerHealth | None:
+    return ServerHealth.objects.filter(server=server).first()
+
+
+def health_findings(server: Server) -> list[dict[str, Any]]:
+    """The server's stored findings, most severe first (as core.health ordered them)."""
+    return [f.to_document() for f in HealthFinding.objects.filter(server=server).order_by("id")]
+
+
+def sku_acceptance(sku_name: str) -> dict[str, Any]:
+    """Per-SKU view: each member's verdict and findings count, and the distribution of every
+    figure measured across the SKU with its outliers named."""
+    members = list(
+        Server.objects.filter(sku_name=sku_name)
+        .exclude(sku_name="")
+        .select_related("health")
+        .order_by("hostname")
+    )
+    if not members:
+        raise Http404(f"no SKU named {sku_name!r}")
+    expectation = sku_expectation(sku_name)
+    thresholds = expectation.thresholds() if expectation else Thresholds()
+    servers = []
+    for s in members:
+        health: ServerHealth | None = getattr(s, "health", None)
+        servers.append(
+            {
+                "hostname": s.hostname,
+                "verdict": health.acceptance["verdict"] if health else None,
+                "critical": health.critical_count if health else None,
+                "warning": health.warning_count if health else None,
+                "computed_at": health.computed_at.isoformat() if health else None,
+            }
+        )
+    return {
+        "sku": sku_name,
+        "expectation_version": expectation.version if expectation else None,
+        "thresholds": thresholds.to_document(),
+        "servers": servers,
+        "distribution": sku_distribution(
+            sku_figures(sku_name, thresholds), thresholds.sku_median_ratio
+        ),
+    }
+
+
+def filter_by_health(
+    qs: QuerySet[Server], *, finding: str = "", severity: str = "", no_critical: bool = False
+) -> QuerySet[Server]:
+    """Fleet-list filters: servers with a finding of this kind and/or severity, or servers a
+    scheduler may use (evaluated, and no critical finding)."""
+    if finding or severity:
+        match = Q()
+        if finding:
+            match &= Q(kind=finding)
+        if severity:
+            match &= Q(severity=severity)
+        qs = qs.filter(pk__in=HealthFinding.objects.filter(match).values("server_id"))
+    if no_critical:
+        qs = qs.filter(health__isnull=False, health__critical_count=0)
+    return qs

@@ -1,0 +1,189 @@
+"""Writes of the health checks: evaluate one server (findings + acceptance report, stored in one
+transaction), enqueue that after an ingest commits, and save staff's SKU expectations."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import F
+from django.http import Http404
+from django.utils import timezone
+
+from topoweb.core.health import (
+    Expectations,
+    Figures,
+    Thresholds,
+    acceptance_report,
+    check_health,
+    expectations_from_model,
+    median_figures,
+)
+from topoweb.core.model import Topology
+from topoweb.fleet.models import Server
+from topoweb.health import selectors
+from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
+
+log = logging.getLogger(__name__)
+
+
+def evaluate_server(server_id: int) -> ServerHealth | None:
+    """Recompute a server's findings and acceptance report from what is stored now. Idempotent:
+    a re-run replaces the previous evaluation; None for a server with no topology yet."""
+    server = (
+        Server.objects.select_related("latest_snapshot__topology_class")
+        .filter(pk=server_id)
+        .first()
+    )
+    inputs = selectors.health_inputs(server) if server is not None else None
+    if server is None or inputs is None:
+        return None
+    row = selectors.sku_expectation(server.sku_name)
+    gpu_model = server.latest_snapshot.gpu_model if server.latest_snapshot else ""
+    expectations = expectations_for(inputs.topology, gpu_model, row)
+    siblings = {
+        host: figures
+        for host, figures in selectors.sku_figures(server.sku_name, expectations.thresholds).items()
+        if host != server.hostname
+    }
+    medians = (
+        median_figures(siblings.values())
+        if len(siblings) >= selectors.MIN_SIBLINGS_FOR_MEDIAN
+        else None
+    )
+    findings = check_health(
+        inputs.topology,
+        previous=inputs.previous,
+        sku_reference=inputs.sku_reference,
+        fingerprint=inputs.fingerprint,
+        sku_fingerprint=inputs.sku_fingerprint,
+        nvml=inputs.nvml,
+        p2p=inputs.p2p,
+        nccl_runs=inputs.nccl_runs,
+        expectations=expectations,
+        sku_medians=medians,
+    )
+    report = acceptance_report(
+        inputs.topology,
+        expectations,
+        findings,
+        p2p=inputs.p2p,
+        nccl_runs=inputs.nccl_runs,
+        sku_medians=medians,
+    )
+    report["hostname"] = server.hostname
+    report["sku"] = server.sku_name
+    report["expectation_version"] = row.version if row is not None else None
+    with transaction.atomic():
+        health, _ = ServerHealth.objects.update_or_create(
+            server=server,
+            defaults={
+                "snapshot": server.latest_snapshot,
+                "computed_at": timezone.now(),
+                "expectation_version": row.version if row is not None else None,
+                "expectations": expectations.to_document(),
+                "acceptance": report,
+                "critical_count": sum(f.severity == "critical" for f in findings),
+                "warning_count": sum(f.severity == "warning" for f in findings),
+            },
+        )
+        HealthFinding.objects.filter(server=server).delete()
+        HealthFinding.objects.bulk_create(
+            HealthFinding(server=server, **f.to_document()) for f in findings
+        )
+    return health
+
+
+def expectations_for(
+    topology: Topology, gpu_model: str, row: SkuExpectation | None
+) -> Expectations:
+    """The cost model's figures for this wiring, with staff's SKU figures (and thresholds)
+    taking precedence wherever they give one."""
+    thresholds = row.thresholds() if row is not None else Thresholds()
+    model = expectations_from_model(topology, gpu_model or None, thresholds)
+    if row is None:
+        return model
+    staff = row.to_domain(topology)
+    return Expectations(
+        Figures(
+            {**model.figures.p2p_gbps, **staff.figures.p2p_gbps},
+            {**model.figures.busbw_gbps, **staff.figures.busbw_gbps},
+        ),
+        thresholds,
+        basis=f"{staff.basis}; other figures from the {model.basis}",
+    )
+
+
+def request_health(server: Server) -> None:
+    """Evaluate the server once the caller's transaction commits (eager without a broker)."""
+    server_id = server.pk
+    transaction.on_commit(lambda: enqueue_health(server_id))
+
+
+def enqueue_health(server_id: int) -> bool:
+    from topoweb.health.tasks import evaluate_server_task
+
+    try:
+        evaluate_server_task.apply_async(args=[server_id])
+    except Exception:  # kombu and redis raise several unrelated types for "broker down"
+        log.warning("health of server %s not queued: the broker refused it", server_id)
+        return False
+    return True
+
+
+def stale_servers() -> list[int]:
+    """Servers never evaluated, or evaluated against an older snapshot than their latest."""
+    return list(
+        Server.objects.filter(latest_snapshot__isnull=False)
+        .exclude(health__snapshot_id=F("latest_snapshot_id"))
+        .values_list("pk", flat=True)
+    )
+
+
+def save_expectation(
+    expectation: SkuExpectation, *, changed: bool, user: AbstractBaseUser | None = None
+) -> SkuExpectation:
+    """Store staff's edit, bumping the version when a figure or threshold changed, and queue
+    the SKU's servers for re-evaluation against it."""
+    fields: list[str] = []
+    if expectation.pk is None:
+        expectation.updated_by = user  # type: ignore[assignment]
+        expectation.save()
+    else:
+        if changed:
+            expectation.version = F("version") + 1  # type: ignore[assignment]
+            fields.append("version")
+        expectation.updated_by = user  # type: ignore[assignment]
+        fields += [
+            "bandwidth_ratio",
+            "sku_median_ratio",
+            "large_message_bytes",
+            "p2p_min_gain",
+            "p2p_gbps_by_class",
+            "busbw_gbps",
+            "notes",
+            "updated_by",
+            "updated_at",
+        ]
+        expectation.save(update_fields=fields)
+        expectation.refresh_from_db(fields=["version"])
+    for server in Server.objects.filter(sku_name=expectation.sku_name):
+        request_health(server)
+    return expectation
+
+
+def acceptance_document(server: Server) -> dict[str, Any]:
+    """The stored acceptance report, evaluating first when none is stored or it is stale."""
+    health = selectors.stored_health(server)
+    row = selectors.sku_expectation(server.sku_name)
+    if (
+        health is None
+        or health.snapshot_id != server.latest_snapshot_id
+        or health.expectation_version != (row.version if row is not None else None)
+    ):
+        health = evaluate_server(server.pk)
+    if health is None:
+        raise Http404(f"server {server.hostname!r} has no topology snapshot yet")
+    return dict(health.acceptance) | {"computed_at": health.computed_at.isoformat()}

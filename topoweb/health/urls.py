@@ -1,0 +1,28 @@
+"""Routes of the health app: `api_urls` go under /api/v1/, `page_urls` at the site root."""
+
+from django.urls import path, re_path
+
+from topoweb.health import apis, views
+
+# With or without the trailing slash: schedulers type these by hand.
+api_urls = [
+    re_path(
+        r"^servers/(?P<hostname>[^/]+)/acceptance/?$",
+        apis.ServerAcceptanceApi.as_view(),
+        name="server-acceptance",
+    ),
+    re_path(
+        r"^skus/(?P<sku_name>[^/]+)/acceptance/?$",
+        apis.SkuAcceptanceApi.as_view(),
+        name="sku-acceptance",
+    ),
+]
+
+page_urls = [
+    path(
+        "servers/<str:hostname>/acceptance/",
+        views.server_acceptance_page,
+        name="server-acceptance-page",
+    ),
+    path("skus/<str:sku_name>/acceptance/", views.sku_acceptance_page, name="sku-acceptance-page"),
+]

@@ -1,0 +1,60 @@
+"""Printable HTML acceptance reports (plain templates, no scripts) for vendors and buyers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from topoweb.health import selectors, services
+
+_PLOT_WIDTH = 560
+_ROW_HEIGHT = 22
+
+
+def _can_read(request: HttpRequest) -> bool:
+    return bool(settings.TOPOWEB_PUBLIC_READ or request.user.is_authenticated)
+
+
+def server_acceptance_page(request: HttpRequest, hostname: str) -> HttpResponse:
+    if not _can_read(request):
+        return redirect_to_login(request.get_full_path())
+    server = selectors.server_with_health(hostname)
+    report = services.acceptance_document(server)
+    return render(request, "health/server_acceptance.html", {"server": server, "report": report})
+
+
+def _strip_plot(distribution: list[dict[str, Any]]) -> dict[str, Any]:
+    """Positions for a server-rendered SVG strip plot: one row per figure, one dot per server,
+    scaled to that figure's own maximum so rows of different magnitude stay readable."""
+    rows = []
+    for i, item in enumerate(distribution):
+        top = max(item["max_gbps"], 1e-9)
+        y = 14 + i * _ROW_HEIGHT
+        dots = [
+            {
+                "x": round(200 + (_PLOT_WIDTH - 220) * v / top, 1),
+                "y": y,
+                "host": host,
+                "value": v,
+                "outlier": host in item["outliers"],
+            }
+            for host, v in item["values"].items()
+        ]
+        median_x = round(200 + (_PLOT_WIDTH - 220) * item["median_gbps"] / top, 1)
+        rows.append({"label": item["figure"], "y": y, "dots": dots, "median_x": median_x})
+    return {"width": _PLOT_WIDTH, "height": 20 + len(rows) * _ROW_HEIGHT, "rows": rows}
+
+
+def sku_acceptance_page(request: HttpRequest, sku_name: str) -> HttpResponse:
+    if not _can_read(request):
+        return redirect_to_login(request.get_full_path())
+    data = selectors.sku_acceptance(sku_name)
+    return render(
+        request,
+        "health/sku_acceptance.html",
+        {"data": data, "plot": _strip_plot(data["distribution"])},
+    )
