@@ -10,7 +10,7 @@ const pageInfo = document.getElementById("page-info");
 const prev = document.getElementById("prev-page");
 const next = document.getElementById("next-page");
 const FILTERS = ["search", "sku", "health", "has_nvlink"];
-const HEALTH_STATES = ["ok", "warning", "unknown"];
+const HEALTH_STATES = ["ok", "warning", "critical", "unknown"];
 
 let state = { page: 1, pageSize: null, ...pageData().query };
 state.page = Number(state.page) || 1;

@@ -13,6 +13,9 @@ let cy = null;
 let topology = null; // the core topology document: devices + links
 let detail = null;
 let p2p = null;
+// The graph is drawn before the detail arrives; device details wait for the topology.
+let topologyLoaded;
+const topologyReady = new Promise((resolve) => { topologyLoaded = resolve; });
 
 function deviceIndex() {
   const m = new Map();
@@ -76,7 +79,7 @@ async function loadGraph() {
   cy.on("tap", "node", (evt) => {
     const n = evt.target;
     if (kindOf(n) === "gpu") highlightPaths(cy, n);
-    showDetails(n);
+    topologyReady.then(() => showDetails(n));
   });
   cy.on("tap", (evt) => { if (evt.target === cy) clearHighlight(cy); });
   const gpus = cy.nodes().filter((n) => kindOf(n) === "gpu").length;
@@ -185,6 +188,7 @@ function renderSummary(s) {
   const a = s.analysis;
   if (a) badges.append(el("span", { class: `badge analysis-${a.status}`, text: `analysis ${a.status}` }));
   if (sku) badges.append(el("a", { class: "badge", href: `/compare/?a=${encodeURIComponent(sku)}&b=`, text: "compare SKU…" }));
+  badges.append(el("a", { class: "badge", href: `/servers/${encodeURIComponent(hostname)}/acceptance/`, text: "acceptance report" }));
   badges.append(el("a", { class: "badge", href: `/upload/?host=${encodeURIComponent(hostname)}`, text: "upload output" }));
 }
 
@@ -298,14 +302,17 @@ async function main() {
   } catch (err) {
     showError($("server-error"), err);
     $("server-summary").textContent = "";
+    topologyLoaded();
     return;
   }
   renderSummary(detail);
   renderFindings(detail.findings);
-  if (detail.latest_snapshot_id != null) {
+  topology = detail.snapshot?.document || null;
+  if (!topology && detail.latest_snapshot_id != null) {
     const snap = await getJSON(`snapshots/${detail.latest_snapshot_id}/`).catch(() => null);
     topology = snap ? snap.document : null;
   }
+  topologyLoaded();
   await Promise.all([
     graph,
     loadBenchmarks().catch((err) => showError($("bench-plot"), err)),

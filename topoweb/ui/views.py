@@ -13,9 +13,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
+from topoweb.core.export import cytoscape_elements
 from topoweb.core.formats import ParseError, parse_text
 from topoweb.core.model import NcclRun, Parsed, Topology
-from topoweb.fleet.selectors import graph_elements
 
 View = Callable[..., HttpResponse]
 
@@ -122,9 +122,8 @@ def preview_of(parsed: Parsed) -> dict[str, Any]:
             summary += (
                 f" ({len(parsed.warnings)} reader warning{'s' if len(parsed.warnings) > 1 else ''})"
             )
-        # The same elements the server page gets from the API, so the preview is what is saved.
-        graph = graph_elements(parsed.to_document())
-        return {"kind": "topology", "summary": summary, "elements": graph["nodes"] + graph["edges"]}
+        # The same export the graph API draws, so the preview is what the server page will show.
+        return {"kind": "topology", "summary": summary, "elements": cytoscape_elements(parsed)}
     if isinstance(parsed, NcclRun):
         summary = f"nccl-tests {parsed.collective or ''}: {len(parsed.rows)} sizes"
         if parsed.avg_busbw_gbps is not None:
