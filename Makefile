@@ -17,7 +17,12 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt collector/requirements
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
-install: $(VENV)/.installed
+# The dashboard's browser libraries (cytoscape, uPlot) come from npm, pinned by the lockfile.
+frontend/node_modules/.package-lock.json: frontend/package.json frontend/package-lock.json
+	npm ci --prefix frontend --no-audit --no-fund
+	touch $@
+
+install: $(VENV)/.installed frontend/node_modules/.package-lock.json
 
 run: install
 	$(PY) manage.py migrate --noinput
@@ -38,4 +43,4 @@ bench: install
 	for script in bench/*.py; do $(PY) $$script || exit 1; done
 
 clean:
-	rm -rf $(VENV) node_modules staticfiles
+	rm -rf $(VENV) frontend/node_modules staticfiles

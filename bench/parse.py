@@ -47,8 +47,9 @@ def main() -> int:
         if medians:
             per_file = statistics.median(medians)
             rate = len(medians) / sum(medians)
-            print(f"{kind:<6} {len(files):>5} {rejected:>8} {per_file * 1e6:>11.1f} us "
-                  f"{rate:>10.0f}")
+            print(
+                f"{kind:<6} {len(files):>5} {rejected:>8} {per_file * 1e6:>11.1f} us {rate:>10.0f}"
+            )
         else:
             print(f"{kind:<6} {len(files):>5} {rejected:>8} {'n/a':>14} {'n/a':>10}")
     try:

@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "topoweb.fleet",
     "topoweb.analysis",
     "topoweb.health",
+    "topoweb.ui",
 ]
 
 MIDDLEWARE = [
@@ -51,6 +52,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "topoweb.ui.middleware.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "topoweb.config.urls"
@@ -93,7 +95,20 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
-STATICFILES_DIRS: list[Path] = []
+# The dashboard's own modules and styles, plus exactly the library files it loads from
+# frontend/node_modules (installed by `npm ci --prefix frontend`), served under vendor/.
+STATICFILES_DIRS = [
+    ("ui/src", BASE_DIR / "frontend" / "src"),
+    ("ui/css", BASE_DIR / "frontend" / "css"),
+]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "topoweb.ui.staticfinders.VendorFinder",
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "ui:fleet"
+LOGOUT_REDIRECT_URL = "ui:fleet"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {

@@ -1,6 +1,8 @@
-"""URL routes of topoweb: the admin, the JSON API under /api/v1/, and its schema and docs."""
+"""URL routes of topoweb: the admin, the JSON API under /api/v1/ with its schema and docs,
+sign-in/out, and the dashboard pages."""
 
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
@@ -45,6 +47,9 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
     *health_urls.page_urls,
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", include("topoweb.ui.urls")),
 ]
 
 handler404 = "topoweb.config.api.json_404"

@@ -1,0 +1,82 @@
+// Upload page: paste or choose output, preview the parsed graph, then save and go to the
+// server's page. Parse errors name the line and show it.
+
+import { el, clear, postForm, pageData, lineOf, showError } from "./api.js";
+import { drawGraph, renderLegend } from "./graph.js";
+
+const $ = (id) => document.getElementById(id);
+const form = $("upload-form");
+let previewCy = null;
+
+async function text() {
+  const file = $("upload-file").files[0];
+  return file ? await file.text() : $("upload-text").value;
+}
+
+function showParseError(err, source) {
+  showError($("upload-error"), err);
+  const ctx = $("upload-error-context");
+  const line = lineOf(err);
+  if (line && source) {
+    const lines = source.split(/\r?\n/);
+    clear(ctx);
+    for (let n = Math.max(1, line - 2); n <= Math.min(lines.length, line + 2); n += 1) {
+      ctx.append(el("span", { class: n === line ? "bad-line" : null, text: `${String(n).padStart(4)} | ${lines[n - 1]}\n` }));
+    }
+    ctx.hidden = false;
+  } else {
+    ctx.hidden = true;
+  }
+}
+
+function resetErrors() {
+  $("upload-error").hidden = true;
+  $("upload-error-context").hidden = true;
+}
+
+async function preview() {
+  resetErrors();
+  $("save-button").disabled = true;
+  const source = await text();
+  const body = new FormData();
+  body.append("text", source);
+  $("preview-summary").textContent = "Parsing…";
+  try {
+    const res = await postForm("/ui/preview/", body);
+    $("preview-summary").textContent = res.summary;
+    if (previewCy) previewCy.destroy();
+    previewCy = null;
+    clear($("preview-graph"));
+    if (res.elements && res.elements.length) previewCy = await drawGraph($("preview-graph"), res.elements);
+    $("save-button").disabled = false;
+    document.body.dataset.previewReady = "1";
+  } catch (err) {
+    $("preview-summary").textContent = "Could not parse this output.";
+    showParseError(err, source);
+  }
+}
+
+async function save(evt) {
+  evt.preventDefault();
+  resetErrors();
+  const source = await text();
+  const hostname = $("upload-hostname").value.trim();
+  const body = new FormData();
+  body.append("hostname", hostname);
+  body.append("text", source);
+  $("save-button").disabled = true;
+  try {
+    const res = await postForm("uploads", body);
+    window.location.assign(`/servers/${encodeURIComponent(res.hostname || hostname)}/`);
+  } catch (err) {
+    showParseError(err, source);
+    $("save-button").disabled = false;
+  }
+}
+
+renderLegend($("legend"));
+$("preview-button").addEventListener("click", preview);
+$("upload-file").addEventListener("change", () => { $("save-button").disabled = true; });
+$("upload-text").addEventListener("input", () => { $("save-button").disabled = true; });
+form.addEventListener("submit", save);
+if (pageData().hostname) $("upload-text").focus();

@@ -1,0 +1,72 @@
+"""The dashboard's pages and static wiring, through Django's test client."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.staticfiles import finders
+from django.test import Client
+
+pytestmark = pytest.mark.django_db
+
+VENDOR = [
+    "vendor/cytoscape.min.js",
+    "vendor/layout-base.js",
+    "vendor/cose-base.js",
+    "vendor/cytoscape-fcose.js",
+    "vendor/uPlot.iife.min.js",
+    "vendor/uPlot.min.css",
+]
+
+
+@pytest.fixture
+def signed_in(client: Client, django_user_model) -> Client:  # type: ignore[no-untyped-def]
+    client.force_login(django_user_model.objects.create_user("viewer"))
+    return client
+
+
+def test_the_vendor_files_come_from_node_modules_and_nothing_else_of_it_is_exposed() -> None:
+    for path in VENDOR:
+        found = finders.find(path)
+        assert found and "frontend/node_modules/" in str(found), path
+    assert not finders.find("vendor/package.json")
+
+
+def test_anonymous_visitors_are_sent_to_sign_in(client: Client, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TOPOWEB_PUBLIC_READ = False
+    response = client.get("/servers/gpu-a01/")
+    assert response.status_code == 302
+    assert response["Location"] == "/accounts/login/?next=/servers/gpu-a01/"
+
+
+@pytest.mark.parametrize(
+    "url", ["/", "/servers/gpu-a01/", "/compare/?a=x&b=y", "/upload/", "/accounts/login/"]
+)
+def test_every_page_forbids_inline_script_and_has_none(signed_in: Client, url: str) -> None:
+    response = signed_in.get(url)
+    assert response.status_code == 200
+    csp = response["Content-Security-Policy"]
+    script_src = re.search(r"script-src ([^;]*)", csp)
+    assert script_src and script_src.group(1) == "'self'"
+    html = response.content.decode()
+    for tag in re.findall(r"<script\b[^>]*>", html):
+        assert "src=" in tag or 'type="application/json"' in tag, tag
+
+
+def test_a_markup_hostname_reaches_the_page_only_escaped(signed_in: Client) -> None:
+    response = signed_in.get("/servers/<img src=x onerror=alert(1)>/")
+    html = response.content.decode()
+    assert "<img src=x" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
+
+
+def test_the_upload_page_carries_a_csrf_token(signed_in: Client) -> None:
+    html = signed_in.get("/upload/").content.decode()
+    assert 'name="csrfmiddlewaretoken"' in html
+
+
+def test_the_api_docs_keep_working_without_the_dashboard_policy(signed_in: Client) -> None:
+    response = signed_in.get("/api/docs/")
+    assert response.status_code == 200
+    assert "Content-Security-Policy" not in response
