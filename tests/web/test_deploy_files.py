@@ -318,7 +318,7 @@ def test_every_file_the_dockerfile_copies_from_the_repository_exists() -> None:
             continue  # from an earlier build stage, not from the repository
         sources = [arg for arg in argv if not arg.startswith("--")][:-1]
         for source in sources:
-            assert list(ROOT.glob(source)) or (ROOT / source).exists(), (
+            assert (ROOT / source).exists() or list(ROOT.glob(source)), (
                 f"Dockerfile line {line}: COPY source {source} is not in the repository"
             )
 
