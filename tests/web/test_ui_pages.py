@@ -8,6 +8,8 @@ import pytest
 from django.contrib.staticfiles import finders
 from django.test import Client
 
+from topoweb.fleet.models import Server
+
 pytestmark = pytest.mark.django_db
 
 VENDOR = [
@@ -20,9 +22,14 @@ VENDOR = [
 ]
 
 
+XSS_HOSTNAME = "<img src=x onerror=alert(1)>"
+
+
 @pytest.fixture
 def signed_in(client: Client, django_user_model) -> Client:  # type: ignore[no-untyped-def]
     client.force_login(django_user_model.objects.create_user("viewer"))
+    Server.objects.create(hostname="gpu-a01")
+    Server.objects.create(hostname=XSS_HOSTNAME)
     return client
 
 
@@ -54,8 +61,13 @@ def test_every_page_forbids_inline_script_and_has_none(signed_in: Client, url: s
         assert "src=" in tag or 'type="application/json"' in tag, tag
 
 
+def test_the_page_of_an_unknown_server_is_a_404(signed_in: Client) -> None:
+    assert signed_in.get("/servers/no-such-host/").status_code == 404
+
+
 def test_a_markup_hostname_reaches_the_page_only_escaped(signed_in: Client) -> None:
-    response = signed_in.get("/servers/<img src=x onerror=alert(1)>/")
+    response = signed_in.get(f"/servers/{XSS_HOSTNAME}/")
+    assert response.status_code == 200
     html = response.content.decode()
     assert "<img src=x" not in html
     assert "&lt;img src=x onerror=alert(1)&gt;" in html

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 from topoweb.core.export import cytoscape_elements
 from topoweb.core.formats import ParseError, parse_text
 from topoweb.core.model import NcclRun, Parsed, Topology
+from topoweb.fleet.selectors import server_by_hostname
 
 View = Callable[..., HttpResponse]
 
@@ -49,6 +50,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
 @require_GET
 @readable
 def server(request: HttpRequest, hostname: str) -> HttpResponse:
+    server_by_hostname(hostname)  # an unknown hostname is a 404 page, not an empty shell
     return _page(request, "ui/server.html", "server", hostname=hostname)
 
 
