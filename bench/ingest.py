@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.live import live_server, request  # noqa: E402
+
 FIXTURES = ROOT / "tests" / "fixtures"
 TOPOLOGIES = sorted(p for p in FIXTURES.glob("topo_*.txt"))
 
@@ -36,55 +35,9 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--workers", type=int, default=4, help="gunicorn workers")
     args = parser.parse_args()
-    database_url = os.environ.setdefault(
-        "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/topoweb"
-    )
-    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/13")
-    if not database_url.startswith("postgres"):
-        print(
-            "bench/ingest.py measures PostgreSQL: DATABASE_URL must be postgres://", file=sys.stderr
-        )
-        return 2
-    bench_url = database_url.rstrip("/") + "_bench"
-    env = {
-        **os.environ,
-        "DATABASE_URL": bench_url,
-        "DEBUG": "0",
-        "SECRET_KEY": "bench-only",
-        "TOPOWEB_INGEST_RATE": "100000/min",
-        "LOG_LEVEL": "WARNING",
-        "STATICFILES_BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage",
-    }
-    _recreate_database(bench_url)
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    os.environ.update(env)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "topoweb.config.settings")
-    sys.path.insert(0, str(ROOT))
-    import django
+    with live_server(args.workers) as base:
+        from topoweb.fleet.services import create_api_token, create_collector_token
 
-    django.setup()
-    from topoweb.fleet.services import create_api_token, create_collector_token
-
-    port = _free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "topoweb.config.wsgi",
-            "-b",
-            f"127.0.0.1:{port}",
-            "-w",
-            str(args.workers),
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_until_up(base)
         texts = [p.read_text(encoding="utf-8") for p in TOPOLOGIES]
         hosts = [f"bench-{i:05d}" for i in range(args.reports)]
         tokens = {h: create_collector_token(h) for h in hosts}
@@ -96,7 +49,7 @@ def main() -> int:
                 "collector_version": "bench",
                 "topo_text": texts[int(host[-5:]) % len(texts)],
             }
-            return _request(f"{base}/api/v1/reports", tokens[host], json.dumps(body).encode())
+            return request(f"{base}/api/v1/reports", tokens[host], json.dumps(body).encode())
 
         for label, expect in (("new", 201), ("duplicate", 200)):
             started = time.perf_counter()
@@ -118,7 +71,7 @@ def main() -> int:
         latencies = []
         for host in sample[: args.reads]:
             started = time.perf_counter()
-            code = _request(f"{base}/api/v1/servers/{host}/", reader)
+            code = request(f"{base}/api/v1/servers/{host}/", reader)
             latencies.append(time.perf_counter() - started)
             assert code == 200, code
         p95 = statistics.quantiles(latencies, n=20)[-1] * 1000
@@ -127,12 +80,6 @@ def main() -> int:
             f"{statistics.median(latencies) * 1000:6.1f} ms over {len(latencies)} requests "
             f"with {stored} servers stored"
         )
-    finally:
-        server.terminate()
-        server.wait(timeout=20)
-        from topoweb.config.celery_app import app
-
-        app.control.purge()  # no worker ran: drop the analyses the reports enqueued
     return 0
 
 
@@ -174,47 +121,6 @@ def _seed(count: int) -> int:
             server.topology_class_id = template.topology_class_id
         Server.objects.bulk_update(servers, ["latest_snapshot", "topology_class"], batch_size=1000)
     return Server.objects.count()
-
-
-def _request(url: str, token: str, body: bytes | None = None) -> int:
-    request = urllib.request.Request(
-        url,
-        data=body,
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            response.read()
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-
-
-def _recreate_database(url: str) -> None:
-    import psycopg
-
-    name = url.rsplit("/", 1)[1]
-    admin = url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_until_up(base: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"{base}/metrics", timeout=2).read()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit("gunicorn did not come up within 30 s")
 
 
 if __name__ == "__main__":

@@ -1,19 +1,26 @@
 """Latency of the placement search: p50/p95 over repeated runs for 8-, 16- and 72-GPU
-servers (synthetic topologies from tests/core/topologies.py). Prints figures, asserts nothing.
+servers (synthetic topologies from tests/core/topologies.py), and of the REST endpoints (cost,
+placement, select, affinity) under concurrent load on a live gunicorn over loopback (see
+bench/live.py: its own PostgreSQL database, REDIS_URL for the broker). Prints figures,
+asserts nothing.
 
-`bench_core()` returns the rows; the service's HTTP benchmark (p50/p95 of the REST endpoints
-under concurrent load) is meant to be added next to it as `bench_http()`."""
+    .venv/bin/python bench/placement.py [--core-only] [--requests 200 --concurrency 8]
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.live import live_server, request  # noqa: E402
 from tests.core import topologies as T  # noqa: E402
 from topoweb.core.costs import build_model  # noqa: E402
 from topoweb.core.ledger import Layout  # noqa: E402
@@ -47,11 +54,75 @@ def bench_core(repeats: int = 7) -> list[tuple[str, float, float]]:
     return rows
 
 
+HTTP_SERVERS = (
+    ("h200-bench", "topo_01_h200-8gpu-12nic-numaid.txt", "NVIDIA H200"),
+    ("dgx1-bench", "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt", "Tesla V100-SXM2-32GB"),
+    ("l40s-bench", "topo_36_l40s-4gpu-node-sys-2nic-redacted-email-prompt.txt", "NVIDIA L40S"),
+)
+HTTP_QUERIES: list[tuple[str, str, dict[str, object] | None]] = [
+    ("cost", "/api/v1/servers/h200-bench/cost",
+     {"collective": "all_reduce", "gpus": [0, 1, 2, 3], "bytes": 1 << 28}),
+    ("placement", "/api/v1/servers/dgx1-bench/placement", {"tp": 4, "pp": 2, "dp": 1}),
+    ("select", "/api/v1/placement/select",
+     {"k": 2, "servers": [{"hostname": "l40s-bench"}, {"hostname": "h200-bench"}]}),
+    ("affinity", "/api/v1/servers/h200-bench/affinity", None),
+]
+
+
+def bench_http(requests: int = 200, concurrency: int = 8, workers: int = 2
+               ) -> list[tuple[str, float, float, int]]:
+    """p50/p95 (ms) and the count of non-200 answers of each query, `requests` per endpoint
+    sent by `concurrency` threads against a live server with three real fixtures ingested."""
+    rows = []
+    with live_server(workers) as base:
+        from django.utils import timezone
+
+        from topoweb.fleet.models import Source
+        from topoweb.fleet.services import create_api_token, ingest_report
+
+        fixtures = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
+        for host, name, gpu in HTTP_SERVERS:
+            ingest_report(hostname=host, topo_text=(fixtures / name).read_text(),
+                          captured_at=timezone.now(), source=Source.COLLECTOR,
+                          gpu_model_hint=gpu)
+        token = create_api_token("bench-scheduler")
+        for label, path, body in HTTP_QUERIES:
+            data = json.dumps(body).encode() if body is not None else None
+
+            def one(_: int, path: str = path, data: bytes | None = data) -> tuple[float, int]:
+                start = time.perf_counter()
+                code = request(base + path, token, data)
+                return (time.perf_counter() - start) * 1e3, code
+
+            for _ in range(concurrency * workers):  # warm every worker's model cache
+                one(0)
+            with ThreadPoolExecutor(concurrency) as pool:
+                results = list(pool.map(one, range(requests)))
+            times = [t for t, _ in results]
+            rows.append((label, statistics.median(times), _percentile(times, 0.95),
+                         sum(code != 200 for _, code in results)))
+    return rows
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--core-only", action="store_true")
+    parser.add_argument("--requests", type=int, default=200, help="per endpoint")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
+    args = parser.parse_args()
     print("placement search (core, cold model per run)")
     print(f"{'case':44} {'p50 ms':>8} {'p95 ms':>8}")
     for name, p50, p95 in bench_core():
         print(f"{name:44} {p50:8.1f} {p95:8.1f}")
+    if args.core_only:
+        return
+    rows = bench_http(args.requests, args.concurrency, args.workers)
+    print(f"\nREST endpoints ({args.requests} requests each, {args.concurrency} threads, "
+          f"{args.workers} gunicorn workers, loopback, warm model cache)")
+    print(f"{'endpoint':44} {'p50 ms':>8} {'p95 ms':>8} {'non-200':>8}")
+    for label, p50, p95, bad in rows:
+        print(f"{label:44} {p50:8.1f} {p95:8.1f} {bad:8d}")
 
 
 if __name__ == "__main__":

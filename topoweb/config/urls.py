@@ -6,6 +6,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from topoweb.analysis import apis as analysis_apis
 from topoweb.config.api import healthz
 from topoweb.config.metrics import metrics_view
 from topoweb.fleet import apis
@@ -22,6 +23,22 @@ api_v1 = [
         name="server-snapshots",
     ),
     path("servers/<str:hostname>/graph/", apis.ServerGraphApi.as_view(), name="server-graph"),
+    path("servers/<str:hostname>/cost", analysis_apis.CostApi.as_view(), name="server-cost"),
+    path(
+        "servers/<str:hostname>/placement",
+        analysis_apis.PlacementApi.as_view(),
+        name="server-placement",
+    ),
+    path(
+        "servers/<str:hostname>/affinity",
+        analysis_apis.AffinityApi.as_view(),
+        name="server-affinity",
+    ),
+    path(
+        "servers/<str:hostname>/costs", analysis_apis.StoredCostsApi.as_view(), name="server-costs"
+    ),
+    path("placement/select", analysis_apis.SelectApi.as_view(), name="placement-select"),
+    path("model-presets", analysis_apis.ModelPresetsApi.as_view(), name="model-presets"),
     path("snapshots/<int:snapshot_id>/", apis.SnapshotDetailApi.as_view(), name="snapshot-detail"),
     path("benchmarks/", apis.BenchmarkListApi.as_view(), name="benchmark-list"),
     path(

@@ -261,6 +261,10 @@ class Selection:
 
 
 MAX_SUBSETS = 3000  # past this many k-subsets per server, candidates come from the hierarchy
+# Leftover quality (a ring search over the remaining free GPUs) is only a tie-break, and on a
+# 72-GPU server it costs ~0.1 s per candidate: it is computed for at most this many of each
+# server's best-bandwidth candidates, in candidate order.
+LEFTOVER_CANDIDATES = 12
 
 
 def select_gpus(
@@ -275,10 +279,16 @@ def select_gpus(
         free_t = tuple(sorted(model.check_gpus(free)))
         if len(free_t) < k:
             continue
-        for subset in _candidate_subsets(model, free_t, k):
-            bw, why = _quality(model, subset)
-            left = tuple(g for g in free_t if g not in subset)
-            left_bw = _quality(model, left)[0] if len(left) >= 2 else 0.0
+        scored = [(subset, *_quality(model, subset))
+                  for subset in _candidate_subsets(model, free_t, k)]
+        best_bw = max(round(bw, 1) for _, bw, _ in scored)
+        tied = 0
+        for subset, bw, why in scored:
+            left_bw = 0.0
+            if round(bw, 1) == best_bw and tied < LEFTOVER_CANDIDATES:
+                tied += 1
+                left = tuple(g for g in free_t if g not in subset)
+                left_bw = _quality(model, left)[0] if len(left) >= 2 else 0.0
             found.append(Selection(name, subset, bw, left_bw, why))
     if not found:
         raise ValueError(f"no server has {k} free GPUs")
@@ -291,6 +301,16 @@ def select_gpus(
         out.append(Selection(s.server, s.gpus, s.busbw_gbps, s.leftover_busbw_gbps,
                              s.reason + left_note))
     return out
+
+
+def best_group(model: CostModel, k: int, free: Sequence[int] | None = None
+               ) -> tuple[int, ...]:
+    """The best-connected k GPUs by all_reduce bus bandwidth alone (no fragmentation
+    tie-break): the group a cost table prices for "k GPUs of this server"."""
+    pool = tuple(sorted(model.check_gpus(free if free is not None else sorted(model.gpu_ids))))
+    if not 1 <= k <= len(pool):
+        raise ValueError(f"cannot pick {k} of {len(pool)} GPUs")
+    return max(_candidate_subsets(model, pool, k), key=lambda s: round(_quality(model, s)[0], 1))
 
 
 def _quality(model: CostModel, subset: tuple[int, ...]) -> tuple[float, str]:

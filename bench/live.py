@@ -1,0 +1,119 @@
+"""A live topoweb for the benchmarks: gunicorn on loopback over its own PostgreSQL database
+(`<DATABASE_URL's name>_bench`, recreated each run), with Django set up in this process so the
+script can seed rows and create tokens."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextmanager
+def live_server(workers: int = 4) -> Iterator[str]:
+    """Yield the base URL of a fresh server; SystemExit(2) when DATABASE_URL is not postgres."""
+    database_url = os.environ.setdefault(
+        "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/topoweb"
+    )
+    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/13")
+    if not database_url.startswith("postgres"):
+        print(
+            "the benchmarks measure PostgreSQL: DATABASE_URL must be postgres://", file=sys.stderr
+        )
+        raise SystemExit(2)
+    bench_url = database_url.rstrip("/") + "_bench"
+    env = {
+        **os.environ,
+        "DATABASE_URL": bench_url,
+        "DEBUG": "0",
+        "SECRET_KEY": "bench-only",
+        "TOPOWEB_INGEST_RATE": "100000/min",
+        "LOG_LEVEL": "WARNING",
+        "STATICFILES_BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage",
+    }
+    _recreate_database(bench_url)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    os.environ.update(env)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "topoweb.config.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "topoweb.config.wsgi",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            str(workers),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_up(base)
+        yield base
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        from topoweb.config.celery_app import app
+
+        app.control.purge()  # no worker ran: drop the analyses the script's ingests enqueued
+
+
+def request(url: str, token: str, body: bytes | None = None) -> int:
+    """POST when a body is given, else GET; the status code, errors included."""
+    req = urllib.request.Request(
+        url,
+        data=body,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as response:
+            response.read()
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def _recreate_database(url: str) -> None:
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    admin = url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_until_up(base: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"{base}/metrics", timeout=2).read()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit("gunicorn did not come up within 30 s")

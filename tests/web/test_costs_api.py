@@ -1,0 +1,294 @@
+"""The cost and placement API through HTTP on real fixtures: collective cost, job placement,
+k-GPU selection, affinity, stored cost tables (analysed by the real worker), model presets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from tests.web.conftest import fixture_text, report, wait_for
+from topoweb.analysis import services as analysis_services
+from topoweb.analysis.models import Analysis
+from topoweb.core.costs import build_model, collective_cost
+from topoweb.core.formats import parse_text
+from topoweb.core.model import Topology
+from topoweb.fleet.models import Source
+from topoweb.fleet.services import BenchmarkInput, ingest_report
+
+H200 = "topo_01_h200-8gpu-12nic-numaid.txt"
+L40S = "topo_36_l40s-4gpu-node-sys-2nic-redacted-email-prompt.txt"
+DGX1 = "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt"
+RTX6000 = "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt"
+RTX6000_P2P = "p2p_05_rtx6000ada-4gpu-p2pwrites-gpu-cpu-latency.txt"
+A100 = "topo_26_dgx-a100-8gpu-nv12-12mlx5-named-cols.txt"
+A100_NCCL = "nccl_06_a100-sxm4-40gb-8gpu-single-proc-g8-full-sweep.txt"
+MODELS = {
+    H200: "NVIDIA H200",
+    L40S: "NVIDIA L40S",
+    DGX1: "Tesla V100-SXM2-32GB",
+    RTX6000: "NVIDIA RTX 6000 Ada Generation",
+    A100: "NVIDIA A100-SXM4-40GB",
+}
+MIB_256 = 256 << 20
+
+
+def add(hostname: str, topo: str, **extra: Any) -> Any:
+    return ingest_report(
+        hostname=hostname,
+        topo_text=fixture_text(topo),
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+        gpu_model_hint=MODELS[topo],
+        **extra,
+    )
+
+
+def core_cost(topo: str, gpus: list[int], nbytes: int) -> dict[str, Any]:
+    parsed = parse_text(fixture_text(topo))
+    assert isinstance(parsed, Topology)
+    model = build_model(parsed, MODELS[topo])
+    return collective_cost(model, "all_reduce", gpus, nbytes).to_document()
+
+
+@pytest.mark.django_db
+class TestSynchronousQueries:
+    @pytest.fixture(autouse=True)
+    def fleet(self) -> None:
+        add("h200-01", H200)
+        add("l40s-01", L40S)
+        add("dgx1-01", DGX1)
+
+    def test_all_reduce_on_the_nvswitch_h200_beats_the_pcie_only_l40s_with_the_cores_figures(
+        self, reader: APIClient
+    ) -> None:
+        body = {"collective": "all_reduce", "gpus": [0, 1, 2, 3], "bytes": MIB_256}
+        h200 = reader.post("/api/v1/servers/h200-01/cost", body, format="json")
+        l40s = reader.post("/api/v1/servers/l40s-01/cost", body, format="json")
+
+        assert h200.status_code == l40s.status_code == 200
+        assert h200.json() == core_cost(H200, [0, 1, 2, 3], MIB_256)
+        assert l40s.json() == core_cost(L40S, [0, 1, 2, 3], MIB_256)
+        assert h200.json()["bottleneck_class"] == "nvlink"
+        assert l40s.json()["bottleneck_class"] in ("pcie", "socket")
+        assert h200.json()["busbw_gbps"] > 5 * l40s.json()["busbw_gbps"]
+        assert h200.json()["calibrated"] is False
+
+    def test_a_named_algorithm_that_does_not_apply_is_a_400_naming_the_ones_that_do(
+        self, reader: APIClient
+    ) -> None:
+        response = reader.post(
+            "/api/v1/servers/h200-01/cost",
+            {"collective": "sendrecv", "gpus": [0, 1], "bytes": 1024, "algorithm": "tree"},
+            format="json",
+        )
+        assert response.status_code == 400
+        assert response.json()["error"]["code"] == "invalid_query"
+        assert "try p2p" in response.json()["error"]["message"]
+
+    def test_an_unknown_gpu_is_a_400_listing_the_servers_gpus(self, reader: APIClient) -> None:
+        response = reader.post(
+            "/api/v1/servers/l40s-01/cost",
+            {"collective": "all_reduce", "gpus": [0, 7], "bytes": 1024},
+            format="json",
+        )
+        assert response.status_code == 400
+        assert response.json()["error"]["message"] == (
+            "unknown GPU index 7: this server has GPUs [0, 1, 2, 3]"
+        )
+
+    def test_placement_on_the_dgx1_mesh_keeps_each_tp_group_inside_nvlink(
+        self, reader: APIClient
+    ) -> None:
+        response = reader.post(
+            "/api/v1/servers/dgx1-01/placement", {"tp": 4, "pp": 2, "dp": 1}, format="json"
+        )
+
+        assert response.status_code == 200
+        doc = response.json()
+        # Each TP group is an NVLink ring (0-2 NV2, 2-6 NV1, 6-4 NV2, 4-0 NV1), and each
+        # pipeline boundary (0-1, 2-3, 4-5, 6-7) an NV2 pair.
+        assert doc["groups"]["tp"] == [[0, 2, 4, 6], [1, 3, 5, 7]]
+        assert doc["groups"]["pp"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+        assert {d["dimension"]: d["bottleneck_class"] for d in doc["per_dimension"]} == {
+            "tp": "nvlink",
+            "pp": "nvlink",
+        }
+        tp = next(d for d in doc["per_dimension"] if d["dimension"] == "tp")
+        ring = reader.post(
+            "/api/v1/servers/dgx1-01/cost",
+            {"collective": "all_reduce", "gpus": [0, 2, 4, 6], "bytes": tp["bytes"]},
+            format="json",
+        ).json()
+        assert (ring["order"], ring["bottleneck_class"]) == ([0, 2, 6, 4], "nvlink")
+        assert tp["count"] == 4 * 16 * 8  # 4 per layer, 16 layers per stage, 8 micro-batches
+        assert doc["predicted_step_comm_us"] <= doc["naive_step_comm_us"]
+        assert doc["search"] == "exact"
+
+    def test_placement_takes_a_free_mask_and_a_full_model_shape(self, reader: APIClient) -> None:
+        shape = {
+            "name": "tiny",
+            "layers": 4,
+            "hidden": 1024,
+            "seq": 512,
+            "micro_batch": 1,
+            "micro_batches": 2,
+            "params": 1e8,
+        }
+        response = reader.post(
+            "/api/v1/servers/h200-01/placement",
+            {"tp": 2, "pp": 1, "dp": 2, "free": [2, 3, 6, 7], "model": shape},
+            format="json",
+        )
+        assert response.status_code == 200
+        assert response.json()["model"] == "tiny"
+        assert sorted(response.json()["mapping"]) == [2, 3, 6, 7]
+
+    def test_an_impossible_job_is_a_400_in_the_error_shape(self, reader: APIClient) -> None:
+        response = reader.post(
+            "/api/v1/servers/l40s-01/placement", {"tp": 4, "pp": 2, "dp": 1}, format="json"
+        )
+        assert response.status_code == 400
+        assert response.json() == {
+            "error": {
+                "code": "invalid_query",
+                "message": "TP x PP x DP = 4 x 2 x 1 = 8 does not match the 4 free GPUs",
+                "line": None,
+                "details": None,
+            }
+        }
+
+    def test_an_unknown_preset_is_a_validation_error(self, reader: APIClient) -> None:
+        response = reader.post(
+            "/api/v1/servers/h200-01/placement",
+            {"tp": 8, "pp": 1, "dp": 1, "model": "gpt-5"},
+            format="json",
+        )
+        assert response.status_code == 400
+        assert "unknown model preset 'gpt-5'" in str(response.json()["error"]["details"])
+
+    def test_selection_over_two_servers_prefers_the_nvswitch_one(self, reader: APIClient) -> None:
+        response = reader.post(
+            "/api/v1/placement/select",
+            {"k": 2, "servers": [{"hostname": "l40s-01"}, {"hostname": "h200-01", "free": [5, 6]}]},
+            format="json",
+        )
+
+        assert response.status_code == 200
+        best = response.json()["selections"][0]
+        assert (best["hostname"], best["gpus"]) == ("h200-01", [5, 6])
+        assert "limited by NVSwitch port of GPU5 (NV18, egress)" in best["reason"]
+        assert best["cost"]["collective"] == "all_reduce"
+        others = {s["hostname"] for s in response.json()["selections"][1:]}
+        assert others == {"l40s-01"}
+
+    def test_selection_without_servers_looks_at_the_whole_fleet(self, reader: APIClient) -> None:
+        response = reader.post("/api/v1/placement/select", {"k": 8}, format="json")
+        assert response.status_code == 200
+        assert [s["hostname"] for s in response.json()["selections"]] == ["h200-01", "dgx1-01"]
+        too_many = reader.post("/api/v1/placement/select", {"k": 9}, format="json")
+        assert too_many.status_code == 400
+        assert too_many.json()["error"]["message"] == "no server has 9 free GPUs"
+
+    def test_selection_of_an_unknown_server_is_a_404(self, reader: APIClient) -> None:
+        response = reader.post(
+            "/api/v1/placement/select", {"k": 2, "servers": [{"hostname": "nope"}]}, format="json"
+        )
+        assert response.status_code == 404
+        assert response.json()["error"]["message"] == "no server named 'nope'"
+
+    def test_affinity_names_the_nearest_nic_and_warns_where_none_is_local(
+        self, reader: APIClient
+    ) -> None:
+        h200 = reader.get("/api/v1/servers/h200-01/affinity").json()
+        assert h200["gpus"][1]["nearest_nics"] == ["mlx5_3"]
+        assert (
+            h200["binding_hints"][1]
+            == "GPU1: numactl --cpunodebind=0 --membind=0; NCCL_IB_HCA=mlx5_3"
+        )
+        l40s = reader.get("/api/v1/servers/l40s-01/affinity").json()
+        assert [g["gpu"] for g in l40s["gpus"] if g["warning"]] == [0, 1]
+
+    def test_queries_need_a_reader(self) -> None:
+        response = APIClient().post(
+            "/api/v1/servers/h200-01/cost",
+            {"collective": "all_reduce", "gpus": [0, 1], "bytes": 1},
+            format="json",
+        )
+        assert response.status_code == 401
+
+    def test_model_presets_list_the_ledgers_shapes(self, reader: APIClient) -> None:
+        presets = {p["key"]: p for p in reader.get("/api/v1/model-presets").json()}
+        assert set(presets) == {"gpt3-175b", "llama-7b", "llama-70b"}
+        assert (presets["gpt3-175b"]["layers"], presets["gpt3-175b"]["hidden"]) == (96, 12288)
+
+
+@pytest.mark.django_db
+def test_a_p2p_benchmark_calibrates_the_servers_costs(reader: APIClient) -> None:
+    add(
+        "rtx-01",
+        RTX6000,
+        benchmarks=[BenchmarkInput("p2p-bandwidth-latency", fixture_text(RTX6000_P2P))],
+    )
+    response = reader.post(
+        "/api/v1/servers/rtx-01/cost",
+        {"collective": "sendrecv", "gpus": [0, 1], "bytes": MIB_256},
+        format="json",
+    )
+    assert response.status_code == 200
+    assert response.json()["calibrated"] is True
+    assert response.json()["busbw_gbps"] != core_cost(RTX6000, [0, 1], MIB_256)["busbw_gbps"]
+
+
+@pytest.mark.django_db
+def test_stored_costs_carry_calibrated_tables_and_the_measured_sweep(reader: APIClient) -> None:
+    ingested = add(
+        "a100-01", A100, benchmarks=[BenchmarkInput("nccl-tests", fixture_text(A100_NCCL))]
+    )
+    analysis = Analysis.objects.get(topology_class=ingested.server.topology_class)
+    assert analysis_services.run_analysis(analysis.pk) == "done"
+
+    doc = reader.get("/api/v1/servers/a100-01/costs").json()
+    assert doc["analysis_status"] == "done"
+    assert doc["costs"]["calibrated"] is False
+    assert doc["calibrated_costs"]["calibrated"] is True
+    measured = doc["measured"][0]
+    assert (measured["collective"], measured["gpu_count"]) == ("all_reduce", 8)
+    assert measured["bytes"][-1] == 8589934592
+    at_1g = doc["costs"]["sizes"].index(1 << 30)
+    predicted = doc["costs"]["curves"]["all_reduce"]["busbw_gbps"][at_1g]
+    measured_1g = measured["busbw_gbps"][measured["bytes"].index(1 << 30)]
+    assert predicted == pytest.approx(measured_1g, rel=0.2)  # DOMAIN fidelity: within 20 %
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_the_workers_analysis_stores_structure_cost_tables_and_every_layout(
+    celery_worker: Any, collector_client: Any, reader: APIClient
+) -> None:
+    response = collector_client("gpu-a01").post(
+        "/api/v1/reports", report("gpu-a01", H200), format="json"
+    )
+    assert response.status_code == 201
+
+    analysis = wait_for(lambda: Analysis.objects.filter(status="done").first())
+    result = analysis.result
+    assert analysis.cost_model_version == analysis_services.COST_MODEL_VERSION
+    assert result["structure"]["nvlink_domains"][0]["fabric"] == "nvswitch"
+    assert result["hardware"]["nvlink_per_link_gbps_per_direction"] > 0
+    costs = result["costs"]
+    assert costs["groups"] == {"2": [0, 1], "4": [0, 1, 2, 3], "8": list(range(8))}
+    rows = costs["table"]["all_reduce"]
+    assert [(r[0], r[1]) for r in rows[:3]] == [(2, 1 << 20), (2, 64 << 20), (2, 1 << 30)]
+    assert len(rows) == 3 * 3
+    layouts = {(x["layout"]["tp"], x["layout"]["pp"], x["layout"]["dp"]) for x in result["layouts"]}
+    assert len(layouts) == 10 and (8, 1, 1) in layouts and (2, 2, 2) in layouts
+    assert result["affinity"]["gpus"][1]["nearest_nics"] == ["mlx5_3"]
+    assert len(result["p2p_prediction"]["unidirectional_gbps"]) == 8
+    assert result["calibration"]["applied"] is False
+
+    stored = reader.get("/api/v1/servers/gpu-a01/costs").json()
+    assert stored["costs"] == costs
+    assert stored["measured"] == []

@@ -1,0 +1,393 @@
+"""HTTP interface of the cost model and placement advice: collective cost, job placement, k-GPU
+selection, affinity, stored cost tables and model presets. Each view validates, calls one
+selector, and shapes the answer; the POSTs are questions, not writes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
+from rest_framework import exceptions, parsers, serializers
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from topoweb.analysis import selectors
+from topoweb.core.costs import COLLECTIVES
+from topoweb.core.ledger import PRESETS, Layout
+from topoweb.fleet.apis import READ_ERRORS, ErrorSerializer, hostname_field
+from topoweb.fleet.selectors import server_by_hostname
+
+MAX_GPUS = 4096
+MAX_BYTES = 1 << 40  # 1 TiB: past any message a collective is sent with
+ALGORITHMS = ("ring", "tree", "hierarchical", "p2p", "pairwise")
+QUERY_ERRORS = {
+    **READ_ERRORS,
+    400: OpenApiResponse(
+        ErrorSerializer,
+        description="Invalid request, or a question the server cannot answer (unknown GPU, "
+        "a job that does not fit): the message says which",
+    ),
+}
+
+
+class CanQuery(BasePermission):
+    """The read rule for questions sent as POST bodies: signed-in users, or anyone when
+    TOPOWEB_PUBLIC_READ is on."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return bool(settings.TOPOWEB_PUBLIC_READ or request.user.is_authenticated)
+
+
+class InvalidQuery(exceptions.APIException):
+    status_code = 400
+    default_code = "invalid_query"
+    default_detail = "The question cannot be answered for this server."
+
+
+def _answer(call: Any, *args: Any) -> Any:
+    """The core says "no" with ValueError (unknown GPU, impossible job): a 400 with its words."""
+    try:
+        return call(*args)
+    except ValueError as exc:
+        raise InvalidQuery(str(exc)) from exc
+
+
+def _gpu_list(**kwargs: Any) -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.IntegerField(min_value=0, max_value=MAX_GPUS - 1),
+        max_length=MAX_GPUS,
+        **kwargs,
+    )
+
+
+class CostDocumentSerializer(serializers.Serializer):
+    collective = serializers.CharField()
+    gpus = serializers.ListField(child=serializers.IntegerField())
+    bytes = serializers.IntegerField()
+    time_us = serializers.FloatField()
+    algbw_gbps = serializers.FloatField()
+    busbw_gbps = serializers.FloatField(help_text="nccl-tests definition")
+    algorithm = serializers.CharField()
+    order = serializers.ListField(child=serializers.IntegerField(), help_text="ring/chain order")
+    bandwidth_gbps_per_direction = serializers.FloatField()
+    alpha_us = serializers.FloatField()
+    bottleneck = serializers.CharField()
+    bottleneck_class = serializers.CharField()
+    calibrated = serializers.BooleanField(help_text="True when measured figures set the result")
+    alternatives_us = serializers.DictField(child=serializers.FloatField())
+
+
+# --- cost of a collective ------------------------------------------------------------------
+
+
+class CostApi(APIView):
+    """Predicted time, algbw and busbw of one collective on given GPUs of a server."""
+
+    permission_classes = [CanQuery]
+    parser_classes = [parsers.JSONParser]
+
+    class CostInputSerializer(serializers.Serializer):
+        collective = serializers.ChoiceField(choices=COLLECTIVES)
+        gpus = _gpu_list(min_length=2, help_text="GPU indices as in the server's matrix")
+        bytes = serializers.IntegerField(min_value=0, max_value=MAX_BYTES)
+        algorithm = serializers.ChoiceField(choices=ALGORITHMS, required=False)
+
+    @extend_schema(
+        operation_id="servers_cost_create",
+        request=CostInputSerializer,
+        responses={200: CostDocumentSerializer, **QUERY_ERRORS},
+    )
+    def post(self, request: Request, hostname: str) -> Response:
+        data = self.CostInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        q = data.validated_data
+        server = server_by_hostname(hostname)
+        doc = _answer(
+            selectors.cost_of, server, q["collective"], q["gpus"], q["bytes"], q.get("algorithm")
+        )
+        return Response(CostDocumentSerializer(doc).data)
+
+
+# --- placement of a job --------------------------------------------------------------------
+
+
+class ModelShapeSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    layers = serializers.IntegerField(min_value=1, max_value=100_000)
+    hidden = serializers.IntegerField(min_value=1, max_value=1_000_000)
+    seq = serializers.IntegerField(min_value=1, max_value=10_000_000)
+    micro_batch = serializers.IntegerField(min_value=1, max_value=100_000)
+    micro_batches = serializers.IntegerField(min_value=1, max_value=100_000)
+    params = serializers.FloatField(min_value=1, max_value=1e15)
+    bytes_per_elem = serializers.IntegerField(min_value=1, max_value=16, default=2)
+    moe_layers = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
+    top_k = serializers.IntegerField(min_value=1, max_value=1024, default=1)
+    sequence_parallel = serializers.BooleanField(default=False)
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string", "enum": sorted(PRESETS), "description": "a preset's key"},
+            {
+                "type": "object",
+                "description": "a full model shape (fields as in /api/v1/model-presets)",
+                "properties": {
+                    "name": {"type": "string", "maxLength": 100},
+                    "layers": {"type": "integer", "minimum": 1, "maximum": 100000},
+                    "hidden": {"type": "integer", "minimum": 1, "maximum": 1000000},
+                    "seq": {"type": "integer", "minimum": 1, "maximum": 10000000},
+                    "micro_batch": {"type": "integer", "minimum": 1, "maximum": 100000},
+                    "micro_batches": {"type": "integer", "minimum": 1, "maximum": 100000},
+                    "params": {"type": "number", "minimum": 1, "maximum": 1e15},
+                    "bytes_per_elem": {"type": "integer", "minimum": 1, "maximum": 16},
+                    "moe_layers": {"type": "integer", "minimum": 0, "maximum": 100000},
+                    "top_k": {"type": "integer", "minimum": 1, "maximum": 1024},
+                    "sequence_parallel": {"type": "boolean"},
+                },
+                "required": [
+                    "name",
+                    "layers",
+                    "hidden",
+                    "seq",
+                    "micro_batch",
+                    "micro_batches",
+                    "params",
+                ],
+            },
+        ]
+    }
+)
+class ModelField(serializers.Field):
+    """A preset key, or a full shape validated by ModelShapeSerializer."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, str):
+            if data not in PRESETS:
+                raise serializers.ValidationError(
+                    f"unknown model preset {data!r}; expected one of {', '.join(sorted(PRESETS))}"
+                )
+            return data
+        if isinstance(data, dict):
+            shape = ModelShapeSerializer(data=data)
+            shape.is_valid(raise_exception=True)
+            return dict(shape.validated_data)
+        raise serializers.ValidationError("Send a preset's key or a model shape object.")
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class DimensionSerializer(serializers.Serializer):
+    dimension = serializers.CharField()
+    collective = serializers.CharField()
+    bytes = serializers.IntegerField()
+    count = serializers.IntegerField(help_text="per step")
+    each_us = serializers.FloatField()
+    total_us = serializers.FloatField()
+    bottleneck = serializers.CharField()
+    bottleneck_class = serializers.CharField()
+
+
+class LayoutSerializer(serializers.Serializer):
+    tp = serializers.IntegerField()
+    pp = serializers.IntegerField()
+    dp = serializers.IntegerField()
+    ep = serializers.IntegerField()
+
+
+class PlacementDocumentSerializer(serializers.Serializer):
+    layout = LayoutSerializer()
+    model = serializers.CharField(help_text="the model shape's name")
+    mapping = serializers.ListField(child=serializers.IntegerField(), help_text="GPU of each rank")
+    groups = serializers.DictField(
+        child=serializers.ListField(child=serializers.ListField(child=serializers.IntegerField())),
+        help_text="tp/dp/pp/ep -> the GPU groups of that dimension",
+    )
+    predicted_step_comm_us = serializers.FloatField()
+    naive_step_comm_us = serializers.FloatField(help_text="GPU index order, TP fastest")
+    improvement = serializers.FloatField(help_text="fraction of the naive time saved")
+    per_dimension = DimensionSerializer(many=True)
+    search = serializers.CharField()
+    calibrated = serializers.BooleanField()
+    assumption = serializers.CharField()
+
+
+class PlacementApi(APIView):
+    """Rank-to-GPU mapping of a TP x PP x DP (x EP) job that minimises per-step communication."""
+
+    permission_classes = [CanQuery]
+    parser_classes = [parsers.JSONParser]
+
+    class PlacementInputSerializer(serializers.Serializer):
+        tp = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
+        pp = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
+        dp = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
+        ep = serializers.IntegerField(min_value=1, max_value=MAX_GPUS, default=1)
+        free = _gpu_list(required=False, help_text="free GPU indices (default: all)")
+        model = ModelField(required=False, help_text="preset key or shape (default llama-7b)")
+
+    @extend_schema(
+        operation_id="servers_placement_create",
+        request=PlacementInputSerializer,
+        responses={200: PlacementDocumentSerializer, **QUERY_ERRORS},
+    )
+    def post(self, request: Request, hostname: str) -> Response:
+        data = self.PlacementInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        q = data.validated_data
+        server = server_by_hostname(hostname)
+        layout = _answer(Layout, q["tp"], q["pp"], q["dp"], q["ep"])
+        shape = _answer(selectors.resolve_shape, q.get("model"))
+        doc = _answer(selectors.placement_for, server, layout, q.get("free"), shape)
+        return Response(PlacementDocumentSerializer(doc).data)
+
+
+# --- k-GPU selection -----------------------------------------------------------------------
+
+
+class SelectionSerializer(serializers.Serializer):
+    hostname = serializers.CharField()
+    gpus = serializers.ListField(child=serializers.IntegerField())
+    busbw_gbps = serializers.FloatField(help_text="all_reduce busbw at 256 MiB")
+    leftover_busbw_gbps = serializers.FloatField(
+        help_text="what the server's remaining free GPUs still reach (0: not computed)"
+    )
+    reason = serializers.CharField()
+    cost = CostDocumentSerializer(allow_null=True, help_text="the requested collective")
+
+
+class SelectionResultSerializer(serializers.Serializer):
+    k = serializers.IntegerField()
+    collective = serializers.CharField()
+    bytes = serializers.IntegerField()
+    selections = SelectionSerializer(many=True)
+
+
+class ServerFreeSerializer(serializers.Serializer):
+    hostname = serializers.CharField(max_length=253, validators=[hostname_field])
+    free = _gpu_list(required=False, help_text="free GPU indices (default: all)")
+
+
+class SelectApi(APIView):
+    """The best k GPUs for a job over one server or many (free masks), ranked, with reasons."""
+
+    permission_classes = [CanQuery]
+    parser_classes = [parsers.JSONParser]
+
+    class SelectInputSerializer(serializers.Serializer):
+        k = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
+        servers = ServerFreeSerializer(
+            many=True,
+            required=False,
+            min_length=1,
+            max_length=1000,
+            help_text="omitted: every server with a topology, all GPUs free",
+        )
+        collective = serializers.ChoiceField(choices=COLLECTIVES, default="all_reduce")
+
+        def validate_servers(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            names = [item["hostname"] for item in value]
+            if len(set(names)) != len(names):
+                raise serializers.ValidationError("Name each server once.")
+            return value
+
+    @extend_schema(
+        operation_id="placement_select_create",
+        request=SelectInputSerializer,
+        responses={200: SelectionResultSerializer, **QUERY_ERRORS},
+    )
+    def post(self, request: Request) -> Response:
+        data = self.SelectInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        q = data.validated_data
+        wanted = [(s["hostname"], s.get("free")) for s in q["servers"]] if "servers" in q else None
+        doc = _answer(selectors.selection, q["k"], wanted, q["collective"])
+        return Response(SelectionResultSerializer(doc).data)
+
+
+# --- affinity, stored costs, presets -------------------------------------------------------
+
+
+class GpuAffinitySerializer(serializers.Serializer):
+    gpu = serializers.IntegerField()
+    numa_node = serializers.CharField()
+    cpu_list = serializers.CharField(allow_null=True)
+    nearest_nics = serializers.ListField(child=serializers.CharField())
+    nic_class = serializers.CharField(allow_null=True)
+    warning = serializers.CharField(allow_null=True)
+
+
+class AffinitySerializer(serializers.Serializer):
+    hostname = serializers.CharField()
+    gpus = GpuAffinitySerializer(many=True)
+    cuda_visible_devices = serializers.CharField()
+    binding_hints = serializers.ListField(child=serializers.CharField())
+
+
+class AffinityApi(APIView):
+    """Per GPU: nearest NICs, NUMA node and CPUs; a CUDA_VISIBLE_DEVICES order; binding hints."""
+
+    @extend_schema(
+        operation_id="servers_affinity_retrieve",
+        responses={200: AffinitySerializer, **READ_ERRORS},
+    )
+    def get(self, request: Request, hostname: str) -> Response:
+        return Response(
+            AffinitySerializer(selectors.affinity_of(server_by_hostname(hostname))).data
+        )
+
+
+class MeasuredCurveSerializer(serializers.Serializer):
+    benchmark_id = serializers.IntegerField()
+    collective = serializers.CharField(allow_null=True)
+    gpu_count = serializers.IntegerField(allow_null=True)
+    bytes = serializers.ListField(child=serializers.IntegerField())
+    busbw_gbps = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    algbw_gbps = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    time_us = serializers.ListField(child=serializers.FloatField(allow_null=True))
+
+
+class StoredCostsSerializer(serializers.Serializer):
+    hostname = serializers.CharField()
+    analysis_status = serializers.CharField(allow_null=True)
+    cost_model_version = serializers.IntegerField(allow_null=True)
+    costs = serializers.JSONField(
+        allow_null=True,
+        help_text="curves per collective over `sizes` on all GPUs, and `table` rows "
+        "(`table_columns`) per group size at 1 MiB, 64 MiB and 1 GiB; null until analysed",
+    )
+    calibrated_costs = serializers.JSONField(
+        allow_null=True, help_text="the same, with measured figures; null when none were measured"
+    )
+    measured = MeasuredCurveSerializer(many=True, help_text="this server's nccl-tests sweeps")
+
+
+class StoredCostsApi(APIView):
+    """The stored cost tables of the server's topology class, with its measured curves."""
+
+    @extend_schema(
+        operation_id="servers_costs_retrieve",
+        responses={200: StoredCostsSerializer, **READ_ERRORS},
+    )
+    def get(self, request: Request, hostname: str) -> Response:
+        doc = selectors.stored_costs(server_by_hostname(hostname))
+        return Response(StoredCostsSerializer(doc).data)
+
+
+class ModelPresetSerializer(ModelShapeSerializer):
+    key = serializers.CharField()
+
+
+class ModelPresetsApi(APIView):
+    """Model shapes the placement endpoint knows by key."""
+
+    @extend_schema(
+        operation_id="model_presets_list",
+        responses={200: ModelPresetSerializer(many=True), **READ_ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(ModelPresetSerializer(selectors.model_presets(), many=True).data)

@@ -1,0 +1,254 @@
+"""Reads of analyses and the synchronous cost/placement queries: a server's cost model (built
+once per topology, GPU model and calibration, then cached in-process), and the answers the REST
+API gives from it and from the stored analysis of the server's topology class."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from django.db.models import QuerySet
+from django.http import Http404
+
+from topoweb.core.costs import CostModel, build_model, calibrated, collective_cost
+from topoweb.core.ledger import PRESETS, Layout, ModelShape
+from topoweb.core.model import NcclRun, P2PResult, Topology
+from topoweb.core.placement import SELECTION_BYTES, affinity, place, select_gpus
+from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
+
+if TYPE_CHECKING:
+    from topoweb.analysis.services import CalibrationInput
+
+MODEL_CACHE_SIZE = 256
+PLACEMENT_BUDGET_S = 0.3  # the synchronous search's budget for servers beyond the exact limit
+SELECT_TOP = 5
+
+
+# --- calibration inputs ---------------------------------------------------------------------
+
+
+def class_benchmarks(topology_class: TopologyClass) -> QuerySet[Benchmark]:
+    """Measured runs of every server of the class, oldest first (later ones win a merge)."""
+    return (
+        Benchmark.objects.filter(server__topology_class=topology_class)
+        .select_related("snapshot", "server__latest_snapshot")
+        .order_by("captured_at", "id")
+    )
+
+
+def server_benchmarks(server: Server) -> QuerySet[Benchmark]:
+    """The server's own runs; failing that, those of its topology class."""
+    own = (
+        Benchmark.objects.filter(server=server)
+        .select_related("snapshot", "server__latest_snapshot")
+        .order_by("captured_at", "id")
+    )
+    if own.exists() or server.topology_class_id is None:
+        return own
+    return class_benchmarks(server.topology_class)  # type: ignore[arg-type]
+
+
+def calibration_inputs(benchmarks: QuerySet[Benchmark]) -> list[CalibrationInput]:
+    """Each run with the topology it was measured on; runs with no topology are left out."""
+    out: list[CalibrationInput] = []
+    for b in benchmarks:
+        snapshot = b.snapshot or b.server.latest_snapshot
+        if snapshot is None:
+            continue
+        run = b.to_domain()
+        assert isinstance(run, NcclRun | P2PResult)
+        out.append((snapshot.to_domain(), snapshot.gpu_model, run))
+    return out
+
+
+# --- the cached cost model ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _ModelKey:
+    """What identifies a built model: the topology (fingerprint plus the snapshot's content,
+    since servers of one class may number their GPUs differently), GPU model and the
+    benchmarks calibrating it. The loader only runs on a cache miss."""
+
+    fingerprint: str
+    content_sha256: str
+    gpu_model: str
+    benchmarks: tuple[tuple[int, str], ...]
+    load: Callable[[], tuple[Topology, list[CalibrationInput]]] = field(
+        compare=False, hash=False, repr=False
+    )
+
+
+@functools.lru_cache(maxsize=MODEL_CACHE_SIZE)
+def _cached_model(key: _ModelKey) -> CostModel:
+    from topoweb.analysis.services import calibration_from
+
+    topology, runs = key.load()
+    model = build_model(topology, key.gpu_model or None)
+    calibration, _notes = calibration_from(runs)
+    return calibrated(model, calibration) if calibration is not None else model
+
+
+def server_cost_model(server: Server) -> CostModel:
+    """The server's latest topology as a cost model, calibrated by its benchmarks (or its
+    class's); 404 when the server has no topology yet."""
+    snapshot: Snapshot | None = server.latest_snapshot
+    if snapshot is None:
+        raise Http404(f"{server.hostname!r} has no topology yet")
+    benchmarks = server_benchmarks(server)
+    ids = tuple(benchmarks.values_list("id", "content_sha256"))
+
+    def load() -> tuple[Topology, list[CalibrationInput]]:
+        return snapshot.to_domain(), calibration_inputs(benchmarks)
+
+    fingerprint = server.topology_class.fingerprint if server.topology_class else ""
+    return _cached_model(
+        _ModelKey(fingerprint, snapshot.content_sha256, snapshot.gpu_model, ids, load)
+    )
+
+
+def servers_by_hostname(hostnames: Sequence[str]) -> dict[str, Server]:
+    """The named servers (readers see the whole fleet); 404 naming the first unknown one."""
+    found = {
+        s.hostname: s
+        for s in Server.objects.select_related("latest_snapshot", "topology_class").filter(
+            hostname__in=hostnames
+        )
+    }
+    for name in hostnames:
+        if name not in found:
+            raise Http404(f"no server named {name!r}")
+    return found
+
+
+def servers_with_topology() -> list[Server]:
+    return list(
+        Server.objects.select_related("latest_snapshot", "topology_class")
+        .filter(latest_snapshot__isnull=False)
+        .order_by("hostname")
+    )
+
+
+# --- queries --------------------------------------------------------------------------------
+
+
+def cost_of(
+    server: Server, collective: str, gpus: Sequence[int], nbytes: int, algorithm: str | None
+) -> dict[str, Any]:
+    """core.costs.collective_cost's document; ValueError (a 400) for GPUs the server lacks or
+    an algorithm that does not apply."""
+    return collective_cost(
+        server_cost_model(server), collective, gpus, nbytes, algorithm
+    ).to_document()
+
+
+def resolve_shape(model: str | dict[str, Any] | None) -> ModelShape | None:
+    """A preset name or a full shape; None for the default preset."""
+    if model is None:
+        return None
+    if isinstance(model, str):
+        if model not in PRESETS:
+            raise ValueError(
+                f"unknown model preset {model!r}; expected one of {', '.join(sorted(PRESETS))}"
+            )
+        return PRESETS[model]
+    return ModelShape(**model)
+
+
+def placement_for(
+    server: Server,
+    layout: Layout,
+    free: Sequence[int] | None,
+    shape: ModelShape | None,
+) -> dict[str, Any]:
+    return place(
+        server_cost_model(server), layout, free, shape, time_budget_s=PLACEMENT_BUDGET_S
+    ).to_document()
+
+
+def selection(
+    k: int, wanted: Sequence[tuple[str, Sequence[int] | None]] | None, collective: str
+) -> dict[str, Any]:
+    """The best k GPUs over the named servers (free masks) or every server with a topology
+    (all GPUs free), ranked by predicted bus bandwidth of `collective` at 256 MiB. The core
+    ranks by all_reduce with a fragmentation tie-break; another collective re-ranks its
+    shortlist."""
+    if wanted is None:
+        servers = servers_with_topology()
+        pools: dict[str, tuple[CostModel, Sequence[int]]] = {}
+        for s in servers:
+            model = server_cost_model(s)
+            pools[s.hostname] = (model, sorted(model.gpu_ids))
+    else:
+        found = servers_by_hostname([name for name, _ in wanted])
+        pools = {}
+        for name, free in wanted:
+            model = server_cost_model(found[name])
+            pools[name] = (model, sorted(model.gpu_ids) if free is None else free)
+    shortlist = select_gpus(
+        pools, k, top=SELECT_TOP * 4 if collective != "all_reduce" else SELECT_TOP
+    )
+    ranked = []
+    for rank, choice in enumerate(shortlist):
+        model = pools[choice.server][0]
+        doc = choice.to_document()
+        doc["hostname"] = doc.pop("server")
+        cost = (
+            collective_cost(model, collective, choice.gpus, SELECTION_BYTES).to_document()
+            if k >= 2
+            else None
+        )
+        doc["cost"] = cost
+        ranked.append((-(cost["busbw_gbps"] if cost else 0.0), rank, doc))
+    ranked.sort(key=lambda item: (item[0], item[1]))
+    return {
+        "k": k,
+        "collective": collective,
+        "bytes": SELECTION_BYTES,
+        "selections": [doc for _, _, doc in ranked[:SELECT_TOP]],
+    }
+
+
+def affinity_of(server: Server) -> dict[str, Any]:
+    return {"hostname": server.hostname, **affinity(server_cost_model(server)).to_document()}
+
+
+def stored_costs(server: Server) -> dict[str, Any]:
+    """The cost tables of the class's analysis (calibrated ones too, when measured), and the
+    server's own nccl-tests curves beside them."""
+    from topoweb.fleet.selectors import current_analysis
+
+    analysis = current_analysis(server.topology_class_id)
+    result = analysis.result if analysis is not None and analysis.result else {}
+    measured = []
+    for b in Benchmark.objects.filter(server=server, kind=Benchmark.Kind.NCCL).order_by(
+        "captured_at", "id"
+    ):
+        run = b.to_domain()
+        assert isinstance(run, NcclRun)
+        rows = [r for r in run.rows if r.out_of_place.busbw_gbps is not None]
+        measured.append(
+            {
+                "benchmark_id": b.pk,
+                "collective": run.collective,
+                "gpu_count": b.gpu_count,
+                "bytes": [r.bytes for r in rows],
+                "busbw_gbps": [r.out_of_place.busbw_gbps for r in rows],
+                "algbw_gbps": [r.out_of_place.algbw_gbps for r in rows],
+                "time_us": [r.out_of_place.time_us for r in rows],
+            }
+        )
+    return {
+        "hostname": server.hostname,
+        "analysis_status": analysis.status if analysis is not None else None,
+        "cost_model_version": analysis.cost_model_version if analysis is not None else None,
+        "costs": result.get("costs"),
+        "calibrated_costs": result.get("calibrated_costs"),
+        "measured": measured,
+    }
+
+
+def model_presets() -> list[dict[str, Any]]:
+    return [{"key": key, **shape.to_document()} for key, shape in sorted(PRESETS.items())]
