@@ -62,53 +62,37 @@ def build_analysis_result(
 ) -> dict[str, Any]:
     """Everything stored as the analysis of one topology class (JSON-serialisable).
     `benchmarks` are the measured runs of the class's servers, for calibrated figures."""
-    gpu_ids = {g.id for g in topology.gpus}
-    gpu_pairs = Counter(link.link_class for link in topology.gpu_links())
-    # The largest set of GPUs joined by NVLink, found by walking NVLink edges only.
-    neighbours: dict[str, set[str]] = {g: set() for g in gpu_ids}
-    for link in topology.gpu_links():
-        if link.is_nvlink:
-            neighbours[link.a].add(link.b)
-            neighbours[link.b].add(link.a)
-    seen: set[str] = set()
-    largest_domain = 0
-    for start in sorted(gpu_ids):
-        if start in seen:
-            continue
-        stack, size = [start], 0
-        seen.add(start)
-        while stack:
-            node = stack.pop()
-            size += 1
-            for nxt in neighbours[node] - seen:
-                seen.add(nxt)
-                stack.append(nxt)
-        largest_domain = max(largest_domain, size)
-    nearest_nic = {}
-    for gpu in topology.gpus:
-        classes = [topology.link_class(gpu.id, nic.id) for nic in topology.nics]
-        nearest_nic[gpu.id] = min(classes, key=link_class_rank) if classes else None
+    model = build_model(topology, gpu_model or None)
     result: dict[str, Any] = {
-        "summary": {
-            "gpu_model": gpu_model,
-            "gpu_count": len(topology.gpus),
-            "nic_count": len(topology.nics),
-            "gpu_pair_classes": dict(
-                sorted(gpu_pairs.items(), key=lambda kv: link_class_rank(kv[0]))
-            ),
-            "largest_nvlink_domain": largest_domain,
-            "nearest_nic_class": nearest_nic,
-            "description": describe_links(topology),
-        },
+        "summary": summary_of(model, gpu_model),
         "warnings": list(topology.warnings),
         # What the wiring alone shows; per-server findings live with each server's health.
         "findings": [f.to_document() for f in check_health(topology)],
     }
-
     # --- costs and placement: structure, hardware, cost tables, layouts, affinity, p2p ---
-    result.update(cost_and_placement_result(topology, gpu_model, benchmarks))
-
+    result.update(cost_and_placement_result(model, benchmarks))
     return result
+
+
+def summary_of(model: CostModel, gpu_model: str) -> dict[str, Any]:
+    """The few facts lists and comparisons show, from the topology and its recovered structure."""
+    topology = model.topo
+    gpu_pairs = Counter(link.link_class for link in topology.gpu_links())
+    nearest_nic = {}
+    for gpu in topology.gpus:
+        classes = [topology.link_class(gpu.id, nic.id) for nic in topology.nics]
+        nearest_nic[gpu.id] = min(classes, key=link_class_rank) if classes else None
+    domains = [len(d.gpus) for d in model.hierarchy.nvlink_domains]
+    return {
+        "gpu_model": gpu_model,
+        "gpu_count": len(topology.gpus),
+        "nic_count": len(topology.nics),
+        "gpu_pair_classes": dict(sorted(gpu_pairs.items(), key=lambda kv: link_class_rank(kv[0]))),
+        # A GPU without NVLink is a domain of one.
+        "largest_nvlink_domain": max(domains, default=min(1, len(topology.gpus))),
+        "nearest_nic_class": nearest_nic,
+        "description": describe_links(topology),
+    }
 
 
 def calibration_from(
@@ -218,10 +202,9 @@ def layout_advice(model: CostModel, budget_s: float = LAYOUT_BUDGET_S) -> list[d
 
 
 def cost_and_placement_result(
-    topology: Topology, gpu_model: str, benchmarks: Sequence[CalibrationInput] = ()
+    model: CostModel, benchmarks: Sequence[CalibrationInput] = ()
 ) -> dict[str, Any]:
     """The cost model's part of an analysis; calibrated copies where runs were measured."""
-    model = build_model(topology, gpu_model or None)
     out: dict[str, Any] = {
         "structure": model.hierarchy.to_document(),
         "hardware": model.hardware.describe(),
