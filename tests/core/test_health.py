@@ -513,13 +513,29 @@ def test_acceptance_fails_on_a_slow_figure_and_on_a_critical_finding() -> None:
     assert report["rows"][0]["ratio"] == 0.784
 
 
-def test_acceptance_without_any_measurement_fails_saying_so() -> None:
+def test_acceptance_without_any_measurement_is_incomplete_saying_what_to_run() -> None:
     h100 = topo(H100)
     expected = expectations_by_class(h100, {"NV18": 370.0}, {})
     report = acceptance_report(h100, expected, ())
-    assert report["verdict"] == "fail"
-    assert report["reasons"] == ["no measured figure to compare with the expectations"]
+    assert report["verdict"] == "incomplete"
+    assert report["reasons"] == [
+        "nothing measured yet: upload nccl-tests (and p2pBandwidthLatencyTest) output "
+        "to judge the expected figures"
+    ]
     assert report["summary"]["not_measured"] == 56
+    assert report["not_measured"] == [
+        {"kind": "p2p", "what": "NV18", "count": 56, "expected_gbps": 370.0}
+    ]
+
+
+def test_a_critical_finding_fails_acceptance_even_with_nothing_measured() -> None:
+    h200 = topo(H200)
+    degraded = with_classes(h200, {("GPU2", "GPU5"): "NV12"})
+    expected = expectations_by_class(h200, {"NV18": 370.0}, {})
+    findings = check_health(degraded, sku_reference=h200)
+    report = acceptance_report(degraded, expected, findings)
+    assert report["verdict"] == "fail"
+    assert report["reasons"][0].endswith("critical finding(s)")
 
 
 def test_findings_and_figures_survive_their_document_form() -> None:
