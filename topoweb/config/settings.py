@@ -3,6 +3,7 @@
 Defaults work on a fresh checkout (SQLite, Celery eager when REDIS_URL is unset). Production
 sets DATABASE_URL, REDIS_URL, SECRET_KEY, ALLOWED_HOSTS and DEBUG=0."""
 
+import warnings
 from pathlib import Path
 
 import environ
@@ -121,6 +122,9 @@ STORAGES = {
     },
 }
 WHITENOISE_USE_FINDERS = DEBUG
+if DEBUG:
+    # Development serves from the finders; STATIC_ROOT exists only after collectstatic.
+    warnings.filterwarnings("ignore", message="No directory at", module="whitenoise.base")
 
 # --- Celery -------------------------------------------------------------------------------
 REDIS_URL = env.str("REDIS_URL", default="")
