@@ -48,9 +48,7 @@ A100_NCCL = "nccl_06_a100-sxm4-40gb-8gpu-single-proc-g8-full-sweep.txt"
 DGX1_TOPO = "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt"
 
 
-def ingest(
-    hostname: str, topo: str, gpu_model: str = "", benchmarks: tuple[str, ...] = ()
-) -> None:
+def ingest(hostname: str, topo: str, gpu_model: str = "", benchmarks: tuple[str, ...] = ()) -> None:
     """One server through the same service the collector's reports go through."""
     from django.utils import timezone
 

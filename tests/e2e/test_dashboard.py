@@ -139,7 +139,9 @@ def test_clicking_a_gpu_highlights_its_paths_and_shows_its_details(
     # NUMA node and binding from the affinity API; the server-wide launch order beside it.
     expect(details).to_contain_text("NUMA node 0")
     expect(details).to_contain_text("numactl --cpunodebind=0 --membind=0; NCCL_IB_HCA=mlx5_0")
-    expect(page.locator("#cuda-visible-devices")).to_have_text("CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7")
+    expect(page.locator("#cuda-visible-devices")).to_have_text(
+        "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"
+    )
 
 
 def placement_api(page: Page, hostname: str, body: dict) -> dict:  # type: ignore[type-arg]
