@@ -45,7 +45,7 @@ function stylesheet() {
       selector: "node",
       style: {
         label: "data(label)",
-        "font-size": 11,
+        "font-size": 13,
         "font-family": "system-ui, sans-serif",
         "text-valign": "center",
         "text-halign": "center",
@@ -53,17 +53,17 @@ function stylesheet() {
         "background-color": "#d8dde6",
         "border-width": 1,
         "border-color": "#8a94a6",
-        width: 54,
-        height: 30,
+        width: 60,
+        height: 32,
         shape: "round-rectangle",
-        "min-zoomed-font-size": 6,
+        "min-zoomed-font-size": 5,
       },
     },
-    { selector: 'node[kind = "gpu"]', style: { "background-color": "#cfe8d5", "border-color": "#1b7f3b", "border-width": 2, width: 58, height: 34, "font-weight": "bold" } },
-    { selector: 'node[kind = "nic"]', style: { "background-color": "#dbe7fb", "border-color": "#1f5fbf", shape: "round-tag", width: labelWidth(6.2, 62), height: 26, "font-size": 10 } },
-    { selector: 'node[kind = "nvswitch"], node[kind = "nvlink_fabric"], node[kind = "fabric"]', style: { "background-color": "#1b7f3b", color: "#fff", shape: "hexagon", width: 120, height: 46, "font-weight": "bold" } },
-    { selector: 'node[kind = "pcie_switch"], node[kind = "switch"], node[kind = "switch_tree"]', style: { "background-color": "#eef1f5", shape: "diamond", width: 44, height: 44, "font-size": 9, "text-valign": "bottom", "text-margin-y": 4 } },
-    { selector: 'node[kind = "host_bridge"], node[kind = "bridge"]', style: { "background-color": "#efe7f7", "border-color": "#7b4fb0", shape: "rectangle", width: 64, height: 20, "font-size": 9 } },
+    { selector: 'node[kind = "gpu"]', style: { "background-color": "#cfe8d5", "border-color": "#1b7f3b", "border-width": 2, width: 70, height: 38, "font-size": 16, "font-weight": "bold" } },
+    { selector: 'node[kind = "nic"]', style: { "background-color": "#dbe7fb", "border-color": "#1f5fbf", shape: "round-tag", width: labelWidth(8, 70), height: 30, "font-size": 13 } },
+    { selector: 'node[kind = "nvswitch"], node[kind = "nvlink_fabric"], node[kind = "fabric"]', style: { "background-color": "#1b7f3b", color: "#fff", shape: "hexagon", width: 150, height: 54, "font-size": 15, "font-weight": "bold" } },
+    { selector: 'node[kind = "pcie_switch"], node[kind = "switch"], node[kind = "switch_tree"]', style: { "background-color": "#eef1f5", shape: "diamond", width: 36, height: 36, "font-size": 11, "text-valign": "bottom", "text-margin-y": 3 } },
+    { selector: 'node[kind = "host_bridge"], node[kind = "bridge"]', style: { "background-color": "#efe7f7", "border-color": "#7b4fb0", shape: "rectangle", width: 72, height: 22, "font-size": 11 } },
     { selector: 'node[kind = "cpu"], node[kind = "socket"]', style: { "background-color": "#fdf1dd", "border-color": "#e08a00", shape: "round-rectangle", width: 72, height: 28 } },
     {
       selector: ":parent",
@@ -76,10 +76,10 @@ function stylesheet() {
         shape: "round-rectangle",
         "text-valign": "top",
         "text-halign": "center",
-        "font-size": 12,
+        "font-size": 15,
         "font-weight": "bold",
         color: "#4a5263",
-        padding: 14,
+        padding: 10,
       },
     },
     {
@@ -89,19 +89,19 @@ function stylesheet() {
         "curve-style": "bezier",
         "line-color": "#9aa3b2",
         label: "data(link_class)",
-        "font-size": 9,
+        "font-size": 11,
         color: "#4a5263",
         "text-background-color": "#ffffff",
         "text-background-opacity": 0.85,
         "text-background-padding": 1,
         "text-rotation": "autorotate",
-        "min-zoomed-font-size": 8,
+        "min-zoomed-font-size": 6,
       },
     },
     ...edgeStyles,
     // NVLink width grows with the bonded link count (NV1 thin, NV18 thick).
     { selector: "edge[nvlinks > 0]", style: { width: "mapData(nvlinks, 1, 18, 2, 9)" } },
-    { selector: "node[group_colour]", style: { width: labelWidth(7, 58), "background-color": "data(group_colour)", "border-color": "#1d2430", "border-width": 3, label: "data(group_label)", color: "#fff", "text-outline-color": "#1d2430", "text-outline-width": 1.5 } },
+    { selector: "node[group_colour]", style: { width: labelWidth(9, 70), "font-size": 14, "background-color": "data(group_colour)", "border-color": "#1d2430", "border-width": 3, label: "data(group_label)", color: "#fff", "text-outline-color": "#1d2430", "text-outline-width": 1.5 } },
     { selector: "edge.into-compound", style: { display: "none" } },
     { selector: ".faded", style: { opacity: 0.15 } },
     { selector: "node.path", style: { "border-width": 2.5, "border-color": "#3d4555" } },
@@ -143,11 +143,15 @@ export function drawGraph(container, elements, { onReady } = {}) {
     fit: true,
     padding: 24,
     nodeDimensionsIncludeLabels: true,
-    nodeRepulsion: () => 9000,
-    idealEdgeLength: (edge) => (edge.data("nvlinks") > 0 ? 110 : 70),
-    edgeElasticity: () => 0.3,
-    nestingFactor: hasCompound ? 0.2 : 0.1,
-    gravity: 0.4,
+    // Short edges and strong gravity keep the drawing compact: fitted into the card at
+    // 1280 px, the labels then stay readable instead of shrinking to a few pixels.
+    nodeRepulsion: () => 4500,
+    idealEdgeLength: (edge) => (edge.data("nvlinks") > 0 ? 80 : 40),
+    edgeElasticity: () => 0.45,
+    nestingFactor: hasCompound ? 0.1 : 0.1,
+    gravity: 0.8,
+    gravityCompound: 1.5,
+    gravityRangeCompound: 1.0,
     numIter: 2500,
     tile: true,
     packComponents: true,
@@ -243,13 +247,15 @@ export function clearHighlight(cy) {
 // Colours GPU nodes by placement group; `groups` is a list of lists of GPU indices or ids.
 export function colourGroups(cy, groups, labelPrefix = "group") {
   clearHighlight(cy);
-  cy.nodes().forEach((n) => { n.removeData("group_colour"); n.removeData("group_label"); });
+  cy.nodes().forEach((n) => { n.removeData("group_colour"); n.removeData("group_label"); n.removeData("group_index"); });
   groups.forEach((members, i) => {
     const colour = GROUP_COLOURS[i % GROUP_COLOURS.length];
     for (const m of members) {
       const node = findGpu(cy, m);
       if (node) {
+        // The label carries the group too, so colour is never the only sign of it.
         node.data("group_colour", colour);
+        node.data("group_index", i);
         node.data("group_label", `${node.data("label")} · ${labelPrefix} ${i}`);
       }
     }

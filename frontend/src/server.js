@@ -1,7 +1,7 @@
 // Server page: the topology graph and matrix, device details, findings, benchmarks,
 // placement advice and snapshot history of one server, all from the JSON API.
 
-import { el, clear, getJSON, hostPath, pageData, fmtNumber, fmtBytes, fmtTime, fmtAgo, healthBadge, showError } from "./api.js";
+import { el, clear, getJSON, postJSON, hostPath, pageData, fmtNumber, fmtTime, fmtAgo, healthBadge, showError } from "./api.js";
 import { drawGraph, renderLegend, attachTooltips, highlightPaths, clearHighlight, colourGroups, classInfo, kindOf, GROUP_COLOURS } from "./graph.js";
 import { busbwPlot } from "./plot.js";
 
@@ -13,6 +13,10 @@ let cy = null;
 let topology = null; // the core topology document: devices + links
 let detail = null;
 let p2p = null;
+let presets = []; // model presets: [{key, name, layers, hidden, ...}]
+// GPU affinity (NUMA node, CPU list, nearest NICs) from the API, fetched once on first use.
+let affinityPromise = null;
+const affinityDoc = () => (affinityPromise ||= getJSON(`${base}/affinity`).catch(() => null));
 // The graph is drawn before the detail arrives; device details wait for the topology.
 let topologyLoaded;
 const topologyReady = new Promise((resolve) => { topologyLoaded = resolve; });
@@ -40,20 +44,27 @@ function nearestNics(gpuId) {
   return scored.filter((x) => rank(x.cls) === best);
 }
 
-function showDetails(node) {
+function showDetails(node, affinity) {
   const box = clear($("details"));
   const d = node.data();
   const dev = deviceIndex().get(d.device || d.id) || deviceIndex().get(d.label) || {};
+  const isGpu = kindOf(node) === "gpu";
+  const index = dev.index ?? d.index;
+  const aff = isGpu ? (affinity?.gpus || []).find((g) => g.gpu === index) : null;
   const rows = [
     ["Device", d.label || d.id],
     ["Kind", kindOf(node)],
-    ["NUMA node", dev.numa_affinity ?? d.numa_affinity ?? d.numa ?? "–"],
-    ["CPU list", dev.cpu_affinity ?? d.cpu_affinity ?? "–"],
+    ["NUMA node", aff?.numa_node ?? dev.numa_affinity ?? d.numa_affinity ?? d.numa ?? "–"],
+    ["CPU list", aff?.cpu_list ?? dev.cpu_affinity ?? d.cpu_affinity ?? "–"],
   ];
   if (dev.gpu_numa_id) rows.push(["GPU NUMA ID", dev.gpu_numa_id]);
-  if (kindOf(node) === "gpu") {
-    const near = nearestNics(dev.id || d.id);
-    rows.push(["Nearest NIC", near.length ? near.map((x) => `${x.nic.nic_name || x.nic.id} (${x.cls})`).join(", ") : "none"]);
+  if (isGpu) {
+    if (aff) {
+      rows.push(["Nearest NIC", aff.nearest_nics.length ? aff.nearest_nics.map((n) => `${n} (${aff.nic_class})`).join(", ") : "none"]);
+    } else {
+      const near = nearestNics(dev.id || d.id);
+      rows.push(["Nearest NIC", near.length ? near.map((x) => `${x.nic.nic_name || x.nic.id} (${x.cls})`).join(", ") : "none"]);
+    }
     const peers = (topology?.devices || []).filter((x) => x.kind === "gpu" && x.id !== (dev.id || d.id));
     const byClass = {};
     for (const p of peers) {
@@ -65,6 +76,23 @@ function showDetails(node) {
   const dl = el("dl", { class: "kv" });
   for (const [k, v] of rows) dl.append(el("dt", { text: k }), el("dd", { text: String(v) }));
   box.append(dl);
+  if (aff?.warning) box.append(el("p", { class: "warning-note", role: "note" }, el("strong", { text: "⚠ " }), aff.warning));
+  const hint = isGpu ? (affinity?.binding_hints || [])[affinity.gpus.indexOf(aff)] : null;
+  if (hint) box.append(el("p", { class: "muted small" }, "Bind a rank on it: ", el("code", { text: hint.replace(/^GPU\d+:\s*/, "") })));
+}
+
+// Server-wide launch advice: the GPU order and each GPU's NUMA binding and NIC.
+function renderAffinity(affinity) {
+  const box = clear($("affinity"));
+  if (!affinity) { box.append(el("p", { class: "muted", text: "No affinity information (no topology yet)." })); return; }
+  box.append(el("p", {}, "All GPUs, nearest first per NUMA node: ", el("code", { id: "cuda-visible-devices", text: `CUDA_VISIBLE_DEVICES=${affinity.cuda_visible_devices}` })));
+  const warned = (affinity.gpus || []).filter((g) => g.warning);
+  for (const g of warned) box.append(el("p", { class: "warning-note" }, el("strong", { text: `⚠ GPU${g.gpu}: ` }), g.warning));
+  if (affinity.binding_hints?.length) {
+    const list = el("ul", { class: "hints" });
+    for (const h of affinity.binding_hints) list.append(el("li", {}, el("code", { text: h })));
+    box.append(el("details", {}, el("summary", { text: "Per-GPU binding (numactl, NCCL_IB_HCA)" }), list));
+  }
 }
 
 async function loadGraph() {
@@ -79,7 +107,7 @@ async function loadGraph() {
   cy.on("tap", "node", (evt) => {
     const n = evt.target;
     if (kindOf(n) === "gpu") highlightPaths(cy, n);
-    topologyReady.then(() => showDetails(n));
+    Promise.all([topologyReady, kindOf(n) === "gpu" ? affinityDoc() : null]).then(([, aff]) => showDetails(n, aff));
   });
   cy.on("tap", (evt) => { if (evt.target === cy) clearHighlight(cy); });
   const gpus = cy.nodes().filter((n) => kindOf(n) === "gpu").length;
@@ -92,18 +120,29 @@ async function loadGraph() {
 
 // --- matrix view ------------------------------------------------------------------------
 
-function measuredMatrix() {
+// The measured p2p matrix of one direction ("uni" or "bi"); the other one when only it exists.
+function measuredMatrix(direction) {
   if (!p2p) return null;
   const m = p2p.matrices || {};
-  return m.unidirectional_p2p_enabled_gbps || m.bidirectional_p2p_enabled_gbps || null;
+  const uni = m.unidirectional_p2p_enabled_gbps ? { values: m.unidirectional_p2p_enabled_gbps, direction: "uni" } : null;
+  const bi = m.bidirectional_p2p_enabled_gbps ? { values: m.bidirectional_p2p_enabled_gbps, direction: "bi" } : null;
+  return direction === "bi" ? bi || uni : uni || bi;
+}
+
+// What the cost model expects between two GPUs in the same direction as the measurement.
+function expectedMatrix(direction) {
+  const pred = detail?.analysis?.result?.p2p_prediction;
+  if (!pred) return null;
+  return direction === "bi" ? pred.bidirectional_gbps : pred.unidirectional_gbps;
 }
 
 function renderMatrix(mode) {
   const wrap = clear($("matrix"));
   const devices = topology?.devices || [];
   if (!devices.length) { wrap.append(el("p", { class: "muted", text: "No topology yet." })); return; }
-  const measured = measuredMatrix();
-  const expected = detail?.analysis?.result?.expected_bandwidth_gbps || null;
+  const found = measuredMatrix($("matrix-direction").value);
+  const measured = found ? found.values : null;
+  const expected = found ? expectedMatrix(found.direction) : null;
   const table = el("table", { class: `matrix mode-${mode}` });
   const head = el("tr", {}, el("th", { text: "" }));
   for (const d of devices) head.append(el("th", { scope: "col", text: d.id }));
@@ -149,6 +188,13 @@ function renderMatrix(mode) {
   table.append(body);
   wrap.append(table);
   if (mode !== "class" && !measured) wrap.prepend(el("p", { class: "muted", text: "No p2pBandwidthLatencyTest result for this server yet; showing link classes." }));
+  else if (mode !== "class") {
+    const dir = found.direction === "bi" ? "bidirectional" : "unidirectional";
+    const note = mode === "ratio"
+      ? (expected ? `Measured ${dir} P2P bandwidth as a share of the cost model's ${dir} prediction: ≥ 80 % green, ≥ 50 % amber, below red.` : "No cost-model prediction for this server yet (analysis pending).")
+      : `Measured ${dir} P2P bandwidth, GB/s.`;
+    wrap.prepend(el("p", { class: "muted matrix-note", text: note }));
+  }
 }
 
 function setView(view) {
@@ -159,6 +205,7 @@ function setView(view) {
   $("graph").hidden = matrix;
   $("matrix").hidden = !matrix;
   $("matrix-mode-label").hidden = !matrix;
+  $("matrix-direction-label").hidden = !matrix;
   if (matrix) renderMatrix($("matrix-mode").value);
   else if (cy) { cy.resize(); cy.fit(undefined, 24); }
 }
@@ -192,15 +239,15 @@ function renderSummary(s) {
   badges.append(el("a", { class: "badge", href: `/upload/?host=${encodeURIComponent(hostname)}`, text: "upload output" }));
 }
 
-async function loadBenchmarks() {
+// The benchmark table (newest runs), and the p2p run the matrix view compares with.
+async function loadBenchmarkTable() {
   const tbody = document.querySelector("#bench-table tbody");
   const data = await getJSON("benchmarks/", { hostname });
   const list = (data.results || data).slice(0, 12);
   clear(tbody);
   if (!list.length) tbody.append(el("tr", {}, el("td", { colspan: 5, class: "muted", text: "No benchmark results yet." })));
-  const series = [];
   for (const b of list) {
-    // The list leaves the parsed document out; the newest few are fetched for the plot.
+    // The list leaves the parsed document out; the newest few are fetched for their status.
     const doc = b.document || (b.id != null ? (await getJSON(`benchmarks/${b.id}/`).catch(() => ({}))).document : null);
     const failed = doc && doc.errors && doc.errors.length;
     tbody.append(el("tr", {},
@@ -209,21 +256,36 @@ async function loadBenchmarks() {
       el("td", { text: b.collective || doc?.collective || "–" }),
       el("td", { class: "num", text: b.avg_busbw_gbps != null ? `${fmtNumber(b.avg_busbw_gbps, 1)} GB/s` : "–" }),
       el("td", {}, failed ? el("span", { class: "badge sev-critical", text: "failed" }) : el("span", { class: "badge health-ok", text: "ok" }))));
-    if (doc && doc.kind === "nccl-tests" && doc.rows && doc.rows.length) {
-      series.push({
-        label: `measured ${doc.collective || "nccl"} (${fmtAgo(b.captured_at)})`,
-        points: doc.rows.map((r) => [r.bytes, r.out_of_place?.busbw_gbps ?? null]),
-      });
-    }
     if (doc && doc.kind === "p2p-bandwidth-latency" && !p2p) p2p = doc;
   }
-  const modelled = detail?.analysis?.result?.allreduce_curve || detail?.analysis?.result?.busbw_curve;
-  if (modelled && modelled.length) {
-    series.push({ label: "modelled AllReduce", dashed: true, points: modelled.map((p) => [p.bytes ?? p[0], p.busbw_gbps ?? p[1]]) });
+}
+
+// Bus bandwidth against message size: the cost model's all_reduce curve over all GPUs
+// (and its calibrated copy), with every measured nccl-tests sweep of this server.
+async function loadBenchmarkPlot() {
+  const doc = await getJSON(`${base}/costs`);
+  const series = [];
+  const add = (costs, label, dashed) => {
+    const c = costs?.curves?.all_reduce;
+    if (!c) return;
+    series.push({ label, kind: "modelled", dashed, points: costs.sizes.map((x, i) => [x, c.busbw_gbps[i]]) });
+  };
+  const gpus = doc.costs?.curve_gpus?.length;
+  add(doc.costs, `modelled all_reduce, ${gpus} GPUs`, true);
+  add(doc.calibrated_costs, `modelled all_reduce, calibrated on measurements`, true);
+  for (const m of doc.measured || []) {
+    series.push({ label: `measured ${m.collective}, ${m.gpu_count} GPUs (run ${m.benchmark_id})`, kind: "measured", points: m.bytes.map((x, i) => [x, m.busbw_gbps[i]]) });
   }
   const plot = clear($("bench-plot"));
-  if (series.length) busbwPlot(plot, series);
-  else plot.append(el("p", { class: "muted", text: "Upload nccl-tests output to see bus bandwidth against message size." }));
+  if (!series.length) {
+    const why = doc.analysis_status === "done" ? "" : ` (analysis ${doc.analysis_status || "not run"})`;
+    plot.append(el("p", { class: "muted", text: `No modelled curve yet${why}; upload nccl-tests output to see measured bus bandwidth.` }));
+    return;
+  }
+  if (!(doc.measured || []).length) plot.append(el("p", { class: "muted small", text: "Modelled only: upload nccl-tests output to compare with a measurement." }));
+  window.topowebBenchPlot = busbwPlot(plot, series); // read by the e2e tests
+  window.topowebBenchSeries = series.map((s) => ({ label: s.label, kind: s.kind, points: s.points.filter((p) => p[1] != null).length }));
+  document.body.dataset.benchReady = "1";
 }
 
 async function loadHistory() {
@@ -251,40 +313,101 @@ async function loadHistory() {
 }
 
 async function loadPresets() {
+  const select = document.querySelector("#placement-form select[name=model]");
   try {
-    const data = await getJSON("models/");
-    const select = document.querySelector("#placement-form select[name=model]");
-    for (const m of data.results || data) select.append(el("option", { value: m.name || m.id, text: m.label || m.name || m.id }));
-  } catch { /* presets are optional: the default one is used */ }
+    presets = await getJSON("model-presets");
+  } catch { return; /* the API's default preset is used */ }
+  for (const m of presets) {
+    const shape = `${m.layers} layers, hidden ${m.hidden}`;
+    select.append(el("option", { value: m.key, text: m.name, title: shape }));
+  }
+}
+
+const dimensionName = { tp: "TP", pp: "PP", dp: "DP", ep: "EP" };
+
+// Draws one placement answer (from the API or a stored layout): TP groups coloured and
+// labelled on the graph, the groups listed, the times and the per-dimension costs.
+function renderPlacement(res) {
+  const out = clear($("placement-result"));
+  const groups = res.groups || {};
+  const tp = groups.tp || [];
+  if (cy) colourGroups(cy, tp, "TP");
+  const head = `TP${res.layout.tp} · PP${res.layout.pp} · DP${res.layout.dp}${res.layout.ep > 1 ? ` · EP${res.layout.ep}` : ""}`;
+  out.append(el("p", { class: "placement-head" }, el("strong", { text: head }), ` for ${res.model}`));
+  const list = el("ol", { class: "groups", "aria-label": "TP groups" });
+  tp.forEach((g, i) => {
+    const sw = el("span", { class: "swatch-box", "aria-hidden": "true" });
+    sw.style.background = GROUP_COLOURS[i % GROUP_COLOURS.length];
+    list.append(el("li", { dataset: { gpus: g.join(",") } }, sw, el("strong", { text: `TP ${i}` }), `: ${g.map((x) => `GPU${x}`).join(", ")}`));
+  });
+  out.append(list);
+  const others = ["pp", "dp", "ep"].filter((k) => groups[k] && groups[k].some((g) => g.length > 1));
+  for (const k of others) {
+    out.append(el("p", { class: "muted small other-groups" }, `${dimensionName[k]} groups: `, groups[k].map((g) => `{${g.join(",")}}`).join(" ")));
+  }
+  const dl = el("dl", { class: "kv" });
+  const improvement = res.improvement > 0 ? `${fmtNumber(res.improvement * 100, 1)} % less than the naive order` : "none: every order costs the same here";
+  for (const [k, v] of [
+    ["Predicted comm / step", fmtTime(res.predicted_step_comm_us)],
+    ["Naive order (0..n-1)", fmtTime(res.naive_step_comm_us)],
+    ["Improvement", improvement],
+  ]) dl.append(el("dt", { text: k }), el("dd", { text: v }));
+  out.append(dl);
+  const table = el("table", { class: "grid compact per-dimension" });
+  table.append(el("thead", {}, el("tr", {}, ...["Dim", "Each × count", "Total", "Limit"].map((t) => el("th", { text: t })))));
+  const body = el("tbody");
+  for (const d of res.per_dimension || []) {
+    body.append(el("tr", { dataset: { dimension: d.dimension } },
+      el("td", {}, el("strong", { text: dimensionName[d.dimension] || d.dimension }), el("br"), el("span", { class: "muted small", text: d.collective })),
+      el("td", { class: "num", text: `${fmtTime(d.each_us)} × ${d.count}` }),
+      el("td", { class: "num", text: fmtTime(d.total_us) }),
+      el("td", { title: d.bottleneck }, el("span", { class: `badge bottleneck bn-${d.bottleneck_class}`, text: d.bottleneck_class }))));
+  }
+  table.append(body);
+  out.append(table);
+  if (res.mapping) out.append(el("p", { class: "small" }, "Rank order: ", el("code", { class: "mapping", text: `CUDA_VISIBLE_DEVICES=${res.mapping.join(",")}` })));
+  const notes = [res.search && `search: ${res.search}`, res.calibrated ? "calibrated on this class's measurements" : "uncalibrated model", res.assumption].filter(Boolean);
+  out.append(el("p", { class: "muted small", text: notes.join(" · ") }));
+  document.body.dataset.placementReady = String(Number(document.body.dataset.placementReady || 0) + 1);
 }
 
 async function place(evt) {
   evt.preventDefault();
   const out = clear($("placement-result"));
   const f = new FormData(evt.target);
-  const params = Object.fromEntries([...f.entries()].filter(([, v]) => v !== ""));
+  const body = {};
+  for (const k of ["tp", "pp", "dp", "ep"]) if (f.get(k) !== "" && f.get(k) !== null) body[k] = Number(f.get(k));
+  if (f.get("model")) body.model = f.get("model");
   out.append(el("p", { class: "muted", text: "Computing…" }));
   try {
-    const res = await getJSON(`${base}/placement/`, params);
-    clear(out);
-    const groups = res.groups || (res.tp_groups || []);
-    if (cy) colourGroups(cy, groups.map((g) => g.gpus || g), res.group_kind || "TP");
-    const list = el("ol", { class: "groups" });
-    groups.forEach((g, i) => {
-      const sw = el("span", { class: "swatch-box", "aria-hidden": "true" });
-      sw.style.background = GROUP_COLOURS[i % GROUP_COLOURS.length];
-      list.append(el("li", {}, sw, el("span", { text: `${res.group_kind || "TP"} ${i}: ${(g.gpus || g).map((x) => (typeof x === "number" ? `GPU${x}` : x)).join(", ")}` })));
-    });
-    out.append(list);
-    const times = res.predicted || res.times || {};
-    const dl = el("dl", { class: "kv" });
-    for (const [k, v] of Object.entries(times)) dl.append(el("dt", { text: k.replace(/_/g, " ") }), el("dd", { text: typeof v === "number" ? fmtTime(v) : String(v) }));
-    if (dl.childNodes.length) out.append(dl);
-    document.body.dataset.placementReady = "1";
+    renderPlacement(await postJSON(`${base}/placement`, body));
   } catch (err) {
-    clear(out);
-    out.append(el("p", { class: "error", text: `Placement unavailable: ${err.message}` }));
+    if (cy) colourGroups(cy, []);
+    clear(out).append(el("p", { class: "error", role: "alert", id: "placement-error", text: `Cannot place this job: ${err.message}` }));
+    document.body.dataset.placementError = "1";
   }
+}
+
+// The stored layouts of the default preset, fastest first; a click shows that placement.
+function renderBestLayouts() {
+  const box = clear($("best-layouts"));
+  const layouts = [...(detail?.analysis?.result?.layouts || [])].sort((a, b) => a.predicted_step_comm_us - b.predicted_step_comm_us);
+  if (!layouts.length) { box.append(el("p", { class: "muted small", text: "Stored layouts appear once the analysis is done." })); return; }
+  box.append(el("h3", { text: `Fastest layouts for ${layouts[0].model}` }));
+  const list = el("ol", { class: "best-layouts" });
+  for (const doc of layouts.slice(0, 5)) {
+    const { tp, pp, dp } = doc.layout;
+    const apply = () => {
+      const form = $("placement-form");
+      form.elements.tp.value = tp; form.elements.pp.value = pp; form.elements.dp.value = dp; form.elements.ep.value = "";
+      const preset = presets.find((m) => m.name === doc.model);
+      form.elements.model.value = preset ? preset.key : "";
+      renderPlacement(doc);
+    };
+    list.append(el("li", {}, el("button", { type: "button", class: "link-button", dataset: { layout: `${tp}x${pp}x${dp}` }, onclick: apply },
+      el("strong", { text: `TP${tp} · PP${pp} · DP${dp}` }), " ", el("span", { class: "muted", text: fmtTime(doc.predicted_step_comm_us) }))));
+  }
+  box.append(list);
 }
 
 async function main() {
@@ -292,11 +415,13 @@ async function main() {
   $("view-graph").addEventListener("click", () => setView("graph"));
   $("view-matrix").addEventListener("click", () => setView("matrix"));
   $("matrix-mode").addEventListener("change", () => renderMatrix($("matrix-mode").value));
+  $("matrix-direction").addEventListener("change", () => renderMatrix($("matrix-mode").value));
   $("fit-graph").addEventListener("click", () => cy && cy.fit(undefined, 24));
   $("clear-selection").addEventListener("click", () => { if (cy) { clearHighlight(cy); colourGroups(cy, []); } clear($("placement-result")); });
   $("placement-form").addEventListener("submit", place);
   // The graph needs nothing from the detail: start it at once, it is what people wait for.
   const graph = loadGraph().catch((err) => showError($("graph-status"), err));
+  const presetsLoaded = loadPresets();
   try {
     detail = await getJSON(`${base}/`);
   } catch (err) {
@@ -315,9 +440,11 @@ async function main() {
   topologyLoaded();
   await Promise.all([
     graph,
-    loadBenchmarks().catch((err) => showError($("bench-plot"), err)),
+    presetsLoaded.then(renderBestLayouts),
+    affinityDoc().then(renderAffinity),
+    loadBenchmarkTable().catch((err) => showError($("bench-error"), err)),
+    loadBenchmarkPlot().catch((err) => showError($("bench-error"), err)),
     loadHistory().catch((err) => showError($("history-diff"), err)),
-    loadPresets(),
   ]);
 }
 

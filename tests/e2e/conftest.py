@@ -1,5 +1,5 @@
 """Browser tests: Debian's Chromium driven by Playwright against pytest-django's live server,
-with the demo fleet loaded from the real fixtures."""
+on a few servers ingested from the real fixtures and analysed in-process."""
 
 from __future__ import annotations
 
@@ -39,16 +39,59 @@ def browser() -> Iterator[Browser]:
         browser.close()
 
 
+H200 = "e2e-h200-01"  # topo_01: 8x H200, NV18 all-to-all, 12 NICs, two NUMA nodes
+A100 = "e2e-a100-01"  # topo_26: DGX A100, NV12 all-to-all, 12 mlx5 NICs, nccl_06 attached
+DGX1 = "e2e-dgx1-01"  # topo_12: V100 hybrid cube mesh (NV1/NV2), for placement that matters
+H200_TOPO = "topo_01_h200-8gpu-12nic-numaid.txt"
+A100_TOPO = "topo_26_dgx-a100-8gpu-nv12-12mlx5-named-cols.txt"
+A100_NCCL = "nccl_06_a100-sxm4-40gb-8gpu-single-proc-g8-full-sweep.txt"
+DGX1_TOPO = "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt"
+
+
+def ingest(hostname: str, topo: str, gpu_model: str = "", benchmarks: tuple[str, ...] = ()) -> None:
+    """One server through the same service the collector's reports go through."""
+    from django.utils import timezone
+
+    from topoweb.fleet.models import Source
+    from topoweb.fleet.services import BenchmarkInput, ingest_report
+
+    ingest_report(
+        hostname=hostname,
+        topo_text=(FIXTURES / topo).read_text(encoding="utf-8"),
+        captured_at=timezone.now(),
+        source=Source.UPLOAD,
+        gpu_model_hint=gpu_model,
+        benchmarks=[
+            BenchmarkInput("nccl-tests", (FIXTURES / b).read_text(encoding="utf-8"))
+            for b in benchmarks
+        ],
+    )
+
+
+def analyse_pending() -> None:
+    """Run the analyses the ingests asked for here, instead of waiting for a worker."""
+    from topoweb.analysis import services
+    from topoweb.analysis.models import Analysis
+
+    for pk in Analysis.objects.filter(status=Analysis.Status.PENDING).values_list("pk", flat=True):
+        assert services.run_analysis(pk) == "done", pk
+
+
 @pytest.fixture
 def fleet(transactional_db: None) -> None:
-    """The demo fleet from the real fixtures, plus a server whose hostname is markup."""
+    """An H200, a DGX A100 with its nccl-tests sweep, and a server whose hostname is markup,
+    each analysed: seconds, where the whole demo fleet took most of a minute per test."""
+    ingest(H200, H200_TOPO, "NVIDIA H200")
+    ingest(A100, A100_TOPO, "NVIDIA A100-SXM4-40GB", (A100_NCCL,))
+    ingest(XSS_HOST, A100_TOPO)
+    analyse_pending()
+
+
+@pytest.fixture
+def demo_fleet(transactional_db: None) -> None:
+    """The whole demo fleet (79 servers), for a test that needs SKUs with several servers."""
     call_command("load_demo")
-    call_command(
-        "import_topo",
-        str(FIXTURES / "topo_26_dgx-a100-8gpu-nv12-12mlx5-named-cols.txt"),
-        "--host",
-        XSS_HOST,
-    )
+    analyse_pending()
 
 
 @pytest.fixture
