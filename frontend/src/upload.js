@@ -16,7 +16,7 @@ async function text() {
 function showParseError(err, source) {
   const line = lineOf(err);
   // The API answers the line apart from the message; the reader wants both in one sentence.
-  showError($("upload-error"), line ? `Line ${line}: ${err.message}` : err);
+  showError($("upload-error"), line ? `line ${line}: ${err.message}` : err);
   const ctx = $("upload-error-context");
   if (line && source) {
     const lines = source.split(/\r?\n/);

@@ -292,9 +292,7 @@ class ServerFilterSerializer(serializers.Serializer):
     gpu_model = serializers.CharField(required=False, default="")
     gpu_count = serializers.IntegerField(required=False, min_value=0, max_value=100000)
     has_nvlink = serializers.BooleanField(required=False, allow_null=True, default=None)
-    health = serializers.ChoiceField(
-        choices=selectors.HEALTH_STATES, required=False, default=""
-    )
+    health = serializers.ChoiceField(choices=selectors.HEALTH_STATES, required=False, default="")
     search = serializers.CharField(required=False, default="")
     finding = serializers.ChoiceField(choices=list(KINDS), required=False, default="")
     severity = serializers.ChoiceField(choices=list(SEVERITIES), required=False, default="")
