@@ -9,7 +9,7 @@ const status = document.getElementById("fleet-status");
 const pageInfo = document.getElementById("page-info");
 const prev = document.getElementById("prev-page");
 const next = document.getElementById("next-page");
-const FILTERS = ["search", "sku", "health", "has_nvlink"];
+const FILTERS = ["search", "sku", "health", "has_nvlink", "ordering"];
 const HEALTH_STATES = ["ok", "warning", "critical", "unknown"];
 
 let state = { page: 1, pageSize: null, ...pageData().query };
@@ -36,6 +36,7 @@ function syncForm() {
 function params() {
   const p = { page: state.page };
   for (const name of FILTERS) if (state[name]) p[name] = state[name];
+  if (p.ordering === "hostname") delete p.ordering; // the API's default: keep URLs short
   return p;
 }
 

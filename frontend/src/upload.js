@@ -14,9 +14,10 @@ async function text() {
 }
 
 function showParseError(err, source) {
-  showError($("upload-error"), err);
-  const ctx = $("upload-error-context");
   const line = lineOf(err);
+  // The API answers the line apart from the message; the reader wants both in one sentence.
+  showError($("upload-error"), line ? `line ${line}: ${err.message}` : err);
+  const ctx = $("upload-error-context");
   if (line && source) {
     const lines = source.split(/\r?\n/);
     clear(ctx);
@@ -37,12 +38,16 @@ function resetErrors() {
 async function preview() {
   resetErrors();
   $("save-button").disabled = true;
+  const file = $("upload-file").files[0];
   const source = await text();
+  // The file itself when one is chosen: the API then applies the same UTF-8 and size rules
+  // as the upload.
   const body = new FormData();
-  body.append("text", source);
+  if (file) body.append("file", file);
+  else body.append("text", source);
   $("preview-summary").textContent = "Parsing…";
   try {
-    const res = await postForm("/ui/preview/", body);
+    const res = await postForm("uploads/preview", body);
     $("preview-summary").textContent = res.summary;
     if (previewCy) previewCy.destroy();
     previewCy = null;
@@ -61,9 +66,11 @@ async function save(evt) {
   resetErrors();
   const source = await text();
   const hostname = $("upload-hostname").value.trim();
+  const file = $("upload-file").files[0];
   const body = new FormData();
   body.append("hostname", hostname);
-  body.append("text", source);
+  if (file) body.append("file", file);
+  else body.append("text", source);
   $("save-button").disabled = true;
   try {
     const res = await postForm("uploads", body);

@@ -33,14 +33,15 @@ def test_load_demo_builds_a_fleet_once_and_prints_the_admin_credentials(
     # Several servers per SKU, each with the real capture of its fixture.
     v100 = Server.objects.filter(labels__fixture__startswith="topo_12_").order_by("hostname")
     assert [s.hostname for s in v100] == [
-        "v100sxm2-32gb-f12-01",
-        "v100sxm2-32gb-f12-02",
-        "v100sxm2-32gb-f12-03",
-        "v100sxm2-32gb-f12-04",
+        "dgx1v-a01",
+        "dgx1v-a02",
+        "dgx1v-a03",
+        "dgx1v-a04",
     ]
+    assert {s.sku_name for s in v100} == {"DGX-1V (V100 32GB)"}
     assert [s.differs_from_sku for s in v100] == [False, False, False, True]
     assert v100[0].latest_snapshot.gpu_count == 8
     # Benchmarks INDEX.tsv pairs with a capture hang off that capture's first server.
-    p2p = Benchmark.objects.get(server__hostname="rtx6000ada-4gpu-f09-01")
+    p2p = Benchmark.objects.get(server__hostname="esc8000a-ada-a01")
     assert p2p.kind == "p2p-bandwidth-latency"
     assert p2p.snapshot == p2p.server.latest_snapshot

@@ -9,7 +9,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from tests.web.conftest import fixture_text
-from topoweb.fleet.models import Source
+from topoweb.fleet.models import Server, Source
 from topoweb.fleet.services import BenchmarkInput, ingest_report
 
 pytestmark = pytest.mark.django_db
@@ -101,6 +101,46 @@ def test_the_server_list_filters(
 
     assert response.status_code == 200
     assert hostnames(response) == expected
+
+
+@pytest.mark.parametrize(
+    ("ordering", "expected"),
+    [
+        ("-hostname", ["v100-03", "v100-02", "v100-01", "rtx-01", "h200-02", "h200-01"]),
+        ("gpu_count", ["rtx-01", "h200-01", "h200-02", "v100-01", "v100-02", "v100-03"]),
+        ("-gpu_count", ["h200-01", "h200-02", "v100-01", "v100-02", "v100-03", "rtx-01"]),
+        ("sku", ["v100-01", "v100-02", "v100-03", "rtx-01", "h200-01", "h200-02"]),
+        ("-sku", ["h200-01", "h200-02", "rtx-01", "v100-01", "v100-02", "v100-03"]),
+        # The fixture reports them in this order.
+        ("last_seen_at", ["h200-01", "h200-02", "v100-01", "v100-02", "v100-03", "rtx-01"]),
+        ("-last_seen_at", ["rtx-01", "v100-03", "v100-02", "v100-01", "h200-02", "h200-01"]),
+    ],
+)
+def test_the_server_list_sorts_by_the_ordering_asked_for_with_hostname_breaking_ties(
+    reader: APIClient, fleet: None, ordering: str, expected: list[str]
+) -> None:
+    response = reader.get("/api/v1/servers/", {"ordering": ordering})
+
+    assert response.status_code == 200
+    assert hostnames(response) == expected
+
+
+def test_a_server_never_seen_sorts_last_whichever_the_direction(
+    reader: APIClient, fleet: None
+) -> None:
+    Server.objects.create(hostname="aaa-never-seen")
+
+    for ordering in ("gpu_count", "-gpu_count", "last_seen_at", "-last_seen_at"):
+        assert hostnames(reader.get("/api/v1/servers/", {"ordering": ordering}))[-1] == (
+            "aaa-never-seen"
+        )
+
+
+def test_an_unknown_ordering_answers_400_naming_the_parameter(reader: APIClient) -> None:
+    response = reader.get("/api/v1/servers/", {"ordering": "gpu_model"})
+
+    assert response.status_code == 400
+    assert list(response.json()["error"]["details"]) == ["ordering"]
 
 
 def test_a_bad_filter_answers_400_in_the_error_shape(reader: APIClient) -> None:

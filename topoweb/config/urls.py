@@ -15,6 +15,7 @@ from topoweb.health import urls as health_urls
 api_v1 = [
     path("reports", apis.ReportApi.as_view(), name="reports"),
     path("uploads", apis.UploadApi.as_view(), name="uploads"),
+    path("uploads/preview", apis.UploadPreviewApi.as_view(), name="upload-preview"),
     path("servers/", apis.ServerListApi.as_view(), name="server-list"),
     path("servers/<str:hostname>/", apis.ServerDetailApi.as_view(), name="server-detail"),
     path(

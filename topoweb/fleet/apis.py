@@ -158,16 +158,43 @@ class ReportApi(_CountedIngest):
         return _ingested(result)
 
 
-class UploadInputSerializer(serializers.Serializer):
-    hostname = serializers.CharField(max_length=253, validators=[hostname_field])
+class UploadTextSerializer(serializers.Serializer):
     text = serializers.CharField(required=False, trim_whitespace=False)
     file = serializers.FileField(required=False)
-    gpu_model = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if ("text" in attrs) == ("file" in attrs):
             raise serializers.ValidationError("Send exactly one of `text` and `file`.")
         return attrs
+
+
+class UploadInputSerializer(UploadTextSerializer):
+    hostname = serializers.CharField(max_length=253, validators=[hostname_field])
+    gpu_model = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
+
+
+def _uploaded_text(request: Request, serializer: type[UploadTextSerializer]) -> tuple[str, Any]:
+    """The text of an upload, pasted or as a file, within the size limit: what the parsers get.
+    A file that is not UTF-8 text is a parse error naming its line."""
+    _check_size(request)
+    data = serializer(data=request.data)
+    data.is_valid(raise_exception=True)
+    payload = data.validated_data
+    if "file" not in payload:
+        return payload["text"], payload
+    upload = payload["file"]
+    if upload.size > settings.TOPOWEB_MAX_REPORT_BYTES:
+        raise PayloadTooLarge()
+    raw = upload.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ParseError("the file is not UTF-8 text", raw[: exc.start].count(b"\n") + 1) from exc
+    if "\x00" in text:
+        raise ParseError(
+            "the input is binary, not text", text[: text.index("\x00")].count("\n") + 1
+        )
+    return text, payload
 
 
 class UploadApi(_CountedIngest):
@@ -186,27 +213,7 @@ class UploadApi(_CountedIngest):
         responses={200: IngestedSerializer, 201: IngestedSerializer, **ERRORS},
     )
     def post(self, request: Request) -> Response:
-        _check_size(request)
-        data = UploadInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        payload = data.validated_data
-        if "file" in payload:
-            upload = payload["file"]
-            if upload.size > settings.TOPOWEB_MAX_REPORT_BYTES:
-                raise PayloadTooLarge()
-            raw = upload.read()
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ParseError(
-                    "the file is not UTF-8 text", raw[: exc.start].count(b"\n") + 1
-                ) from exc
-            if "\x00" in text:
-                raise ParseError(
-                    "the input is binary, not text", text[: text.index("\x00")].count("\n") + 1
-                )
-        else:
-            text = payload["text"]
+        text, payload = _uploaded_text(request, UploadInputSerializer)
         result = services.ingest_upload(
             hostname=payload["hostname"],
             text=text,
@@ -214,6 +221,36 @@ class UploadApi(_CountedIngest):
             gpu_model_hint=payload["gpu_model"],
         )
         return _ingested(result)
+
+
+class UploadPreviewSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["topology", *services.BENCHMARK_KINDS])
+    summary = serializers.CharField(help_text="One line: what was read")
+    elements = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="Cytoscape.js elements of a topology, as the graph API draws it; "
+        "empty for benchmarks",
+    )
+
+
+class UploadPreviewApi(APIView):
+    """What an upload would read, without storing anything: the upload page's preview.
+    Same sign-in and size rules as the upload itself; a parse error names the line."""
+
+    permission_classes = [IsAuthenticated]
+    parser_classes = [parsers.MultiPartParser, parsers.FormParser, parsers.JSONParser]
+
+    @extend_schema(
+        operation_id="uploads_preview",
+        request={
+            "multipart/form-data": UploadTextSerializer,
+            "application/json": UploadTextSerializer,
+        },
+        responses={200: UploadPreviewSerializer, **{k: ERRORS[k] for k in (400, 401, 403, 413)}},
+    )
+    def post(self, request: Request) -> Response:
+        text, _ = _uploaded_text(request, UploadTextSerializer)
+        return Response(UploadPreviewSerializer(selectors.upload_preview(text)).data)
 
 
 # --- read ------------------------------------------------------------------------------------
@@ -255,13 +292,18 @@ class ServerFilterSerializer(serializers.Serializer):
     gpu_model = serializers.CharField(required=False, default="")
     gpu_count = serializers.IntegerField(required=False, min_value=0, max_value=100000)
     has_nvlink = serializers.BooleanField(required=False, allow_null=True, default=None)
-    health = serializers.ChoiceField(
-        choices=selectors.HEALTH_STATES, required=False, default=""
-    )
+    health = serializers.ChoiceField(choices=selectors.HEALTH_STATES, required=False, default="")
     search = serializers.CharField(required=False, default="")
     finding = serializers.ChoiceField(choices=list(KINDS), required=False, default="")
     severity = serializers.ChoiceField(choices=list(SEVERITIES), required=False, default="")
     no_critical = serializers.BooleanField(required=False, default=False)
+    ordering = serializers.ChoiceField(
+        choices=list(selectors.ORDERINGS),
+        required=False,
+        default="hostname",
+        help_text="Sort key; a leading '-' sorts descending. Ties are broken by hostname; "
+        "servers without a value (no snapshot, never seen) come last either way.",
+    )
 
 
 def _paginated(request: Request, view: APIView, queryset: Any, serializer: type) -> Response:

@@ -7,13 +7,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
 from topoweb.analysis.models import Analysis
 from topoweb.analysis.services import COST_MODEL_VERSION
 from topoweb.core.export import cytoscape_elements
+from topoweb.core.formats import parse_text
+from topoweb.core.model import NcclRun, Topology
 from topoweb.fleet.models import (
     ApiToken,
     Benchmark,
@@ -73,6 +75,17 @@ class ServerFilters:
     finding: str = ""  # a core.health finding kind
     severity: str = ""  # critical, warning or info
     no_critical: bool = False  # evaluated and free of critical findings: safe to schedule on
+    ordering: str = "hostname"  # one of ORDERINGS
+
+
+# Sort keys of the server list and the columns they read; "-" in front sorts descending.
+_ORDER_FIELDS = {
+    "hostname": "hostname",
+    "last_seen_at": "last_seen_at",
+    "gpu_count": "latest_snapshot__gpu_count",
+    "sku": "sku_name",
+}
+ORDERINGS = tuple(f"{sign}{key}" for key in _ORDER_FIELDS for sign in ("", "-"))
 
 
 def server_list(filters: ServerFilters) -> QuerySet[Server]:
@@ -106,7 +119,16 @@ def server_list(filters: ServerFilters) -> QuerySet[Server]:
     qs = filter_by_health(
         qs, finding=filters.finding, severity=filters.severity, no_critical=filters.no_critical
     )
-    return qs.order_by("hostname")
+    return qs.order_by(*_order_by(filters.ordering))
+
+
+def _order_by(ordering: str) -> list[Any]:
+    """The sort key, then hostname so pages stay stable; servers without a value (no snapshot
+    yet, never seen) go last in both directions, on PostgreSQL and SQLite alike."""
+    descending = ordering.startswith("-")
+    field = _ORDER_FIELDS[ordering.removeprefix("-")]
+    key = F(field).desc(nulls_last=True) if descending else F(field).asc(nulls_last=True)
+    return [key] if field == "hostname" else [key, "hostname"]
 
 
 HEALTH_STATES = ("ok", "warning", "critical", "unknown")
@@ -262,3 +284,30 @@ def graph_elements(snapshot: Snapshot) -> dict[str, list[dict[str, Any]]]:
     """Cytoscape elements of a snapshot's topology, as core.export draws it: devices inside
     NUMA nodes, the recovered PCIe tree, NVLink pairs or one NVSwitch node per fabric."""
     return {"elements": cytoscape_elements(snapshot.to_domain())}
+
+
+def upload_preview(text: str) -> dict[str, Any]:
+    """What an upload of `text` would store, read but not stored: its kind, a one-line
+    summary and, for a topology, the graph the server page will draw. ParseError (with its
+    line) when the text is none of the formats."""
+    parsed = parse_text(text)
+    if isinstance(parsed, Topology):
+        nv = sorted({lnk.link_class for lnk in parsed.gpu_links() if lnk.is_nvlink})
+        summary = f"nvidia-smi topo -m: {len(parsed.gpus)} GPUs, {len(parsed.nics)} NICs, " + (
+            f"NVLink {'/'.join(nv)}" if nv else "no NVLink"
+        )
+        if parsed.warnings:
+            n = len(parsed.warnings)
+            summary += f" ({n} reader warning{'s' if n > 1 else ''})"
+        return {"kind": "topology", "summary": summary, "elements": cytoscape_elements(parsed)}
+    if isinstance(parsed, NcclRun):
+        summary = f"nccl-tests {parsed.collective or ''}: {len(parsed.rows)} sizes"
+        if parsed.avg_busbw_gbps is not None:
+            summary += f", average bus bandwidth {parsed.avg_busbw_gbps:g} GB/s"
+        if parsed.errors:
+            summary += f", {len(parsed.errors)} error(s) reported"
+        return {"kind": "nccl-tests", "summary": summary, "elements": []}
+    summary = f"p2pBandwidthLatencyTest: {len(parsed.gpus)} GPUs, matrices: " + (
+        ", ".join(sorted(parsed.matrices)) or "none"
+    )
+    return {"kind": "p2p-bandwidth-latency", "summary": summary, "elements": []}

@@ -12,4 +12,3 @@ urlpatterns = [
     path("compare/", views.compare, name="compare"),
     path("upload/", views.upload, name="upload"),
 ]
-urlpatterns.append(path("ui/preview/", views.preview, name="preview"))

@@ -25,6 +25,36 @@ BENCHMARK_KINDS = {"nccl": "nccl-tests", "p2p": "p2p-bandwidth-latency"}
 # One server of this SKU is built from a different V100 mesh capture, so the demo shows a
 # server wired unlike its SKU siblings.
 ODD_ONE_OUT = ("topo_12_", "topo_31_")
+# Each capture's fleet name: (hostname stem, SKU), from what INDEX.tsv says of the machine it
+# came from (vendor platform, GPU model and count, where it ran). Servers are <stem>-a01...
+FLEET_NAMES = {
+    "01": ("hgx-h200", "HGX H200 8-GPU"),
+    "03": ("p40-pcie", "Tesla P40 8-GPU PCIe server"),
+    "04": ("gtx-rig", "GTX 1070/1080 7-GPU rig"),
+    "05": ("azure-nv12", "Azure NV12 (2x M60)"),
+    "06": ("nimbix-4g", "Nimbix 4-GPU node"),
+    "07": ("dgx1-p100", "DGX-1 (P100)"),
+    "08": ("k80-4g", "Tesla K80 4-GPU server"),
+    "09": ("esc8000a-ada", "RTX 6000 Ada 4-GPU server (ESC8000A-E12)"),
+    "10": ("wrx90-ada", "RTX 6000 Ada 2-GPU workstation (WRX90)"),
+    "12": ("dgx1v", "DGX-1V (V100 32GB)"),
+    "13": ("polaris", "Polaris node (4x A100 NV4)"),
+    "15": ("a100-nv4", "A100 80GB 4-GPU NV4 node"),
+    "17": ("rtx3090-ws", "RTX 3090 2-GPU NVLink-bridge workstation"),
+    "18": ("adroit-a100", "A100 PCIe 4-GPU server"),
+    "20": ("della-a100", "HGX A100 4-GPU"),
+    "22": ("hgx-h100", "HGX H100 8-GPU (EPYC 9654)"),
+    "25": ("vm-h100", "H100 PCIe 1-GPU VM"),
+    "26": ("dgx-a100", "DGX A100"),
+    "28": ("a100-8g", "A100 8-GPU NVLink server (4 NICs)"),
+    "29": ("v100-vm", "V100 8-GPU cloud VM"),
+    "31": ("slurm-v100", "V100 8-GPU SLURM node"),
+    "32": ("autodl-2080ti", "RTX 2080 Ti 2-GPU container"),
+    "34": ("infer-pcie", "4-GPU PCIe inference box"),
+    "36": ("l40s-4g", "L40S 4-GPU server"),
+    "38": ("hgx-h20", "HGX H20 8-GPU"),
+    "41": ("rtx5090-ws", "RTX 5090 2-GPU workstation"),
+}
 
 
 class Command(BaseCommand):
@@ -37,6 +67,7 @@ class Command(BaseCommand):
         fixtures = Path(options["fixtures"])
         index = _read_index(fixtures / "INDEX.tsv")
         created = skipped = 0
+        loaded: set[str] = set()
         for name, row in sorted(index.items()):
             if not name.startswith("topo_"):
                 continue
@@ -45,15 +76,15 @@ class Command(BaseCommand):
                 BenchmarkInput(BENCHMARK_KINDS[other.split("_")[0]], (fixtures / other).read_text())
                 for other in _paired(row, fixtures)
             ]
-            number, slug = name.split("_")[1], name.split("_", 2)[2].removesuffix(".txt")
-            short = "-".join(slug.split("-")[:2])
-            sku = f"{short} (fixture {number})"
+            number = name.split("_")[1]
+            stem, sku = _fleet_name(number, name)
             texts = [text] * SERVERS_PER_SKU
             if name.startswith(ODD_ONE_OUT[0]):
                 odd = next(n for n in index if n.startswith(ODD_ONE_OUT[1]))
                 texts.append((fixtures / odd).read_text(encoding="utf-8"))
             for i, server_text in enumerate(texts, start=1):
-                hostname = f"{short}-f{number}-{i:02d}"
+                hostname = f"{stem}-a{i:02d}"
+                loaded.add(hostname)
                 server, _ = Server.objects.get_or_create(hostname=hostname)
                 labels = {"sku": sku, "rack": f"r{number}", "fixture": name}
                 if server.labels != labels:
@@ -76,6 +107,8 @@ class Command(BaseCommand):
                         skipped += 1
                         break
                 created += result.created
+        # Demo servers of an older naming scheme go, so a rerun leaves exactly this fleet.
+        Server.objects.filter(labels__has_key="fixture").exclude(hostname__in=loaded).delete()
         user, _ = get_user_model().objects.get_or_create(
             username=DEMO_USER, defaults={"is_staff": True, "is_superuser": True}
         )
@@ -99,6 +132,15 @@ def _ingest(
         benchmarks=benchmarks,
         gpu_model_hint=_gpu_model(row["gpu_model"]),
     )
+
+
+def _fleet_name(number: str, name: str) -> tuple[str, str]:
+    """Hostname stem and SKU of a capture; a capture added to the fixtures later gets a plain
+    name from its file name until FLEET_NAMES knows it."""
+    if number in FLEET_NAMES:
+        return FLEET_NAMES[number]
+    slug = "-".join(name.split("_", 2)[2].removesuffix(".txt").split("-")[:2])
+    return f"{slug}-f{number}", f"{slug} server"
 
 
 def _read_index(path: Path) -> dict[str, dict[str, str]]:
