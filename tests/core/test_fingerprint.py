@@ -12,6 +12,7 @@ from topoweb.core.fingerprint import (
     canonical_form,
     canonical_order,
     describe_links,
+    nvlink_fabric,
     topology_fingerprint,
 )
 from topoweb.core.formats.topo import parse
@@ -30,14 +31,6 @@ def build(n_gpus: int, n_nics: int, cls: dict[tuple[int, int], str], default: st
         for a, b in itertools.combinations(range(len(devices)), 2)
     ]
     return Topology(tuple(devices), tuple(links))
-
-
-def gpu_nvlink_fabric(topo: Topology) -> Topology:
-    """Only the GPUs, with every PCIe path called SYS: the NVLink wiring alone."""
-    links = tuple(
-        Link(lnk.a, lnk.b, lnk.link_class if lnk.is_nvlink else "SYS") for lnk in topo.gpu_links()
-    )
-    return Topology(topo.gpus, links)
 
 
 def relabel(topo: Topology, mapping: dict[str, str]) -> Topology:
@@ -75,7 +68,7 @@ def test_two_servers_wired_alike_share_a_fingerprint_whatever_their_nic_names() 
 
 
 def test_the_three_v100_samples_share_one_nvlink_fabric_and_the_p100_dgx1_does_not() -> None:
-    fabrics = {p: topology_fingerprint(gpu_nvlink_fabric(read(p))) for p in
+    fabrics = {p: topology_fingerprint(nvlink_fabric(read(p))) for p in
                ("topo_07", "topo_12", "topo_29", "topo_31")}
     assert fabrics["topo_12"] == fabrics["topo_29"] == fabrics["topo_31"]
     assert fabrics["topo_07"] != fabrics["topo_12"]
@@ -91,7 +84,7 @@ def nvlink_triangles(topo: Topology) -> int:
 
 
 def test_a_rewired_mesh_with_the_same_class_counts_gets_another_fingerprint() -> None:
-    mesh = gpu_nvlink_fabric(read("topo_12"))
+    mesh = nvlink_fabric(read("topo_12"))
     assert mesh.link_class("GPU0", "GPU3") == "NV1" and mesh.link_class("GPU4", "GPU7") == "NV1"
     assert mesh.link_class("GPU0", "GPU7") == "SYS" and mesh.link_class("GPU3", "GPU4") == "SYS"
     # Swap two NV1 edges for two non-NVLink ones: every GPU keeps its NV1/NV2/SYS counts.

@@ -552,3 +552,21 @@ def test_a_single_gpu_vm_with_its_nic_behind_the_host_bridge_is_healthy() -> Non
         (Link("GPU0", "NIC0", "PHB"),),
     )
     assert check_health(single) == ()
+
+
+def test_a_sibling_that_numbers_the_same_nvlink_mesh_differently_is_drift_not_degradation() -> None:
+    # topo_12 and topo_31 are DGX-1V boards with one hybrid cube mesh numbered two ways; the
+    # second also spans two sockets and has a second NIC.
+    reference = topo("topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt")
+    other = topo("topo_31_v100-8gpu-alt-mesh-2mlx5-slurm-noise-lines.txt")
+
+    findings = check_health(other, sku_reference=reference)
+
+    assert [(f.kind, f.severity) for f in findings] == [("topology_drift", "warning")]
+    diff = findings[0].evidence["diff"]
+    assert diff["added"] == ["mlx5_1"]
+    # Under the mesh-aligned matching no NVLink pair changes; only PCIe paths (NODE -> SYS).
+    assert {(c["old"], c["new"]) for c in diff["changed"]} <= {
+        ("NODE", "SYS"),
+        ("NODE", "PIX"),
+    }

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from topoweb.core.model import Topology, link_class_rank, nvlink_count
+from topoweb.core.model import Link, Topology, link_class_rank, nvlink_count
 
 FINGERPRINT_VERSION = 1
 _MAX_GENERATORS = 64  # automorphisms kept for orbit pruning; more only prunes more
@@ -39,6 +39,15 @@ def topology_fingerprint(topo: Topology) -> str:
     form = canonical_form(topo)
     payload = json.dumps(form, separators=(",", ":"), sort_keys=True)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def nvlink_fabric(topo: Topology) -> Topology:
+    """Only the GPUs, with every PCIe path called SYS: the NVLink wiring alone. Its
+    fingerprint tells whether two servers have the same NVLink mesh up to GPU numbering."""
+    links = tuple(
+        Link(lnk.a, lnk.b, lnk.link_class if lnk.is_nvlink else "SYS") for lnk in topo.gpu_links()
+    )
+    return Topology(topo.gpus, links)
 
 
 def canonical_form(topo: Topology) -> dict[str, object]:

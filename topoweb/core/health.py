@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from topoweb.core.catalogue import infer_generation
 from topoweb.core.costs import COLLECTIVES, build_model, collective_cost, p2p_matrix
+from topoweb.core.fingerprint import canonical_order, nvlink_fabric, topology_fingerprint
 from topoweb.core.hierarchy import recover_hierarchy
 from topoweb.core.model import NcclRun, P2PResult, Topology, link_class_rank, nvlink_count
 
@@ -372,11 +373,29 @@ def _candidate_matchings(old: Topology, new: Topology) -> Iterable[dict[str, str
         per_kind = [options[:1] for options in per_kind]
     for combo in itertools.product(*per_kind):
         yield dict(itertools.chain.from_iterable(combo))
+    # Servers of one SKU may number the same NVLink mesh differently (a DGX-1V board against
+    # another capture of it): match GPUs so the meshes coincide, NICs in order.
+    fabric = _fabric_matching(old, new)
+    if fabric is not None:
+        for nics in per_kind[1][:1]:
+            yield fabric | dict(nics)
+
+
+def _fabric_matching(old: Topology, new: Topology) -> dict[str, str] | None:
+    """GPUs of `old` onto those of `new` under which their NVLink meshes coincide, or None
+    when the meshes differ (or there is no NVLink to align by)."""
+    a, b = nvlink_fabric(old), nvlink_fabric(new)
+    if not any(lnk.is_nvlink for lnk in a.links) or len(a.devices) != len(b.devices):
+        return None
+    if topology_fingerprint(a) != topology_fingerprint(b):
+        return None
+    return dict(zip(canonical_order(a), canonical_order(b), strict=True))
 
 
 def diff_topologies(old: Topology, new: Topology) -> TopologyDiff:
     """The smallest explanation of how `new` differs from `old` (devices gone or added, link
-    classes changed), trying every order-preserving way to match renumbered devices."""
+    classes changed), trying every order-preserving way to match renumbered devices and the
+    matching that aligns their NVLink meshes."""
     best: tuple[int, dict[str, str], list[tuple[str, str, str, str]]] | None = None
     for mapping in _candidate_matchings(old, new):
         changed = []
