@@ -64,6 +64,7 @@ ERRORS = {
         (403, "Not allowed"),
         (404, "Not found"),
         (413, "Larger than TOPOWEB_MAX_REPORT_BYTES"),
+        (415, "A body that is not JSON, or for uploads not multipart or a form either"),
         (429, "Throttled"),
     )
 }
@@ -246,7 +247,10 @@ class UploadPreviewApi(APIView):
             "multipart/form-data": UploadTextSerializer,
             "application/json": UploadTextSerializer,
         },
-        responses={200: UploadPreviewSerializer, **{k: ERRORS[k] for k in (400, 401, 403, 413)}},
+        responses={
+            200: UploadPreviewSerializer,
+            **{k: ERRORS[k] for k in (400, 401, 403, 413, 415)},
+        },
     )
     def post(self, request: Request) -> Response:
         text, _ = _uploaded_text(request, UploadTextSerializer)
