@@ -24,6 +24,13 @@ frontend/node_modules/.package-lock.json: frontend/package.json frontend/package
 
 install: $(VENV)/.installed frontend/node_modules/.package-lock.json
 
+# The browser tests drive Debian's Chromium (Playwright cannot download its own browser here).
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	@if [ "$$(id -u)" != 0 ]; then echo "Install Debian's chromium (sudo apt-get install chromium)" >&2; exit 1; fi
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+
 run: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py load_demo
@@ -34,7 +41,7 @@ lint: install
 	$(VENV)/bin/ruff check topoweb collector tests bench
 	$(VENV)/bin/mypy
 
-test: install
+test: install $(CHROMIUM)
 	$(VENV)/bin/lint-imports
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
 		$(VENV)/bin/pytest $(PYTEST_ARGS)
