@@ -82,11 +82,20 @@ function facts(x) {
     { label: "Links", text: summary.description || s.nvlink_summary },
     {
       label: "NVLink per GPU per direction",
-      text: !r.hardware ? null : perGpu ? `${fmtNumber(perGpu, 0)} GB/s (${links} × ${hw.nvlink || "NVLink"} link${links === 1 ? "" : "s"})` : "none (PCIe only)",
+      text: !r.hardware
+        ? null
+        : perGpu
+          ? `${fmtNumber(perGpu, 0)} GB/s effective, ${fmtNumber(links * (hw.nvlink_line_rate_per_link_gbps_per_direction || 0), 0)} line rate (${links} × ${hw.nvlink || "NVLink"} link${links === 1 ? "" : "s"})`
+          : "none (PCIe only)",
       value: r.hardware ? perGpu : null,
       better: 1,
     },
-    { label: "PCIe generation", text: hw.pcie ? `${hw.pcie} · ${fmtNumber(hw.pcie_gbps_per_direction, 1)} GB/s per direction` : null },
+    {
+      label: "PCIe generation",
+      text: hw.pcie
+        ? `${hw.pcie} · ${fmtNumber(hw.pcie_gbps_per_direction, 1)} GB/s effective per direction (${fmtNumber(hw.pcie_line_rate_gbps_per_direction, 1)} line rate)`
+        : null,
+    },
     {
       label: "NICs per GPU (nearest class)",
       text: nicCount == null || !gpuCount ? null : nicCount ? `${fmtNumber(nicCount / gpuCount, 2)} (${nicCount} NICs; nearest ${nicClasses(summary)})` : "none",

@@ -203,9 +203,16 @@ class Hardware:
             "generation": self.generation.name,
             "assumption": self.assumption,
             "nvlink": self.generation.nvlink,
+            # Effective figures (what NCCL and P2P copies reach) drive the model; line rates
+            # are what vendors quote, so both are shown.
             "nvlink_per_link_gbps_per_direction": round(self.nvlink_per_link_gbps, 2),
+            "nvlink_line_rate_per_link_gbps_per_direction": round(
+                self.nvlink_per_link_gbps / NCCL_NVLINK_EFFICIENCY, 2
+            ),
             "pcie": f"Gen{self.pcie_gen} x{self.pcie_width}",
             "pcie_gbps_per_direction": round(self.pcie_gbps, 2),
+            "pcie_line_rate_gbps_per_direction": round(self.pcie_gbps / P2P_PCIE_EFFICIENCY, 2),
+            "efficiency": {"nvlink": NCCL_NVLINK_EFFICIENCY, "pcie_p2p": P2P_PCIE_EFFICIENCY},
             "socket_link": self.socket_link,
             "socket_gbps_per_direction": self.socket_gbps,
             "nic_gbps_per_direction": self.nic_gbps,
