@@ -299,7 +299,7 @@ async function main() {
   const presetName = a.placement?.model || b.placement?.model || "default preset";
   $("layout-note").textContent = asked
     ? `Layout ${layoutText(asked)} as asked, for ${presetName}.`
-    : `Best layout: the lowest per-step communication of the stored analysis; comm time for ${presetName}.`;
+    : `Best layout: the lowest per-step communication of the stored analysis (communication only: pipeline bubbles and memory are not modelled); comm time for ${presetName}.`;
   renderTable(a, b);
 
   const [cyA, cyB] = await Promise.all([drawSide(a, $("graph-a"), "title-a"), drawSide(b, $("graph-b"), "title-b")]);

@@ -393,7 +393,8 @@ function renderBestLayouts() {
   const box = clear($("best-layouts"));
   const layouts = [...(detail?.analysis?.result?.layouts || [])].sort((a, b) => a.predicted_step_comm_us - b.predicted_step_comm_us);
   if (!layouts.length) { box.append(el("p", { class: "muted small", text: "Stored layouts appear once the analysis is done." })); return; }
-  box.append(el("h3", { text: `Fastest layouts for ${layouts[0].model}` }));
+  box.append(el("h3", { text: `Least communication for ${layouts[0].model}` }));
+  box.append(el("p", { class: "muted small", text: "Per-step communication only: pipeline bubbles and memory are not modelled." }));
   const list = el("ol", { class: "best-layouts" });
   for (const doc of layouts.slice(0, 5)) {
     const { tp, pp, dp } = doc.layout;
