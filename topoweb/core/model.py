@@ -3,6 +3,7 @@ JSON document form that the web service stores and the CLI prints."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ class DocumentError(ValueError):
     """A document does not have the shape this version of topoweb reads."""
 
 
+# A matrix repeats a handful of spellings thousands of times: parse each once.
+@functools.lru_cache(maxsize=256)
 def normalise_link_class(token: str) -> str | None:
     """The canonical spelling of a topo -m cell (`SOC` -> `SYS`), or None if it is not one."""
     token = _ALIASES.get(token, token)
