@@ -14,7 +14,15 @@ from datetime import datetime
 from pathlib import Path
 
 from collector import __version__, bench, gather, nvml
-from collector.upload import Backoff, FlushResult, Spool, SpoolError, Uploader, report_url
+from collector.upload import (
+    Backoff,
+    FlushResult,
+    Outcome,
+    Spool,
+    SpoolError,
+    Uploader,
+    report_url,
+)
 
 log = logging.getLogger("collector")
 
@@ -86,11 +94,27 @@ def run_once(
     """Capture one report, spool it, then deliver everything spooled, oldest first, retrying for
     up to RETRY_FOR_S. Raises GatherError (no GPU/driver) or SpoolError (spool unusable)."""
     with Spool(spool_dir) as spool:
-        spool.add(capture(settings or Settings(), now))
+        body = capture(settings or Settings(), now)
         uploader = Uploader(
             server, token, spool, timeout_s=http_timeout_s, backoff=backoff or Backoff()
         )
-        return uploader.drain(until=time.monotonic() + retry_for_s)
+        unspooled: bytes | None = None
+        try:
+            spool.add(body)
+        except OSError as err:
+            log.error("cannot spool the report (%s); sending it from memory", err.strerror or err)
+            unspooled = body
+        result = uploader.drain(until=time.monotonic() + retry_for_s)
+        if unspooled is not None:
+            # Oldest first: the unspooled report goes only once nothing older waits.
+            if result.remaining == 0 and result.stopped_by is None:
+                delivery = uploader.send_unspooled(unspooled)
+                result.deliveries.append(delivery)
+                if delivery.outcome in (Outcome.RETRY, Outcome.AUTH):
+                    result.remaining += 1  # not delivered: the exit status says so
+            else:
+                result.remaining += 1
+        return result
 
 
 def run_interval(

@@ -90,10 +90,15 @@ def _fsync_dir(path: Path) -> None:
 def _write_atomically(directory: Path, tmp_dir: Path, name: str, data: bytes) -> Path:
     """Write DATA as DIRECTORY/NAME so that a crash leaves either nothing or the whole file."""
     tmp = tmp_dir / (name + ".tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        # A full disk must not keep a half-written copy eating what space is left.
+        tmp.unlink(missing_ok=True)
+        raise
     final = directory / name
     os.replace(tmp, final)
     _fsync_dir(directory)
@@ -280,11 +285,14 @@ class Uploader:
         self.sleep = sleep
         self.clock = clock
 
-    def _send(self, path: Path) -> tuple[Delivery, float | None]:
+    def _send(self, path: Path, body: bytes | None = None) -> tuple[Delivery, float | None]:
         name = path.name
         try:
             answer = post_report(
-                self.server, self.token, path.read_bytes(), timeout_s=self.timeout_s
+                self.server,
+                self.token,
+                path.read_bytes() if body is None else body,
+                timeout_s=self.timeout_s,
             )
         except (OSError, http.client.HTTPException) as err:
             reason = getattr(err, "reason", None) or err or type(err).__name__
@@ -298,6 +306,15 @@ class Uploader:
                 response = None
         detail = f"HTTP {answer.status}: {_server_message(answer.body)}"
         return Delivery(name, outcome, answer.status, detail, response), answer.retry_after_s
+
+    def send_unspooled(self, body: bytes) -> Delivery:
+        """One try at a report the spool could not keep (disk full): it exists only in memory."""
+        delivery, _ = self._send(Path("unspooled.json"), body)
+        if delivery.outcome is Outcome.DELIVERED:
+            log.info("unspooled report delivered (%s)", delivery.detail)
+        else:
+            log.error("unspooled report not delivered (%s); it is lost", delivery.detail)
+        return delivery
 
     def flush(self) -> tuple[FlushResult, float | None]:
         """One pass, oldest first, until the spool is empty or an answer says stop.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -139,3 +141,36 @@ def test_interval_mode_captures_and_delivers_each_time(
     captured = [json.loads(b)["captured_at"] for b in report_server.stored]
     assert captured == ["2026-11-29T10:00:00Z", "2026-11-29T10:01:00Z", "2026-11-29T10:02:00Z"]
     assert list((tmp_path / "pending").iterdir()) == []
+
+
+def test_a_full_disk_still_delivers_the_report_and_leaves_no_partial_spool_file(
+    fake_nvidia_smi: Any,
+    fake_nvml: Any,
+    fixed_clock: None,
+    report_server: ReportServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake_nvidia_smi(fixture_text(H100_TOPO))
+    fake_nvml(h100_nvswitch())
+    token = tmp_path / "token"
+    token.write_text(report_server.token)
+    real_fsync = os.fsync
+
+    def disk_full(fd: int) -> None:
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            real_fsync(fd)
+            return
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+
+    status = cli.main(["--once", "--server", report_server.url, "--token-file", str(token),
+                       "--spool-dir", str(tmp_path / "spool"), "--hostname", "gpu-a01",
+                       "--host-root", str(tmp_path / "root")])  # fmt: skip
+
+    assert status == 0
+    assert len(report_server.stored) == 1
+    assert json.loads(report_server.stored[0])["hostname"] == "gpu-a01"
+    assert list((tmp_path / "spool" / "tmp").iterdir()) == []
+    assert list((tmp_path / "spool" / "pending").iterdir()) == []
