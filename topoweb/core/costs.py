@@ -783,7 +783,12 @@ def calibrate_from_nccl(model: CostModel, run: NcclRun,
     steps, factor = _STEPS[run.collective]
     b_fit = b_line * factor(p)
     a_step = a_fit / steps(p)
-    base = collective_cost(model, run.collective, key, 1 << 30, algorithm=None)
+    # The fit above uses the ring (pairwise, point-to-point) step counts, so the bandwidth it
+    # corrects must be that algorithm's, even where another would win at this size.
+    algorithm = {"alltoall": "pairwise", "sendrecv": "p2p" if p == 2 else "ring"}.get(
+        run.collective, "ring"
+    )
+    base = collective_cost(model, run.collective, key, 1 << 30, algorithm=algorithm)
     cls = base.bottleneck_class
     scale = b_fit / base.bandwidth_gbps * model.calibration.scale.get(cls, 1.0)
     return Calibration({cls: scale}, {cls: a_step},
