@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import random
+import re
 import time
 import urllib.error
 import urllib.parse
@@ -26,6 +27,8 @@ from collector import __version__
 log = logging.getLogger("collector")
 
 REPORTS_PATH = "/api/v1/reports"
+# A spooled report's name: a 20-digit nanosecond stamp (oldest sorts first) and its digest.
+_SPOOLED = re.compile(r"\d{20}-[0-9a-f]{16}\.json")
 
 
 class SpoolError(Exception):
@@ -145,8 +148,9 @@ class Spool:
         self.close()
 
     def pending(self) -> list[Path]:
-        """Waiting reports, oldest first."""
-        return sorted(self.pending_dir.glob("*.json"))
+        """Waiting reports, oldest first. Only names this spool wrote count: a file a person
+        left in the folder is neither sent nor mistaken for the newest report."""
+        return sorted(p for p in self.pending_dir.glob("*.json") if _SPOOLED.fullmatch(p.name))
 
     def add(self, body: bytes) -> Path:
         """Keep BODY until delivered; the same body twice is kept once."""

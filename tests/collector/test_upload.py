@@ -178,6 +178,15 @@ def test_the_spool_names_sort_oldest_first_and_keep_one_copy_of_a_body(tmp_path:
         assert list((tmp_path / "tmp").iterdir()) == []
 
 
+def test_a_file_that_is_not_a_spooled_report_is_left_alone(tmp_path: Path) -> None:
+    with Spool(tmp_path) as spool:
+        stray = spool.pending_dir / "notes.json"
+        stray.write_text("{}")
+        first = spool.add(body(1))
+        assert spool.pending() == [first]
+        assert stray.exists()
+
+
 def test_backoff_grows_exponentially_with_jitter_up_to_the_cap() -> None:
     backoff = Backoff(base_s=1, cap_s=30, factor=2)
     rng = random.Random(7)
