@@ -4,6 +4,7 @@ database state each leaves behind."""
 from __future__ import annotations
 
 import io
+import json
 from typing import Any
 
 import pytest
@@ -191,6 +192,26 @@ def test_a_report_with_a_bad_field_answers_400_listing_the_field(collector_clien
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid"
     assert list(response.json()["error"]["details"]) == ["captured_at"]
+
+
+@pytest.mark.parametrize("url", ["/api/v1/reports", "/api/v1/uploads"])
+def test_a_body_nested_past_the_parsers_depth_answers_400_and_stores_nothing(
+    collector_client: Any, django_user_model: Any, url: str
+) -> None:
+    client = collector_client("gpu-a01")
+    if url == "/api/v1/uploads":
+        client = APIClient()
+        client.force_authenticate(django_user_model.objects.create_user("uploader"))
+    client.raise_request_exception = False
+    deep = "[" * 100_000 + "]" * 100_000
+    body = json.dumps(report("gpu-a01", H200))[:-1] + f', "nvml": {deep}}}'
+
+    response = client.post(url, body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "parse_error"
+    assert "nested too deeply" in response.json()["error"]["message"]
+    assert not Server.objects.exists()
 
 
 def test_benchmarks_in_a_report_are_stored_linked_to_its_snapshot(collector_client: Any) -> None:

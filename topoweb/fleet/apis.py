@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 from topoweb.analysis.models import Analysis
 from topoweb.config.api import IngestThrottle, Pagination, PayloadTooLarge
 from topoweb.config.metrics import count_report
+from topoweb.config.parsers import JSONParser
 from topoweb.core.formats import ParseError
 from topoweb.core.health import KINDS, SEVERITIES
 from topoweb.fleet import selectors, services
@@ -126,7 +127,7 @@ class ReportApi(_CountedIngest):
     authentication_classes = [CollectorTokenAuthentication]
     permission_classes = [HasCollectorToken]
     throttle_classes = [IngestThrottle]
-    parser_classes = [parsers.JSONParser]
+    parser_classes = [JSONParser]
 
     @extend_schema(
         operation_id="reports_create",
@@ -203,7 +204,7 @@ class UploadApi(_CountedIngest):
 
     permission_classes = [IsAuthenticated]
     throttle_classes = [IngestThrottle]
-    parser_classes = [parsers.MultiPartParser, parsers.FormParser, parsers.JSONParser]
+    parser_classes = [parsers.MultiPartParser, parsers.FormParser, JSONParser]
 
     @extend_schema(
         operation_id="uploads_create",
@@ -239,7 +240,7 @@ class UploadPreviewApi(APIView):
     Same sign-in and size rules as the upload itself; a parse error names the line."""
 
     permission_classes = [IsAuthenticated]
-    parser_classes = [parsers.MultiPartParser, parsers.FormParser, parsers.JSONParser]
+    parser_classes = [parsers.MultiPartParser, parsers.FormParser, JSONParser]
 
     @extend_schema(
         operation_id="uploads_preview",
