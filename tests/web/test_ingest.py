@@ -214,6 +214,31 @@ def test_a_body_nested_past_the_parsers_depth_answers_400_and_stores_nothing(
     assert not Server.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("field", "raw_json", "problem"),
+    [
+        ("nvml", '{"gpus": [{"name": "a\\u0000b"}]}', "Null characters"),
+        ("nvml", '{"gpus": [{"name": "\\ud800"}]}', "surrogate"),
+        ("host", '{"\\udfff": "x"}', "surrogate"),
+        ("nvml", '{"pcie": {"gen": 1e999}}', "finite"),
+        ("nvml", '{"a": ' + "[" * 900 + "]" * 900 + "}", "Nested more than 32"),
+    ],
+)
+def test_facts_postgresql_cannot_store_answer_400_naming_the_field_and_store_nothing(
+    collector_client: Any, field: str, raw_json: str, problem: str
+) -> None:
+    client = collector_client("gpu-a01")
+    client.raise_request_exception = False
+    body = json.dumps(report("gpu-a01", H200))[:-1] + f', "{field}": {raw_json}}}'
+
+    response = client.post("/api/v1/reports", body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid"
+    assert problem in response.json()["error"]["details"][field][0]
+    assert not Server.objects.exists()
+
+
 def test_benchmarks_in_a_report_are_stored_linked_to_its_snapshot(collector_client: Any) -> None:
     body = report(
         "gpu-r01",
