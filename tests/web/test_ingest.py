@@ -239,6 +239,29 @@ def test_facts_postgresql_cannot_store_answer_400_naming_the_field_and_store_not
     assert not Server.objects.exists()
 
 
+def test_names_longer_than_their_columns_are_stored_cut_to_fit(collector_client: Any) -> None:
+    # The free-form texts fill summary columns of 200 (GPU model) and 64 (collective)
+    # characters; past those, PostgreSQL refused the row with a 500.
+    long_gpu = "NVIDIA H200 " + "x" * 300
+    nccl = fixture_text("nccl_01_a100-40gb-2node-16gpu-allreduce-10G-single-size.txt")
+    long_binary = "./build/" + "a" * 80 + "_perf"
+    body = report(
+        "gpu-a01",
+        H200,
+        nvml={"gpus": [{"index": 0, "name": long_gpu}]},
+        benchmarks=[
+            {"kind": "nccl-tests", "text": nccl.replace("./build/all_reduce_perf", long_binary)}
+        ],
+    )
+
+    response = post_report(collector_client("gpu-a01"), body)
+
+    assert response.status_code == 201
+    assert Snapshot.objects.get().gpu_model == long_gpu[:200]
+    assert Benchmark.objects.get().collective == "a" * 64
+    assert Benchmark.objects.get().document["collective"] == "a" * 80  # the document keeps it
+
+
 def test_benchmarks_in_a_report_are_stored_linked_to_its_snapshot(collector_client: Any) -> None:
     body = report(
         "gpu-r01",

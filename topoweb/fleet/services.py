@@ -288,7 +288,7 @@ def _store_benchmark(
 ) -> Benchmark:
     if isinstance(parsed, NcclRun):
         extra: dict[str, Any] = {
-            "collective": parsed.collective or "",
+            "collective": (parsed.collective or "")[:64],  # the column; the document keeps all
             "avg_busbw_gbps": parsed.avg_busbw_gbps,
             "gpu_count": parsed.n_gpus,
         }
@@ -343,7 +343,8 @@ def _gpu_model(
                 names = [r.name for r in parsed.ranks if r.name]
             if names:
                 break
-    return Counter(names).most_common(1)[0][0] if names else ""
+    # Free text from the driver or a pasted file: cut to the column (TopologyClass's too).
+    return Counter(names).most_common(1)[0][0][:200] if names else ""
 
 
 def _sku_name(server: Server, host: dict[str, Any] | None) -> str:
