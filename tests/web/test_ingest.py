@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -414,3 +415,59 @@ def test_import_topo_stores_a_snapshot_once(tmp_path: Any) -> None:
         f"{path}: already stored as snapshot {snapshot.pk} of lab-v100",
     ]
     assert snapshot.gpu_count == 8
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_odd_servers_of_a_sku_reporting_at_once_both_get_201(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each ingest locks its own server row, then re-flags the SKU's odd servers. Collectors
+    report on the same schedule; two odd servers' transactions flagging each other's rows
+    deadlocked, and PostgreSQL failed one of them (a 500)."""
+    from django.db import connections
+
+    from topoweb.fleet import services
+
+    sku = {"product_name": "DGX-1V"}
+    for name in ("usual-1", "usual-2", "usual-3"):
+        post_report(_client_for(name), report(name, V100, host=sku))
+    clients = {name: _client_for(name) for name in ("odd-1", "odd-2")}
+    for name, client in clients.items():
+        assert post_report(client, report(name, V100_OTHER_MESH, host=sku)).status_code == 201
+    assert set(Server.objects.filter(differs_from_sku=True).values_list("hostname", flat=True)) == {
+        "odd-1",
+        "odd-2",
+    }
+
+    both_locked_their_row = threading.Barrier(2, timeout=10)
+    original = services.refresh_sku_drift
+
+    def refresh_once_both_hold_their_row(sku_name: str) -> None:
+        both_locked_their_row.wait()
+        original(sku_name)
+
+    monkeypatch.setattr(services, "refresh_sku_drift", refresh_once_both_hold_their_row)
+    statuses: dict[str, int] = {}
+
+    def send(name: str) -> None:
+        try:
+            clients[name].raise_request_exception = False
+            body = report(name, V100_OTHER_MESH, host=sku, nvml={"driver_version": "570.1"})
+            statuses[name] = post_report(clients[name], body).status_code
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send, args=(name,)) for name in clients]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert statuses == {"odd-1": 201, "odd-2": 201}
+    assert Snapshot.objects.filter(server__hostname__startswith="odd-").count() == 4
+
+
+def _client_for(hostname: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_collector_token(hostname)}")
+    return client

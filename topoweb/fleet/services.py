@@ -250,9 +250,11 @@ def refresh_sku_drift(sku_name: str) -> None:
         members.filter(differs_from_sku=True).update(differs_from_sku=False)
         return
     usual = ranked[0]["topology_class"]
-    members.exclude(topology_class=usual).filter(topology_class__isnull=False).update(
-        differs_from_sku=True
-    )
+    # Only rows whose flag changes: every ingest holds its own server's row lock here, and two
+    # odd servers re-flagging each other's (unchanged) rows at once deadlocked.
+    members.exclude(topology_class=usual).filter(
+        topology_class__isnull=False, differs_from_sku=False
+    ).update(differs_from_sku=True)
     members.filter(topology_class=usual, differs_from_sku=True).update(differs_from_sku=False)
 
 
