@@ -467,6 +467,47 @@ def test_two_odd_servers_of_a_sku_reporting_at_once_both_get_201(
     assert Snapshot.objects.filter(server__hostname__startswith="odd-").count() == 4
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_same_report_twice_at_once_stores_one_snapshot_and_answers_201_then_200(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both requests pass the "already stored?" check before either inserts; the unique
+    constraint on (server, content) makes the second answer with the first one's snapshot."""
+    from django.db import connections
+
+    from topoweb.fleet import services
+
+    client = _client_for("gpu-a01")
+    post_report(client, report("gpu-a01", H200))  # the server exists, as for any collector
+    both_checked = threading.Barrier(2, timeout=10)
+    original = services._topology_class
+
+    def after_both_checked(*args: Any) -> Any:
+        both_checked.wait()
+        return original(*args)
+
+    monkeypatch.setattr(services, "_topology_class", after_both_checked)
+    answers: list[tuple[int, int]] = []
+
+    def send() -> None:
+        try:
+            body = report("gpu-a01", H200, nvml=NVML_H200)
+            response = post_report(_client_for("gpu-a01"), body)
+            answers.append((response.status_code, response.json()["id"]))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert sorted(status for status, _ in answers) == [200, 201]
+    assert answers[0][1] == answers[1][1]
+    assert Snapshot.objects.filter(nvml__isnull=False).count() == 1
+
+
 def _client_for(hostname: str) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_collector_token(hostname)}")
