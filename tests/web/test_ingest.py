@@ -428,6 +428,7 @@ def test_two_odd_servers_of_a_sku_reporting_at_once_both_get_201(
 
     from topoweb.fleet import services
 
+    _keep_tasks_off_the_broker(monkeypatch)
     sku = {"product_name": "DGX-1V"}
     for name in ("usual-1", "usual-2", "usual-3"):
         post_report(_client_for(name), report(name, V100, host=sku))
@@ -477,6 +478,7 @@ def test_the_same_report_twice_at_once_stores_one_snapshot_and_answers_201_then_
 
     from topoweb.fleet import services
 
+    _keep_tasks_off_the_broker(monkeypatch)
     client = _client_for("gpu-a01")
     post_report(client, report("gpu-a01", H200))  # the server exists, as for any collector
     both_checked = threading.Barrier(2, timeout=10)
@@ -506,6 +508,13 @@ def test_the_same_report_twice_at_once_stores_one_snapshot_and_answers_201_then_
     assert sorted(status for status, _ in answers) == [200, 201]
     assert answers[0][1] == answers[1][1]
     assert Snapshot.objects.filter(nvml__isnull=False).count() == 1
+
+
+def _keep_tasks_off_the_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    # These tests commit for real; the session's worker thread must not run their analyses
+    # and health checks while the test database is truncated under it.
+    monkeypatch.setattr("topoweb.analysis.services.enqueue_analysis", lambda pk: False)
+    monkeypatch.setattr("topoweb.health.services.enqueue_health", lambda pk: False)
 
 
 def _client_for(hostname: str) -> APIClient:
