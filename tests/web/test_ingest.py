@@ -4,6 +4,8 @@ database state each leaves behind."""
 from __future__ import annotations
 
 import io
+import json
+import threading
 from typing import Any
 
 import pytest
@@ -193,6 +195,74 @@ def test_a_report_with_a_bad_field_answers_400_listing_the_field(collector_clien
     assert list(response.json()["error"]["details"]) == ["captured_at"]
 
 
+@pytest.mark.parametrize("url", ["/api/v1/reports", "/api/v1/uploads"])
+def test_a_body_nested_past_the_parsers_depth_answers_400_and_stores_nothing(
+    collector_client: Any, django_user_model: Any, url: str
+) -> None:
+    client = collector_client("gpu-a01")
+    if url == "/api/v1/uploads":
+        client = APIClient()
+        client.force_authenticate(django_user_model.objects.create_user("uploader"))
+    client.raise_request_exception = False
+    deep = "[" * 100_000 + "]" * 100_000
+    body = json.dumps(report("gpu-a01", H200))[:-1] + f', "nvml": {deep}}}'
+
+    response = client.post(url, body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "parse_error"
+    assert "nested too deeply" in response.json()["error"]["message"]
+    assert not Server.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "raw_json", "problem"),
+    [
+        ("nvml", '{"gpus": [{"name": "a\\u0000b"}]}', "Null characters"),
+        ("nvml", '{"gpus": [{"name": "\\ud800"}]}', "surrogate"),
+        ("host", '{"\\udfff": "x"}', "surrogate"),
+        ("nvml", '{"pcie": {"gen": 1e999}}', "finite"),
+        ("nvml", '{"a": ' + "[" * 900 + "]" * 900 + "}", "Nested more than 32"),
+    ],
+)
+def test_facts_postgresql_cannot_store_answer_400_naming_the_field_and_store_nothing(
+    collector_client: Any, field: str, raw_json: str, problem: str
+) -> None:
+    client = collector_client("gpu-a01")
+    client.raise_request_exception = False
+    body = json.dumps(report("gpu-a01", H200))[:-1] + f', "{field}": {raw_json}}}'
+
+    response = client.post("/api/v1/reports", body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid"
+    assert problem in response.json()["error"]["details"][field][0]
+    assert not Server.objects.exists()
+
+
+def test_names_longer_than_their_columns_are_stored_cut_to_fit(collector_client: Any) -> None:
+    # The free-form texts fill summary columns of 200 (GPU model) and 64 (collective)
+    # characters; past those, PostgreSQL refused the row with a 500.
+    long_gpu = "NVIDIA H200 " + "x" * 300
+    nccl = fixture_text("nccl_01_a100-40gb-2node-16gpu-allreduce-10G-single-size.txt")
+    long_binary = "./build/" + "a" * 80 + "_perf"
+    body = report(
+        "gpu-a01",
+        H200,
+        nvml={"gpus": [{"index": 0, "name": long_gpu}]},
+        benchmarks=[
+            {"kind": "nccl-tests", "text": nccl.replace("./build/all_reduce_perf", long_binary)}
+        ],
+    )
+
+    response = post_report(collector_client("gpu-a01"), body)
+
+    assert response.status_code == 201
+    assert Snapshot.objects.get().gpu_model == long_gpu[:200]
+    assert Benchmark.objects.get().collective == "a" * 64
+    assert Benchmark.objects.get().document["collective"] == "a" * 80  # the document keeps it
+
+
 def test_benchmarks_in_a_report_are_stored_linked_to_its_snapshot(collector_client: Any) -> None:
     body = report(
         "gpu-r01",
@@ -345,3 +415,109 @@ def test_import_topo_stores_a_snapshot_once(tmp_path: Any) -> None:
         f"{path}: already stored as snapshot {snapshot.pk} of lab-v100",
     ]
     assert snapshot.gpu_count == 8
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_odd_servers_of_a_sku_reporting_at_once_both_get_201(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each ingest locks its own server row, then re-flags the SKU's odd servers. Collectors
+    report on the same schedule; two odd servers' transactions flagging each other's rows
+    deadlocked, and PostgreSQL failed one of them (a 500)."""
+    from django.db import connections
+
+    from topoweb.fleet import services
+
+    _keep_tasks_off_the_broker(monkeypatch)
+    sku = {"product_name": "DGX-1V"}
+    for name in ("usual-1", "usual-2", "usual-3"):
+        post_report(_client_for(name), report(name, V100, host=sku))
+    clients = {name: _client_for(name) for name in ("odd-1", "odd-2")}
+    for name, client in clients.items():
+        assert post_report(client, report(name, V100_OTHER_MESH, host=sku)).status_code == 201
+    assert set(Server.objects.filter(differs_from_sku=True).values_list("hostname", flat=True)) == {
+        "odd-1",
+        "odd-2",
+    }
+
+    both_locked_their_row = threading.Barrier(2, timeout=10)
+    original = services.refresh_sku_drift
+
+    def refresh_once_both_hold_their_row(sku_name: str) -> None:
+        both_locked_their_row.wait()
+        original(sku_name)
+
+    monkeypatch.setattr(services, "refresh_sku_drift", refresh_once_both_hold_their_row)
+    statuses: dict[str, int] = {}
+
+    def send(name: str) -> None:
+        try:
+            clients[name].raise_request_exception = False
+            body = report(name, V100_OTHER_MESH, host=sku, nvml={"driver_version": "570.1"})
+            statuses[name] = post_report(clients[name], body).status_code
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send, args=(name,)) for name in clients]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert statuses == {"odd-1": 201, "odd-2": 201}
+    assert Snapshot.objects.filter(server__hostname__startswith="odd-").count() == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_same_report_twice_at_once_stores_one_snapshot_and_answers_201_then_200(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both requests pass the "already stored?" check before either inserts; the unique
+    constraint on (server, content) makes the second answer with the first one's snapshot."""
+    from django.db import connections
+
+    from topoweb.fleet import services
+
+    _keep_tasks_off_the_broker(monkeypatch)
+    client = _client_for("gpu-a01")
+    post_report(client, report("gpu-a01", H200))  # the server exists, as for any collector
+    both_checked = threading.Barrier(2, timeout=10)
+    original = services._topology_class
+
+    def after_both_checked(*args: Any) -> Any:
+        both_checked.wait()
+        return original(*args)
+
+    monkeypatch.setattr(services, "_topology_class", after_both_checked)
+    answers: list[tuple[int, int]] = []
+
+    def send() -> None:
+        try:
+            body = report("gpu-a01", H200, nvml=NVML_H200)
+            response = post_report(_client_for("gpu-a01"), body)
+            answers.append((response.status_code, response.json()["id"]))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert sorted(status for status, _ in answers) == [200, 201]
+    assert answers[0][1] == answers[1][1]
+    assert Snapshot.objects.filter(nvml__isnull=False).count() == 1
+
+
+def _keep_tasks_off_the_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    # These tests commit for real; the session's worker thread must not run their analyses
+    # and health checks while the test database is truncated under it.
+    monkeypatch.setattr("topoweb.analysis.services.enqueue_analysis", lambda pk: False)
+    monkeypatch.setattr("topoweb.health.services.enqueue_health", lambda pk: False)
+
+
+def _client_for(hostname: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_collector_token(hostname)}")
+    return client

@@ -293,6 +293,39 @@ def test_what_does_not_exist_answers_404_in_the_error_shape(reader: APIClient, u
     assert set(response.json()["error"]) == {"code", "message", "line", "details"}
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/v1/servers/h200-01%00/",
+        "/api/v1/servers/h200-01%00/graph/",
+        "/api/v1/servers/h200-01%00/snapshots/",
+        "/api/v1/servers/h200-01%00/acceptance",
+        "/api/v1/skus/HGX%00/",
+        "/api/v1/skus/HGX%00/acceptance",
+        "/api/v1/topology-classes/ab%00/",
+    ],
+)
+def test_a_null_character_in_the_path_answers_404_in_the_error_shape(
+    reader: APIClient, fleet: None, url: str
+) -> None:
+    # PostgreSQL refuses U+0000 in a query parameter: this was a 500.
+    reader.raise_request_exception = False
+    response = reader.get(url)
+
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
+def test_a_null_character_in_a_page_path_answers_404(
+    django_user_model: Any, client: Any, fleet: None
+) -> None:
+    client.force_login(django_user_model.objects.create_user("viewer"))
+    client.raise_request_exception = False
+
+    assert client.get("/servers/h200-01%00/").status_code == 404
+    assert client.get("/servers/h200-01%00/acceptance/").status_code == 404
+
+
 def test_the_schema_and_docs_are_served_without_a_cdn(client: Any) -> None:
     schema = client.get("/api/schema/", {"format": "json"})
     docs = client.get("/api/docs/")

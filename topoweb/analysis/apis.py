@@ -8,13 +8,14 @@ from typing import Any
 
 from django.conf import settings
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
-from rest_framework import exceptions, parsers, serializers
+from rest_framework import exceptions, serializers
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from topoweb.analysis import selectors
+from topoweb.config.parsers import JSONParser
 from topoweb.core.costs import COLLECTIVES
 from topoweb.core.ledger import PRESETS, Layout
 from topoweb.fleet.apis import READ_ERRORS, ErrorSerializer, hostname_field
@@ -87,7 +88,7 @@ class CostApi(APIView):
     """Predicted time, algbw and busbw of one collective on given GPUs of a server."""
 
     permission_classes = [CanQuery]
-    parser_classes = [parsers.JSONParser]
+    parser_classes = [JSONParser]
 
     class CostInputSerializer(serializers.Serializer):
         collective = serializers.ChoiceField(choices=COLLECTIVES)
@@ -220,7 +221,7 @@ class PlacementApi(APIView):
     """Rank-to-GPU mapping of a TP x PP x DP (x EP) job that minimises per-step communication."""
 
     permission_classes = [CanQuery]
-    parser_classes = [parsers.JSONParser]
+    parser_classes = [JSONParser]
 
     class PlacementInputSerializer(serializers.Serializer):
         tp = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
@@ -276,7 +277,7 @@ class SelectApi(APIView):
     """The best k GPUs for a job over one server or many (free masks), ranked, with reasons."""
 
     permission_classes = [CanQuery]
-    parser_classes = [parsers.JSONParser]
+    parser_classes = [JSONParser]
 
     class SelectInputSerializer(serializers.Serializer):
         k = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)

@@ -1,11 +1,12 @@
-"""The API's shared plumbing: one JSON error shape for every failure, pagination, and the
-ingest throttle.
+"""The API's shared plumbing: one JSON error shape for every failure, pagination, the ingest
+throttle, and the refusal of paths no row can match.
 
 Every error answers `{"error": {"code": str, "message": str, "line": int | null,
 "details": object | null}}`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -63,6 +64,19 @@ def json_404(request: HttpRequest, exception: Exception | None = None) -> HttpRe
     from django.views.defaults import page_not_found
 
     return page_not_found(request, exception or Http404())
+
+
+class NulInPathMiddleware:
+    """A path with U+0000 names nothing stored (PostgreSQL cannot hold the character) and
+    would fail as a 500 in the first query that used it: answer 404 before any view runs."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if "\x00" in request.path:
+            raise Http404("No such path.")
+        return self.get_response(request)
 
 
 def json_500(request: HttpRequest) -> HttpResponse:

@@ -3,7 +3,8 @@ Each view validates, calls one service or selector, and shapes the answer."""
 
 from __future__ import annotations
 
-import json
+import math
+import re
 from typing import Any
 
 from django.conf import settings
@@ -18,6 +19,7 @@ from rest_framework.views import APIView
 from topoweb.analysis.models import Analysis
 from topoweb.config.api import IngestThrottle, Pagination, PayloadTooLarge
 from topoweb.config.metrics import count_report
+from topoweb.config.parsers import JSONParser
 from topoweb.core.formats import ParseError
 from topoweb.core.health import KINDS, SEVERITIES
 from topoweb.fleet import selectors, services
@@ -29,10 +31,35 @@ hostname_field = RegexValidator(
 )
 
 
-def _no_nul(value: Any) -> None:
-    # PostgreSQL cannot store U+0000 in text or jsonb; refuse it here rather than fail there.
-    if value is not None and "\\u0000" in json.dumps(value):
-        raise serializers.ValidationError("Null characters are not allowed.")
+# Far deeper than any facts the collector sends, and far from Python's recursion limit, which
+# json.dumps (hashing, storing) and json.loads (reading back) would otherwise hit.
+MAX_JSON_DEPTH = 32
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _storable_json(value: Any) -> None:
+    """Refuse here what PostgreSQL's jsonb would refuse later with a 500: U+0000, lone
+    surrogates (valid JSON escapes, not valid Unicode), numbers that overflow to infinity;
+    and nesting deep enough to exhaust Python's recursion on the way there."""
+    if value is None:
+        return
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise serializers.ValidationError(f"Nested more than {MAX_JSON_DEPTH} levels deep.")
+        if isinstance(item, float) and not math.isfinite(item):
+            raise serializers.ValidationError("Numbers must be finite.")
+        strings = list(item) if isinstance(item, dict) else [item] if isinstance(item, str) else []
+        for text in strings:
+            if "\x00" in text:
+                raise serializers.ValidationError("Null characters are not allowed.")
+            if _SURROGATE.search(text):
+                raise serializers.ValidationError("Lone surrogate characters are not allowed.")
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        )
+        stack.extend((child, depth + 1) for child in children)
 
 
 def _check_size(request: Request) -> None:
@@ -86,8 +113,8 @@ class ReportInputSerializer(serializers.Serializer):
         max_length=64, required=False, allow_blank=True, default=""
     )
     topo_text = serializers.CharField(trim_whitespace=False)
-    nvml = serializers.DictField(required=False, allow_null=True, validators=[_no_nul])
-    host = serializers.DictField(required=False, allow_null=True, validators=[_no_nul])
+    nvml = serializers.DictField(required=False, allow_null=True, validators=[_storable_json])
+    host = serializers.DictField(required=False, allow_null=True, validators=[_storable_json])
     benchmarks = BenchmarkInputSerializer(many=True, required=False)
 
 
@@ -126,7 +153,7 @@ class ReportApi(_CountedIngest):
     authentication_classes = [CollectorTokenAuthentication]
     permission_classes = [HasCollectorToken]
     throttle_classes = [IngestThrottle]
-    parser_classes = [parsers.JSONParser]
+    parser_classes = [JSONParser]
 
     @extend_schema(
         operation_id="reports_create",
@@ -203,7 +230,7 @@ class UploadApi(_CountedIngest):
 
     permission_classes = [IsAuthenticated]
     throttle_classes = [IngestThrottle]
-    parser_classes = [parsers.MultiPartParser, parsers.FormParser, parsers.JSONParser]
+    parser_classes = [parsers.MultiPartParser, parsers.FormParser, JSONParser]
 
     @extend_schema(
         operation_id="uploads_create",
@@ -239,7 +266,7 @@ class UploadPreviewApi(APIView):
     Same sign-in and size rules as the upload itself; a parse error names the line."""
 
     permission_classes = [IsAuthenticated]
-    parser_classes = [parsers.MultiPartParser, parsers.FormParser, parsers.JSONParser]
+    parser_classes = [parsers.MultiPartParser, parsers.FormParser, JSONParser]
 
     @extend_schema(
         operation_id="uploads_preview",

@@ -250,9 +250,11 @@ def refresh_sku_drift(sku_name: str) -> None:
         members.filter(differs_from_sku=True).update(differs_from_sku=False)
         return
     usual = ranked[0]["topology_class"]
-    members.exclude(topology_class=usual).filter(topology_class__isnull=False).update(
-        differs_from_sku=True
-    )
+    # Only rows whose flag changes: every ingest holds its own server's row lock here, and two
+    # odd servers re-flagging each other's (unchanged) rows at once deadlocked.
+    members.exclude(topology_class=usual).filter(
+        topology_class__isnull=False, differs_from_sku=False
+    ).update(differs_from_sku=True)
     members.filter(topology_class=usual, differs_from_sku=True).update(differs_from_sku=False)
 
 
@@ -288,7 +290,7 @@ def _store_benchmark(
 ) -> Benchmark:
     if isinstance(parsed, NcclRun):
         extra: dict[str, Any] = {
-            "collective": parsed.collective or "",
+            "collective": (parsed.collective or "")[:64],  # the column; the document keeps all
             "avg_busbw_gbps": parsed.avg_busbw_gbps,
             "gpu_count": parsed.n_gpus,
         }
@@ -343,7 +345,8 @@ def _gpu_model(
                 names = [r.name for r in parsed.ranks if r.name]
             if names:
                 break
-    return Counter(names).most_common(1)[0][0] if names else ""
+    # Free text from the driver or a pasted file: cut to the column (TopologyClass's too).
+    return Counter(names).most_common(1)[0][0][:200] if names else ""
 
 
 def _sku_name(server: Server, host: dict[str, Any] | None) -> str:
