@@ -50,20 +50,50 @@ def celery_worker(django_db_setup: None, django_db_blocker: Any) -> Iterator[Any
     Tests that use it are marked django_db(transaction=True): the worker has its own database
     connection and sees only committed rows."""
     from celery.contrib.testing.worker import start_worker
-    from celery.signals import task_postrun
+    from celery.signals import task_postrun, task_prerun
 
     from topoweb.config.celery_app import app
+
+    def task_started(**kwargs: Any) -> None:
+        _WORKER["in_flight"] += 1
 
     def close_worker_connections(**kwargs: Any) -> None:
         # The worker thread's connection must not outlive the task: the test database is
         # truncated between tests and dropped at the end.
         connections.close_all()
+        _WORKER["in_flight"] -= 1
 
+    task_prerun.connect(task_started, weak=False)
     task_postrun.connect(close_worker_connections, weak=False)
     app.control.purge()  # messages left by an earlier, interrupted run
     with start_worker(app, perform_ping_check=False, pool="solo", loglevel="WARNING"):
+        _WORKER["running"] = True
         yield app
+        _WORKER["running"] = False
+    task_prerun.disconnect(task_started)
     task_postrun.disconnect(close_worker_connections)
+
+
+_WORKER = {"running": False, "in_flight": 0}
+
+
+@pytest.fixture(autouse=True)
+def worker_settles_before_teardown() -> Iterator[None]:
+    """Once the session's worker runs, any test that commits (an ingest queues its analysis and
+    health check) leaves tasks behind. Wait for the worker to finish them before the database
+    is truncated under it; otherwise the next test, or the flush itself, fails at random."""
+    yield
+    if not _WORKER["running"]:
+        return
+    import redis
+
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    deadline = time.monotonic() + 30
+    quiet = 0
+    while quiet < 3 and time.monotonic() < deadline:
+        busy = _WORKER["in_flight"] or broker.llen("celery") or broker.hlen("unacked")
+        quiet = 0 if busy else quiet + 1
+        time.sleep(0.05)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 20.0) -> Any:

@@ -94,3 +94,50 @@ def test_only_one_claim_wins(celery_worker: Any, collector_client: Any) -> None:
 
     assert services.claim_analysis(analysis.pk) is not None
     assert services.claim_analysis(analysis.pk) is None
+
+
+def test_an_analysis_that_times_out_every_time_fails_after_its_tries(
+    collector_client: Any, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    settings.TOPOWEB_ANALYSIS_MAX_ATTEMPTS = 2
+    monkeypatch.setattr(services, "enqueue_analysis", lambda analysis_id: False)
+    collector_client("gpu-a01").post("/api/v1/reports", report("gpu-a01", H200), format="json")
+    analysis = Analysis.objects.get()
+
+    def too_slow(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise SoftTimeLimitExceeded("soft time limit exceeded")
+
+    monkeypatch.setattr(services, "build_analysis_result", too_slow)
+    with pytest.raises(SoftTimeLimitExceeded):
+        services.run_analysis(analysis.pk)
+    analysis.refresh_from_db()
+    assert (analysis.status, analysis.attempts) == ("pending", 1)
+
+    with pytest.raises(SoftTimeLimitExceeded):
+        services.run_analysis(analysis.pk)
+    analysis.refresh_from_db()
+    assert (analysis.status, analysis.attempts) == ("failed", 2)
+    assert analysis.error.startswith("gave up after 2 attempts: SoftTimeLimitExceeded")
+    assert services.sweep() == []  # failed work is not sent again
+
+
+def test_the_sweep_fails_work_whose_worker_died_on_every_try(
+    collector_client: Any, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    monkeypatch.setattr(services, "enqueue_analysis", lambda analysis_id: True)
+    collector_client("gpu-a01").post("/api/v1/reports", report("gpu-a01", H200), format="json")
+    long_ago = timezone.now() - timedelta(seconds=settings.TOPOWEB_STALE_CLAIM_AFTER_S + 60)
+    Analysis.objects.update(status="running", claimed_at=long_ago, attempts=2)
+
+    assert len(services.sweep()) == 1  # one try left: back to pending and sent
+    assert Analysis.objects.get().status == "pending"
+
+    Analysis.objects.update(
+        status="running", claimed_at=long_ago, attempts=settings.TOPOWEB_ANALYSIS_MAX_ATTEMPTS
+    )
+    assert services.sweep() == []
+    failed = Analysis.objects.get()
+    assert failed.status == "failed"
+    assert failed.error == "gave up: the worker stopped before finishing on every attempt"

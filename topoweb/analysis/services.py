@@ -299,9 +299,22 @@ def run_analysis(analysis_id: int) -> str:
             duration_s=time.monotonic() - started,
         )
         return "failed"
-    except BaseException:
-        # A time limit or a lost database: give the work back so a retry or the sweep runs it.
-        mine.update(status=Analysis.Status.PENDING, claimed_at=None, updated_at=timezone.now())
+    except BaseException as exc:
+        # A time limit or a lost database: give the work back so a retry or the sweep runs it,
+        # unless it has had its tries (a class that always times out must not loop for ever).
+        if analysis.attempts >= settings.TOPOWEB_ANALYSIS_MAX_ATTEMPTS:
+            finished = timezone.now()
+            mine.update(
+                status=Analysis.Status.FAILED,
+                error=f"gave up after {analysis.attempts} attempts: {type(exc).__name__}: {exc}",
+                finished_at=finished,
+                updated_at=finished,
+                duration_s=time.monotonic() - started,
+            )
+        else:
+            mine.update(
+                status=Analysis.Status.PENDING, claimed_at=None, updated_at=timezone.now()
+            )
         raise
     finished = timezone.now()
     written = mine.update(
@@ -327,9 +340,17 @@ def sweep(now: datetime | None = None) -> list[int]:
             analyses__cost_model_version=COST_MODEL_VERSION
         )
     ]
-    Analysis.objects.filter(
+    stale = Analysis.objects.filter(
         status=Analysis.Status.RUNNING, claimed_at__lt=now - stale_after
-    ).update(status=Analysis.Status.PENDING, claimed_at=None, updated_at=now - pending_after)
+    )
+    # A worker that died on it every time (killed for memory, say) has had its tries.
+    stale.filter(attempts__gte=settings.TOPOWEB_ANALYSIS_MAX_ATTEMPTS).update(
+        status=Analysis.Status.FAILED,
+        error="gave up: the worker stopped before finishing on every attempt",
+        finished_at=now,
+        updated_at=now,
+    )
+    stale.update(status=Analysis.Status.PENDING, claimed_at=None, updated_at=now - pending_after)
     due = created + list(
         Analysis.objects.filter(
             status=Analysis.Status.PENDING, updated_at__lte=now - pending_after

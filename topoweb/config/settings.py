@@ -190,6 +190,8 @@ TOPOWEB_INGEST_RATE = env.str("TOPOWEB_INGEST_RATE", default="600/min")
 # running work whose claim is older than this is taken to have lost its worker.
 TOPOWEB_SWEEP_PENDING_AFTER_S = env.int("TOPOWEB_SWEEP_PENDING_AFTER_S", default=300)
 TOPOWEB_STALE_CLAIM_AFTER_S = env.int("TOPOWEB_STALE_CLAIM_AFTER_S", default=900)
+# An analysis that hits its time limit (or loses its worker) this many times is marked failed.
+TOPOWEB_ANALYSIS_MAX_ATTEMPTS = env.int("TOPOWEB_ANALYSIS_MAX_ATTEMPTS", default=3)
 
 LOGGING = {
     "version": 1,
