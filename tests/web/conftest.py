@@ -13,6 +13,8 @@ from django.conf import settings
 from django.db import connections
 from rest_framework.test import APIClient
 
+from tests.conftest import WORKER as _WORKER
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
@@ -72,28 +74,6 @@ def celery_worker(django_db_setup: None, django_db_blocker: Any) -> Iterator[Any
         _WORKER["running"] = False
     task_prerun.disconnect(task_started)
     task_postrun.disconnect(close_worker_connections)
-
-
-_WORKER = {"running": False, "in_flight": 0}
-
-
-@pytest.fixture(autouse=True)
-def worker_settles_before_teardown() -> Iterator[None]:
-    """Once the session's worker runs, any test that commits (an ingest queues its analysis and
-    health check) leaves tasks behind. Wait for the worker to finish them before the database
-    is truncated under it; otherwise the next test, or the flush itself, fails at random."""
-    yield
-    if not _WORKER["running"]:
-        return
-    import redis
-
-    broker = redis.Redis.from_url(settings.REDIS_URL)
-    deadline = time.monotonic() + 30
-    quiet = 0
-    while quiet < 3 and time.monotonic() < deadline:
-        busy = _WORKER["in_flight"] or broker.llen("celery") or broker.hlen("unacked")
-        quiet = 0 if busy else quiet + 1
-        time.sleep(0.05)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 20.0) -> Any:
