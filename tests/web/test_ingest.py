@@ -521,3 +521,55 @@ def _client_for(hostname: str) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_collector_token(hostname)}")
     return client
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_same_benchmark_uploaded_twice_at_once_is_stored_and_judged_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both uploads pass the "already stored?" check before either inserts; the second must
+    answer with the first one's row (not created) and queue no second health check."""
+    from django.db import connections
+    from django.utils import timezone
+
+    from topoweb.fleet import services
+
+    _keep_tasks_off_the_broker(monkeypatch)
+    health_requests: list[int] = []
+    monkeypatch.setattr(services, "request_health", lambda server: health_requests.append(1))
+    both_checked = threading.Barrier(2, timeout=10)
+    original = services._store_benchmark
+
+    def after_both_checked(*args: Any) -> Any:
+        both_checked.wait()
+        return original(*args)
+
+    monkeypatch.setattr(services, "_store_benchmark", after_both_checked)
+    text = fixture_text("nccl_06_a100-sxm4-40gb-8gpu-single-proc-g8-full-sweep.txt")
+    Server.objects.create(hostname="gpu-a01")
+    outcomes: list[tuple[bool, int]] = []
+
+    def upload() -> None:
+        try:
+            done = services.ingest_benchmark(
+                hostname="gpu-a01",
+                kind="nccl-tests",
+                text=text,
+                captured_at=timezone.now(),
+                source="upload",
+            )
+            assert done.benchmark is not None
+            outcomes.append((done.created, done.benchmark.pk))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=upload) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert sorted(created for created, _ in outcomes) == [False, True]
+    assert outcomes[0][1] == outcomes[1][1]
+    assert Benchmark.objects.count() == 1
+    assert health_requests == [1]
