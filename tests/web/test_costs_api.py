@@ -316,3 +316,23 @@ def test_the_summary_counts_pair_classes_and_the_largest_nvlink_domain(
 
     assert summary["largest_nvlink_domain"] == largest_domain
     assert summary["gpu_pair_classes"] == pair_classes
+
+
+@pytest.mark.django_db
+def test_questions_are_throttled_per_caller(reader: APIClient, settings: Any) -> None:
+    from django.core.cache import cache
+
+    cache.clear()
+    settings.TOPOWEB_QUERY_RATE = "2/min"
+    add("h200-01", H200)
+    question = {"collective": "all_reduce", "gpus": [0, 1], "bytes": 1 << 20}
+
+    answers = [
+        reader.post("/api/v1/servers/h200-01/cost", question, format="json").status_code
+        for _ in range(3)
+    ]
+
+    assert answers == [200, 200, 429]
+    throttled = reader.post("/api/v1/servers/h200-01/cost", question, format="json").json()
+    assert throttled["error"]["code"] == "throttled"
+    cache.clear()

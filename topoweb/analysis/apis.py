@@ -15,10 +15,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from topoweb.analysis import selectors
+from topoweb.config.api import QueryThrottle
 from topoweb.config.parsers import JSONParser
 from topoweb.core.costs import COLLECTIVES
 from topoweb.core.ledger import PRESETS, Layout
-from topoweb.fleet.apis import READ_ERRORS, ErrorSerializer, hostname_field
+from topoweb.fleet.apis import ERRORS, READ_ERRORS, ErrorSerializer, hostname_field
 from topoweb.fleet.selectors import server_by_hostname
 
 MAX_GPUS = 4096
@@ -31,6 +32,7 @@ QUERY_ERRORS = {
         description="Invalid request, or a question the server cannot answer (unknown GPU, "
         "a job that does not fit): the message says which",
     ),
+    429: ERRORS[429],
 }
 
 
@@ -88,6 +90,7 @@ class CostApi(APIView):
     """Predicted time, algbw and busbw of one collective on given GPUs of a server."""
 
     permission_classes = [CanQuery]
+    throttle_classes = [QueryThrottle]
     parser_classes = [JSONParser]
 
     class CostInputSerializer(serializers.Serializer):
@@ -221,6 +224,7 @@ class PlacementApi(APIView):
     """Rank-to-GPU mapping of a TP x PP x DP (x EP) job that minimises per-step communication."""
 
     permission_classes = [CanQuery]
+    throttle_classes = [QueryThrottle]
     parser_classes = [JSONParser]
 
     class PlacementInputSerializer(serializers.Serializer):
@@ -277,6 +281,7 @@ class SelectApi(APIView):
     """The best k GPUs for a job over one server or many (free masks), ranked, with reasons."""
 
     permission_classes = [CanQuery]
+    throttle_classes = [QueryThrottle]
     parser_classes = [JSONParser]
 
     class SelectInputSerializer(serializers.Serializer):

@@ -105,13 +105,13 @@ class Pagination(PageNumberPagination):
     max_page_size = 500
 
 
-class IngestThrottle(SimpleRateThrottle):
-    """Per collector token (or user, or address), at TOPOWEB_INGEST_RATE read per request."""
+class SettingRateThrottle(SimpleRateThrottle):
+    """Per token (or user, or address), at the rate a setting names, read per request."""
 
-    scope = "ingest"
+    rate_setting = ""
 
     def get_rate(self) -> str | None:
-        return str(settings.TOPOWEB_INGEST_RATE)
+        return str(getattr(settings, self.rate_setting))
 
     def allow_request(self, request: Request, view: Any) -> bool:
         # The rate is read per request so that a settings change applies without a restart.
@@ -127,3 +127,18 @@ class IngestThrottle(SimpleRateThrottle):
         else:
             ident = self.get_ident(request)
         return self.cache_format % {"scope": self.scope, "ident": ident}
+
+
+class IngestThrottle(SettingRateThrottle):
+    """Reports and uploads, at TOPOWEB_INGEST_RATE."""
+
+    scope = "ingest"
+    rate_setting = "TOPOWEB_INGEST_RATE"
+
+
+class QueryThrottle(SettingRateThrottle):
+    """Cost, placement and selection questions (each runs the cost model), at
+    TOPOWEB_QUERY_RATE: open to anonymous callers when TOPOWEB_PUBLIC_READ is on."""
+
+    scope = "query"
+    rate_setting = "TOPOWEB_QUERY_RATE"

@@ -186,6 +186,8 @@ TOPOWEB_PUBLIC_READ = env.bool("TOPOWEB_PUBLIC_READ", default=False)
 TOPOWEB_MAX_REPORT_BYTES = env.int("TOPOWEB_MAX_REPORT_BYTES", default=4 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = TOPOWEB_MAX_REPORT_BYTES + 1024 * 1024
 TOPOWEB_INGEST_RATE = env.str("TOPOWEB_INGEST_RATE", default="600/min")
+# Cost, placement and selection questions run the cost model on each call.
+TOPOWEB_QUERY_RATE = env.str("TOPOWEB_QUERY_RATE", default="600/min")
 # Pending work is re-sent once it has waited this long (the broker was down when it was made);
 # running work whose claim is older than this is taken to have lost its worker.
 TOPOWEB_SWEEP_PENDING_AFTER_S = env.int("TOPOWEB_SWEEP_PENDING_AFTER_S", default=300)
