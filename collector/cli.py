@@ -147,14 +147,22 @@ def run_interval(
         done = 0
         while cycles is None or done < cycles:
             done += 1
+            unspooled: bytes | None = None
             try:
-                spool.add(capture(chosen))
+                body = capture(chosen)
             except gather.GatherError as err:
                 log.error("no usable NVIDIA GPU/driver: %s; trying again in %g s", err, interval_s)
-            except OSError as err:
-                log.error("could not spool the report (%s); trying again in %g s", err, interval_s)
+            else:
+                try:
+                    spool.add(body)
+                except OSError as err:
+                    log.error("cannot spool the report (%s); sending it from memory", err)
+                    unspooled = body
             next_capture = max(next_capture + interval_s, clock())
-            uploader.drain(until=next_capture)
+            result = uploader.drain(until=next_capture)
+            # As in run_once: the unspooled report goes only once nothing older waits.
+            if unspooled is not None and result.remaining == 0 and result.stopped_by is None:
+                uploader.send_unspooled(unspooled)
             sleep(max(0.0, next_capture - clock()))
 
 

@@ -174,3 +174,34 @@ def test_a_full_disk_still_delivers_the_report_and_leaves_no_partial_spool_file(
     assert json.loads(report_server.stored[0])["hostname"] == "gpu-a01"
     assert list((tmp_path / "spool" / "tmp").iterdir()) == []
     assert list((tmp_path / "spool" / "pending").iterdir()) == []
+
+
+def test_interval_mode_on_a_full_disk_still_delivers_each_capture(
+    fake_nvidia_smi: Any,
+    fake_nvml: Any,
+    report_server: ReportServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake_nvidia_smi(fixture_text(H100_TOPO))
+    fake_nvml(h100_nvswitch())
+    stamps = iter(datetime(2026, 11, 29, 10, minute, tzinfo=UTC) for minute in range(2))
+    monkeypatch.setattr(gather, "utc_now", lambda: next(stamps))
+    real_fsync = os.fsync
+
+    def disk_full(fd: int) -> None:
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            real_fsync(fd)
+            return
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+
+    cli.run_interval(report_server.url, report_server.token, spool_dir=tmp_path, interval_s=0.01,
+                     cycles=2, backoff=Backoff(0.001, 0.002),
+                     settings=cli.Settings(hostname="gpu-a01"))  # fmt: skip
+
+    captured = [json.loads(b)["captured_at"] for b in report_server.stored]
+    assert captured == ["2026-11-29T10:00:00Z", "2026-11-29T10:01:00Z"]
+    assert list((tmp_path / "tmp").iterdir()) == []
+
