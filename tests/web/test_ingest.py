@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -421,9 +422,10 @@ def test_import_topo_stores_a_snapshot_once(tmp_path: Any) -> None:
 def test_two_odd_servers_of_a_sku_reporting_at_once_both_get_201(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Each ingest locks its own server row, then re-flags the SKU's odd servers. Collectors
+    """Each ingest re-flags the SKU's odd servers while holding its own server row. Collectors
     report on the same schedule; two odd servers' transactions flagging each other's rows
-    deadlocked, and PostgreSQL failed one of them (a 500)."""
+    deadlocked, and PostgreSQL failed one of them (a 500). Ingests of one SKU now take turns:
+    the second starts its SKU work only after the first committed."""
     from django.db import connections
 
     from topoweb.fleet import services
@@ -440,14 +442,17 @@ def test_two_odd_servers_of_a_sku_reporting_at_once_both_get_201(
         "odd-2",
     }
 
-    both_locked_their_row = threading.Barrier(2, timeout=10)
+    spans: list[tuple[str, float, float]] = []
     original = services.refresh_sku_drift
 
-    def refresh_once_both_hold_their_row(sku_name: str) -> None:
-        both_locked_their_row.wait()
+    def slow_refresh(sku_name: str) -> None:
+        # Runs with the SKU's turn held: a second ingest of the SKU must wait for it to end.
+        started = time.monotonic()
+        time.sleep(0.3)
         original(sku_name)
+        spans.append((threading.current_thread().name, started, time.monotonic()))
 
-    monkeypatch.setattr(services, "refresh_sku_drift", refresh_once_both_hold_their_row)
+    monkeypatch.setattr(services, "refresh_sku_drift", slow_refresh)
     statuses: dict[str, int] = {}
 
     def send(name: str) -> None:
@@ -458,12 +463,14 @@ def test_two_odd_servers_of_a_sku_reporting_at_once_both_get_201(
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=send, args=(name,)) for name in clients]
+    threads = [threading.Thread(target=send, args=(name,), name=name) for name in clients]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=30)
 
+    first, second = sorted(spans, key=lambda span: span[1])
+    assert second[1] >= first[2]  # the second refresh began after the first one ended
     assert statuses == {"odd-1": 201, "odd-2": 201}
     assert Snapshot.objects.filter(server__hostname__startswith="odd-").count() == 4
 

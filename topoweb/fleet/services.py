@@ -14,7 +14,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
@@ -137,6 +137,7 @@ def ingest_report(
             return Ingested(server=server, created=False, snapshot=existing)
         gpu_model = _gpu_model(nvml, gpu_model_hint, parsed_benchmarks)
         sku_name = _sku_name(server, host)
+        _one_ingest_per_sku_at_a_time(sku_name)
         topology_class = _topology_class(topology, sku_name, gpu_model)
         try:
             with transaction.atomic():
@@ -234,6 +235,16 @@ def ingest_upload(
     )
 
 
+def _one_ingest_per_sku_at_a_time(sku_name: str) -> None:
+    """Ingests of one SKU re-flag each other's servers (refresh_sku_drift) while each holds its
+    own server's row: two at once can lock those rows in opposite orders and deadlock. A
+    transaction-scoped advisory lock per SKU, taken before any server row, orders them.
+    SQLite needs none: its IMMEDIATE transactions already run one at a time."""
+    if sku_name and connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"sku:{sku_name}"])
+
+
 def refresh_sku_drift(sku_name: str) -> None:
     """Flag the servers of a SKU whose wiring differs from the SKU's most common topology class."""
     if not sku_name:
@@ -251,8 +262,7 @@ def refresh_sku_drift(sku_name: str) -> None:
         members.filter(differs_from_sku=True).update(differs_from_sku=False)
         return
     usual = ranked[0]["topology_class"]
-    # Only rows whose flag changes: every ingest holds its own server's row lock here, and two
-    # odd servers re-flagging each other's (unchanged) rows at once deadlocked.
+    # Only rows whose flag changes: fewer row locks, and no write at all in the common case.
     members.exclude(topology_class=usual).filter(
         topology_class__isnull=False, differs_from_sku=False
     ).update(differs_from_sku=True)
