@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from topoweb.analysis import selectors
@@ -290,27 +290,14 @@ def run_analysis(analysis_id: int) -> str:
         )
     except (DocumentError, ValueError, KeyError) as exc:
         # Bad stored data will not get better by retrying.
-        finished = timezone.now()
-        mine.update(
-            status=Analysis.Status.FAILED,
-            error=f"{type(exc).__name__}: {exc}",
-            finished_at=finished,
-            updated_at=finished,
-            duration_s=time.monotonic() - started,
-        )
+        _mark_failed(mine, f"{type(exc).__name__}: {exc}", started)
         return "failed"
     except BaseException as exc:
         # A time limit or a lost database: give the work back so a retry or the sweep runs it,
         # unless it has had its tries (a class that always times out must not loop for ever).
         if analysis.attempts >= settings.TOPOWEB_ANALYSIS_MAX_ATTEMPTS:
-            finished = timezone.now()
-            mine.update(
-                status=Analysis.Status.FAILED,
-                error=f"gave up after {analysis.attempts} attempts: {type(exc).__name__}: {exc}",
-                finished_at=finished,
-                updated_at=finished,
-                duration_s=time.monotonic() - started,
-            )
+            error = f"gave up after {analysis.attempts} attempts: {type(exc).__name__}: {exc}"
+            _mark_failed(mine, error, started)
         else:
             mine.update(
                 status=Analysis.Status.PENDING, claimed_at=None, updated_at=timezone.now()
@@ -326,6 +313,18 @@ def run_analysis(analysis_id: int) -> str:
         duration_s=time.monotonic() - started,
     )
     return "done" if written else "lost-claim"
+
+
+def _mark_failed(mine: QuerySet[Analysis], error: str, started: float) -> None:
+    """End the claimed run as failed with ERROR; the sweep does not send failed work again."""
+    finished = timezone.now()
+    mine.update(
+        status=Analysis.Status.FAILED,
+        error=error,
+        finished_at=finished,
+        updated_at=finished,
+        duration_s=time.monotonic() - started,
+    )
 
 
 def sweep(now: datetime | None = None) -> list[int]:
