@@ -155,15 +155,7 @@ def test_a_full_disk_still_delivers_the_report_and_leaves_no_partial_spool_file(
     fake_nvml(h100_nvswitch())
     token = tmp_path / "token"
     token.write_text(report_server.token)
-    real_fsync = os.fsync
-
-    def disk_full(fd: int) -> None:
-        if os.path.isdir(f"/proc/self/fd/{fd}"):
-            real_fsync(fd)
-            return
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    monkeypatch.setattr(os, "fsync", disk_full)
+    full_disk(monkeypatch)
 
     status = cli.main(["--once", "--server", report_server.url, "--token-file", str(token),
                        "--spool-dir", str(tmp_path / "spool"), "--hostname", "gpu-a01",
@@ -187,15 +179,7 @@ def test_interval_mode_on_a_full_disk_still_delivers_each_capture(
     fake_nvml(h100_nvswitch())
     stamps = iter(datetime(2026, 11, 29, 10, minute, tzinfo=UTC) for minute in range(2))
     monkeypatch.setattr(gather, "utc_now", lambda: next(stamps))
-    real_fsync = os.fsync
-
-    def disk_full(fd: int) -> None:
-        if os.path.isdir(f"/proc/self/fd/{fd}"):
-            real_fsync(fd)
-            return
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    monkeypatch.setattr(os, "fsync", disk_full)
+    full_disk(monkeypatch)
 
     cli.run_interval(report_server.url, report_server.token, spool_dir=tmp_path, interval_s=0.01,
                      cycles=2, backoff=Backoff(0.001, 0.002),
@@ -205,3 +189,15 @@ def test_interval_mode_on_a_full_disk_still_delivers_each_capture(
     assert captured == ["2026-11-29T10:00:00Z", "2026-11-29T10:01:00Z"]
     assert list((tmp_path / "tmp").iterdir()) == []
 
+
+def full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every file write fails at fsync with ENOSPC, as on a full disk; directories still sync."""
+    real_fsync = os.fsync
+
+    def disk_full(fd: int) -> None:
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            real_fsync(fd)
+            return
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", disk_full)
