@@ -8,6 +8,7 @@ PORT ?= 8000
 # The suite runs against real services; CI and a fresh machine have them on these addresses.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/topoweb
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+PY_SOURCES := topoweb collector tests bench manage.py
 
 .PHONY: install run test lint bench clean
 
@@ -36,13 +37,18 @@ run: install
 	$(PY) manage.py load_demo
 	$(PY) manage.py runserver $(HOST):$(PORT)
 
+# The same checks `make test` runs first, without the test suite.
 lint: install
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/ruff check topoweb collector tests bench
+	$(VENV)/bin/ruff check $(PY_SOURCES)
+	$(VENV)/bin/ruff format --check $(PY_SOURCES)
 	$(VENV)/bin/mypy
 
 test: install $(CHROMIUM)
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check $(PY_SOURCES)
+	$(VENV)/bin/ruff format --check $(PY_SOURCES)
+	$(VENV)/bin/mypy
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
 		$(VENV)/bin/pytest $(PYTEST_ARGS)
 

@@ -30,8 +30,7 @@ CASES: list[tuple[str, Callable[[], object], str | None, Layout]] = [
     ("8 GPU DGX-1 mesh, TP4 PP2", T.dgx1_v100_mesh, "Tesla V100-SXM2-32GB", Layout(4, 2, 1)),
     ("8 GPU PCIe box, TP2 DP4", T.pcie_only_8gpu, "NVIDIA H100 PCIe", Layout(2, 1, 4)),
     ("16 GPU PCIe + NV4 pairs, TP2 PP2 DP4", T.pcie_nv4_pairs_16gpu, None, Layout(2, 2, 4)),
-    ("16 GPU NVSwitch (NV6), TP8 DP2", T.nvswitch_16gpu, "Tesla V100-SXM3-32GB",
-     Layout(8, 1, 2)),
+    ("16 GPU NVSwitch (NV6), TP8 DP2", T.nvswitch_16gpu, "Tesla V100-SXM3-32GB", Layout(8, 1, 2)),
     ("72 GPU NVL72, TP8 PP9", T.nvl72, "NVIDIA GB200", Layout(8, 9, 1)),
 ]
 
@@ -60,17 +59,24 @@ HTTP_SERVERS = (
     ("l40s-bench", "topo_36_l40s-4gpu-node-sys-2nic-redacted-email-prompt.txt", "NVIDIA L40S"),
 )
 HTTP_QUERIES: list[tuple[str, str, dict[str, object] | None]] = [
-    ("cost", "/api/v1/servers/h200-bench/cost",
-     {"collective": "all_reduce", "gpus": [0, 1, 2, 3], "bytes": 1 << 28}),
+    (
+        "cost",
+        "/api/v1/servers/h200-bench/cost",
+        {"collective": "all_reduce", "gpus": [0, 1, 2, 3], "bytes": 1 << 28},
+    ),
     ("placement", "/api/v1/servers/dgx1-bench/placement", {"tp": 4, "pp": 2, "dp": 1}),
-    ("select", "/api/v1/placement/select",
-     {"k": 2, "servers": [{"hostname": "l40s-bench"}, {"hostname": "h200-bench"}]}),
+    (
+        "select",
+        "/api/v1/placement/select",
+        {"k": 2, "servers": [{"hostname": "l40s-bench"}, {"hostname": "h200-bench"}]},
+    ),
     ("affinity", "/api/v1/servers/h200-bench/affinity", None),
 ]
 
 
-def bench_http(requests: int = 200, concurrency: int = 8, workers: int = 2
-               ) -> list[tuple[str, float, float, int]]:
+def bench_http(
+    requests: int = 200, concurrency: int = 8, workers: int = 2
+) -> list[tuple[str, float, float, int]]:
     """p50/p95 (ms) and the count of non-200 answers of each query, `requests` per endpoint
     sent by `concurrency` threads against a live server with three real fixtures ingested."""
     rows = []
@@ -82,9 +88,13 @@ def bench_http(requests: int = 200, concurrency: int = 8, workers: int = 2
 
         fixtures = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
         for host, name, gpu in HTTP_SERVERS:
-            ingest_report(hostname=host, topo_text=(fixtures / name).read_text(),
-                          captured_at=timezone.now(), source=Source.COLLECTOR,
-                          gpu_model_hint=gpu)
+            ingest_report(
+                hostname=host,
+                topo_text=(fixtures / name).read_text(),
+                captured_at=timezone.now(),
+                source=Source.COLLECTOR,
+                gpu_model_hint=gpu,
+            )
         token = create_api_token("bench-scheduler")
         for label, path, body in HTTP_QUERIES:
             data = json.dumps(body).encode() if body is not None else None
@@ -99,8 +109,14 @@ def bench_http(requests: int = 200, concurrency: int = 8, workers: int = 2
             with ThreadPoolExecutor(concurrency) as pool:
                 results = list(pool.map(one, range(requests)))
             times = [t for t, _ in results]
-            rows.append((label, statistics.median(times), _percentile(times, 0.95),
-                         sum(code != 200 for _, code in results)))
+            rows.append(
+                (
+                    label,
+                    statistics.median(times),
+                    _percentile(times, 0.95),
+                    sum(code != 200 for _, code in results),
+                )
+            )
     return rows
 
 
@@ -118,8 +134,10 @@ def main() -> None:
     if args.core_only:
         return
     rows = bench_http(args.requests, args.concurrency, args.workers)
-    print(f"\nREST endpoints ({args.requests} requests each, {args.concurrency} threads, "
-          f"{args.workers} gunicorn workers, loopback, warm model cache)")
+    print(
+        f"\nREST endpoints ({args.requests} requests each, {args.concurrency} threads, "
+        f"{args.workers} gunicorn workers, loopback, warm model cache)"
+    )
     print(f"{'endpoint':44} {'p50 ms':>8} {'p95 ms':>8} {'non-200':>8}")
     for label, p50, p95, bad in rows:
         print(f"{label:44} {p50:8.1f} {p95:8.1f} {bad:8d}")

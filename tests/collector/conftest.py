@@ -200,9 +200,7 @@ def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> Callable[[dict[str, Any]], Fak
 
 
 @pytest.fixture
-def fake_nvidia_smi(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Callable[..., Path]:
+def fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Path]:
     """An `nvidia-smi` first on PATH that prints a fixture for `topo -m` (and, if given, a
     text for `topo -p2p r`), like the real one; anything else fails as an unknown option."""
 

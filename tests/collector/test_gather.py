@@ -65,9 +65,7 @@ def test_it_says_when_there_is_no_nvidia_smi_at_all(tmp_path: Path) -> None:
 def test_it_counts_gpu_rows_even_in_a_mangled_matrix() -> None:
     assert gather.gpu_count_from_topo(fixture_text(L40S_TOPO)) == 4
     assert (
-        gather.gpu_count_from_topo(
-            fixture_text("topo_07_dgx1-nv1-soc-4nic-mangled-header.txt")
-        )
+        gather.gpu_count_from_topo(fixture_text("topo_07_dgx1-nv1-soc-4nic-mangled-header.txt"))
         == 8
     )
 

@@ -159,9 +159,7 @@ def test_it_sends_the_token_the_body_and_its_idempotency_key(
     headers = report_server.headers[0]
     assert headers["Authorization"] == f"Bearer {report_server.token}"
     assert headers["Content-Type"] == "application/json"
-    assert headers["Idempotency-Key"] == (
-        hashlib.sha256(body(0)).hexdigest()
-    )
+    assert headers["Idempotency-Key"] == (hashlib.sha256(body(0)).hexdigest())
 
 
 def test_a_second_collector_cannot_share_the_spool(tmp_path: Path) -> None:

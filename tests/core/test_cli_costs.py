@@ -15,7 +15,8 @@ import pytest
 # An HGX H100 8-GPU board without NICs, as nvidia-smi prints it (see topo_22).
 _HEADER = "\t" + "\t".join(f"GPU{i}" for i in range(8)) + "\tCPU Affinity\tNUMA Affinity\n"
 H100_TOPO = _HEADER + "".join(
-    f"GPU{i}\t" + "\t".join(" X " if i == j else "NV18" for j in range(8))
+    f"GPU{i}\t"
+    + "\t".join(" X " if i == j else "NV18" for j in range(8))
     + f"\t{'0-95' if i < 4 else '96-191'}\t{0 if i < 4 else 1}\n"
     for i in range(8)
 )
@@ -30,8 +31,12 @@ PCIE_TOPO = (
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "topoweb.core.cli", *args],
-                          capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "topoweb.core.cli", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -42,14 +47,30 @@ def h100(tmp_path: Path) -> str:
 
 
 def test_cost_prints_the_contract_for_an_nvswitch_all_reduce(h100: str) -> None:
-    out = _run("cost", h100, "--collective", "all_reduce", "--gpus", "0,1,2,3",
-               "--bytes", "268435456", "--gpu-model", "NVIDIA H100 80GB HBM3")
+    out = _run(
+        "cost",
+        h100,
+        "--collective",
+        "all_reduce",
+        "--gpus",
+        "0,1,2,3",
+        "--bytes",
+        "268435456",
+        "--gpu-model",
+        "NVIDIA H100 80GB HBM3",
+    )
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert list(doc) == ["collective", "gpus", "bytes", "time_us", "algbw_gbps", "busbw_gbps",
-                         "bottleneck"]
-    assert (doc["collective"], doc["gpus"], doc["bytes"]) == ("all_reduce", [0, 1, 2, 3],
-                                                              268435456)
+    assert list(doc) == [
+        "collective",
+        "gpus",
+        "bytes",
+        "time_us",
+        "algbw_gbps",
+        "busbw_gbps",
+        "bottleneck",
+    ]
+    assert (doc["collective"], doc["gpus"], doc["bytes"]) == ("all_reduce", [0, 1, 2, 3], 268435456)
     # 1.5 x 268435456 B / 360 GB/s + 6 x 2 us
     assert doc["time_us"] == pytest.approx(1.5 * 268435456 / 360e3 + 12, rel=1e-3)
     assert doc["busbw_gbps"] == pytest.approx(doc["algbw_gbps"] * 1.5, rel=1e-3)
@@ -72,16 +93,32 @@ def test_place_prints_groups_and_both_step_times(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["place", "{f}", "--tp", "4", "--pp", "2", "--dp", "2"], "does not match the 8 free"),
-        (["place", "{f}", "--tp", "2", "--pp", "1", "--dp", "1", "--free", "0,9"],
-         "unknown GPU index 9"),
-        (["cost", "{f}", "--collective", "all_reduce", "--gpus", "0,x", "--bytes", "8"],
-         "--gpus"),
-        (["cost", "{f}", "--collective", "all_reduce", "--gpus", "3", "--bytes", "8"],
-         "at least two GPUs"),
-        (["cost", "{f}", "--collective", "allreduce", "--gpus", "0,1", "--bytes", "8"],
-         "invalid choice"),
-        (["cost", "/nonexistent/topo.txt", "--collective", "all_reduce", "--gpus", "0,1",
-          "--bytes", "8"], "cannot read"),
+        (
+            ["place", "{f}", "--tp", "2", "--pp", "1", "--dp", "1", "--free", "0,9"],
+            "unknown GPU index 9",
+        ),
+        (["cost", "{f}", "--collective", "all_reduce", "--gpus", "0,x", "--bytes", "8"], "--gpus"),
+        (
+            ["cost", "{f}", "--collective", "all_reduce", "--gpus", "3", "--bytes", "8"],
+            "at least two GPUs",
+        ),
+        (
+            ["cost", "{f}", "--collective", "allreduce", "--gpus", "0,1", "--bytes", "8"],
+            "invalid choice",
+        ),
+        (
+            [
+                "cost",
+                "/nonexistent/topo.txt",
+                "--collective",
+                "all_reduce",
+                "--gpus",
+                "0,1",
+                "--bytes",
+                "8",
+            ],
+            "cannot read",
+        ),
     ],
 )
 def test_bad_requests_exit_2_with_one_line(h100: str, args: list[str], message: str) -> None:

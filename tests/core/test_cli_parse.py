@@ -15,7 +15,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "topoweb.core.cli", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -27,7 +31,10 @@ def test_it_prints_the_h200_topology_document_and_exits_0() -> None:
     assert [d["id"] for d in doc["devices"]][:9] == [f"GPU{i}" for i in range(8)] + ["NIC0"]
     gpu0 = doc["devices"][0]
     assert {k: gpu0[k] for k in ("id", "kind", "cpu_affinity", "numa_affinity", "nic_name")} == {
-        "id": "GPU0", "kind": "gpu", "cpu_affinity": "0-55,112-167", "numa_affinity": "0",
+        "id": "GPU0",
+        "kind": "gpu",
+        "cpu_affinity": "0-55,112-167",
+        "numa_affinity": "0",
         "nic_name": None,
     }
     nic0 = doc["devices"][8]

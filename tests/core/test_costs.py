@@ -34,18 +34,32 @@ NCCL_06_LARGE = [
     (8589934592, 63929, 235.14),  # line 45
 ]
 # The same file, a spread of smaller rows (lines 18, 22, 28, 32, 36, 38) for calibration.
-NCCL_06_SMALL = [(64, 32.01), (1024, 32.03), (65536, 35.40), (1048576, 76.71),
-                 (16777216, 245.1), (67108864, 589.5)]
+NCCL_06_SMALL = [
+    (64, 32.01),
+    (1024, 32.03),
+    (65536, 35.40),
+    (1048576, 76.71),
+    (16777216, 245.1),
+    (67108864, 589.5),
+]
 
 
 def _nccl_06_run() -> NcclRun:
     rows = tuple(
-        NcclRow(n, n // 4, "float", "sum", -1, NcclMeasurement(t, None, None, 0),
-                NcclMeasurement(t, None, None, 0))
+        NcclRow(
+            n,
+            n // 4,
+            "float",
+            "sum",
+            -1,
+            NcclMeasurement(t, None, None, 0),
+            NcclMeasurement(t, None, None, 0),
+        )
         for n, t, *_ in NCCL_06_SMALL + NCCL_06_LARGE
     )
-    ranks = tuple(NcclRank(i, 0, 944, "inst-ks8ls-comp", i, None, "NVIDIA A100-SXM4-40GB")
-                  for i in range(8))
+    ranks = tuple(
+        NcclRank(i, 0, 944, "inst-ks8ls-comp", i, None, "NVIDIA A100-SXM4-40GB") for i in range(8)
+    )
     return NcclRun("all_reduce", rows, ranks=ranks, n_gpus=8)
 
 
@@ -80,23 +94,56 @@ def test_nvswitch_all_reduce_uses_the_ring_formula_with_80_percent_of_nvlink3() 
 # p2p_11 (topo_32, RTX 2080 Ti, P2P not supported, copies staged in host memory):
 #   unidirectional P2P=Enabled line 21 cell [0][1] 5.72, bidirectional line 29 6.10.
 P2P_CASES = [
-    ("p2p_05", T.rtx6000ada_4gpu, "NVIDIA RTX 6000 Ada Generation", 16, True,
-     {(0, 1): 26.32, (0, 2): 26.32, (0, 3): 26.32, (1, 2): 26.32, (2, 3): 26.32},
-     {(0, 1): 52.10, (0, 2): 52.10, (2, 3): 52.12}),
-    ("p2p_06", T.rtx6000ada_2gpu, "NVIDIA RTX 6000 Ada Generation", 16, True,
-     {(0, 1): 26.32}, {(0, 1): 52.11}),
-    ("p2p_01", T.gtx1070_7gpu, "GeForce GTX 1070", 1, True,
-     {(0, 1): 0.82, (0, 2): 0.81, (3, 4): 0.82, (0, 3): 0.73, (2, 6): 0.73}, {(0, 1): 1.64}),
-    ("p2p_11", T.rtx2080ti_pix_pair, "NVIDIA GeForce RTX 2080 Ti", 16, False,
-     {(0, 1): 5.72}, {(0, 1): 6.10}),
+    (
+        "p2p_05",
+        T.rtx6000ada_4gpu,
+        "NVIDIA RTX 6000 Ada Generation",
+        16,
+        True,
+        {(0, 1): 26.32, (0, 2): 26.32, (0, 3): 26.32, (1, 2): 26.32, (2, 3): 26.32},
+        {(0, 1): 52.10, (0, 2): 52.10, (2, 3): 52.12},
+    ),
+    (
+        "p2p_06",
+        T.rtx6000ada_2gpu,
+        "NVIDIA RTX 6000 Ada Generation",
+        16,
+        True,
+        {(0, 1): 26.32},
+        {(0, 1): 52.11},
+    ),
+    (
+        "p2p_01",
+        T.gtx1070_7gpu,
+        "GeForce GTX 1070",
+        1,
+        True,
+        {(0, 1): 0.82, (0, 2): 0.81, (3, 4): 0.82, (0, 3): 0.73, (2, 6): 0.73},
+        {(0, 1): 1.64},
+    ),
+    (
+        "p2p_11",
+        T.rtx2080ti_pix_pair,
+        "NVIDIA GeForce RTX 2080 Ti",
+        16,
+        False,
+        {(0, 1): 5.72},
+        {(0, 1): 6.10},
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "build", "gpu", "width", "p2p", "uni", "bi"), P2P_CASES,
-                         ids=[c[0] for c in P2P_CASES])
+@pytest.mark.parametrize(
+    ("name", "build", "gpu", "width", "p2p", "uni", "bi"), P2P_CASES, ids=[c[0] for c in P2P_CASES]
+)
 def test_predicted_p2p_bandwidth_is_within_25_percent_of_the_measured_matrix(
-    name: str, build: object, gpu: str, width: int, p2p: bool,
-    uni: dict[tuple[int, int], float], bi: dict[tuple[int, int], float]
+    name: str,
+    build: object,
+    gpu: str,
+    width: int,
+    p2p: bool,
+    uni: dict[tuple[int, int], float],
+    bi: dict[tuple[int, int], float],
 ) -> None:
     model = build_model(build(), gpu, pcie_width=width, p2p_enabled=p2p)  # type: ignore[operator]
     predicted = p2p_matrix(model)
@@ -132,13 +179,19 @@ def test_ring_search_matches_brute_force_over_every_order() -> None:
     for build in (T.dgx1_v100_mesh, T.pcie_only_8gpu, T.gtx1070_7gpu):
         model = build_model(build())
         gpus = tuple(sorted(model.gpu_ids))
-        best = max(model.solo_rate(model.load(
-            ((o[i], o[(i + 1) % len(o)]), 1.0) for i in range(len(o)))).gbps
-            for o in ((gpus[0],) + p for p in itertools.permutations(gpus[1:])))
+        best = max(
+            model.solo_rate(
+                model.load(((o[i], o[(i + 1) % len(o)]), 1.0) for i in range(len(o)))
+            ).gbps
+            for o in ((gpus[0],) + p for p in itertools.permutations(gpus[1:]))
+        )
         first_ring = model.ring_channels(gpus)[0][0]
-        got = model.solo_rate(model.load(
-            ((first_ring[i], first_ring[(i + 1) % len(first_ring)]), 1.0)
-            for i in range(len(first_ring)))).gbps
+        got = model.solo_rate(
+            model.load(
+                ((first_ring[i], first_ring[(i + 1) % len(first_ring)]), 1.0)
+                for i in range(len(first_ring))
+            )
+        ).gbps
         assert got == pytest.approx(best), build.__name__
 
 
@@ -157,11 +210,26 @@ def test_concurrent_groups_split_a_shared_socket_link_max_min_fair() -> None:
 def test_every_collective_reports_nccl_tests_bus_bandwidth() -> None:
     model = build_model(T.dgx_a100_nv12(), "NVIDIA A100-SXM4-40GB")
     n = 1 << 30
-    got = {c: collective_cost(model, c, range(8), n) for c in
-           ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "alltoall",
-            "sendrecv")}
-    for name, factor in (("reduce_scatter", 7 / 8), ("all_gather", 7 / 8), ("alltoall", 7 / 8),
-                         ("broadcast", 1.0), ("reduce", 1.0), ("sendrecv", 1.0)):
+    got = {
+        c: collective_cost(model, c, range(8), n)
+        for c in (
+            "all_reduce",
+            "reduce_scatter",
+            "all_gather",
+            "broadcast",
+            "reduce",
+            "alltoall",
+            "sendrecv",
+        )
+    }
+    for name, factor in (
+        ("reduce_scatter", 7 / 8),
+        ("all_gather", 7 / 8),
+        ("alltoall", 7 / 8),
+        ("broadcast", 1.0),
+        ("reduce", 1.0),
+        ("sendrecv", 1.0),
+    ):
         assert got[name].busbw_gbps == pytest.approx(got[name].algbw_gbps * factor)
         assert 200 < got[name].busbw_gbps <= 240, name
     pair = collective_cost(model, "sendrecv", [3, 5], n)
@@ -223,13 +291,23 @@ def test_calibrating_on_nccl_06_brings_large_sizes_within_5_percent_and_marks_it
 
 def test_calibrating_on_p2p_05_scales_pcie_to_the_measured_copies() -> None:
     # tests/fixtures/p2p_05: unidirectional P2P=Enabled (lines 37-40), GPU latency (67-70).
-    uni = ((0.0, 26.33, 26.32, 26.32), (26.32, 0.0, 26.32, 26.32),
-           (26.32, 26.32, 0.0, 26.32), (26.33, 26.33, 26.33, 0.0))
-    lat = ((1.36, 1.24, 1.34, 1.32), (1.21, 1.37, 1.29, 1.32), (1.42, 1.40, 1.35, 1.34),
-           (1.44, 1.43, 1.35, 1.40))
+    uni = (
+        (0.0, 26.33, 26.32, 26.32),
+        (26.32, 0.0, 26.32, 26.32),
+        (26.32, 26.32, 0.0, 26.32),
+        (26.33, 26.33, 26.33, 0.0),
+    )
+    lat = (
+        (1.36, 1.24, 1.34, 1.32),
+        (1.21, 1.37, 1.29, 1.32),
+        (1.42, 1.40, 1.35, 1.34),
+        (1.44, 1.43, 1.35, 1.40),
+    )
     result = P2PResult(
-        tuple(P2PGpu(i, "NVIDIA RTX 6000 Ada Generation", None) for i in range(4)), None,
-        {"unidirectional_p2p_enabled_gbps": uni, "latency_gpu_p2p_enabled_us": lat})
+        tuple(P2PGpu(i, "NVIDIA RTX 6000 Ada Generation", None) for i in range(4)),
+        None,
+        {"unidirectional_p2p_enabled_gbps": uni, "latency_gpu_p2p_enabled_us": lat},
+    )
     model = build_model(T.rtx6000ada_4gpu(), "NVIDIA RTX 6000 Ada Generation")
     tuned = calibrated(model, calibrate_from_p2p(model, result))
     matrix = p2p_matrix(tuned)["unidirectional_gbps"]

@@ -25,7 +25,11 @@ def test_gpu_and_nic_nodes_carry_numa_cpu_and_nic_name_inside_their_numa_compoun
     data = _by_id(cytoscape_elements(T.h200_nv18_12nic()))
     gpu4 = data["GPU4"]
     assert (gpu4["kind"], gpu4["numa"], gpu4["cpu_affinity"], gpu4["parent"]) == (
-        "gpu", "1", "56-111,168-223", "numa1")
+        "gpu",
+        "1",
+        "56-111,168-223",
+        "numa1",
+    )
     assert data["NIC3"]["nic_name"] == "mlx5_3"
     assert data["NIC3"]["label"] == "mlx5_3"
     assert data["numa1"]["label"] == "NUMA node 1"
@@ -33,8 +37,11 @@ def test_gpu_and_nic_nodes_carry_numa_cpu_and_nic_name_inside_their_numa_compoun
 
 def test_a_point_to_point_mesh_gets_pair_edges_with_their_link_counts() -> None:
     elements = cytoscape_elements(T.dgx1_v100_mesh())
-    nv = {(e["data"]["source"], e["data"]["target"]): e["data"] for e in elements
-          if e["data"].get("nvlinks")}
+    nv = {
+        (e["data"]["source"], e["data"]["target"]): e["data"]
+        for e in elements
+        if e["data"].get("nvlinks")
+    }
     assert len(nv) == 16
     assert nv[("GPU0", "GPU1")]["link_class"] == "NV2"
     assert nv[("GPU0", "GPU3")]["bandwidth_gbps_per_direction"] == 20.0
@@ -45,7 +52,8 @@ def test_every_edge_says_its_class_bandwidth_per_direction_and_latency() -> None
         for e in cytoscape_elements(build()):
             if e["group"] == "edges":
                 assert {"link_class", "bandwidth_gbps_per_direction", "latency_us"} <= set(
-                    e["data"])
+                    e["data"]
+                )
 
 
 def test_pcie_edges_follow_the_recovered_switches() -> None:

@@ -68,8 +68,10 @@ def test_two_servers_wired_alike_share_a_fingerprint_whatever_their_nic_names() 
 
 
 def test_the_three_v100_samples_share_one_nvlink_fabric_and_the_p100_dgx1_does_not() -> None:
-    fabrics = {p: topology_fingerprint(nvlink_fabric(read(p))) for p in
-               ("topo_07", "topo_12", "topo_29", "topo_31")}
+    fabrics = {
+        p: topology_fingerprint(nvlink_fabric(read(p)))
+        for p in ("topo_07", "topo_12", "topo_29", "topo_31")
+    }
     assert fabrics["topo_12"] == fabrics["topo_29"] == fabrics["topo_31"]
     assert fabrics["topo_07"] != fabrics["topo_12"]
 
@@ -89,8 +91,10 @@ def test_a_rewired_mesh_with_the_same_class_counts_gets_another_fingerprint() ->
     assert mesh.link_class("GPU0", "GPU7") == "SYS" and mesh.link_class("GPU3", "GPU4") == "SYS"
     # Swap two NV1 edges for two non-NVLink ones: every GPU keeps its NV1/NV2/SYS counts.
     swapped = {
-        frozenset(("GPU0", "GPU3")): "SYS", frozenset(("GPU4", "GPU7")): "SYS",
-        frozenset(("GPU0", "GPU7")): "NV1", frozenset(("GPU3", "GPU4")): "NV1",
+        frozenset(("GPU0", "GPU3")): "SYS",
+        frozenset(("GPU4", "GPU7")): "SYS",
+        frozenset(("GPU0", "GPU7")): "NV1",
+        frozenset(("GPU3", "GPU4")): "NV1",
     }
     rewired = Topology(
         mesh.devices,
@@ -175,8 +179,9 @@ def small_topologies(draw: st.DrawFn) -> Topology:
     n_gpus = draw(st.integers(1, 5))
     n_nics = draw(st.integers(0, 6 - n_gpus))
     pairs = list(itertools.combinations(range(n_gpus + n_nics), 2))
-    classes = draw(st.lists(st.sampled_from(["NV1", "NV2", "SYS"]), min_size=len(pairs),
-                            max_size=len(pairs)))
+    classes = draw(
+        st.lists(st.sampled_from(["NV1", "NV2", "SYS"]), min_size=len(pairs), max_size=len(pairs))
+    )
     return build(n_gpus, n_nics, dict(zip(pairs, classes, strict=True)), "SYS")
 
 

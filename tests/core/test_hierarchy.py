@@ -11,8 +11,18 @@ def test_it_splits_the_h200_box_into_two_numa_nodes_with_a_switch_tree_per_gpu_a
     h = recover_hierarchy(T.h200_nv18_12nic())
     numa = [n for n in h.nodes if n.kind == "numa"]
     assert [n.label for n in numa] == ["NUMA node 0", "NUMA node 1"]
-    assert numa[0].devices == ("GPU0", "GPU1", "GPU2", "GPU3", "NIC0", "NIC1", "NIC2", "NIC3",
-                               "NIC4", "NIC5")
+    assert numa[0].devices == (
+        "GPU0",
+        "GPU1",
+        "GPU2",
+        "GPU3",
+        "NIC0",
+        "NIC1",
+        "NIC2",
+        "NIC3",
+        "NIC4",
+        "NIC5",
+    )
     assert h.node(h.parent["GPU0"]).devices == ("GPU0", "NIC0")  # the PXB pair
     assert h.node(h.parent["NIC1"]).kind == "switch"  # NIC1-NIC2 are PIX
     assert h.implied_class("GPU1", "NIC3") == "PXB"
@@ -77,8 +87,11 @@ def test_classes_that_do_not_nest_become_a_finding_naming_the_pair() -> None:
 
 def test_a_uniform_nvswitch_domain_with_a_short_pair_is_flagged() -> None:
     devices = tuple(Device(f"GPU{i}", "gpu", i) for i in range(4))
-    links = tuple(Link(f"GPU{a}", f"GPU{b}", "NV12" if (a, b) == (0, 1) else "NV18")
-                  for a in range(4) for b in range(a + 1, 4))
+    links = tuple(
+        Link(f"GPU{a}", f"GPU{b}", "NV12" if (a, b) == (0, 1) else "NV18")
+        for a in range(4)
+        for b in range(a + 1, 4)
+    )
     h = recover_hierarchy(Topology(devices, links), "NVIDIA H100 80GB HBM3", nvswitch=True)
     assert [f.kind for f in h.findings] == ["nvlink_uneven"]
     assert "GPU0-GPU1" in h.findings[0].message
@@ -93,8 +106,12 @@ def test_a_numa_column_the_matrix_contradicts_is_a_finding_and_the_matrix_wins()
     for i in range(8):
         cells = nv.split()
         cells[i] = "X"
-        nic = {0: "PXB PXB SYS SYS", 1: "PXB PXB SYS SYS", 2: "SYS SYS PXB PXB",
-               3: "SYS SYS PXB PXB"}.get(i, "SYS SYS SYS SYS")
+        nic = {
+            0: "PXB PXB SYS SYS",
+            1: "PXB PXB SYS SYS",
+            2: "SYS SYS PXB PXB",
+            3: "SYS SYS PXB PXB",
+        }.get(i, "SYS SYS SYS SYS")
         rows.append(" ".join(cells) + " " + nic)
     rows += [
         "PXB PXB SYS SYS SYS SYS SYS SYS X PXB SYS SYS",
@@ -102,8 +119,10 @@ def test_a_numa_column_the_matrix_contradicts_is_a_finding_and_the_matrix_wins()
         "SYS SYS PXB PXB SYS SYS SYS SYS SYS SYS X PIX",
         "SYS SYS PXB PXB SYS SYS SYS SYS SYS SYS PIX X",
     ]
-    aff = {f"GPU{i}": ("0-31,64-95" if i < 4 else "32-63,96-127", "0" if i < 4 else "1")
-           for i in range(8)}
+    aff = {
+        f"GPU{i}": ("0-31,64-95" if i < 4 else "32-63,96-127", "0" if i < 4 else "1")
+        for i in range(8)
+    }
     h = recover_hierarchy(T.from_rows(names, rows, aff))
     assert h.numa_of("GPU0") != h.numa_of("GPU2")
     assert h.numa_of("GPU4") == h.numa_of("GPU7")

@@ -42,8 +42,10 @@ def test_every_dimension_gets_its_collectives() -> None:
 
 def test_sequence_parallel_swaps_the_all_reduce_for_gather_and_scatter() -> None:
     shape = ModelShape("sp", 96, 12288, 2048, 4, 1, 175e9, sequence_parallel=True)
-    assert [e.collective for e in ledger(shape, Layout(8, 1, 1))] == ["all_gather",
-                                                                      "reduce_scatter"]
+    assert [e.collective for e in ledger(shape, Layout(8, 1, 1))] == [
+        "all_gather",
+        "reduce_scatter",
+    ]
 
 
 def test_bad_shapes_and_layouts_are_refused() -> None:

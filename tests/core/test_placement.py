@@ -70,9 +70,11 @@ def test_tp_takes_the_nvlink_bridges_that_the_naive_order_splits() -> None:
 
 
 def test_larger_servers_are_searched_fast_and_never_worse_than_naive() -> None:
-    for build, layout in ((T.pcie_nv4_pairs_16gpu, Layout(2, 2, 4)),
-                          (T.pcie_nv4_pairs_16gpu, Layout(4, 1, 4)),
-                          (T.nvl72, Layout(8, 9, 1))):
+    for build, layout in (
+        (T.pcie_nv4_pairs_16gpu, Layout(2, 2, 4)),
+        (T.pcie_nv4_pairs_16gpu, Layout(4, 1, 4)),
+        (T.nvl72, Layout(8, 9, 1)),
+    ):
         model = build_model(build())
         start = time.perf_counter()
         result = place(model, layout, time_budget_s=0.3)
@@ -112,11 +114,15 @@ def test_k_gpu_selection_over_many_servers_ranks_the_nvswitch_box_first() -> Non
 def test_affinity_names_nearest_nics_numa_and_warns_where_no_nic_is_local() -> None:
     advice = affinity(build_model(T.h200_nv18_12nic()))
     gpu1 = advice.gpus[1]
-    assert (gpu1.nearest_nics, gpu1.nic_class, gpu1.numa_node) == (("mlx5_3",), "PXB",
-                                                                    "NUMA node 0")
+    assert (gpu1.nearest_nics, gpu1.nic_class, gpu1.numa_node) == (
+        ("mlx5_3",),
+        "PXB",
+        "NUMA node 0",
+    )
     assert gpu1.cpu_list == "0-55,112-167"
     assert advice.binding_hints[1] == (
-        "GPU1: numactl --cpunodebind=0 --membind=0; NCCL_IB_HCA=mlx5_3")
+        "GPU1: numactl --cpunodebind=0 --membind=0; NCCL_IB_HCA=mlx5_3"
+    )
     assert all(g.warning is None for g in advice.gpus)
     l40s = affinity(build_model(T.l40s_4gpu()))
     assert [g.gpu for g in l40s.gpus if g.warning] == [0, 1]

@@ -13,9 +13,7 @@ from topoweb.core.formats import ParseError, parse_text
 from topoweb.core.formats.topo import parse
 from topoweb.core.model import Device, Link, Topology
 
-SETTINGS = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SAMPLES = [(FIXTURES / name).read_text(encoding="utf-8") for name in TOPO_FILES]
 CLASSES = ["NV1", "NV2", "NV4", "NV12", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS"]
 
@@ -42,8 +40,27 @@ def test_random_text_never_raises_anything_but_parse_error(text: str) -> None:
 @SETTINGS
 @given(
     st.lists(
-        st.sampled_from(["GPU0", "GPU1", "NIC0", "mlx5_0", " X ", "NV18", "PIX", "SYS", "NS",
-                         "\t", "  ", "\n", "0-3", "N/A", "CPU Affinity", "NODENODE", ""]),
+        st.sampled_from(
+            [
+                "GPU0",
+                "GPU1",
+                "NIC0",
+                "mlx5_0",
+                " X ",
+                "NV18",
+                "PIX",
+                "SYS",
+                "NS",
+                "\t",
+                "  ",
+                "\n",
+                "0-3",
+                "N/A",
+                "CPU Affinity",
+                "NODENODE",
+                "",
+            ]
+        ),
         max_size=60,
     )
 )
@@ -96,15 +113,17 @@ def topologies(draw: st.DrawFn) -> Topology:
     n_nics = draw(st.integers(0, 4))
     nic_style = draw(st.sampled_from(["NIC", "mlx5_"]))
     devices = [
-        Device(f"GPU{i}", "gpu", i,
-               cpu_affinity=draw(st.sampled_from([None, "0-55,112-167", "0,2,4", "1-1"])),
-               numa_affinity=draw(st.sampled_from([None, "0", "1", "0-3"])),
-               gpu_numa_id=draw(st.sampled_from([None, "2"])))
+        Device(
+            f"GPU{i}",
+            "gpu",
+            i,
+            cpu_affinity=draw(st.sampled_from([None, "0-55,112-167", "0,2,4", "1-1"])),
+            numa_affinity=draw(st.sampled_from([None, "0", "1", "0-3"])),
+            gpu_numa_id=draw(st.sampled_from([None, "2"])),
+        )
         for i in range(n_gpus)
     ]
-    devices += [
-        Device(f"{nic_style}{i}", "nic", i, nic_name=f"mlx5_{i}") for i in range(n_nics)
-    ]
+    devices += [Device(f"{nic_style}{i}", "nic", i, nic_name=f"mlx5_{i}") for i in range(n_nics)]
     links = [
         Link(a.id, b.id, draw(st.sampled_from(CLASSES)))
         for a, b in itertools.combinations(devices, 2)

@@ -85,8 +85,16 @@ def h200_nv18_12nic() -> Topology:
 def dgx_a100_nv12() -> Topology:
     """tests/fixtures/topo_26_dgx-a100-8gpu-nv12-12mlx5-named-cols.txt"""
     names = [f"GPU{i}" for i in range(8)] + [f"mlx5_{i}" for i in range(12)]
-    pxb_nics = {0: (0, 1), 1: (0, 1), 2: (2, 3), 3: (2, 3), 4: (6, 7), 5: (6, 7), 6: (8, 9),
-                7: (8, 9)}
+    pxb_nics = {
+        0: (0, 1),
+        1: (0, 1),
+        2: (2, 3),
+        3: (2, 3),
+        4: (6, 7),
+        5: (6, 7),
+        6: (8, 9),
+        7: (8, 9),
+    }
 
     def cell(i: int, j: int) -> str:
         if i == j:
@@ -95,16 +103,21 @@ def dgx_a100_nv12() -> Topology:
             return "NV12"
         if i >= 8 and j >= 8:
             a, b = sorted((i - 8, j - 8))
-            return "PXB" if (a, b) in {(0, 1), (2, 3), (6, 7), (8, 9)} else (
-                "PIX" if (a, b) in {(4, 5), (10, 11)} else "SYS")
+            return (
+                "PXB"
+                if (a, b) in {(0, 1), (2, 3), (6, 7), (8, 9)}
+                else ("PIX" if (a, b) in {(4, 5), (10, 11)} else "SYS")
+            )
         g, n = (i, j - 8) if i < 8 else (j, i - 8)
         return "PXB" if n in pxb_nics[g] else "SYS"
 
     rows = [" ".join(cell(i, j) for j in range(20)) for i in range(20)]
-    aff = (_same(("48-63,176-191", "3"), names[0:2])
-           | _same(("16-31,144-159", "1"), names[2:4])
-           | _same(("112-127,240-255", "7"), names[4:6])
-           | _same(("80-95,208-223", "5"), names[6:8]))
+    aff = (
+        _same(("48-63,176-191", "3"), names[0:2])
+        | _same(("16-31,144-159", "1"), names[2:4])
+        | _same(("112-127,240-255", "7"), names[4:6])
+        | _same(("80-95,208-223", "5"), names[6:8])
+    )
     return from_rows(names, rows, aff)
 
 
@@ -161,8 +174,9 @@ def rtx6000ada_2gpu() -> Topology:
     """tests/fixtures/topo_10_rtx6000ada-2gpu-phb-2nic-threadripper.txt"""
     names = ["GPU0", "GPU1", "NIC0", "NIC1"]
     rows = ["X PHB NODE NODE", "PHB X NODE NODE", "NODE NODE X PIX", "NODE NODE PIX X"]
-    return from_rows(names, rows, _same(("0-23", "0"), names[:2]),
-                     {"NIC0": "mlx5_0", "NIC1": "mlx5_1"})
+    return from_rows(
+        names, rows, _same(("0-23", "0"), names[:2]), {"NIC0": "mlx5_0", "NIC1": "mlx5_1"}
+    )
 
 
 def a100_nv4_4gpu() -> Topology:
@@ -176,8 +190,12 @@ def a100_nv4_4gpu() -> Topology:
         "SYS SYS SYS PHB X SYS",
         "SYS PHB SYS SYS SYS X",
     ]
-    aff = {"GPU0": ("24-31,56-63", "3"), "GPU1": ("16-23,48-55", "2"),
-           "GPU2": ("8-15,40-47", "1"), "GPU3": ("0-7,32-39", "0")}
+    aff = {
+        "GPU0": ("24-31,56-63", "3"),
+        "GPU1": ("16-23,48-55", "2"),
+        "GPU2": ("8-15,40-47", "1"),
+        "GPU3": ("0-7,32-39", "0"),
+    }
     return from_rows(names, rows, aff)
 
 
@@ -211,8 +229,9 @@ def gtx1070_7gpu() -> Topology:
 
 def rtx2080ti_pix_pair() -> Topology:
     """tests/fixtures/topo_32_rtx2080ti-2gpu-pix-plus-topo-p2p-status-matrix.txt"""
-    return from_rows(["GPU0", "GPU1"], ["X PIX", "PIX X"],
-                     _same(("24-47,72-95", "1"), ["GPU0", "GPU1"]))
+    return from_rows(
+        ["GPU0", "GPU1"], ["X PIX", "PIX X"], _same(("24-47,72-95", "1"), ["GPU0", "GPU1"])
+    )
 
 
 # --- synthetic servers -------------------------------------------------------------------

@@ -299,9 +299,7 @@ def run_analysis(analysis_id: int) -> str:
             error = f"gave up after {analysis.attempts} attempts: {type(exc).__name__}: {exc}"
             _mark_failed(mine, error, started)
         else:
-            mine.update(
-                status=Analysis.Status.PENDING, claimed_at=None, updated_at=timezone.now()
-            )
+            mine.update(status=Analysis.Status.PENDING, claimed_at=None, updated_at=timezone.now())
         raise
     finished = timezone.now()
     written = mine.update(

@@ -100,9 +100,7 @@ GENERATIONS: dict[str, Generation] = {
     "Hopper": Generation("Hopper", "NVLink4", 18, 5, "Intel UPI (Sapphire Rapids)", 400),
     "Hopper-H800": Generation("Hopper-H800", "NVLink4", 8, 5, "Intel UPI (Sapphire Rapids)", 400),
     "Blackwell": Generation("Blackwell", "NVLink5", 18, 5, "Intel UPI (Emerald Rapids)", 400),
-    "Blackwell-consumer": Generation(
-        "Blackwell-consumer", None, 0, 5, "AMD xGMI (Zen5)", 200
-    ),
+    "Blackwell-consumer": Generation("Blackwell-consumer", None, 0, 5, "AMD xGMI (Zen5)", 200),
 }
 
 # First match wins: specific names before families.

@@ -93,8 +93,7 @@ def cmd_place(args: argparse.Namespace) -> dict[str, Any]:
         result = place(model, layout, free)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    groups = {k: [list(g) for g in v] for k, v in result.groups.items()
-              if k != "ep" or args.ep > 1}
+    groups = {k: [list(g) for g in v] for k, v in result.groups.items() if k != "ep" or args.ep > 1}
     return {
         "groups": groups,
         "predicted_step_comm_us": round(result.step_comm_us, 3),

@@ -15,7 +15,13 @@ from topoweb.core.hierarchy import Hierarchy, recover_hierarchy
 from topoweb.core.model import NcclRun, P2PResult, Topology
 
 COLLECTIVES: tuple[str, ...] = (
-    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "alltoall", "sendrecv",
+    "all_reduce",
+    "reduce_scatter",
+    "all_gather",
+    "broadcast",
+    "reduce",
+    "alltoall",
+    "sendrecv",
 )
 # nccl-tests busbw = algbw x factor(p) (DOMAIN.md s3).
 BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
@@ -54,8 +60,11 @@ class Calibration:
     sources: tuple[str, ...] = ()
 
     def merged(self, other: Calibration) -> Calibration:
-        return Calibration({**self.scale, **other.scale}, {**self.alpha_us, **other.alpha_us},
-                           self.sources + other.sources)
+        return Calibration(
+            {**self.scale, **other.scale},
+            {**self.alpha_us, **other.alpha_us},
+            self.sources + other.sources,
+        )
 
     def to_document(self) -> dict[str, Any]:
         return {"scale": self.scale, "alpha_us": self.alpha_us, "sources": list(self.sources)}
@@ -154,36 +163,56 @@ class CostModel:
                 if lnk.is_nvlink and domain is not None and b in domain.gpus:
                     if domain.fabric == "nvswitch":
                         bw = domain.port_links * hw.nvlink_per_link_gbps
-                        out = self._resource(f"nvport:{a}:out", "nvswitch_port", "nvlink", bw,
-                                             f"NVSwitch port of {a} (NV{domain.port_links}, "
-                                             "egress)")
-                        inn = self._resource(f"nvport:{b}:in", "nvswitch_port", "nvlink", bw,
-                                             f"NVSwitch port of {b} (NV{domain.port_links}, "
-                                             "ingress)")
+                        out = self._resource(
+                            f"nvport:{a}:out",
+                            "nvswitch_port",
+                            "nvlink",
+                            bw,
+                            f"NVSwitch port of {a} (NV{domain.port_links}, egress)",
+                        )
+                        inn = self._resource(
+                            f"nvport:{b}:in",
+                            "nvswitch_port",
+                            "nvlink",
+                            bw,
+                            f"NVSwitch port of {b} (NV{domain.port_links}, ingress)",
+                        )
                         path: tuple[tuple[int, float], ...] = ((out, 1.0), (inn, 1.0))
                     else:
                         bw = lnk.nvlinks * hw.nvlink_per_link_gbps
-                        r = self._resource(f"nvpair:{a}>{b}", "nvlink_pair", "nvlink", bw,
-                                           f"NVLink {lnk.link_class} {a}->{b}")
+                        r = self._resource(
+                            f"nvpair:{a}>{b}",
+                            "nvlink_pair",
+                            "nvlink",
+                            bw,
+                            f"NVLink {lnk.link_class} {a}->{b}",
+                        )
                         path = ((r, 1.0),)
                     self._paths[(a_idx, b_idx)] = path
                     self._alpha[(a_idx, b_idx)] = self._alpha_of("nvlink")
                 else:
-                    self._paths[(a_idx, b_idx)], self._alpha[(a_idx, b_idx)] = self._pcie_path(
-                        a, b)
+                    self._paths[(a_idx, b_idx)], self._alpha[(a_idx, b_idx)] = self._pcie_path(a, b)
 
     def _uplink(self, item: str, direction: str) -> int:
         hw = self.hardware
         if item in self._device_ids:
             return self._resource(
-                f"pcie:{item}:{direction}", "pcie_link", "pcie", hw.pcie_gbps,
+                f"pcie:{item}:{direction}",
+                "pcie_link",
+                "pcie",
+                hw.pcie_gbps,
                 f"PCIe Gen{hw.pcie_gen} x{hw.pcie_width} link of {item} "
-                f"({'toward the CPU' if direction == 'up' else 'from the CPU'})")
+                f"({'toward the CPU' if direction == 'up' else 'from the CPU'})",
+            )
         node = self.hierarchy.node(item)
         kind = "host_bridge" if node.kind == "host_bridge" else "pcie_uplink"
         return self._resource(
-            f"uplink:{item}:{direction}", kind, "pcie", hw.pcie_gbps,
-            f"uplink of {node.label} ({'up' if direction == 'up' else 'down'})")
+            f"uplink:{item}:{direction}",
+            kind,
+            "pcie",
+            hw.pcie_gbps,
+            f"uplink of {node.label} ({'up' if direction == 'up' else 'down'})",
+        )
 
     def _pcie_path(self, a: str, b: str) -> tuple[tuple[tuple[int, float], ...], float]:
         """PCIe route a -> b: up to the lowest common node, across sockets if needed, down.
@@ -212,12 +241,30 @@ class CostModel:
         numa_a, numa_b = up_a[-1], up_b[-1]
         if numa_a != numa_b:
             cap = self.hardware.socket_gbps
-            path.append((self._resource(f"socket:{numa_a}:out", "socket", "socket", cap,
-                                        f"socket link out of {h.node(numa_a).label} "
-                                        f"({hw.socket_link})"), weight))
-            path.append((self._resource(f"socket:{numa_b}:in", "socket", "socket", cap,
-                                        f"socket link into {h.node(numa_b).label} "
-                                        f"({hw.socket_link})"), weight))
+            path.append(
+                (
+                    self._resource(
+                        f"socket:{numa_a}:out",
+                        "socket",
+                        "socket",
+                        cap,
+                        f"socket link out of {h.node(numa_a).label} ({hw.socket_link})",
+                    ),
+                    weight,
+                )
+            )
+            path.append(
+                (
+                    self._resource(
+                        f"socket:{numa_b}:in",
+                        "socket",
+                        "socket",
+                        cap,
+                        f"socket link into {h.node(numa_b).label} ({hw.socket_link})",
+                    ),
+                    weight,
+                )
+            )
             alpha += self._alpha_of("socket")
         return tuple(path + down[::-1]), alpha
 
@@ -227,8 +274,9 @@ class CostModel:
         out = tuple(gpus)
         unknown = [g for g in out if g not in self.gpu_ids]
         if unknown:
-            raise ValueError(f"unknown GPU index {unknown[0]}: this server has GPUs "
-                             f"{sorted(self.gpu_ids)}")
+            raise ValueError(
+                f"unknown GPU index {unknown[0]}: this server has GPUs {sorted(self.gpu_ids)}"
+            )
         if len(set(out)) != len(out):
             raise ValueError(f"GPU list {list(out)} repeats a GPU")
         return out
@@ -308,8 +356,9 @@ class CostModel:
         self._ring_cache[key] = result
         return result
 
-    def _best_ring(self, key: tuple[int, ...],
-                   allowed: Callable[[Flow], bool] | None = None) -> tuple[int, ...] | None:
+    def _best_ring(
+        self, key: tuple[int, ...], allowed: Callable[[Flow], bool] | None = None
+    ) -> tuple[int, ...] | None:
         if len(key) <= 3:
             ring = key
             return ring if allowed is None or all(map(allowed, _ring_flows(ring))) else None
@@ -372,13 +421,13 @@ class CostModel:
     def _is_nvlink(self, flow: Flow) -> bool:
         return all(self.resources[r].cls == "nvlink" for r, _ in self._paths[flow])
 
-    def _weighted(self, channels: list[tuple[tuple[int, ...], float]]
-                  ) -> list[tuple[tuple[int, ...], float]]:
+    def _weighted(
+        self, channels: list[tuple[tuple[int, ...], float]]
+    ) -> list[tuple[tuple[int, ...], float]]:
         solo = [self._ring_rate(o).gbps for o, _ in channels]
         return [(o, s / sum(solo)) for (o, _), s in zip(channels, solo, strict=True)]
 
-    def _channel_load(self, channels: Iterable[tuple[tuple[int, ...], float]]
-                      ) -> dict[int, float]:
+    def _channel_load(self, channels: Iterable[tuple[tuple[int, ...], float]]) -> dict[int, float]:
         return self.load((f, w) for o, w in channels for f in _ring_flows(o))
 
     def _ring_rate(self, order: tuple[int, ...]) -> Rate:
@@ -386,6 +435,7 @@ class CostModel:
 
     def _greedy_ring(self, key: tuple[int, ...]) -> tuple[int, ...]:
         """Nearest neighbour by pair bandwidth, then 2-opt on the ring's rate."""
+
         def pair_bw(a: int, b: int) -> float:
             return self.solo_rate(self.load([((a, b), 1.0)])).gbps
 
@@ -402,7 +452,7 @@ class CostModel:
             improved = False
             for i in range(1, len(best) - 1):
                 for j in range(i + 1, len(best)):
-                    cand = best[:i] + best[i:j + 1][::-1] + best[j + 1:]
+                    cand = best[:i] + best[i : j + 1][::-1] + best[j + 1 :]
                     r = self._ring_rate(cand).gbps
                     if r > best_rate * 1.0001:
                         best, best_rate, improved = cand, r, True
@@ -446,8 +496,9 @@ def build_model(
     """A cost model for one server. `gpu_model` is the NVML name where known."""
     if not topo.gpus:
         raise ValueError("the topology has no GPUs")
-    hw = resolve_hardware(topo, gpu_model, pcie_gen=pcie_gen, pcie_width=pcie_width,
-                          p2p_enabled=p2p_enabled)
+    hw = resolve_hardware(
+        topo, gpu_model, pcie_gen=pcie_gen, pcie_width=pcie_width, p2p_enabled=p2p_enabled
+    )
     return CostModel(topo, hw, recover_hierarchy(topo, gpu_model, nvswitch), calibration)
 
 
@@ -468,8 +519,9 @@ class _Variant:
     bottleneck: int
 
 
-def _ring_variant(model: CostModel, collective: str, gpus: tuple[int, ...], n: int,
-                  rate: Rate | None = None) -> _Variant:
+def _ring_variant(
+    model: CostModel, collective: str, gpus: tuple[int, ...], n: int, rate: Rate | None = None
+) -> _Variant:
     p = len(gpus)
     channels = model.ring_channels(gpus)
     order = channels[0][0]
@@ -537,14 +589,24 @@ def _hierarchical_variant(model: CostModel, gpus: tuple[int, ...], n: int) -> _V
     intra = model.share([model.group_load("reduce_scatter", g) for g in parts])
     cross_groups = [tuple(part[j] for part in parts) for j in range(m)]
     inter = model.share([model.group_load("all_reduce", g) for g in cross_groups])
-    rs = max(_ring_variant(model, "reduce_scatter", g, n, r).time_us
-             for g, r in zip(parts, intra, strict=True))
-    ar = max(_ring_variant(model, "all_reduce", g, n // m, r).time_us
-             for g, r in zip(cross_groups, inter, strict=True))
+    rs = max(
+        _ring_variant(model, "reduce_scatter", g, n, r).time_us
+        for g, r in zip(parts, intra, strict=True)
+    )
+    ar = max(
+        _ring_variant(model, "all_reduce", g, n // m, r).time_us
+        for g, r in zip(cross_groups, inter, strict=True)
+    )
     slow = min(inter, key=lambda r: r.gbps)
     a = model.alpha(_ring_flows(cross_groups[0]))
-    return _Variant("hierarchical", 2 * rs + ar, tuple(g for part in parts for g in part),
-                    slow.gbps, a, slow.bottleneck)
+    return _Variant(
+        "hierarchical",
+        2 * rs + ar,
+        tuple(g for part in parts for g in part),
+        slow.gbps,
+        a,
+        slow.bottleneck,
+    )
 
 
 def collective_cost(
@@ -557,8 +619,9 @@ def collective_cost(
     """Predicted time of one collective on `gpus` (matrix GPU indices) moving `nbytes` as
     nccl-tests counts them; the best algorithm unless one is named."""
     if collective not in COLLECTIVES:
-        raise ValueError(f"unknown collective {collective!r}; expected one of "
-                         f"{', '.join(COLLECTIVES)}")
+        raise ValueError(
+            f"unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}"
+        )
     if nbytes < 0:
         raise ValueError("the message size cannot be negative")
     key = model.check_gpus(gpus)
@@ -570,14 +633,23 @@ def collective_cost(
         flows = [(a, b) for a in key for b in key if a != b]
         rate = model.solo_rate(model.load((f, 1.0) for f in flows))
         a = model.alpha(flows)
-        variants.append(_Variant("pairwise", (p - 1) * a + _us(nbytes / p, rate.gbps),
-                                 key, rate.gbps, a, rate.bottleneck))
+        variants.append(
+            _Variant(
+                "pairwise",
+                (p - 1) * a + _us(nbytes / p, rate.gbps),
+                key,
+                rate.gbps,
+                a,
+                rate.bottleneck,
+            )
+        )
     elif collective == "sendrecv" and p == 2:
         ld = model.load([((key[0], key[1]), 1.0)])
         rate = model.solo_rate(ld)
         a = model.alpha([(key[0], key[1])])
-        variants.append(_Variant("p2p", a + _us(nbytes, rate.gbps), key, rate.gbps, a,
-                                 rate.bottleneck))
+        variants.append(
+            _Variant("p2p", a + _us(nbytes, rate.gbps), key, rate.gbps, a, rate.bottleneck)
+        )
     else:
         ring = _ring_variant(model, collective, key, nbytes)
         variants.append(ring)
@@ -591,16 +663,24 @@ def collective_cost(
     if algorithm is not None:
         chosen = [v for v in variants if v.algorithm == algorithm]
         if not chosen:
-            raise ValueError(f"algorithm {algorithm!r} does not apply to {collective} on "
-                             f"{p} GPUs; try {', '.join(v.algorithm for v in variants)}")
+            raise ValueError(
+                f"algorithm {algorithm!r} does not apply to {collective} on "
+                f"{p} GPUs; try {', '.join(v.algorithm for v in variants)}"
+            )
         best = chosen[0]
     else:
         best = min(variants, key=lambda v: v.time_us)
     return _result(model, collective, key, nbytes, best, variants)
 
 
-def _result(model: CostModel, collective: str, key: tuple[int, ...], nbytes: int,
-            best: _Variant, variants: Sequence[_Variant]) -> CollectiveCost:
+def _result(
+    model: CostModel,
+    collective: str,
+    key: tuple[int, ...],
+    nbytes: int,
+    best: _Variant,
+    variants: Sequence[_Variant],
+) -> CollectiveCost:
     p = len(key)
     algbw = nbytes / (best.time_us * 1e3) if best.time_us > 0 else 0.0
     res = model.resources[best.bottleneck]
@@ -616,9 +696,12 @@ def _result(model: CostModel, collective: str, key: tuple[int, ...], nbytes: int
         bandwidth_gbps=best.bandwidth,
         alpha_us=best.alpha,
         bottleneck=f"{res.description}, {res.capacity_gbps:.1f} GB/s per direction"
-                   + ("" if abs(res.capacity_gbps - best.bandwidth) < 0.05 else
-                      f"; the {best.algorithm} gets {best.bandwidth:.1f} GB/s")
-                   + ("" if best.algorithm in ("ring", "p2p") else f" ({best.algorithm})"),
+        + (
+            ""
+            if abs(res.capacity_gbps - best.bandwidth) < 0.05
+            else f"; the {best.algorithm} gets {best.bandwidth:.1f} GB/s"
+        )
+        + ("" if best.algorithm in ("ring", "p2p") else f" ({best.algorithm})"),
         bottleneck_class=res.cls,
         calibrated=model.is_calibrated(res.cls),
         alternatives={v.algorithm: v.time_us for v in variants},
@@ -643,8 +726,14 @@ def concurrent_costs(
         if collective == "alltoall":
             flows = [(a, b) for a in k for b in k if a != b]
             a = model.alpha(flows)
-            v = _Variant("pairwise", (p - 1) * a + _us(nbytes / p, rate.gbps), k, rate.gbps,
-                         a, rate.bottleneck)
+            v = _Variant(
+                "pairwise",
+                (p - 1) * a + _us(nbytes / p, rate.gbps),
+                k,
+                rate.gbps,
+                a,
+                rate.bottleneck,
+            )
         elif collective == "sendrecv" and p == 2:
             a = model.alpha([(k[0], k[1])])
             v = _Variant("p2p", a + _us(nbytes, rate.gbps), k, rate.gbps, a, rate.bottleneck)
@@ -654,8 +743,13 @@ def concurrent_costs(
     return out
 
 
-def slowest_group_us(model: CostModel, collective: str, groups: Sequence[Sequence[int]],
-                     nbytes: int, chains: bool = False) -> float:
+def slowest_group_us(
+    model: CostModel,
+    collective: str,
+    groups: Sequence[Sequence[int]],
+    nbytes: int,
+    chains: bool = False,
+) -> float:
     """The time of the slowest of several concurrent groups, without building results: the
     inner loop of placement search. `chains` prices pipeline sends along each group."""
     if chains:
@@ -670,7 +764,8 @@ def slowest_group_us(model: CostModel, collective: str, groups: Sequence[Sequenc
             t = model.alpha([(g[i], g[i + 1]) for i in range(p - 1)]) + _us(nbytes, rate.gbps)
         elif collective == "alltoall":
             t = (p - 1) * model.alpha([(a, b) for a in g for b in g if a != b]) + _us(
-                nbytes / p, rate.gbps)
+                nbytes / p, rate.gbps
+            )
         elif collective == "sendrecv" and p == 2:
             t = model.alpha([(g[0], g[1])]) + _us(nbytes, rate.gbps)
         else:
@@ -679,8 +774,9 @@ def slowest_group_us(model: CostModel, collective: str, groups: Sequence[Sequenc
     return worst
 
 
-def chain_costs(model: CostModel, chains: Sequence[Sequence[int]], nbytes: int
-                ) -> list[CollectiveCost]:
+def chain_costs(
+    model: CostModel, chains: Sequence[Sequence[int]], nbytes: int
+) -> list[CollectiveCost]:
     """Pipeline sends: each chain passes `nbytes` from stage to stage, every boundary at
     once; all chains run together and share what they cross."""
     keys = [model.check_gpus(c) for c in chains]
@@ -695,8 +791,9 @@ def chain_costs(model: CostModel, chains: Sequence[Sequence[int]], nbytes: int
     return out
 
 
-def curve(model: CostModel, collective: str, gpus: Sequence[int],
-          sizes: Sequence[int] = STANDARD_SIZES) -> list[CollectiveCost]:
+def curve(
+    model: CostModel, collective: str, gpus: Sequence[int], sizes: Sequence[int] = STANDARD_SIZES
+) -> list[CollectiveCost]:
     """Predictions over message sizes (default 8 B .. 8 GiB), as a nccl-tests sweep prints."""
     return [collective_cost(model, collective, gpus, n) for n in sizes]
 
@@ -762,8 +859,9 @@ _STEPS: dict[str, tuple[Callable[[int], float], Callable[[int], float]]] = {
 }
 
 
-def calibrate_from_nccl(model: CostModel, run: NcclRun,
-                        gpus: Sequence[int] | None = None) -> Calibration:
+def calibrate_from_nccl(
+    model: CostModel, run: NcclRun, gpus: Sequence[int] | None = None
+) -> Calibration:
     """Fit a and B from a nccl-tests sweep on `gpus` (default: the run's devices), and turn
     them into a capacity scale and per-hop latency for the class that limited the run."""
     if run.failed or not run.rows:
@@ -777,8 +875,11 @@ def calibrate_from_nccl(model: CostModel, run: NcclRun,
     p = len(key)
     if p < 2:
         raise ValueError("calibration needs a run over at least two GPUs")
-    pts = [(float(r.bytes), float(r.out_of_place.time_us)) for r in run.rows
-           if r.out_of_place.time_us is not None and r.bytes > 0]
+    pts = [
+        (float(r.bytes), float(r.out_of_place.time_us))
+        for r in run.rows
+        if r.out_of_place.time_us is not None and r.bytes > 0
+    ]
     a_fit, b_line = fit_alpha_beta(pts)
     steps, factor = _STEPS[run.collective]
     b_fit = b_line * factor(p)
@@ -791,9 +892,14 @@ def calibrate_from_nccl(model: CostModel, run: NcclRun,
     base = collective_cost(model, run.collective, key, 1 << 30, algorithm=algorithm)
     cls = base.bottleneck_class
     scale = b_fit / base.bandwidth_gbps * model.calibration.scale.get(cls, 1.0)
-    return Calibration({cls: scale}, {cls: a_step},
-                       (f"nccl-tests {run.collective} on GPUs {list(key)}: "
-                        f"a={a_step:.2f} us per step, B={b_fit:.1f} GB/s ({cls})",))
+    return Calibration(
+        {cls: scale},
+        {cls: a_step},
+        (
+            f"nccl-tests {run.collective} on GPUs {list(key)}: "
+            f"a={a_step:.2f} us per step, B={b_fit:.1f} GB/s ({cls})",
+        ),
+    )
 
 
 def calibrate_from_p2p(model: CostModel, result: P2PResult) -> Calibration:
@@ -818,8 +924,7 @@ def calibrate_from_p2p(model: CostModel, result: P2PResult) -> Calibration:
     if not ratios:
         raise ValueError("the p2p result shares no GPU pair with this topology")
     return Calibration(
-        {c: statistics.median(v) * model.calibration.scale.get(c, 1.0)
-         for c, v in ratios.items()},
+        {c: statistics.median(v) * model.calibration.scale.get(c, 1.0) for c, v in ratios.items()},
         {c: statistics.median(v) for c, v in lats.items()},
         (f"p2pBandwidthLatencyTest over {n} GPUs",),
     )
@@ -827,5 +932,6 @@ def calibrate_from_p2p(model: CostModel, result: P2PResult) -> Calibration:
 
 def calibrated(model: CostModel, calibration: Calibration) -> CostModel:
     """The same server with measured figures applied."""
-    return CostModel(model.topo, model.hardware, model.hierarchy,
-                     model.calibration.merged(calibration))
+    return CostModel(
+        model.topo, model.hardware, model.hierarchy, model.calibration.merged(calibration)
+    )

@@ -232,8 +232,11 @@ def _label(topo: Topology, kind: NodeKind, n: int, members: tuple[str, ...]) -> 
         if len(values) == 1:
             return f"NUMA node {values.pop()}"
         return f"NUMA group {n} (inferred from the matrix)"
-    names = {"host_bridge": "PCIe host bridge", "switch_tree": "PCIe switch tree",
-             "switch": "PCIe switch"}
+    names = {
+        "host_bridge": "PCIe host bridge",
+        "switch_tree": "PCIe switch tree",
+        "switch": "PCIe switch",
+    }
     return f"{names[kind]} {n}"
 
 
@@ -256,17 +259,24 @@ def _join_by_numa_affinity(
                 first, second = uf.find(earlier), uf.find(other)
                 if first == second:
                     break
-                clash = next(((a, b) for a, b in sys_pairs
-                              if {uf.find(a), uf.find(b)} == {first, second}), None)
+                clash = next(
+                    ((a, b) for a, b in sys_pairs if {uf.find(a), uf.find(b)} == {first, second}),
+                    None,
+                )
                 if clash is None:
                     uf.join(earlier, other)
                     break
                 if earlier == members[0]:
-                    findings.append(Finding(
-                        "numa_affinity_conflict", "warning", (earlier, other),
-                        f"{earlier} and {other} both report NUMA affinity {value} but the "
-                        f"matrix puts them on different NUMA nodes ({clash[0]}-{clash[1]} "
-                        "is SYS); the matrix is followed"))
+                    findings.append(
+                        Finding(
+                            "numa_affinity_conflict",
+                            "warning",
+                            (earlier, other),
+                            f"{earlier} and {other} both report NUMA affinity {value} but the "
+                            f"matrix puts them on different NUMA nodes ({clash[0]}-{clash[1]} "
+                            "is SYS); the matrix is followed",
+                        )
+                    )
 
 
 def _nvlink_domains(
@@ -282,28 +292,44 @@ def _nvlink_domains(
     for members in uf.groups(gpu_ids):
         if len(members) < 2:
             continue
-        counts = sorted({topo.link(a, b).nvlinks
-                         for i, a in enumerate(members) for b in members[i + 1:]})
+        counts = sorted(
+            {topo.link(a, b).nvlinks for i, a in enumerate(members) for b in members[i + 1 :]}
+        )
         complete = 0 not in counts
         k = counts[-1]
         if nvswitch is not None:
             fabric = "nvswitch" if nvswitch else "point_to_point"
             reason = "NVML reports the remote NVLink device type as " + (
-                "SWITCH" if nvswitch else "GPU")
+                "SWITCH" if nvswitch else "GPU"
+            )
         elif complete and len(counts) == 1 and k * (len(members) - 1) > max(links_per_gpu, 1):
             fabric = "nvswitch"
-            reason = (f"every pair shows NV{k} and {k} x {len(members) - 1} peers exceeds the "
-                      f"{links_per_gpu} NVLinks one GPU has: the bundle is a switch port")
+            reason = (
+                f"every pair shows NV{k} and {k} x {len(members) - 1} peers exceeds the "
+                f"{links_per_gpu} NVLinks one GPU has: the bundle is a switch port"
+            )
         else:
             fabric = "point_to_point"
-            reason = ("pairs differ (" + "/".join(f"NV{c}" for c in counts if c) + ")"
-                      if len(counts) > 1 else
-                      f"NV{k} x {len(members) - 1} peers fits in {links_per_gpu} links per GPU")
+            reason = (
+                "pairs differ (" + "/".join(f"NV{c}" for c in counts if c) + ")"
+                if len(counts) > 1
+                else f"NV{k} x {len(members) - 1} peers fits in {links_per_gpu} links per GPU"
+            )
             reason += ": each NV<k> pair is a dedicated bundle"
         if fabric == "nvswitch" and len(counts) > 1:
-            low = [f"{a}-{b}" for i, a in enumerate(members) for b in members[i + 1:]
-                   if topo.link(a, b).nvlinks < k]
-            findings.append(Finding("nvlink_uneven", "warning", members,
-                                    f"NVSwitch domain with fewer than NV{k} on {', '.join(low)}"))
+            low = [
+                f"{a}-{b}"
+                for i, a in enumerate(members)
+                for b in members[i + 1 :]
+                if topo.link(a, b).nvlinks < k
+            ]
+            findings.append(
+                Finding(
+                    "nvlink_uneven",
+                    "warning",
+                    members,
+                    f"NVSwitch domain with fewer than NV{k} on {', '.join(low)}",
+                )
+            )
         domains.append(NvlinkDomain(members, fabric, k, reason))  # type: ignore[arg-type]
     return tuple(domains)

@@ -60,8 +60,9 @@ class Layout:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if self.dp % self.ep:
-            raise ValueError(f"EP {self.ep} must divide DP {self.dp} (experts split the "
-                             "data-parallel ranks)")
+            raise ValueError(
+                f"EP {self.ep} must divide DP {self.dp} (experts split the data-parallel ranks)"
+            )
 
     @property
     def size(self) -> int:
@@ -90,26 +91,60 @@ def ledger(shape: ModelShape, layout: Layout) -> tuple[LedgerEntry, ...]:
     if layout.tp > 1:
         count = 4 * layers_here * m
         if shape.sequence_parallel:
-            out.append(LedgerEntry("tp", "all_gather", act, count,
-                                   "sequence parallel: AllGather before each TP block"))
-            out.append(LedgerEntry("tp", "reduce_scatter", act, count,
-                                   "sequence parallel: ReduceScatter after each TP block"))
+            out.append(
+                LedgerEntry(
+                    "tp",
+                    "all_gather",
+                    act,
+                    count,
+                    "sequence parallel: AllGather before each TP block",
+                )
+            )
+            out.append(
+                LedgerEntry(
+                    "tp",
+                    "reduce_scatter",
+                    act,
+                    count,
+                    "sequence parallel: ReduceScatter after each TP block",
+                )
+            )
         else:
-            out.append(LedgerEntry("tp", "all_reduce", act, count,
-                                   "Megatron TP: 2 forward + 2 backward per layer per "
-                                   "micro-batch"))
+            out.append(
+                LedgerEntry(
+                    "tp",
+                    "all_reduce",
+                    act,
+                    count,
+                    "Megatron TP: 2 forward + 2 backward per layer per micro-batch",
+                )
+            )
     if layout.pp > 1:
-        out.append(LedgerEntry("pp", "sendrecv", act, 2 * m,
-                               "activations forward and their gradients back, per "
-                               "micro-batch, every stage boundary at once"))
+        out.append(
+            LedgerEntry(
+                "pp",
+                "sendrecv",
+                act,
+                2 * m,
+                "activations forward and their gradients back, per "
+                "micro-batch, every stage boundary at once",
+            )
+        )
     if layout.dp > 1:
         grad = int(shape.params * shape.bytes_per_elem / (layout.tp * layout.pp))
         out.append(LedgerEntry("dp", "all_reduce", grad, 1, "gradient AllReduce once per step"))
     if layout.ep > 1 and shape.moe_layers:
         tokens_bytes = act * shape.top_k
         count = 4 * -(-shape.moe_layers // layout.pp) * m
-        out.append(LedgerEntry("ep", "alltoall", tokens_bytes, count,
-                               "MoE dispatch + combine, forward and backward"))
+        out.append(
+            LedgerEntry(
+                "ep",
+                "alltoall",
+                tokens_bytes,
+                count,
+                "MoE dispatch + combine, forward and backward",
+            )
+        )
     return tuple(out)
 
 
@@ -149,8 +184,16 @@ def price(
         else:
             costs = concurrent_costs(model, e.collective, gs, e.bytes)
         slow = max(costs, key=lambda c: c.time_us)
-        out.append(PricedEntry(e, len(gs[0]), slow.time_us, slow.time_us * e.count,
-                               slow.bottleneck, slow.bottleneck_class))
+        out.append(
+            PricedEntry(
+                e,
+                len(gs[0]),
+                slow.time_us,
+                slow.time_us * e.count,
+                slow.bottleneck,
+                slow.bottleneck_class,
+            )
+        )
     return tuple(out)
 
 

@@ -23,23 +23,29 @@ DIMENSIONS = ("tp", "ep", "dp", "pp")
 Groups = dict[str, list[tuple[int, ...]]]
 
 
-def rank_groups(mapping: Sequence[int], layout: Layout,
-                dimensions: frozenset[str] = frozenset(DIMENSIONS)) -> Groups:
+def rank_groups(
+    mapping: Sequence[int], layout: Layout, dimensions: frozenset[str] = frozenset(DIMENSIONS)
+) -> Groups:
     """Megatron order, TP fastest: rank = tp + TP * (dp + DP * pp); EP splits DP."""
     tp, pp, dp, ep = layout.tp, layout.pp, layout.dp, layout.ep
     stride = tp * dp
     out: Groups = {}
     if "tp" in dimensions:
-        out["tp"] = [tuple(mapping[i:i + tp]) for i in range(0, len(mapping), tp)]
+        out["tp"] = [tuple(mapping[i : i + tp]) for i in range(0, len(mapping), tp)]
     if "dp" in dimensions:
-        out["dp"] = [tuple(mapping[p * stride + t:(p + 1) * stride:tp])
-                     for p in range(pp) for t in range(tp)]
+        out["dp"] = [
+            tuple(mapping[p * stride + t : (p + 1) * stride : tp])
+            for p in range(pp)
+            for t in range(tp)
+        ]
     if "pp" in dimensions:
         out["pp"] = [tuple(mapping[j::stride]) for j in range(stride)]
     if "ep" in dimensions:
         out["ep"] = [
-            tuple(mapping[p * stride + t + tp * b * ep:p * stride + t + tp * (b + 1) * ep:tp])
-            for p in range(pp) for t in range(tp) for b in range(dp // ep)
+            tuple(mapping[p * stride + t + tp * b * ep : p * stride + t + tp * (b + 1) * ep : tp])
+            for p in range(pp)
+            for t in range(tp)
+            for b in range(dp // ep)
         ]
     return out
 
@@ -66,7 +72,8 @@ class StepCost:
         memo_key = (entry.dimension, entry.collective, entry.bytes, key)
         if memo_key not in self.memo:
             self.memo[memo_key] = entry.count * slowest_group_us(
-                self.model, entry.collective, groups, entry.bytes, entry.dimension == "pp")
+                self.model, entry.collective, groups, entry.bytes, entry.dimension == "pp"
+            )
         return self.memo[memo_key]
 
     def __call__(self, mapping: Sequence[int]) -> float:
@@ -148,8 +155,10 @@ def place(
     shape = shape or DEFAULT_SHAPE
     gpus = sorted(model.check_gpus(free if free is not None else sorted(model.gpu_ids)))
     if layout.size != len(gpus):
-        raise ValueError(f"TP x PP x DP = {layout.tp} x {layout.pp} x {layout.dp} = "
-                         f"{layout.size} does not match the {len(gpus)} free GPUs")
+        raise ValueError(
+            f"TP x PP x DP = {layout.tp} x {layout.pp} x {layout.dp} = "
+            f"{layout.size} does not match the {len(gpus)} free GPUs"
+        )
     objective = StepCost(model, layout, shape)
     entries = objective.entries
     naive = tuple(gpus)
@@ -167,17 +176,33 @@ def place(
         best, best_us = naive, naive_us
     groups = {k: v for k, v in rank_groups(best, layout).items() if v and len(v[0]) > 1}
     per_dim = tuple(
-        DimensionResult(p.entry.dimension, p.entry.collective, p.entry.bytes, p.entry.count,
-                        p.each_us, p.total_us, p.bottleneck, p.bottleneck_class)
+        DimensionResult(
+            p.entry.dimension,
+            p.entry.collective,
+            p.entry.bytes,
+            p.entry.count,
+            p.each_us,
+            p.total_us,
+            p.bottleneck,
+            p.bottleneck_class,
+        )
         for p in price(model, entries, groups)
     )
-    return Placement(layout, shape, best, rank_groups(best, layout), best_us, naive_us, per_dim,
-                     search, any(model.is_calibrated(d.bottleneck_class) for d in per_dim),
-                     model.hardware.assumption)
+    return Placement(
+        layout,
+        shape,
+        best,
+        rank_groups(best, layout),
+        best_us,
+        naive_us,
+        per_dim,
+        search,
+        any(model.is_calibrated(d.bottleneck_class) for d in per_dim),
+        model.hardware.assumption,
+    )
 
 
-def _exact(objective: StepCost, gpus: list[int], layout: Layout
-           ) -> tuple[tuple[int, ...], float]:
+def _exact(objective: StepCost, gpus: list[int], layout: Layout) -> tuple[tuple[int, ...], float]:
     tp, dp, ep = layout.tp, layout.dp, layout.ep
     best: tuple[int, ...] = tuple(gpus)
     best_us = objective(best)
@@ -209,8 +234,9 @@ def _hierarchy_order(model: CostModel, gpus: list[int]) -> list[int]:
     return sorted(gpus, key=key)
 
 
-def _local_search(objective: StepCost, model: CostModel, gpus: list[int], budget_s: float,
-                  seed: int) -> tuple[tuple[int, ...], float, int]:
+def _local_search(
+    objective: StepCost, model: CostModel, gpus: list[int], budget_s: float, seed: int
+) -> tuple[tuple[int, ...], float, int]:
     deadline = time.perf_counter() + budget_s
     rng = random.Random(seed)
     starts = [tuple(gpus), tuple(_hierarchy_order(model, gpus))]
@@ -279,8 +305,9 @@ def select_gpus(
         free_t = tuple(sorted(model.check_gpus(free)))
         if len(free_t) < k:
             continue
-        scored = [(subset, *_quality(model, subset))
-                  for subset in _candidate_subsets(model, free_t, k)]
+        scored = [
+            (subset, *_quality(model, subset)) for subset in _candidate_subsets(model, free_t, k)
+        ]
         best_bw = max(round(bw, 1) for _, bw, _ in scored)
         tied = 0
         for subset, bw, why in scored:
@@ -292,19 +319,23 @@ def select_gpus(
             found.append(Selection(name, subset, bw, left_bw, why))
     if not found:
         raise ValueError(f"no server has {k} free GPUs")
-    found.sort(key=lambda s: (-round(s.busbw_gbps, 1), -round(s.leftover_busbw_gbps, 1),
-                              s.server, s.gpus))
+    found.sort(
+        key=lambda s: (-round(s.busbw_gbps, 1), -round(s.leftover_busbw_gbps, 1), s.server, s.gpus)
+    )
     out = []
     for s in found[:top]:
-        left_note = (f"; leaves GPUs that still reach {s.leftover_busbw_gbps:.0f} GB/s busbw"
-                     if s.leftover_busbw_gbps else "")
-        out.append(Selection(s.server, s.gpus, s.busbw_gbps, s.leftover_busbw_gbps,
-                             s.reason + left_note))
+        left_note = (
+            f"; leaves GPUs that still reach {s.leftover_busbw_gbps:.0f} GB/s busbw"
+            if s.leftover_busbw_gbps
+            else ""
+        )
+        out.append(
+            Selection(s.server, s.gpus, s.busbw_gbps, s.leftover_busbw_gbps, s.reason + left_note)
+        )
     return out
 
 
-def best_group(model: CostModel, k: int, free: Sequence[int] | None = None
-               ) -> tuple[int, ...]:
+def best_group(model: CostModel, k: int, free: Sequence[int] | None = None) -> tuple[int, ...]:
     """The best-connected k GPUs by all_reduce bus bandwidth alone (no fragmentation
     tie-break): the group a cost table prices for "k GPUs of this server"."""
     pool = tuple(sorted(model.check_gpus(free if free is not None else sorted(model.gpu_ids))))
@@ -317,17 +348,18 @@ def _quality(model: CostModel, subset: tuple[int, ...]) -> tuple[float, str]:
     if len(subset) < 2:
         return 0.0, f"a single GPU ({subset[0]}) needs no collective"
     c = collective_cost(model, "all_reduce", subset, SELECTION_BYTES)
-    return c.busbw_gbps, (f"all_reduce of 256 MiB on GPUs {list(subset)} reaches "
-                          f"{c.busbw_gbps:.0f} GB/s busbw, limited by {c.bottleneck}")
+    return c.busbw_gbps, (
+        f"all_reduce of 256 MiB on GPUs {list(subset)} reaches "
+        f"{c.busbw_gbps:.0f} GB/s busbw, limited by {c.bottleneck}"
+    )
 
 
-def _candidate_subsets(model: CostModel, free: tuple[int, ...], k: int
-                       ) -> list[tuple[int, ...]]:
+def _candidate_subsets(model: CostModel, free: tuple[int, ...], k: int) -> list[tuple[int, ...]]:
     if math.comb(len(free), k) <= MAX_SUBSETS:
         return list(itertools.combinations(free, k))
     # Too many: windows of k over the hierarchy order (neighbours share switches, domains).
     order = _hierarchy_order(model, list(free))
-    return sorted({tuple(sorted(order[i:i + k])) for i in range(len(order) - k + 1)})
+    return sorted({tuple(sorted(order[i : i + k])) for i in range(len(order) - k + 1)})
 
 
 # --- affinity ------------------------------------------------------------------------------
@@ -386,8 +418,10 @@ def affinity(model: CostModel) -> AffinityAdvice:
             cls = topo.link_class(gpu.id, near[0].id)
         warning = None
         if nics and cls == "SYS":
-            warning = (f"GPU{gpu.index} has no NIC on its NUMA node ({numa.label}): its "
-                       "network traffic crosses the socket link")
+            warning = (
+                f"GPU{gpu.index} has no NIC on its NUMA node ({numa.label}): its "
+                "network traffic crosses the socket link"
+            )
         out.append(GpuAffinity(gpu.index, numa.label, gpu.cpu_affinity, nearest, cls, warning))
         node_no = numa.label.split()[-1] if numa.label.split()[-1].isdigit() else None
         hint = f"GPU{gpu.index}:"

@@ -93,9 +93,7 @@ def parse(text: str) -> Topology:
     )
     blob = "".join(device_region.split())
 
-    rows, end_index, warnings = _read_rows(
-        lines, header_index, blob, first_gpu.start(), columns
-    )
+    rows, end_index, warnings = _read_rows(lines, header_index, blob, first_gpu.start(), columns)
     _check_square_and_symmetric(rows)
     nic_names = _read_nic_legend(lines, end_index)
     return _build(rows, columns, nic_names, warnings)
@@ -396,7 +394,9 @@ def _build(
     for position, row in enumerate(rows):
         attrs = dict(zip(fields, row.values, strict=True))
         cpu, numa, gpu_numa = (
-            attrs.get("cpu_affinity"), attrs.get("numa_affinity"), attrs.get("gpu_numa_id")
+            attrs.get("cpu_affinity"),
+            attrs.get("numa_affinity"),
+            attrs.get("gpu_numa_id"),
         )
         gpu = _GPU_ID.match(row.label)
         if gpu:
