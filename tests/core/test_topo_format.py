@@ -111,7 +111,13 @@ def test_dgx1_glued_header_reads_the_hybrid_cube_mesh_and_odd_nic_order() -> Non
     assert [d.index for d in topo.nics] == [0, 1, 2, 3]
     # GPU0 has NVLinks to GPU1-4 and none to GPU5-7: the cube's cross edge is GPU0-GPU4.
     assert [topo.link_class("GPU0", f"GPU{i}") for i in range(1, 8)] == [
-        "NV1", "NV1", "NV1", "NV1", "SYS", "SYS", "SYS"
+        "NV1",
+        "NV1",
+        "NV1",
+        "NV1",
+        "SYS",
+        "SYS",
+        "SYS",
     ]
     assert topo.link_class("GPU5", "GPU1") == "NV1"
     assert topo.link_class("GPU6", "GPU2") == "NV1"
@@ -134,7 +140,10 @@ def test_rtx6000ada_space_aligned_numa_columns_and_nic_legend() -> None:
     assert ids(topo) == gpus(4) + ["NIC0", "NIC1", "NIC2", "NIC3"]
     assert [d.nic_name for d in topo.nics] == ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
     assert [(d.cpu_affinity, d.numa_affinity, d.gpu_numa_id) for d in topo.gpus] == [
-        ("0-31", "0", None), ("0-31", "0", None), ("32-63", "1", None), ("32-63", "1", None)
+        ("0-31", "0", None),
+        ("0-31", "0", None),
+        ("32-63", "1", None),
+        ("32-63", "1", None),
     ]
     assert topo.link_class("GPU0", "GPU2") == "SYS"
     assert topo.link_class("NIC2", "NIC3") == "PIX"
@@ -152,7 +161,13 @@ def test_indented_v100_reads_the_nv1_nv2_mesh() -> None:
     topo = read("topo_12")
     assert ids(topo) == gpus(8) + ["mlx5_0"]
     assert [topo.link_class("GPU0", f"GPU{i}") for i in range(1, 8)] == [
-        "NV2", "NV2", "NV1", "NV1", "NODE", "NODE", "NODE"
+        "NV2",
+        "NV2",
+        "NV1",
+        "NV1",
+        "NODE",
+        "NODE",
+        "NODE",
     ]
     assert topo.link_class("GPU3", "GPU7") == "NV2"
     assert sum(1 for lnk in topo.gpu_links() if lnk.link_class == "NV2") == 8
@@ -227,9 +242,7 @@ def test_dgx_a100_twelve_mlx5_columns_named_directly() -> None:
 
 def test_a100_with_four_nics_leaves_gpu4_to_7_far_from_every_nic() -> None:
     topo = read("topo_28")
-    assert {topo.link_class(f"GPU{g}", f"NIC{n}") for g in range(4, 8) for n in range(4)} == {
-        "SYS"
-    }
+    assert {topo.link_class(f"GPU{g}", f"NIC{n}") for g in range(4, 8) for n in range(4)} == {"SYS"}
     assert topo.link_class("GPU2", "NIC3") == "PXB"
     assert topo.gpu(5).cpu_affinity == "32-63,96-127"
 
@@ -371,9 +384,7 @@ def test_it_rejects_a_row_with_a_missing_cell_naming_the_row() -> None:
 
 
 def test_it_rejects_an_asymmetric_cell_naming_the_pair_and_the_line() -> None:
-    text = fixture_text("topo_12").replace(
-        "  GPU5    NODE    NV2 ", "  GPU5    NODE    PIX ", 1
-    )
+    text = fixture_text("topo_12").replace("  GPU5    NODE    NV2 ", "  GPU5    NODE    PIX ", 1)
     exc = error(text)
     assert exc.line == 8
     assert "not symmetric" in exc.message
@@ -417,3 +428,17 @@ def test_it_rejects_a_duplicated_device_row() -> None:
     exc = error(text)
     assert exc.line == 3
     assert "two rows" in exc.message
+
+
+def test_a_real_terminal_capture_with_ansi_underline_escapes_reads_one_gpu() -> None:
+    # Captured by this project on a leased single-GPU H200 VM (tests/fixtures/INDEX.tsv).
+    topology = parse(fixture_text("topo_42"))
+
+    (gpu,) = topology.devices
+    assert (gpu.id, gpu.cpu_affinity, gpu.numa_affinity, gpu.gpu_numa_id) == (
+        "GPU0",
+        "0-15",
+        "0",
+        None,
+    )
+    assert topology.links == ()
