@@ -7,19 +7,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db.models import QuerySet
 from django.http import Http404
 
+from topoweb.core.analysis import CalibrationInput, calibration_from
 from topoweb.core.costs import CostModel, build_model, calibrated, collective_cost
 from topoweb.core.ledger import PRESETS, Layout, ModelShape
 from topoweb.core.model import NcclRun, P2PResult, Topology
 from topoweb.core.placement import SELECTION_BYTES, affinity, place, select_gpus
 from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
-
-if TYPE_CHECKING:
-    from topoweb.analysis.services import CalibrationInput
 
 MODEL_CACHE_SIZE = 256
 PLACEMENT_BUDGET_S = 0.3  # the synchronous search's budget for servers beyond the exact limit
@@ -83,8 +81,6 @@ class _ModelKey:
 
 @functools.lru_cache(maxsize=MODEL_CACHE_SIZE)
 def _cached_model(key: _ModelKey) -> CostModel:
-    from topoweb.analysis.services import calibration_from
-
     topology, runs = key.load()
     model = build_model(topology, key.gpu_model or None)
     calibration, _notes = calibration_from(runs)

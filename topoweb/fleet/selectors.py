@@ -12,7 +12,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from topoweb.analysis.models import Analysis
-from topoweb.analysis.services import COST_MODEL_VERSION
+from topoweb.core.analysis import COST_MODEL_VERSION
 from topoweb.core.export import cytoscape_elements
 from topoweb.core.formats import parse_text
 from topoweb.core.model import NcclRun, Topology
