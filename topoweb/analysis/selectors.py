@@ -12,7 +12,8 @@ from typing import Any
 from django.db.models import QuerySet
 from django.http import Http404
 
-from topoweb.core.analysis import CalibrationInput, calibration_from
+from topoweb.analysis.models import Analysis
+from topoweb.core.analysis import COST_MODEL_VERSION, CalibrationInput, calibration_from
 from topoweb.core.costs import CostModel, build_model, calibrated, collective_cost
 from topoweb.core.ledger import PRESETS, Layout, ModelShape
 from topoweb.core.model import NcclRun, P2PResult, Topology
@@ -211,11 +212,20 @@ def affinity_of(server: Server) -> dict[str, Any]:
     return {"hostname": server.hostname, **affinity(server_cost_model(server)).to_document()}
 
 
+def current_analysis(topology_class_id: int | None) -> Analysis | None:
+    """The analysis at the current cost-model version, or failing that the newest older one."""
+    if topology_class_id is None:
+        return None
+    analyses = Analysis.objects.filter(topology_class_id=topology_class_id)
+    return (
+        analyses.filter(cost_model_version=COST_MODEL_VERSION).first()
+        or analyses.order_by("-cost_model_version").first()
+    )
+
+
 def stored_costs(server: Server) -> dict[str, Any]:
     """The cost tables of the class's analysis (calibrated ones too, when measured), and the
     server's own nccl-tests curves beside them."""
-    from topoweb.fleet.selectors import current_analysis
-
     analysis = current_analysis(server.topology_class_id)
     result = analysis.result if analysis is not None and analysis.result else {}
     measured = []

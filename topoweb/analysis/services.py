@@ -5,7 +5,6 @@ What is computed is `topoweb.core.analysis.analyse`; this module only claims, ca
 
 from __future__ import annotations
 
-import logging
 import time
 from datetime import datetime, timedelta
 
@@ -16,11 +15,10 @@ from django.utils import timezone
 
 from topoweb.analysis import selectors
 from topoweb.analysis.models import Analysis
+from topoweb.config.celery_app import enqueue
 from topoweb.core.analysis import COST_MODEL_VERSION, analyse
 from topoweb.core.model import DocumentError
-from topoweb.fleet.models import TopologyClass
-
-log = logging.getLogger(__name__)
+from topoweb.fleet.models import Server, Snapshot, TopologyClass
 
 
 def current_analysis_for(topology_class: TopologyClass) -> Analysis:
@@ -42,14 +40,14 @@ def request_analysis(topology_class: TopologyClass) -> Analysis:
 
 def enqueue_analysis(analysis_id: int) -> bool:
     """Send the task; a broker that is down is logged, not raised: the sweep sends it later."""
-    from topoweb.analysis.tasks import run_analysis
+    return enqueue("analysis.run", analysis_id)
 
-    try:
-        run_analysis.apply_async(args=[analysis_id])
-    except Exception:  # kombu and redis raise several unrelated types for "broker down"
-        log.warning("analysis %s stays pending: the broker refused it", analysis_id, exc_info=True)
-        return False
-    return True
+
+def on_new_snapshot(server: Server, snapshot: Snapshot) -> None:
+    """The fleet stored a snapshot: its topology class needs an analysis (fleet.services
+    calls this, registered by AnalysisConfig.ready)."""
+    if snapshot.topology_class is not None:
+        request_analysis(snapshot.topology_class)
 
 
 def claim_analysis(analysis_id: int) -> datetime | None:
