@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from topoweb.core.fingerprint import describe_links, topology_fingerprint
 from topoweb.core.formats import ParseError, detect_format, parse_text
+from topoweb.core.formats.nvml import NvmlFacts, read_host, read_nvml
 from topoweb.core.model import NcclRun, P2PResult, Topology
 from topoweb.fleet.models import (
     ApiToken,
@@ -141,9 +142,10 @@ def ingest_report(
     """Store one topology report with its benchmarks, or find the identical one already stored.
 
     Everything is parsed before anything is written, so bad input raises ParseError (message and
-    line from the core) with nothing stored."""
+    line from the core; for NVML facts, the place in them) with nothing stored."""
     topology = parse_text(topo_text, expected="topology")
     assert isinstance(topology, Topology)
+    facts = read_nvml(nvml) if nvml is not None else None
     parsed_benchmarks = [_parse_benchmark(i, b) for i, b in enumerate(benchmarks)]
     digest = content_sha256(topo_text, nvml, host, benchmarks)
     now = timezone.now()
@@ -153,7 +155,7 @@ def ingest_report(
         if existing is not None:
             _touch(server, now)
             return Ingested(server=server, created=False, snapshot=existing)
-        gpu_model = _gpu_model(nvml, gpu_model_hint, parsed_benchmarks)
+        gpu_model = _gpu_model(facts, gpu_model_hint, parsed_benchmarks)
         sku_name = _sku_name(server, host)
         _one_ingest_per_sku_at_a_time(sku_name)
         topology_class = _topology_class(topology, sku_name, gpu_model)
@@ -340,22 +342,10 @@ def _touch(server: Server, now: datetime) -> None:
 
 
 def _gpu_model(
-    nvml: dict[str, Any] | None, hint: str, benchmarks: Sequence[NcclRun | P2PResult]
+    facts: NvmlFacts | None, hint: str, benchmarks: Sequence[NcclRun | P2PResult]
 ) -> str:
     """NVML's names are authoritative; a person's hint next; benchmark headers last."""
-    names: list[str] = []
-    gpus = nvml.get("gpus") if isinstance(nvml, dict) else None
-    if isinstance(gpus, list):
-        # The collector writes "unsupported" or "error: ..." where the driver gave no name.
-        names = [
-            g["name"]
-            for g in gpus
-            if isinstance(g, dict)
-            and isinstance(g.get("name"), str)
-            and g["name"]
-            and g["name"] != "unsupported"
-            and not g["name"].startswith("error:")
-        ]
+    names = facts.gpu_names if facts is not None else []
     if not names and hint:
         return hint
     if not names:
@@ -375,9 +365,9 @@ def _sku_name(server: Server, host: dict[str, Any] | None) -> str:
     label = server.labels.get("sku") if isinstance(server.labels, dict) else None
     if label:
         return str(label)
-    product = host.get("product_name") if isinstance(host, dict) else None
-    if isinstance(product, str) and product.strip():
-        return product.strip()[:200]
+    product = read_host(host).product_name
+    if product:
+        return product[:200]
     return server.sku_name
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
+from topoweb.core.formats.nvml import NvmlFacts, read_nvml
 from topoweb.core.health import Figures, Thresholds, measured_figures, sku_distribution
 from topoweb.core.model import NcclRun, P2PResult, Topology
 from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
@@ -31,7 +32,7 @@ class HealthInputs:
     sku_reference: Topology | None
     fingerprint: str | None
     sku_fingerprint: str | None
-    nvml: dict[str, Any] | None
+    nvml: NvmlFacts | None
     p2p: P2PResult | None
     nccl_runs: tuple[NcclRun, ...]
 
@@ -85,7 +86,7 @@ def health_inputs(server: Server) -> HealthInputs | None:
         sku_reference=usual.to_domain() if differs and usual is not None else None,
         fingerprint=snapshot.topology_class.fingerprint,
         sku_fingerprint=usual.fingerprint if usual is not None else None,
-        nvml=snapshot.nvml,
+        nvml=read_nvml(snapshot.nvml) if snapshot.nvml is not None else None,
         p2p=p2p,
         nccl_runs=runs,
     )

@@ -6,23 +6,8 @@ Everything here is a pure function of parsed inputs (Topology, P2PResult, NcclRu
 facts dict a collector sends) plus the figures a server is expected to reach; the web service
 stores the findings with its analysis and the acceptance report next to them.
 
-NVML facts, as the collector (collector/nvml.py) sends them and as read here. Any value may be
-None, "unsupported" or "error: ..." where the driver could not say; such values are skipped,
-never guessed. `current_gen`/`max_gen` are accepted for the generation keys, true/false and
-"up"/"down" for the link state::
-
-    {"available": true,                        # false: nothing else is read
-     "gpus": [{"index": 0,                     # NVML index == nvidia-smi's == topo -m GPU<index>
-               "name": "NVIDIA H100 80GB HBM3",
-               "pci_bus_id": "00000000:18:00.0",
-               "pcie": {"current_generation": 5, "max_generation": 5,
-                        "current_width": 16, "max_width": 16},
-               "nvlinks": [{"link": 0, "state": "active",        # or "inactive"
-                            "version": 6,                      # raw nvmlNvlinkVersion_t
-                            "remote_device_type": "SWITCH",    # or "GPU"
-                            "remote_pci_bus_id": "00000000:05:00.0"}, ...]},   # or "unsupported"
-              ...],
-     "p2p": [{"from": 0, "to": 1, "read": "OK", "write": "OK", ...}, ...]}   # NVML P2P status
+NVML facts are read through topoweb.core.formats.nvml (NvmlFacts); check_health also takes
+the collector's raw `nvml` object and reads it there.
 """
 
 from __future__ import annotations

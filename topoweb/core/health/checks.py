@@ -9,6 +9,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from topoweb.core.formats.nvml import NvLink, NvmlFacts, NvmlFactsError, read_nvml
 from topoweb.core.health.benchmarks import nccl_findings, p2p_findings, p2p_unavailable
 from topoweb.core.health.diff import TopologyDiff, diff_topologies, farther
 from topoweb.core.health.figures import Expectations, Figures, Thresholds
@@ -28,8 +29,6 @@ from topoweb.core.health.findings import (
 from topoweb.core.hierarchy import recover_hierarchy
 from topoweb.core.model import NcclRun, P2PResult, Topology, link_class_rank, nvlink_count
 
-_UNKNOWN_MARKERS = {"unsupported", "n/a", "unknown", "not supported", ""}
-
 
 def check_health(
     topo: Topology,
@@ -38,7 +37,7 @@ def check_health(
     sku_reference: Topology | None = None,
     fingerprint: str | None = None,
     sku_fingerprint: str | None = None,
-    nvml: Mapping[str, Any] | None = None,
+    nvml: NvmlFacts | Mapping[str, Any] | None = None,
     p2p: P2PResult | None = None,
     nccl_runs: Sequence[NcclRun] = (),
     expectations: Expectations | None = None,
@@ -49,6 +48,11 @@ def check_health(
     no NVML facts, no PCIe finding; no expectations or SKU medians, no bandwidth finding.
     `thresholds` defaults to the expectations' own, then to Thresholds()."""
     limits = thresholds or (expectations.thresholds if expectations else Thresholds())
+    if nvml is not None and not isinstance(nvml, NvmlFacts):
+        try:
+            nvml = read_nvml(nvml)
+        except NvmlFactsError as exc:
+            raise HealthInputError(str(exc)) from exc
     findings: list[Finding] = []
     findings += _nic_far_from_gpu(topo)
     findings += _inconsistent_matrix(topo)
@@ -280,78 +284,29 @@ def _degraded_nvlink_findings(
     return findings
 
 
-def _unknown(value: Any) -> bool:
-    if value is None:
-        return True
-    if not isinstance(value, str):
-        return False
-    text = value.strip().lower()
-    return text in _UNKNOWN_MARKERS or text.startswith("error")
-
-
-def _int_or_none(value: Any, where: str) -> int | None:
-    if _unknown(value):
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise HealthInputError(f"NVML facts: {where} is {value!r}, expected an integer")
-
-
-def _link_up(value: Any, where: str) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if _unknown(value):
-        return None
-    text = str(value).strip().lower()
-    if text in ("up", "active", "enabled", "1"):
-        return True
-    if text in ("down", "inactive", "disabled", "0"):
-        return False
-    raise HealthInputError(f"NVML facts: {where} is {value!r}, expected 'up' or 'down'")
-
-
-def _nvml_gpus(nvml: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    if isinstance(nvml, Mapping) and nvml.get("available") is False:
-        return []  # the collector could not load NVML: nothing to judge
-    gpus = nvml.get("gpus") if isinstance(nvml, Mapping) else None
-    if not isinstance(gpus, list) or not all(isinstance(g, Mapping) for g in gpus):
-        raise HealthInputError("NVML facts: expected {'gpus': [{...}, ...]}")
-    return gpus
-
-
-def _nvml_findings(topo: Topology, nvml: Mapping[str, Any]) -> list[Finding]:
+def _nvml_findings(topo: Topology, nvml: NvmlFacts) -> list[Finding]:
     findings = []
-    gpus = _nvml_gpus(nvml)
-    parsed: list[tuple[str, list[tuple[int | None, bool | None, int | None]]]] = []
-    for n, g in enumerate(gpus):
-        where = f"gpus[{n}]"
-        index = _int_or_none(g.get("index"), f"{where}.index")
+    parsed: list[tuple[str, tuple[NvLink, ...]]] = []
+    for g in nvml.gpus:
         try:
-            gpu_id = topo.gpu(index).id if index is not None else None
+            gpu_id = topo.gpu(g.index).id if g.index is not None else None
         except KeyError:
             gpu_id = None  # a GPU NVML sees that the matrix does not; drift covers that
         if gpu_id is None:
             continue
-        pcie = g.get("pcie") or {}
-        if not isinstance(pcie, Mapping):
-            raise HealthInputError(f"NVML facts: {where}.pcie is not an object")
-        cg, mg, cw, mw = (
-            _int_or_none(pcie.get(k, pcie.get(alias)), f"{where}.pcie.{k}")
-            for k, alias in (
-                ("current_generation", "current_gen"),
-                ("max_generation", "max_gen"),
-                ("current_width", "current_width"),
-                ("max_width", "max_width"),
+        pcie = g.pcie
+        if pcie.slower_generation or pcie.narrower:
+            cg, mg, cw, mw = (
+                pcie.current_generation,
+                pcie.max_generation,
+                pcie.current_width,
+                pcie.max_width,
             )
-        )
-        slow_gen = cg is not None and mg is not None and cg < mg
-        narrow = cw is not None and mw is not None and cw < mw
-        if slow_gen or narrow:
             findings.append(
                 Finding(
                     kind=DOWNTRAINED_PCIE,
                     # A narrower link is never power saving; a lower generation can be idle.
-                    severity="critical" if narrow else "warning",
+                    severity="critical" if pcie.narrower else "warning",
                     devices=(gpu_id,),
                     evidence={
                         "current_gen": cg,
@@ -367,28 +322,11 @@ def _nvml_findings(topo: Topology, nvml: Mapping[str, Any]) -> list[Finding]:
                     message=f"{gpu_id} PCIe link runs at Gen{cg} x{cw}, capable of Gen{mg} x{mw}",
                 )
             )
-        links = g.get("nvlinks") or []
-        if isinstance(links, str):
-            links = []  # the driver has no NVLink functions ("unsupported")
-        if not isinstance(links, list) or not all(isinstance(x, Mapping) for x in links):
-            raise HealthInputError(f"NVML facts: {where}.nvlinks is not a list of objects")
-        parsed.append(
-            (
-                gpu_id,
-                [
-                    (
-                        _int_or_none(x.get("link"), f"{where}.nvlinks[{k}].link"),
-                        _link_up(x.get("state"), f"{where}.nvlinks[{k}].state"),
-                        _int_or_none(x.get("version"), f"{where}.nvlinks[{k}].version"),
-                    )
-                    for k, x in enumerate(links)
-                ],
-            )
-        )
-    versions = [v for _, links in parsed for _, up, v in links if up and v is not None]
+        parsed.append((gpu_id, g.nvlinks))
+    versions = [x.version for _, links in parsed for x in links if x.up and x.version is not None]
     top_version = max(versions, default=None)
     for gpu_id, links in parsed:
-        has_nvlink = any(up for _, up, _ in links) or any(
+        has_nvlink = any(x.up for x in links) or any(
             nvlink_count(topo.link_class(gpu_id, other.id))
             for other in topo.gpus
             if other.id != gpu_id
@@ -396,11 +334,14 @@ def _nvml_findings(topo: Topology, nvml: Mapping[str, Any]) -> list[Finding]:
         # A PCIe card with NVLink ports but no bridge shows every link down: not a fault.
         if not has_nvlink:
             continue
-        down = [lk for lk, up, _ in links if up is False]
+        down = [x.link for x in links if x.up is False]
         old = [
-            {"link": lk, "version": v}
-            for lk, up, v in links
-            if up and v is not None and top_version is not None and v < top_version
+            {"link": x.link, "version": x.version}
+            for x in links
+            if x.up
+            and x.version is not None
+            and top_version is not None
+            and x.version < top_version
         ]
         if not down and not old:
             continue
@@ -431,27 +372,17 @@ def _nvml_findings(topo: Topology, nvml: Mapping[str, Any]) -> list[Finding]:
 
 
 def _nvml_p2p_findings(
-    topo: Topology, nvml: Mapping[str, Any], covered: set[frozenset[str]]
+    topo: Topology, nvml: NvmlFacts, covered: set[frozenset[str]]
 ) -> list[Finding]:
     """NVML's P2P status (what `nvidia-smi topo -p2p` prints) for pairs that should have P2P."""
-    entries = nvml.get("p2p") if nvml.get("available") is not False else None
-    if not isinstance(entries, list):
-        return []
     pairs: dict[frozenset[str], dict[str, Any]] = {}
-    for entry in entries:
-        if not isinstance(entry, Mapping):
-            raise HealthInputError("NVML facts: p2p holds something other than objects")
-        i = _int_or_none(entry.get("from"), "p2p[].from")
-        j = _int_or_none(entry.get("to"), "p2p[].to")
+    for entry in nvml.p2p or ():
+        i, j = entry.src, entry.dst
         try:
             a, b = topo.gpu(i if i is not None else -1).id, topo.gpu(j if j is not None else -1).id
         except KeyError:
             continue  # a GPU the matrix does not show
-        bad = {
-            cap: str(entry[cap])
-            for cap in ("read", "write")
-            if not _unknown(entry.get(cap)) and str(entry.get(cap)).upper() != "OK"
-        }
+        bad = entry.refused()
         cls = topo.link_class(a, b)
         key = frozenset((a, b))
         if not bad or cls in ("NODE", "SYS") or key in covered or key in pairs:
