@@ -294,30 +294,6 @@ def test_the_workers_analysis_stores_structure_cost_tables_and_every_layout(
     assert stored["measured"] == []
 
 
-@pytest.mark.parametrize(
-    ("fixture", "largest_domain", "pair_classes"),
-    [
-        (
-            "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt",
-            8,
-            {"NV1": 8, "NV2": 8, "NODE": 12},
-        ),
-        ("topo_17_rtx3090-2gpu-nv4-bridge-numaid-trailing-prompt.txt", 2, {"NV4": 1}),
-        ("topo_36_l40s-4gpu-node-sys-2nic-redacted-email-prompt.txt", 1, {"NODE": 2, "SYS": 4}),
-    ],
-)
-def test_the_summary_counts_pair_classes_and_the_largest_nvlink_domain(
-    fixture: str, largest_domain: int, pair_classes: dict[str, int]
-) -> None:
-    topology = parse_text(fixture_text(fixture))
-    assert isinstance(topology, Topology)
-
-    summary = analysis_services.build_analysis_result(topology, "")["summary"]
-
-    assert summary["largest_nvlink_domain"] == largest_domain
-    assert summary["gpu_pair_classes"] == pair_classes
-
-
 @pytest.mark.django_db
 def test_questions_are_throttled_per_caller(reader: APIClient, settings: Any) -> None:
     from django.core.cache import cache

@@ -13,9 +13,6 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from tests.web.conftest import fixture_text, report, wait_for
-from topoweb.analysis.services import build_analysis_result
-from topoweb.core.formats import parse_text
-from topoweb.core.model import Topology
 from topoweb.fleet.models import Server, Source
 from topoweb.fleet.services import BenchmarkInput, ingest_report
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
@@ -321,16 +318,6 @@ def test_the_printable_report_asks_anonymous_visitors_to_sign_in(
     page = client.get("/servers/a100-01/acceptance/")
     assert page.status_code == 302
     assert "login" in page["Location"]
-
-
-def test_the_topology_class_analysis_carries_the_wiring_findings() -> None:
-    a100 = parse_text(fixture_text(A100_4NIC))
-    assert isinstance(a100, Topology)
-    result = build_analysis_result(a100, "NVIDIA A100")
-    assert [(f["kind"], f["devices"]) for f in result["findings"]] == [
-        ("nic_far_from_gpu", ["GPU4", "GPU5", "GPU6", "GPU7"]),
-        ("inconsistent_matrix", ["GPU0", "GPU2", "GPU3"]),
-    ]
 
 
 @pytest.mark.worker

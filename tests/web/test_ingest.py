@@ -458,7 +458,8 @@ def test_two_odd_servers_of_a_sku_reporting_at_once_both_get_201(
     def send(name: str) -> None:
         try:
             clients[name].raise_request_exception = False
-            body = report(name, V100_OTHER_MESH, host=sku, nvml={"driver_version": "570.1"})
+            nvml = {"available": True, "driver_version": "570.1", "gpus": []}
+            body = report(name, V100_OTHER_MESH, host=sku, nvml=nvml)
             statuses[name] = post_report(clients[name], body).status_code
         finally:
             connections.close_all()
@@ -543,7 +544,9 @@ def test_the_same_benchmark_uploaded_twice_at_once_is_stored_and_judged_once(
 
     _keep_tasks_off_the_broker(monkeypatch)
     health_requests: list[int] = []
-    monkeypatch.setattr(services, "request_health", lambda server: health_requests.append(1))
+    monkeypatch.setattr(
+        "topoweb.health.services.request_health", lambda server: health_requests.append(1)
+    )
     both_checked = threading.Barrier(2, timeout=10)
     original = services._store_benchmark
 
@@ -580,3 +583,18 @@ def test_the_same_benchmark_uploaded_twice_at_once_is_stored_and_judged_once(
     assert outcomes[0][1] == outcomes[1][1]
     assert Benchmark.objects.count() == 1
     assert health_requests == [1]
+
+
+@pytest.mark.django_db
+def test_a_report_with_malformed_nvml_facts_is_refused_naming_the_place(
+    collector_client: Any,
+) -> None:
+    facts = {"available": True, "gpus": [{"index": 0, "pcie": {"max_width": "sixteen"}}]}
+
+    response = post_report(collector_client("gpu-a01"), report("gpu-a01", H200, nvml=facts))
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "parse_error"
+    assert "gpus[0].pcie.max_width is 'sixteen'" in error["message"]
+    assert not Snapshot.objects.exists()

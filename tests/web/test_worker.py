@@ -109,7 +109,7 @@ def test_an_analysis_that_times_out_every_time_fails_after_its_tries(
     def too_slow(*args: Any, **kwargs: Any) -> dict[str, Any]:
         raise SoftTimeLimitExceeded("soft time limit exceeded")
 
-    monkeypatch.setattr(services, "build_analysis_result", too_slow)
+    monkeypatch.setattr(services, "analyse", too_slow)
     with pytest.raises(SoftTimeLimitExceeded):
         services.run_analysis(analysis.pk)
     analysis.refresh_from_db()

@@ -6,20 +6,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import exceptions, serializers
-from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from topoweb.analysis import selectors
-from topoweb.config.api import QueryThrottle
+from topoweb.config.api import (
+    ERRORS,
+    READ_ERRORS,
+    ErrorSerializer,
+    QueryThrottle,
+    hostname_field,
+)
 from topoweb.config.parsers import JSONParser
+from topoweb.config.permissions import CanQuery
 from topoweb.core.costs import COLLECTIVES
 from topoweb.core.ledger import PRESETS, Layout
-from topoweb.fleet.apis import ERRORS, READ_ERRORS, ErrorSerializer, hostname_field
 from topoweb.fleet.selectors import server_by_hostname
 
 MAX_GPUS = 4096
@@ -34,14 +38,6 @@ QUERY_ERRORS = {
     ),
     429: ERRORS[429],
 }
-
-
-class CanQuery(BasePermission):
-    """The read rule for questions sent as POST bodies: signed-in users, or anyone when
-    TOPOWEB_PUBLIC_READ is on."""
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        return bool(settings.TOPOWEB_PUBLIC_READ or request.user.is_authenticated)
 
 
 class InvalidQuery(exceptions.APIException):

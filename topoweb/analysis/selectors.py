@@ -7,19 +7,18 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db.models import QuerySet
 from django.http import Http404
 
+from topoweb.analysis.models import Analysis
+from topoweb.core.analysis import COST_MODEL_VERSION, CalibrationInput, calibration_from
 from topoweb.core.costs import CostModel, build_model, calibrated, collective_cost
 from topoweb.core.ledger import PRESETS, Layout, ModelShape
 from topoweb.core.model import NcclRun, P2PResult, Topology
 from topoweb.core.placement import SELECTION_BYTES, affinity, place, select_gpus
 from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
-
-if TYPE_CHECKING:
-    from topoweb.analysis.services import CalibrationInput
 
 MODEL_CACHE_SIZE = 256
 PLACEMENT_BUDGET_S = 0.3  # the synchronous search's budget for servers beyond the exact limit
@@ -83,8 +82,6 @@ class _ModelKey:
 
 @functools.lru_cache(maxsize=MODEL_CACHE_SIZE)
 def _cached_model(key: _ModelKey) -> CostModel:
-    from topoweb.analysis.services import calibration_from
-
     topology, runs = key.load()
     model = build_model(topology, key.gpu_model or None)
     calibration, _notes = calibration_from(runs)
@@ -215,11 +212,20 @@ def affinity_of(server: Server) -> dict[str, Any]:
     return {"hostname": server.hostname, **affinity(server_cost_model(server)).to_document()}
 
 
+def current_analysis(topology_class_id: int | None) -> Analysis | None:
+    """The analysis at the current cost-model version, or failing that the newest older one."""
+    if topology_class_id is None:
+        return None
+    analyses = Analysis.objects.filter(topology_class_id=topology_class_id)
+    return (
+        analyses.filter(cost_model_version=COST_MODEL_VERSION).first()
+        or analyses.order_by("-cost_model_version").first()
+    )
+
+
 def stored_costs(server: Server) -> dict[str, Any]:
     """The cost tables of the class's analysis (calibrated ones too, when measured), and the
     server's own nccl-tests curves beside them."""
-    from topoweb.fleet.selectors import current_analysis
-
     analysis = current_analysis(server.topology_class_id)
     result = analysis.result if analysis is not None and analysis.result else {}
     measured = []

@@ -1,5 +1,6 @@
-"""The API's shared plumbing: one JSON error shape for every failure, pagination, the ingest
-throttle, and the refusal of paths no row can match.
+"""The API's shared plumbing, used by every app and importing none: one JSON error shape for
+every failure (and its OpenAPI description), the hostname rule, pagination, the throttles, and
+the refusal of paths no row can match. The one read rule is in config.permissions.
 
 Every error answers `{"error": {"code": str, "message": str, "line": int | null,
 "details": object | null}}`."""
@@ -11,8 +12,12 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.core.validators import RegexValidator
+from django.db import DatabaseError, connection
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from rest_framework import exceptions, status
+from django.views.defaults import page_not_found, server_error
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import exceptions, serializers, status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -20,6 +25,35 @@ from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from topoweb.core.formats import ParseError
+
+hostname_field = RegexValidator(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*$", "A hostname is letters, digits, dots, dashes, underscores."
+)
+
+
+class ErrorSerializer(serializers.Serializer):  # documents the one error shape
+    class ErrorBody(serializers.Serializer):
+        code = serializers.CharField()
+        message = serializers.CharField()
+        line = serializers.IntegerField(allow_null=True)
+        details = serializers.JSONField(allow_null=True)
+
+    error = ErrorBody()
+
+
+ERRORS = {
+    code: OpenApiResponse(ErrorSerializer, description=text)
+    for code, text in (
+        (400, "Invalid request or unparseable text (message and line from the parser)"),
+        (401, "Missing or unknown token"),
+        (403, "Not allowed"),
+        (404, "Not found"),
+        (413, "Larger than TOPOWEB_MAX_REPORT_BYTES"),
+        (415, "A body that is not JSON, or for uploads not multipart or a form either"),
+        (429, "Throttled"),
+    )
+}
+READ_ERRORS = {k: ERRORS[k] for k in (400, 401, 403, 404)}
 
 
 class PayloadTooLarge(exceptions.APIException):
@@ -61,8 +95,6 @@ def json_404(request: HttpRequest, exception: Exception | None = None) -> HttpRe
     """Unknown URLs under /api/ answer the same JSON shape as everything else there."""
     if request.path.startswith("/api/"):
         return JsonResponse(error_body("not_found", "No such API endpoint."), status=404)
-    from django.views.defaults import page_not_found
-
     return page_not_found(request, exception or Http404())
 
 
@@ -82,15 +114,11 @@ class NulInPathMiddleware:
 def json_500(request: HttpRequest) -> HttpResponse:
     if request.path.startswith("/api/"):
         return JsonResponse(error_body("server_error", "Internal server error."), status=500)
-    from django.views.defaults import server_error
-
     return server_error(request)
 
 
 def healthz(request: HttpRequest) -> HttpResponse:
     """Liveness for load balancers and the compose healthcheck: the database answers."""
-    from django.db import DatabaseError, connection
-
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")

@@ -19,6 +19,8 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from topoweb.analysis.models import Analysis
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 REPORTS = Counter(
@@ -46,8 +48,6 @@ class AnalysisCollector(Collector):
         yield GaugeMetricFamily("topoweb_analysis_duration_seconds_count", "")
 
     def collect(self) -> Iterator[Metric]:
-        from topoweb.analysis.models import Analysis
-
         by_status = GaugeMetricFamily("topoweb_analyses", "Analyses by status.", labels=["status"])
         counts = dict(
             Analysis.objects.values_list("status")

@@ -158,7 +158,7 @@ REST_FRAMEWORK = {
         "topoweb.fleet.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["topoweb.fleet.authentication.CanRead"],
+    "DEFAULT_PERMISSION_CLASSES": ["topoweb.config.permissions.CanRead"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": [
         "topoweb.config.parsers.JSONParser",

@@ -7,9 +7,9 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from topoweb.analysis import apis as analysis_apis
+from topoweb.api import fleet as apis
 from topoweb.config.api import healthz
 from topoweb.config.metrics import metrics_view
-from topoweb.fleet import apis
 from topoweb.health import urls as health_urls
 
 api_v1 = [

@@ -1,4 +1,4 @@
-"""Command line over the core: `python -m topoweb.core.cli parse FILE` and friends.
+"""Command line over the core: `python -m topoweb.core.cli parse|cost|place|analyse FILE`.
 
 Contract: a JSON document on stdout and exit 0, or one line naming the problem on stderr and
 exit 2."""
@@ -12,10 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from topoweb.core.analysis import CalibrationInput, analyse
 from topoweb.core.costs import COLLECTIVES, build_model, collective_cost
 from topoweb.core.formats import ParseError, parse_text
 from topoweb.core.ledger import Layout
-from topoweb.core.model import Topology
+from topoweb.core.model import NcclRun, P2PResult, Topology
 from topoweb.core.placement import place
 
 EXIT_BAD_INPUT = 2
@@ -101,6 +102,25 @@ def cmd_place(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def cmd_analyse(args: argparse.Namespace) -> dict[str, Any]:
+    topo = _topology(args.file)
+    benchmarks: list[CalibrationInput] = []
+    for path in args.benchmark or []:
+        try:
+            run = parse_text(read_input(path))
+        except ParseError as exc:
+            raise UsageError(f"{path}: {exc}") from exc
+        if not isinstance(run, NcclRun | P2PResult):
+            raise UsageError(
+                f"{path}: expected nccl-tests or p2pBandwidthLatencyTest output, got a topology"
+            )
+        benchmarks.append((topo, args.gpu_model or "", run))
+    try:
+        return analyse(topo, args.gpu_model or "", benchmarks).to_document()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr and exit 2, like every other error."""
 
@@ -132,6 +152,17 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--free", help="comma-separated free GPU indices (default: all)")
     pl.add_argument("--gpu-model", help="NVML GPU name")
     pl.set_defaults(handler=cmd_place)
+
+    a = sub.add_parser("analyse", help="everything the service stores for a topology class")
+    a.add_argument("file", help="nvidia-smi topo -m output, or - for standard input")
+    a.add_argument("--gpu-model", help="NVML GPU name")
+    a.add_argument(
+        "--benchmark",
+        action="append",
+        help="nccl-tests or p2pBandwidthLatencyTest output measured on this topology "
+        "(repeatable), for calibrated figures",
+    )
+    a.set_defaults(handler=cmd_analyse)
     return parser
 
 

@@ -1,11 +1,10 @@
 """DRF authentication and permissions by Bearer token: collector tokens (write one host's
-reports) and API tokens (read as a user), plus the read-access rule."""
+reports) and API tokens (read as a user). The read rule itself is config.api.may_read."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
@@ -62,15 +61,6 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
 class HasCollectorToken(permissions.BasePermission):
     def has_permission(self, request: Request, view: Any) -> bool:
         return isinstance(request.auth, CollectorToken)
-
-
-class CanRead(permissions.BasePermission):
-    """Signed-in users read; anyone does when TOPOWEB_PUBLIC_READ is on (read at request time)."""
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        if request.method not in permissions.SAFE_METHODS:
-            return False
-        return bool(settings.TOPOWEB_PUBLIC_READ or request.user.is_authenticated)
 
 
 class _BearerScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]

@@ -1,8 +1,9 @@
 """Reads of the fleet: token lookups, the filtered server list, per-server detail, SKUs and
-topology classes, and the graph elements the front end draws."""
+topology classes (with the usual wiring of a SKU), and the graph elements the front end draws."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -11,8 +12,6 @@ from django.db.models import Count, F, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from topoweb.analysis.models import Analysis
-from topoweb.analysis.services import COST_MODEL_VERSION
 from topoweb.core.export import cytoscape_elements
 from topoweb.core.formats import parse_text
 from topoweb.core.model import NcclRun, Topology
@@ -24,20 +23,18 @@ from topoweb.fleet.models import (
     Snapshot,
     TopologyClass,
 )
-from topoweb.health.selectors import filter_by_health, health_findings
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
-def _hash(token: str) -> str:
-    from topoweb.fleet.services import hash_token
-
-    return hash_token(token)
+def hash_token(token: str) -> str:
+    """What is stored of a token: its SHA-256 (a token is random, so no salt is needed)."""
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def active_collector_token(token: str) -> CollectorToken | None:
     found = CollectorToken.objects.filter(
-        token_sha256=_hash(token), revoked_at__isnull=True
+        token_sha256=hash_token(token), revoked_at__isnull=True
     ).first()
     _mark_used(found)
     return found
@@ -46,7 +43,7 @@ def active_collector_token(token: str) -> CollectorToken | None:
 def active_api_token(token: str) -> ApiToken | None:
     found = (
         ApiToken.objects.select_related("user")
-        .filter(token_sha256=_hash(token), revoked_at__isnull=True, user__is_active=True)
+        .filter(token_sha256=hash_token(token), revoked_at__isnull=True, user__is_active=True)
         .first()
     )
     _mark_used(found)
@@ -70,11 +67,7 @@ class ServerFilters:
     gpu_model: str = ""
     gpu_count: int | None = None
     has_nvlink: bool | None = None
-    health: str = ""  # ok, warning or unknown
     search: str = ""
-    finding: str = ""  # a core.health finding kind
-    severity: str = ""  # critical, warning or info
-    no_critical: bool = False  # evaluated and free of critical findings: safe to schedule on
     ordering: str = "hostname"  # one of ORDERINGS
 
 
@@ -89,7 +82,8 @@ ORDERINGS = tuple(f"{sign}{key}" for key in _ORDER_FIELDS for sign in ("", "-"))
 
 
 def server_list(filters: ServerFilters) -> QuerySet[Server]:
-    """Servers with their latest snapshot joined in: one query per page, whatever the filters."""
+    """Servers with their latest snapshot joined in: one query per page, whatever the filters.
+    The health filters (health.selectors.filter_by_health) apply on top of this queryset."""
     qs = Server.objects.select_related("latest_snapshot", "topology_class", "health").defer(
         "latest_snapshot__raw_text",
         "latest_snapshot__document",
@@ -107,8 +101,6 @@ def server_list(filters: ServerFilters) -> QuerySet[Server]:
         qs = qs.filter(latest_snapshot__gpu_count=filters.gpu_count)
     if filters.has_nvlink is not None:
         qs = qs.filter(latest_snapshot__has_nvlink=filters.has_nvlink)
-    if filters.health:
-        qs = qs.filter(_HEALTH_STATES[filters.health])
     if filters.search:
         term = filters.search
         qs = qs.filter(
@@ -116,9 +108,6 @@ def server_list(filters: ServerFilters) -> QuerySet[Server]:
             | Q(sku_name__icontains=term)
             | Q(latest_snapshot__gpu_model__icontains=term)
         )
-    qs = filter_by_health(
-        qs, finding=filters.finding, severity=filters.severity, no_critical=filters.no_critical
-    )
     return qs.order_by(*_order_by(filters.ordering))
 
 
@@ -129,58 +118,6 @@ def _order_by(ordering: str) -> list[Any]:
     field = _ORDER_FIELDS[ordering.removeprefix("-")]
     key = F(field).desc(nulls_last=True) if descending else F(field).asc(nulls_last=True)
     return [key] if field == "hostname" else [key, "hostname"]
-
-
-HEALTH_STATES = ("ok", "warning", "critical", "unknown")
-
-# The list filter and `server_health` must agree: a server is unknown without a snapshot,
-# critical with a critical finding, warning with a warning finding or a wiring that differs
-# from its SKU's (known at ingest, before the health checks ran), and ok otherwise.
-_NOT_CRITICAL = Q(health__isnull=True) | Q(health__critical_count=0)
-_HEALTH_STATES = {
-    "unknown": Q(latest_snapshot__isnull=True),
-    "critical": Q(health__critical_count__gt=0),
-    "warning": Q(latest_snapshot__isnull=False)
-    & _NOT_CRITICAL
-    & (Q(health__warning_count__gt=0) | Q(differs_from_sku=True)),
-    "ok": Q(latest_snapshot__isnull=False, differs_from_sku=False)
-    & (Q(health__isnull=True) | Q(health__critical_count=0, health__warning_count=0)),
-}
-
-
-def server_health(server: Server) -> str:
-    if server.latest_snapshot_id is None:
-        return "unknown"
-    health = getattr(server, "health", None)
-    if health is not None and health.critical_count:
-        return "critical"
-    if (health is not None and health.warning_count) or server.differs_from_sku:
-        return "warning"
-    return "ok"
-
-
-def server_findings(server: Server) -> list[dict[str, Any]]:
-    """What is worth a look on this server: the health checks' findings once they ran, and
-    until then what ingest already knows (a wiring that differs from the SKU's)."""
-    if getattr(server, "health", None) is not None:
-        return [f | {"code": f["kind"]} for f in health_findings(server)]
-    if not server.differs_from_sku:
-        return []
-    return [
-        {
-            "code": "topology-differs-from-sku",
-            "severity": "warning",
-            "message": f"wired differently from the usual topology of SKU {server.sku_name!r}",
-        }
-    ]
-
-
-def findings_count(server: Server) -> int:
-    """The list's count, from columns already joined in (no query per row)."""
-    health = getattr(server, "health", None)
-    if health is None:
-        return int(server.differs_from_sku)
-    return int(health.critical_count + health.warning_count)
 
 
 def server_by_hostname(hostname: str) -> Server:
@@ -195,15 +132,20 @@ def server_by_hostname(hostname: str) -> Server:
     return server
 
 
-def current_analysis(topology_class_id: int | None) -> Analysis | None:
-    """The analysis at the current cost-model version, or failing that the newest older one."""
-    if topology_class_id is None:
+def usual_topology_class_id(sku_name: str) -> int | None:
+    """The SKU's most common wiring; None without a SKU, or with a tie for first place (then
+    there is no "usual" wiring to differ from)."""
+    if not sku_name:
         return None
-    analyses = Analysis.objects.filter(topology_class_id=topology_class_id)
-    return (
-        analyses.filter(cost_model_version=COST_MODEL_VERSION).first()
-        or analyses.order_by("-cost_model_version").first()
+    ranked = list(
+        Server.objects.filter(sku_name=sku_name, topology_class__isnull=False)
+        .values("topology_class")
+        .annotate(n=Count("id"))
+        .order_by("-n", "topology_class")[:2]
     )
+    if not ranked or (len(ranked) == 2 and ranked[0]["n"] == ranked[1]["n"]):
+        return None
+    return int(ranked[0]["topology_class"])
 
 
 def snapshot_history(server: Server) -> QuerySet[Snapshot]:

@@ -1,5 +1,5 @@
 """Writes of the fleet: ingest of reports and uploads (parse with the core, dedupe, store in one
-transaction, then ask for an analysis), and creation of tokens."""
+transaction, then tell the apps built on the fleet: after_new_snapshot), and creation of tokens."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import hashlib
 import json
 import secrets
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,12 +15,11 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count
 from django.utils import timezone
 
-from topoweb.analysis.services import request_analysis
 from topoweb.core.fingerprint import describe_links, topology_fingerprint
 from topoweb.core.formats import ParseError, detect_format, parse_text
+from topoweb.core.formats.nvml import NvmlFacts, read_host, read_nvml
 from topoweb.core.model import NcclRun, P2PResult, Topology
 from topoweb.fleet.models import (
     ApiToken,
@@ -31,7 +30,7 @@ from topoweb.fleet.models import (
     Source,
     TopologyClass,
 )
-from topoweb.health.services import request_health
+from topoweb.fleet.selectors import hash_token, usual_topology_class_id
 
 BENCHMARK_KINDS = (Benchmark.Kind.NCCL.value, Benchmark.Kind.P2P.value)
 
@@ -52,11 +51,31 @@ class Ingested:
     benchmark: Benchmark | None = None
 
 
+# --- what a stored report asks of the apps built on the fleet --------------------------------
+
+# The analysis app asks for its topology class's analysis, the health app for the server's
+# evaluation. They register here from their AppConfig.ready() (in INSTALLED_APPS order), so
+# that the fleet, which they build on, never imports them: the import-linter layers contract.
+# Each hook runs inside the ingest's transaction; what it enqueues waits for the commit.
+SnapshotHook = Callable[[Server, Snapshot], None]
+BenchmarkHook = Callable[[Server, Benchmark], None]
+_AFTER_SNAPSHOT: list[SnapshotHook] = []
+_AFTER_BENCHMARK: list[BenchmarkHook] = []
+
+
+def after_new_snapshot(hook: SnapshotHook) -> None:
+    """Call `hook(server, snapshot)` whenever an ingest stores a new snapshot."""
+    if hook not in _AFTER_SNAPSHOT:
+        _AFTER_SNAPSHOT.append(hook)
+
+
+def after_new_benchmark(hook: BenchmarkHook) -> None:
+    """Call `hook(server, benchmark)` whenever an upload stores a new benchmark on its own."""
+    if hook not in _AFTER_BENCHMARK:
+        _AFTER_BENCHMARK.append(hook)
+
+
 # --- tokens ----------------------------------------------------------------------------------
-
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def create_collector_token(hostname: str) -> str:
@@ -123,9 +142,10 @@ def ingest_report(
     """Store one topology report with its benchmarks, or find the identical one already stored.
 
     Everything is parsed before anything is written, so bad input raises ParseError (message and
-    line from the core) with nothing stored."""
+    line from the core; for NVML facts, the place in them) with nothing stored."""
     topology = parse_text(topo_text, expected="topology")
     assert isinstance(topology, Topology)
+    facts = read_nvml(nvml) if nvml is not None else None
     parsed_benchmarks = [_parse_benchmark(i, b) for i, b in enumerate(benchmarks)]
     digest = content_sha256(topo_text, nvml, host, benchmarks)
     now = timezone.now()
@@ -135,7 +155,7 @@ def ingest_report(
         if existing is not None:
             _touch(server, now)
             return Ingested(server=server, created=False, snapshot=existing)
-        gpu_model = _gpu_model(nvml, gpu_model_hint, parsed_benchmarks)
+        gpu_model = _gpu_model(facts, gpu_model_hint, parsed_benchmarks)
         sku_name = _sku_name(server, host)
         _one_ingest_per_sku_at_a_time(sku_name)
         topology_class = _topology_class(topology, sku_name, gpu_model)
@@ -179,8 +199,8 @@ def ingest_report(
             update_fields += ["latest_snapshot", "topology_class"]
         server.save(update_fields=update_fields)
         refresh_sku_drift(sku_name)
-        request_analysis(topology_class)
-        request_health(server)
+        for snapshot_hook in _AFTER_SNAPSHOT:
+            snapshot_hook(server, snapshot)
     return Ingested(server=server, created=True, snapshot=snapshot)
 
 
@@ -206,7 +226,8 @@ def ingest_benchmark(
         )
         _touch(server, timezone.now())
         if created:  # the same output uploaded twice at once is stored, and judged, once
-            request_health(server)
+            for benchmark_hook in _AFTER_BENCHMARK:
+                benchmark_hook(server, benchmark)
     return Ingested(server=server, created=created, benchmark=benchmark)
 
 
@@ -249,19 +270,11 @@ def refresh_sku_drift(sku_name: str) -> None:
     """Flag the servers of a SKU whose wiring differs from the SKU's most common topology class."""
     if not sku_name:
         return
-    counts = (
-        Server.objects.filter(sku_name=sku_name, topology_class__isnull=False)
-        .values("topology_class")
-        .annotate(n=Count("id"))
-        .order_by("-n", "topology_class")
-    )
-    ranked = list(counts[:2])
+    usual = usual_topology_class_id(sku_name)
     members = Server.objects.filter(sku_name=sku_name)
-    # With a tie for the most common class there is no "usual" wiring to differ from.
-    if not ranked or (len(ranked) == 2 and ranked[0]["n"] == ranked[1]["n"]):
+    if usual is None:
         members.filter(differs_from_sku=True).update(differs_from_sku=False)
         return
-    usual = ranked[0]["topology_class"]
     # Only rows whose flag changes: fewer row locks, and no write at all in the common case.
     members.exclude(topology_class=usual).filter(
         topology_class__isnull=False, differs_from_sku=False
@@ -329,22 +342,10 @@ def _touch(server: Server, now: datetime) -> None:
 
 
 def _gpu_model(
-    nvml: dict[str, Any] | None, hint: str, benchmarks: Sequence[NcclRun | P2PResult]
+    facts: NvmlFacts | None, hint: str, benchmarks: Sequence[NcclRun | P2PResult]
 ) -> str:
     """NVML's names are authoritative; a person's hint next; benchmark headers last."""
-    names: list[str] = []
-    gpus = nvml.get("gpus") if isinstance(nvml, dict) else None
-    if isinstance(gpus, list):
-        # The collector writes "unsupported" or "error: ..." where the driver gave no name.
-        names = [
-            g["name"]
-            for g in gpus
-            if isinstance(g, dict)
-            and isinstance(g.get("name"), str)
-            and g["name"]
-            and g["name"] != "unsupported"
-            and not g["name"].startswith("error:")
-        ]
+    names = facts.gpu_names if facts is not None else []
     if not names and hint:
         return hint
     if not names:
@@ -364,9 +365,9 @@ def _sku_name(server: Server, host: dict[str, Any] | None) -> str:
     label = server.labels.get("sku") if isinstance(server.labels, dict) else None
     if label:
         return str(label)
-    product = host.get("product_name") if isinstance(host, dict) else None
-    if isinstance(product, str) and product.strip():
-        return product.strip()[:200]
+    product = read_host(host).product_name
+    if product:
+        return product[:200]
     return server.sku_name
 
 

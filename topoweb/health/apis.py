@@ -8,7 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from topoweb.fleet.apis import READ_ERRORS
+from topoweb.config.api import READ_ERRORS
 from topoweb.health import selectors, services
 
 

@@ -7,3 +7,12 @@ class HealthConfig(AppConfig):
     name = "topoweb.health"
     label = "health"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Registration at start-up, the one place Django allows it: the Celery tasks by name
+        # (services send them by name), and what a new snapshot or benchmark asks of this app.
+        from topoweb.fleet.services import after_new_benchmark, after_new_snapshot
+        from topoweb.health import services, tasks  # noqa: F401
+
+        after_new_snapshot(services.on_new_report)
+        after_new_benchmark(services.on_new_report)

@@ -1,17 +1,20 @@
 """Reads of the health checks: a server's inputs (previous snapshot, SKU reference, benchmarks,
-expectations, sibling figures), its stored findings and reports, and the fleet-list filters."""
+expectations, sibling figures), its stored findings and reports, the fleet-list filters and
+the health badge (one rule for the badge and the filter)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404
 
+from topoweb.core.formats.nvml import NvmlFacts, read_nvml
 from topoweb.core.health import Figures, Thresholds, measured_figures, sku_distribution
 from topoweb.core.model import NcclRun, P2PResult, Topology
 from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
+from topoweb.fleet.selectors import usual_topology_class_id
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
 
 # A SKU median means something only with a few servers behind it.
@@ -29,24 +32,15 @@ class HealthInputs:
     sku_reference: Topology | None
     fingerprint: str | None
     sku_fingerprint: str | None
-    nvml: dict[str, Any] | None
+    nvml: NvmlFacts | None
     p2p: P2PResult | None
     nccl_runs: tuple[NcclRun, ...]
 
 
 def usual_topology_class(sku_name: str) -> TopologyClass | None:
-    """The SKU's most common wiring; None without a SKU or with a tie for first place."""
-    if not sku_name:
-        return None
-    ranked = list(
-        Server.objects.filter(sku_name=sku_name, topology_class__isnull=False)
-        .values("topology_class")
-        .annotate(n=Count("id"))
-        .order_by("-n", "topology_class")[:2]
-    )
-    if not ranked or (len(ranked) == 2 and ranked[0]["n"] == ranked[1]["n"]):
-        return None
-    return TopologyClass.objects.get(pk=ranked[0]["topology_class"])
+    """The SKU's most common wiring (fleet.selectors.usual_topology_class_id), loaded."""
+    usual_id = usual_topology_class_id(sku_name)
+    return TopologyClass.objects.get(pk=usual_id) if usual_id is not None else None
 
 
 def current_benchmarks(
@@ -92,7 +86,7 @@ def health_inputs(server: Server) -> HealthInputs | None:
         sku_reference=usual.to_domain() if differs and usual is not None else None,
         fingerprint=snapshot.topology_class.fingerprint,
         sku_fingerprint=usual.fingerprint if usual is not None else None,
-        nvml=snapshot.nvml,
+        nvml=read_nvml(snapshot.nvml) if snapshot.nvml is not None else None,
         p2p=p2p,
         nccl_runs=runs,
     )
@@ -175,10 +169,18 @@ def sku_acceptance(sku_name: str) -> dict[str, Any]:
 
 
 def filter_by_health(
-    qs: QuerySet[Server], *, finding: str = "", severity: str = "", no_critical: bool = False
+    qs: QuerySet[Server],
+    *,
+    health: str = "",
+    finding: str = "",
+    severity: str = "",
+    no_critical: bool = False,
 ) -> QuerySet[Server]:
-    """Fleet-list filters: servers with a finding of this kind and/or severity, or servers a
-    scheduler may use (evaluated, and no critical finding)."""
+    """Fleet-list filters on top of fleet.selectors.server_list: servers in one health state
+    (HEALTH_STATES), with a finding of this kind and/or severity, or servers a scheduler may
+    use (evaluated, and no critical finding)."""
+    if health:
+        qs = qs.filter(_HEALTH_STATES[health])
     if finding or severity:
         match = Q()
         if finding:
@@ -189,3 +191,57 @@ def filter_by_health(
     if no_critical:
         qs = qs.filter(health__isnull=False, health__critical_count=0)
     return qs
+
+
+# --- the health badge of a server ------------------------------------------------------------
+
+HEALTH_STATES = ("ok", "warning", "critical", "unknown")
+
+# The list filter and `server_health` must agree: a server is unknown without a snapshot,
+# critical with a critical finding, warning with a warning finding or a wiring that differs
+# from its SKU's (known at ingest, before the health checks ran), and ok otherwise.
+_NOT_CRITICAL = Q(health__isnull=True) | Q(health__critical_count=0)
+_HEALTH_STATES = {
+    "unknown": Q(latest_snapshot__isnull=True),
+    "critical": Q(health__critical_count__gt=0),
+    "warning": Q(latest_snapshot__isnull=False)
+    & _NOT_CRITICAL
+    & (Q(health__warning_count__gt=0) | Q(differs_from_sku=True)),
+    "ok": Q(latest_snapshot__isnull=False, differs_from_sku=False)
+    & (Q(health__isnull=True) | Q(health__critical_count=0, health__warning_count=0)),
+}
+
+
+def server_health(server: Server) -> str:
+    if server.latest_snapshot_id is None:
+        return "unknown"
+    health = getattr(server, "health", None)
+    if health is not None and health.critical_count:
+        return "critical"
+    if (health is not None and health.warning_count) or server.differs_from_sku:
+        return "warning"
+    return "ok"
+
+
+def server_findings(server: Server) -> list[dict[str, Any]]:
+    """What is worth a look on this server: the health checks' findings once they ran, and
+    until then what ingest already knows (a wiring that differs from the SKU's)."""
+    if getattr(server, "health", None) is not None:
+        return [f | {"code": f["kind"]} for f in health_findings(server)]
+    if not server.differs_from_sku:
+        return []
+    return [
+        {
+            "code": "topology-differs-from-sku",
+            "severity": "warning",
+            "message": f"wired differently from the usual topology of SKU {server.sku_name!r}",
+        }
+    ]
+
+
+def findings_count(server: Server) -> int:
+    """The list's count, from columns already joined in (no query per row)."""
+    health = getattr(server, "health", None)
+    if health is None:
+        return int(server.differs_from_sku)
+    return int(health.critical_count + health.warning_count)

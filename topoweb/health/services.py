@@ -3,7 +3,6 @@ transaction), enqueue that after an ingest commits, and save staff's SKU expecta
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -12,6 +11,7 @@ from django.db.models import F
 from django.http import Http404
 from django.utils import timezone
 
+from topoweb.config.celery_app import enqueue
 from topoweb.core.health import (
     Expectations,
     Figures,
@@ -22,11 +22,9 @@ from topoweb.core.health import (
     median_figures,
 )
 from topoweb.core.model import Topology
-from topoweb.fleet.models import Server
+from topoweb.fleet.models import Benchmark, Server, Snapshot
 from topoweb.health import selectors
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
-
-log = logging.getLogger(__name__)
 
 
 def evaluate_server(server_id: int) -> ServerHealth | None:
@@ -123,14 +121,14 @@ def request_health(server: Server) -> None:
 
 
 def enqueue_health(server_id: int) -> bool:
-    from topoweb.health.tasks import evaluate_server_task
+    """Send the task; a broker that is down is logged, not raised: the sweep sends it later."""
+    return enqueue("health.evaluate", server_id)
 
-    try:
-        evaluate_server_task.apply_async(args=[server_id])
-    except Exception:  # kombu and redis raise several unrelated types for "broker down"
-        log.warning("health of server %s not queued: the broker refused it", server_id)
-        return False
-    return True
+
+def on_new_report(server: Server, _stored: Snapshot | Benchmark) -> None:
+    """The fleet stored a snapshot or a benchmark: the server needs a fresh evaluation
+    (fleet.services calls this, registered by HealthConfig.ready)."""
+    request_health(server)
 
 
 def stale_servers() -> list[int]:

@@ -4,23 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from topoweb.config.permissions import may_read
 from topoweb.health import selectors, services
 
 _PLOT_WIDTH = 560
 _ROW_HEIGHT = 22
 
 
-def _can_read(request: HttpRequest) -> bool:
-    return bool(settings.TOPOWEB_PUBLIC_READ or request.user.is_authenticated)
-
-
 def server_acceptance_page(request: HttpRequest, hostname: str) -> HttpResponse:
-    if not _can_read(request):
+    if not may_read(request.user):
         return redirect_to_login(request.get_full_path())
     server = selectors.server_with_health(hostname)
     report = services.acceptance_document(server)
@@ -50,7 +46,7 @@ def _strip_plot(distribution: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def sku_acceptance_page(request: HttpRequest, sku_name: str) -> HttpResponse:
-    if not _can_read(request):
+    if not may_read(request.user):
         return redirect_to_login(request.get_full_path())
     data = selectors.sku_acceptance(sku_name)
     return render(

@@ -7,12 +7,12 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from topoweb.config.permissions import may_read
 from topoweb.fleet.selectors import server_by_hostname
 
 View = Callable[..., HttpResponse]
@@ -23,7 +23,7 @@ def readable(view: View) -> View:
 
     @wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not (request.user.is_authenticated or settings.TOPOWEB_PUBLIC_READ):
+        if not may_read(request.user):
             return redirect_to_login(request.get_full_path())
         return view(request, *args, **kwargs)
 

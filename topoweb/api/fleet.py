@@ -1,4 +1,5 @@
-"""HTTP interface of the fleet: ingest (collector reports, manual uploads) and the read API.
+"""HTTP interface of the fleet: ingest (collector reports, manual uploads) and the read API,
+with each server's health badge and its class's analysis status beside the fleet's own facts.
 Each view validates, calls one service or selector, and shapes the answer."""
 
 from __future__ import annotations
@@ -8,16 +9,23 @@ import re
 from typing import Any
 
 from django.conf import settings
-from django.core.validators import RegexValidator
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import exceptions, parsers, serializers, status
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis.models import Analysis
-from topoweb.config.api import IngestThrottle, Pagination, PayloadTooLarge
+from topoweb.config.api import (
+    ERRORS,
+    READ_ERRORS,
+    IngestThrottle,
+    Pagination,
+    PayloadTooLarge,
+    hostname_field,
+)
 from topoweb.config.metrics import count_report
 from topoweb.config.parsers import JSONParser
 from topoweb.core.formats import ParseError
@@ -25,11 +33,7 @@ from topoweb.core.health import KINDS, SEVERITIES
 from topoweb.fleet import selectors, services
 from topoweb.fleet.authentication import CollectorTokenAuthentication, HasCollectorToken
 from topoweb.fleet.models import CollectorToken, Server, Source
-
-hostname_field = RegexValidator(
-    r"^[A-Za-z0-9][A-Za-z0-9._-]*$", "A hostname is letters, digits, dots, dashes, underscores."
-)
-
+from topoweb.health import selectors as health_selectors
 
 # Far deeper than any facts the collector sends, and far from Python's recursion limit, which
 # json.dumps (hashing, storing) and json.loads (reading back) would otherwise hit.
@@ -71,31 +75,6 @@ def _check_size(request: Request) -> None:
         raise PayloadTooLarge(
             f"The request has {length} bytes; the limit is {settings.TOPOWEB_MAX_REPORT_BYTES}."
         )
-
-
-class ErrorSerializer(serializers.Serializer):  # documents the one error shape
-    class ErrorBody(serializers.Serializer):
-        code = serializers.CharField()
-        message = serializers.CharField()
-        line = serializers.IntegerField(allow_null=True)
-        details = serializers.JSONField(allow_null=True)
-
-    error = ErrorBody()
-
-
-ERRORS = {
-    code: OpenApiResponse(ErrorSerializer, description=text)
-    for code, text in (
-        (400, "Invalid request or unparseable text (message and line from the parser)"),
-        (401, "Missing or unknown token"),
-        (403, "Not allowed"),
-        (404, "Not found"),
-        (413, "Larger than TOPOWEB_MAX_REPORT_BYTES"),
-        (415, "A body that is not JSON, or for uploads not multipart or a form either"),
-        (429, "Throttled"),
-    )
-}
-READ_ERRORS = {k: ERRORS[k] for k in (400, 401, 403, 404)}
 
 
 # --- ingest ----------------------------------------------------------------------------------
@@ -310,12 +289,12 @@ class ServerSummarySerializer(serializers.Serializer):
     latest_snapshot_id = serializers.IntegerField(allow_null=True)
     last_seen_at = serializers.DateTimeField(allow_null=True)
 
-    @extend_schema_field(serializers.ChoiceField(choices=selectors.HEALTH_STATES))
+    @extend_schema_field(serializers.ChoiceField(choices=health_selectors.HEALTH_STATES))
     def get_health(self, server: Server) -> str:
-        return selectors.server_health(server)
+        return health_selectors.server_health(server)
 
     def get_findings_count(self, server: Server) -> int:
-        return selectors.findings_count(server)
+        return health_selectors.findings_count(server)
 
 
 class ServerFilterSerializer(serializers.Serializer):
@@ -323,7 +302,9 @@ class ServerFilterSerializer(serializers.Serializer):
     gpu_model = serializers.CharField(required=False, default="")
     gpu_count = serializers.IntegerField(required=False, min_value=0, max_value=100000)
     has_nvlink = serializers.BooleanField(required=False, allow_null=True, default=None)
-    health = serializers.ChoiceField(choices=selectors.HEALTH_STATES, required=False, default="")
+    health = serializers.ChoiceField(
+        choices=health_selectors.HEALTH_STATES, required=False, default=""
+    )
     search = serializers.CharField(required=False, default="")
     finding = serializers.ChoiceField(choices=list(KINDS), required=False, default="")
     severity = serializers.ChoiceField(choices=list(SEVERITIES), required=False, default="")
@@ -359,8 +340,12 @@ class ServerListApi(APIView):
         _no_nul_params(request)
         params = ServerFilterSerializer(data=request.query_params)
         params.is_valid(raise_exception=True)
-        filters = selectors.ServerFilters(**params.validated_data)
-        return _paginated(request, self, selectors.server_list(filters), ServerSummarySerializer)
+        wanted = dict(params.validated_data)
+        health = {k: wanted.pop(k) for k in ("health", "finding", "severity", "no_critical")}
+        servers = health_selectors.filter_by_health(
+            selectors.server_list(selectors.ServerFilters(**wanted)), **health
+        )
+        return _paginated(request, self, servers, ServerSummarySerializer)
 
     # drf-spectacular reads pagination from here to describe the envelope.
     pagination_class = Pagination
@@ -419,11 +404,11 @@ class ServerDetailSerializer(ServerSummarySerializer):
 
     @extend_schema_field(FindingSerializer(many=True))
     def get_findings(self, server: Server) -> list[dict[str, Any]]:
-        return selectors.server_findings(server)
+        return health_selectors.server_findings(server)
 
     @extend_schema_field(AnalysisSerializer(allow_null=True))
     def get_analysis(self, server: Server) -> dict[str, Any] | None:
-        analysis = selectors.current_analysis(server.topology_class_id)
+        analysis = analysis_selectors.current_analysis(server.topology_class_id)
         return AnalysisSerializer(analysis).data if analysis is not None else None
 
 
@@ -594,7 +579,7 @@ class TopologyClassDetailApi(APIView):
                 **{f: getattr(topology_class, f) for f in TopologyClassSerializer().fields},
                 "document": topology_class.document,
                 "servers": topology_class.servers_list,  # type: ignore[attr-defined]
-                "analysis": selectors.current_analysis(topology_class.pk),
+                "analysis": analysis_selectors.current_analysis(topology_class.pk),
             }
         ).data
         return Response(data)

@@ -1,0 +1,243 @@
+"""Everything a worker computes for one topology class, as a pure function of parsed inputs:
+`analyse(topology, gpu_model, benchmarks) -> Analysis`. The web service stores its document;
+the CLI prints it (`python -m topoweb.core.cli analyse FILE`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from topoweb.core.costs import (
+    COLLECTIVES,
+    STANDARD_SIZES,
+    Calibration,
+    CostModel,
+    build_model,
+    calibrate_from_nccl,
+    calibrate_from_p2p,
+    calibrated,
+    collective_cost,
+    curve,
+    p2p_matrix,
+)
+from topoweb.core.fingerprint import describe_links
+from topoweb.core.health import Finding, check_health
+from topoweb.core.ledger import Layout
+from topoweb.core.model import NcclRun, P2PResult, Topology, link_class_rank
+from topoweb.core.placement import affinity, best_group, place
+
+# Bump when `analyse` computes something new: every topology class then gets a fresh analysis
+# from the sweep, and the old result stays readable until the new one is done.
+COST_MODEL_VERSION = 2
+
+# Message sizes of the per-group cost tables (the full set gets a curve over STANDARD_SIZES).
+TABLE_SIZES = (1 << 20, 64 << 20, 1 << 30)
+# Wall-clock budget of all layout searches of one analysis together: a 72-GPU class has 60
+# factorisations, and the worker's soft limit is 120 s.
+LAYOUT_BUDGET_S = 12.0
+LAYOUT_SEARCH_MAX_S = 0.3
+
+# A benchmark to calibrate from: the topology it was measured on (its own GPU numbering), that
+# server's GPU model, and the parsed run.
+CalibrationInput = tuple[Topology, str, NcclRun | P2PResult]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The analysis of one topology class. Each field is already JSON-shaped, as stored and
+    served; `findings` are the wiring's own (per-server findings live with each server)."""
+
+    summary: dict[str, Any]
+    warnings: tuple[str, ...]
+    findings: tuple[Finding, ...]
+    structure: dict[str, Any]
+    hardware: dict[str, Any]
+    costs: dict[str, Any]
+    layouts: tuple[dict[str, Any], ...]
+    affinity: dict[str, Any]
+    p2p_prediction: dict[str, Any]
+    calibration: dict[str, Any]
+    # Present only when a benchmark calibrated the model.
+    calibrated_costs: dict[str, Any] | None = None
+    calibrated_p2p_prediction: dict[str, Any] | None = None
+
+    def to_document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "summary": self.summary,
+            "warnings": list(self.warnings),
+            "findings": [f.to_document() for f in self.findings],
+            "structure": self.structure,
+            "hardware": self.hardware,
+            "costs": self.costs,
+            "layouts": list(self.layouts),
+            "affinity": self.affinity,
+            "p2p_prediction": self.p2p_prediction,
+            "calibration": self.calibration,
+        }
+        if self.calibrated_costs is not None:
+            doc["calibrated_costs"] = self.calibrated_costs
+            doc["calibrated_p2p_prediction"] = self.calibrated_p2p_prediction
+        return doc
+
+
+def analyse(
+    topology: Topology, gpu_model: str = "", benchmarks: Sequence[CalibrationInput] = ()
+) -> Analysis:
+    """Everything stored as the analysis of one topology class. `gpu_model` is the NVML name
+    the class's servers report (the one hardware fact a class analysis reads: it picks the
+    catalogue's link speeds); `benchmarks` are the measured runs of the class's servers, for
+    calibrated figures."""
+    model = build_model(topology, gpu_model or None)
+    calibration, notes = calibration_from(benchmarks)
+    measured = calibrated(model, calibration) if calibration is not None else None
+    return Analysis(
+        summary=summary_of(model, gpu_model),
+        warnings=tuple(topology.warnings),
+        findings=check_health(topology),
+        structure=model.hierarchy.to_document(),
+        hardware=model.hardware.describe(),
+        costs=cost_tables(model),
+        layouts=tuple(layout_advice(model)),
+        affinity=affinity(model).to_document(),
+        p2p_prediction=p2p_matrix(model),
+        calibration={
+            "applied": calibration is not None,
+            **(
+                calibration.to_document()
+                if calibration
+                else {"scale": {}, "alpha_us": {}, "sources": []}
+            ),
+            "skipped": notes,
+        },
+        calibrated_costs=cost_tables(measured) if measured is not None else None,
+        calibrated_p2p_prediction=p2p_matrix(measured) if measured is not None else None,
+    )
+
+
+def summary_of(model: CostModel, gpu_model: str) -> dict[str, Any]:
+    """The few facts lists and comparisons show, from the topology and its recovered structure."""
+    topology = model.topo
+    gpu_pairs = Counter(link.link_class for link in topology.gpu_links())
+    nearest_nic = {}
+    for gpu in topology.gpus:
+        classes = [topology.link_class(gpu.id, nic.id) for nic in topology.nics]
+        nearest_nic[gpu.id] = min(classes, key=link_class_rank) if classes else None
+    domains = [len(d.gpus) for d in model.hierarchy.nvlink_domains]
+    return {
+        "gpu_model": gpu_model,
+        "gpu_count": len(topology.gpus),
+        "nic_count": len(topology.nics),
+        "gpu_pair_classes": dict(sorted(gpu_pairs.items(), key=lambda kv: link_class_rank(kv[0]))),
+        # A GPU without NVLink is a domain of one.
+        "largest_nvlink_domain": max(domains, default=min(1, len(topology.gpus))),
+        "nearest_nic_class": nearest_nic,
+        "description": describe_links(topology),
+    }
+
+
+def calibration_from(
+    benchmarks: Sequence[CalibrationInput],
+) -> tuple[Calibration | None, list[str]]:
+    """Measured corrections from the runs, each fitted on the topology it ran on (a
+    Calibration is per link class, so it carries over to every server of the class). Runs
+    that cannot calibrate (one GPU, another node's GPUs, no table) are named in the notes."""
+    found: Calibration | None = None
+    notes: list[str] = []
+    for topo, model_name, run in benchmarks:
+        try:
+            base = build_model(topo, model_name or None)
+            if isinstance(run, NcclRun):
+                cal = calibrate_from_nccl(base, run)
+            else:
+                cal = calibrate_from_p2p(base, run)
+        except ValueError as exc:
+            kind = "nccl-tests" if isinstance(run, NcclRun) else "p2pBandwidthLatencyTest"
+            notes.append(f"{kind} run skipped: {exc}")
+            continue
+        found = cal if found is None else found.merged(cal)
+    return found, notes
+
+
+def factorisations(n: int) -> list[Layout]:
+    """Every TP x PP x DP with product n, TP varying slowest."""
+    return [
+        Layout(tp, pp, n // (tp * pp))
+        for tp in range(1, n + 1)
+        if n % tp == 0
+        for pp in range(1, n // tp + 1)
+        if (n // tp) % pp == 0
+    ]
+
+
+def group_sizes(n: int) -> list[int]:
+    """2, 4, 8, ... below n, then n itself."""
+    sizes, k = [], 2
+    while k < n:
+        sizes.append(k)
+        k *= 2
+    return sizes + [n] if n >= 2 else []
+
+
+def cost_tables(model: CostModel) -> dict[str, Any]:
+    """Each collective on the best-connected group of each size: a curve over STANDARD_SIZES
+    for all GPUs, TABLE_SIZES for the smaller groups. Columns, not rows, to keep it compact."""
+    groups = {k: list(best_group(model, k)) for k in group_sizes(len(model.gpu_ids))}
+    everyone = sorted(model.gpu_ids)
+    curves: dict[str, Any] = {}
+    table: dict[str, Any] = {}
+    for collective in COLLECTIVES:
+        if len(everyone) >= 2:
+            points = curve(model, collective, everyone)
+            curves[collective] = {
+                "time_us": [round(c.time_us, 3) for c in points],
+                "algbw_gbps": [round(c.algbw_gbps, 3) for c in points],
+                "busbw_gbps": [round(c.busbw_gbps, 3) for c in points],
+                "algorithm": [c.algorithm for c in points],
+                "bottleneck": points[-1].bottleneck,
+                "bottleneck_class": points[-1].bottleneck_class,
+            }
+        rows = []
+        for k, gpus in groups.items():
+            for nbytes in TABLE_SIZES:
+                c = collective_cost(model, collective, gpus, nbytes)
+                rows.append(
+                    [
+                        k,
+                        nbytes,
+                        round(c.time_us, 3),
+                        round(c.busbw_gbps, 3),
+                        c.algorithm,
+                        c.bottleneck_class,
+                    ]
+                )
+        table[collective] = rows
+    return {
+        "calibrated": bool(model.calibration.scale),
+        "sizes": list(STANDARD_SIZES),
+        "curve_gpus": everyone,
+        "curves": curves,
+        "groups": {str(k): g for k, g in groups.items()},
+        "table_columns": [
+            "group_size",
+            "bytes",
+            "time_us",
+            "busbw_gbps",
+            "algorithm",
+            "bottleneck_class",
+        ],
+        "table": table,
+    }
+
+
+def layout_advice(model: CostModel, budget_s: float = LAYOUT_BUDGET_S) -> list[dict[str, Any]]:
+    """Placement of the default model preset for every factorisation of the GPU count."""
+    layouts = factorisations(len(model.gpu_ids))
+    each = min(LAYOUT_SEARCH_MAX_S, budget_s / max(1, len(layouts)))
+    out = []
+    for layout in layouts:
+        doc = place(model, layout, time_budget_s=each).to_document()
+        doc.pop("assumption")  # stored once, with the hardware
+        out.append(doc)
+    return out

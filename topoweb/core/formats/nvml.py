@@ -1,0 +1,285 @@
+"""The facts a collector sends beside its topology (collector/nvml.py and collector/gather.py),
+read once into typed dataclasses. The stored JSON stays as the collector sent it; every reader
+of it (ingest's GPU model and SKU, the health checks) goes through `read_nvml` / `read_host`.
+
+Unknown values are tolerated: any value may be None, "unsupported", "n/a", "error: ..." where
+the driver could not say, and reads as None (never guessed). A value of the wrong type is an
+error naming where it is (NvmlFactsError). `current_gen`/`max_gen` are accepted for the PCIe
+generation keys, true/false and "up"/"down" as well as "active"/"inactive" for a link's state::
+
+    {"available": true,                        # false: nothing else is read
+     "driver_version": "580.159.04",
+     "gpus": [{"index": 0,                     # NVML index == nvidia-smi's == topo -m GPU<index>
+               "name": "NVIDIA H100 80GB HBM3",
+               "pci_bus_id": "00000000:18:00.0",
+               "pcie": {"current_generation": 5, "max_generation": 5,
+                        "current_width": 16, "max_width": 16},
+               "nvlinks": [{"link": 0, "state": "active",        # or "inactive"
+                            "version": 6,                      # raw nvmlNvlinkVersion_t
+                            "remote_device_type": "SWITCH",    # or "GPU"
+                            "remote_pci_bus_id": "00000000:05:00.0"}, ...]},   # or "unsupported"
+              ...],
+     "p2p": [{"from": 0, "to": 1, "read": "OK", "write": "OK", ...}, ...]}   # NVML P2P status
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from topoweb.core.formats import ParseError
+
+_UNKNOWN_MARKERS = {"unsupported", "n/a", "unknown", "not supported", ""}
+
+
+class NvmlFactsError(ParseError):
+    """Facts of the wrong shape or type; the message names the place, e.g. gpus[2].pcie."""
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    current_generation: int | None = None
+    max_generation: int | None = None
+    current_width: int | None = None
+    max_width: int | None = None
+
+    @property
+    def slower_generation(self) -> bool:
+        cg, mg = self.current_generation, self.max_generation
+        return cg is not None and mg is not None and cg < mg
+
+    @property
+    def narrower(self) -> bool:
+        cw, mw = self.current_width, self.max_width
+        return cw is not None and mw is not None and cw < mw
+
+
+@dataclass(frozen=True)
+class NvLink:
+    link: int | None
+    up: bool | None  # None: the driver could not say
+    version: int | None = None  # raw nvmlNvlinkVersion_t
+    remote_device_type: str | None = None  # "GPU", "SWITCH", ...
+    remote_pci_bus_id: str | None = None
+
+
+@dataclass(frozen=True)
+class NvmlGpu:
+    index: int | None
+    name: str | None = None
+    pci_bus_id: str | None = None
+    pcie: PcieLink = PcieLink()
+    nvlinks: tuple[NvLink, ...] = ()  # empty also when the driver has no NVLink functions
+
+
+@dataclass(frozen=True)
+class P2PStatus:
+    """NVML's P2P status from one GPU to another: capability -> status ("OK", "NS", ...);
+    capabilities the driver could not answer are left out."""
+
+    src: int | None
+    dst: int | None
+    status: Mapping[str, str]
+
+    def refused(self, capabilities: tuple[str, ...] = ("read", "write")) -> dict[str, str]:
+        """The capabilities among `capabilities` whose status is known and not OK."""
+        return {
+            cap: self.status[cap]
+            for cap in capabilities
+            if cap in self.status and self.status[cap].upper() != "OK"
+        }
+
+
+@dataclass(frozen=True)
+class NvmlFacts:
+    available: bool
+    gpus: tuple[NvmlGpu, ...] = ()
+    p2p: tuple[P2PStatus, ...] | None = None  # None: not sent (older collectors)
+    driver_version: str | None = None
+
+    @property
+    def gpu_names(self) -> list[str]:
+        """The names the driver gave, in index order (unknown ones left out)."""
+        return [g.name for g in self.gpus if g.name]
+
+
+@dataclass(frozen=True)
+class RdmaNic:
+    device: str
+    port: int | str | None = None
+    rate_gbps: float | None = None
+    state: str | None = None
+    link_layer: str | None = None
+    pci_bus_id: str | None = None
+    numa_node: int | None = None
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    product_name: str | None = None  # DMI: what a SKU is named after
+    sys_vendor: str | None = None
+    cpu_model: str | None = None
+    kernel: str | None = None
+    rdma_nics: tuple[RdmaNic, ...] = ()
+
+
+def unknown(value: Any) -> bool:
+    """None or a marker the collector writes where the driver gave no answer."""
+    if value is None:
+        return True
+    if not isinstance(value, str):
+        return False
+    text = value.strip().lower()
+    return text in _UNKNOWN_MARKERS or text.startswith("error")
+
+
+def _int(value: Any, where: str) -> int | None:
+    if unknown(value):
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise NvmlFactsError(f"NVML facts: {where} is {value!r}, expected an integer")
+
+
+def _float(value: Any, where: str) -> float | None:
+    if unknown(value):
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    raise NvmlFactsError(f"{where} is {value!r}, expected a number")
+
+
+def _text(value: Any) -> str | None:
+    """Free text the driver or the host gave; unknown markers and non-strings read as None."""
+    if unknown(value) or not isinstance(value, str):
+        return None
+    return value.strip() or None
+
+
+def _link_up(value: Any, where: str) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if unknown(value):
+        return None
+    text = str(value).strip().lower()
+    if text in ("up", "active", "enabled", "1"):
+        return True
+    if text in ("down", "inactive", "disabled", "0"):
+        return False
+    raise NvmlFactsError(f"NVML facts: {where} is {value!r}, expected 'up' or 'down'")
+
+
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise NvmlFactsError(f"NVML facts: {where} is not an object")
+    return value
+
+
+def _gpu(g: Mapping[str, Any], where: str) -> NvmlGpu:
+    pcie = _object(g.get("pcie"), f"{where}.pcie")
+    cg, mg, cw, mw = (
+        _int(pcie.get(k, pcie.get(alias)), f"{where}.pcie.{k}")
+        for k, alias in (
+            ("current_generation", "current_gen"),
+            ("max_generation", "max_gen"),
+            ("current_width", "current_width"),
+            ("max_width", "max_width"),
+        )
+    )
+    links = g.get("nvlinks") or []
+    if isinstance(links, str):
+        links = []  # the driver has no NVLink functions ("unsupported")
+    if not isinstance(links, list) or not all(isinstance(x, Mapping) for x in links):
+        raise NvmlFactsError(f"NVML facts: {where}.nvlinks is not a list of objects")
+    return NvmlGpu(
+        index=_int(g.get("index"), f"{where}.index"),
+        name=_text(g.get("name")),
+        pci_bus_id=_text(g.get("pci_bus_id")),
+        pcie=PcieLink(cg, mg, cw, mw),
+        nvlinks=tuple(
+            NvLink(
+                link=_int(x.get("link"), f"{where}.nvlinks[{k}].link"),
+                up=_link_up(x.get("state"), f"{where}.nvlinks[{k}].state"),
+                version=_int(x.get("version"), f"{where}.nvlinks[{k}].version"),
+                remote_device_type=_text(x.get("remote_device_type")),
+                remote_pci_bus_id=_text(x.get("remote_pci_bus_id")),
+            )
+            for k, x in enumerate(links)
+        ),
+    )
+
+
+def _p2p(entries: Any) -> tuple[P2PStatus, ...] | None:
+    if not isinstance(entries, list):
+        return None
+    out = []
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            raise NvmlFactsError("NVML facts: p2p holds something other than objects")
+        out.append(
+            P2PStatus(
+                src=_int(entry.get("from"), "p2p[].from"),
+                dst=_int(entry.get("to"), "p2p[].to"),
+                status={
+                    str(cap): str(value)
+                    for cap, value in entry.items()
+                    if cap not in ("from", "to") and not unknown(value)
+                },
+            )
+        )
+    return tuple(out)
+
+
+def read_nvml(doc: Mapping[str, Any]) -> NvmlFacts:
+    """The collector's `nvml` object as NvmlFacts; NvmlFactsError names what is malformed."""
+    if not isinstance(doc, Mapping):
+        raise NvmlFactsError("NVML facts: expected {'gpus': [{...}, ...]}")
+    if doc.get("available") is False:
+        return NvmlFacts(available=False)  # the collector could not load NVML
+    gpus = doc.get("gpus")
+    if not isinstance(gpus, list) or not all(isinstance(g, Mapping) for g in gpus):
+        raise NvmlFactsError("NVML facts: expected {'gpus': [{...}, ...]}")
+    return NvmlFacts(
+        available=True,
+        gpus=tuple(_gpu(g, f"gpus[{n}]") for n, g in enumerate(gpus)),
+        p2p=_p2p(doc.get("p2p")),
+        driver_version=_text(doc.get("driver_version")),
+    )
+
+
+def read_host(doc: Mapping[str, Any] | None) -> HostFacts:
+    """The collector's `host` object as HostFacts. Host facts are descriptive only, so
+    anything of the wrong shape reads as unknown rather than failing."""
+    if not isinstance(doc, Mapping):
+        return HostFacts()
+    nics = []
+    for item in doc.get("rdma_nics") or []:
+        if not isinstance(item, Mapping) or not isinstance(item.get("device"), str):
+            continue
+        port = item.get("port")
+        try:
+            rate = _float(item.get("rate_gbps"), "rate_gbps")
+            numa = _int(item.get("numa_node"), "numa_node")
+        except NvmlFactsError:
+            rate = numa = None
+        nics.append(
+            RdmaNic(
+                device=item["device"],
+                port=port if isinstance(port, int | str) and not isinstance(port, bool) else None,
+                rate_gbps=rate,
+                state=_text(item.get("state")),
+                link_layer=_text(item.get("link_layer")),
+                pci_bus_id=_text(item.get("pci_bus_id")),
+                numa_node=numa if isinstance(numa, int) else None,
+            )
+        )
+    return HostFacts(
+        product_name=_text(doc.get("product_name")),
+        sys_vendor=_text(doc.get("sys_vendor")),
+        cpu_model=_text(doc.get("cpu_model")),
+        kernel=_text(doc.get("kernel")),
+        rdma_nics=tuple(nics),
+    )

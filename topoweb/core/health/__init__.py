@@ -1,0 +1,74 @@
+"""Health findings for one server: links wired, trained or measured worse than they should be.
+A package by concern: findings (the vocabulary), figures, diff, checks (wiring and NVML),
+benchmarks, acceptance; every public name is importable from here.
+
+Everything here is a pure function of parsed inputs (Topology, P2PResult, NcclRun, the NVML
+facts dict a collector sends) plus the figures a server is expected to reach; the web service
+stores the findings with its analysis and the acceptance report next to them.
+
+NVML facts are read through topoweb.core.formats.nvml (NvmlFacts); check_health also takes
+the collector's raw `nvml` object and reads it there.
+"""
+
+from __future__ import annotations
+
+from topoweb.core.health.acceptance import acceptance_report
+from topoweb.core.health.checks import check_health
+from topoweb.core.health.diff import TopologyDiff, diff_topologies
+from topoweb.core.health.figures import (
+    CollectiveKey,
+    Expectations,
+    Figures,
+    PairKey,
+    Thresholds,
+    expectations_by_class,
+    expectations_from_model,
+    measured_figures,
+    median_figures,
+    sku_distribution,
+)
+from topoweb.core.health.findings import (
+    BELOW_EXPECTED_BANDWIDTH,
+    DEGRADED_NVLINK,
+    DOWNTRAINED_PCIE,
+    FAILED_BENCHMARK,
+    INCONSISTENT_MATRIX,
+    KINDS,
+    NIC_FAR_FROM_GPU,
+    P2P_UNAVAILABLE,
+    SEVERITIES,
+    TOPOLOGY_DRIFT,
+    Finding,
+    HealthInputError,
+    Severity,
+)
+
+__all__ = [
+    "BELOW_EXPECTED_BANDWIDTH",
+    "DEGRADED_NVLINK",
+    "DOWNTRAINED_PCIE",
+    "FAILED_BENCHMARK",
+    "INCONSISTENT_MATRIX",
+    "KINDS",
+    "NIC_FAR_FROM_GPU",
+    "P2P_UNAVAILABLE",
+    "SEVERITIES",
+    "TOPOLOGY_DRIFT",
+    "CollectiveKey",
+    "Expectations",
+    "Figures",
+    "Finding",
+    "HealthInputError",
+    "PairKey",
+    "Severity",
+    "Thresholds",
+    "TopologyDiff",
+    "acceptance_report",
+    "check_health",
+    "diff_topologies",
+    "expectations_by_class",
+    "expectations_from_model",
+    "measured_figures",
+    "median_figures",
+    "sku_distribution",
+]

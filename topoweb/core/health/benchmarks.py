@@ -1,0 +1,280 @@
+"""Findings from measured runs: P2P unavailable or no better than staged copies, bandwidth
+below expectation or below the SKU median, failed nccl-tests runs."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from topoweb.core.health.figures import (
+    Expectations,
+    Figures,
+    Thresholds,
+    large_busbw,
+    p2p_cells,
+    ranks_of,
+)
+from topoweb.core.health.findings import (
+    BELOW_EXPECTED_BANDWIDTH,
+    FAILED_BENCHMARK,
+    P2P_UNAVAILABLE,
+    Finding,
+    HealthInputError,
+    ordered_ids,
+)
+from topoweb.core.model import NcclRun, P2PResult, Topology, nvlink_count
+
+
+def _gpu_id(topo: Topology, index: int, what: str) -> str:
+    try:
+        return topo.gpu(index).id
+    except KeyError:
+        raise HealthInputError(
+            f"{what} names GPU {index} but the topology has {len(topo.gpus)} GPU(s)"
+        ) from None
+
+
+def _below_expected(
+    topo: Topology,
+    measured: Mapping[Any, float],
+    expected: Mapping[Any, float],
+    medians: Mapping[Any, float],
+    thresholds: Thresholds,
+) -> dict[Any, dict[str, Any]]:
+    """Figures under threshold x expected or threshold x SKU median, with the comparison made."""
+    low = {}
+    for key, value in measured.items():
+        e, m = expected.get(key), medians.get(key)
+        below_e = e is not None and e > 0 and value < thresholds.bandwidth_ratio * e
+        below_m = m is not None and m > 0 and value < thresholds.sku_median_ratio * m
+        if below_e or below_m:
+            low[key] = {
+                "measured_gbps": round(value, 2),
+                "expected_gbps": e,
+                "ratio": round(value / e, 3) if e else None,
+                "sku_median_gbps": m,
+                "median_ratio": round(value / m, 3) if m else None,
+                "below_expected": below_e,
+                "below_sku_median": below_m,
+            }
+    return low
+
+
+_BELOW_ADVICE = (
+    "Check the link under load: NVLink errors (nvidia-smi nvlink -e), PCIe link state "
+    "(lspci -vv LnkSta), BIOS settings (ACS, IOMMU, power profile) and GPU clocks; compare "
+    "with a sibling of the same SKU."
+)
+
+
+def p2p_findings(
+    topo: Topology,
+    p2p: P2PResult,
+    expectations: Expectations | None,
+    medians: Figures | None,
+    thresholds: Thresholds,
+) -> list[Finding]:
+    n = len(p2p.gpus)
+    if n > len(topo.gpus):
+        raise HealthInputError(f"the p2p result has {n} GPUs but the topology has {len(topo.gpus)}")
+    ids = [_gpu_id(topo, i, "the p2p result") for i in range(n)]
+    findings = []
+    unavailable: set[frozenset[int]] = set()
+
+    no_access: list[dict[str, Any]] = []
+    if p2p.p2p_access is not None:
+        for i, j in itertools.combinations(range(n), 2):
+            if p2p.p2p_access[i][j] and p2p.p2p_access[j][i]:
+                continue
+            cls = topo.link_class(ids[i], ids[j])
+            # Across host bridges or sockets P2P is often off by platform design; within a PCIe
+            # switch or over NVLink it should work, so its absence is a fault.
+            if cls in ("NODE", "SYS"):
+                continue
+            unavailable.add(frozenset((i, j)))
+            no_access.append({"a": ids[i], "b": ids[j], "class": cls})
+    if no_access:
+        findings.append(p2p_unavailable(topo, no_access, "the P2P access matrix says no"))
+
+    no_gain: list[dict[str, Any]] = []
+    uni_en = p2p.matrices.get("unidirectional_p2p_enabled_gbps")
+    uni_dis = p2p.matrices.get("unidirectional_p2p_disabled_gbps")
+    bi_en = p2p.matrices.get("bidirectional_p2p_enabled_gbps")
+    bi_dis = p2p.matrices.get("bidirectional_p2p_disabled_gbps")
+    en, dis = (uni_en, uni_dis) if uni_en and uni_dis else (bi_en, bi_dis)
+    if en and dis:
+
+        def no_better(i: int, j: int) -> bool:
+            return 0 < dis[i][j] and en[i][j] <= thresholds.p2p_min_gain * dis[i][j]
+
+        for i, j in itertools.combinations(range(n), 2):
+            if frozenset((i, j)) in unavailable:
+                continue
+            if p2p.p2p_access is not None and not p2p.p2p_access[i][j]:
+                continue  # P2P off by design for this pair: no gain to expect
+            # ACS or the IOMMU reroute both directions; one slow direction is a slow link.
+            if no_better(i, j) and no_better(j, i):
+                unavailable.add(frozenset((i, j)))
+                no_gain.append(
+                    {
+                        "a": ids[i],
+                        "b": ids[j],
+                        "class": topo.link_class(ids[i], ids[j]),
+                        "enabled_gbps": [en[i][j], en[j][i]],
+                        "disabled_gbps": [dis[i][j], dis[j][i]],
+                    }
+                )
+    if no_gain:
+        findings.append(
+            p2p_unavailable(topo, no_gain, "P2P=Enabled bandwidth is no better than P2P=Disabled")
+        )
+
+    cells = p2p_cells(p2p)
+    measured = {k: v for k, (v, _) in cells.items() if frozenset(k) not in unavailable}
+    low = _below_expected(
+        topo,
+        measured,
+        expectations.figures.p2p_gbps if expectations else {},
+        medians.p2p_gbps if medians else {},
+        thresholds,
+    )
+    by_pair: dict[frozenset[int], dict[str, Any]] = {}
+    for (i, j), ev in sorted(low.items()):
+        by_pair.setdefault(frozenset((i, j)), {})[f"{ids[i]}->{ids[j]}"] = ev | {
+            "source": cells[(i, j)][1]
+        }
+    for pair, directions in by_pair.items():
+        i, j = sorted(pair)
+        critical = any(ev["below_expected"] for ev in directions.values())
+        worst = min(directions.values(), key=lambda ev: ev["ratio"] or ev["median_ratio"] or 1.0)
+        against = (
+            f"{worst['ratio']:.0%} of the expected {worst['expected_gbps']:.1f} GB/s"
+            if worst["below_expected"]
+            else f"{worst['median_ratio']:.0%} of the SKU median "
+            f"{worst['sku_median_gbps']:.1f} GB/s"
+        )
+        findings.append(
+            Finding(
+                kind=BELOW_EXPECTED_BANDWIDTH,
+                severity="critical" if critical else "warning",
+                devices=(ids[i], ids[j]),
+                evidence={
+                    "benchmark": "p2pBandwidthLatencyTest",
+                    "class": topo.link_class(ids[i], ids[j]),
+                    "directions": directions,
+                },
+                advice=_BELOW_ADVICE,
+                message=f"{ids[i]}-{ids[j]} ({topo.link_class(ids[i], ids[j])}) measured "
+                f"{worst['measured_gbps']:.1f} GB/s per direction, {against}",
+            )
+        )
+    return findings
+
+
+def p2p_unavailable(topo: Topology, pairs: list[dict[str, Any]], why: str) -> Finding:
+    devices = ordered_ids(topo, [x for p in pairs for x in (p["a"], p["b"])])
+    over_nvlink = any(nvlink_count(p["class"]) for p in pairs)
+    shown = ", ".join(f"{p['a']}-{p['b']}" for p in pairs[:8]) + (" ..." if len(pairs) > 8 else "")
+    return Finding(
+        kind=P2P_UNAVAILABLE,
+        severity="critical" if over_nvlink else "warning",
+        devices=devices,
+        evidence={"reason": why, "pairs": pairs},
+        advice=(
+            "Disable PCIe ACS on the switches between these GPUs (BIOS or setpci), set the "
+            "IOMMU to passthrough (iommu=pt) or off, and check that the driver allows P2P for "
+            "this GPU model; in VMs, P2P needs the hypervisor's support."
+        ),
+        message=f"P2P unavailable between {shown}: {why}",
+    )
+
+
+def nccl_findings(
+    topo: Topology,
+    runs: Sequence[NcclRun],
+    expectations: Expectations | None,
+    medians: Figures | None,
+    thresholds: Thresholds,
+) -> list[Finding]:
+    findings = []
+    for number, run in enumerate(runs):
+        name = run.collective or "nccl-tests"
+        local = {r.device for r in run.ranks if r.device is not None}
+        devices = tuple(g.id for g in topo.gpus if g.index in local) or tuple(
+            g.id for g in topo.gpus
+        )
+        wrong = [
+            {
+                "bytes": row.bytes,
+                "out_of_place": row.out_of_place.wrong,
+                "in_place": row.in_place.wrong,
+            }
+            for row in run.rows
+            if (row.out_of_place.wrong or 0) > 0 or (row.in_place.wrong or 0) > 0
+        ]
+        if wrong or run.errors or not run.rows:
+            parts = []
+            if wrong:
+                parts.append(f"wrong results at {len(wrong)} size(s)")
+            if run.errors:
+                parts.append(f"the run died: {run.errors[0]}")
+            if not run.rows:
+                parts.append("no result rows (the run hung or was killed)")
+            findings.append(
+                Finding(
+                    kind=FAILED_BENCHMARK,
+                    severity="critical",
+                    devices=devices,
+                    evidence={
+                        "run": number,
+                        "collective": run.collective,
+                        "wrong_rows": wrong,
+                        "errors": list(run.errors),
+                        "rows": len(run.rows),
+                    },
+                    advice=(
+                        "Wrong results mean data corruption: check GPU memory (ECC, Xid errors "
+                        "in dmesg), NVLink error counters and the NCCL/driver versions; rerun "
+                        "with NCCL_DEBUG=INFO for a run that died."
+                    ),
+                    message=f"{name}: " + "; ".join(parts),
+                )
+            )
+        best = large_busbw(run, thresholds)
+        if run.collective is None or best is None:
+            continue
+        key = (run.collective, ranks_of(run))
+        low = _below_expected(
+            topo,
+            {key: best[0]},
+            expectations.figures.busbw_gbps if expectations else {},
+            medians.busbw_gbps if medians else {},
+            thresholds,
+        )
+        if key not in low:
+            continue
+        ev = low[key]
+        against = (
+            f"{ev['ratio']:.0%} of the expected {ev['expected_gbps']:.1f} GB/s"
+            if ev["below_expected"]
+            else f"{ev['median_ratio']:.0%} of the SKU median {ev['sku_median_gbps']:.1f} GB/s"
+        )
+        findings.append(
+            Finding(
+                kind=BELOW_EXPECTED_BANDWIDTH,
+                severity="critical" if ev["below_expected"] else "warning",
+                devices=devices,
+                evidence=ev
+                | {
+                    "benchmark": "nccl-tests",
+                    "collective": key[0],
+                    "ranks": key[1],
+                    "at_bytes": best[1],
+                },
+                advice=_BELOW_ADVICE,
+                message=f"{run.collective} over {key[1]} ranks reached {best[0]:.1f} GB/s busbw, "
+                f"{against}",
+            )
+        )
+    return findings

@@ -1,0 +1,239 @@
+"""Bandwidth figures a server is expected to reach and those its benchmarks show: from staff's
+per-class figures or the cost model, measured P2P and nccl-tests busbw, SKU medians and the
+spread of a SKU with its outliers."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from topoweb.core.catalogue import infer_generation
+from topoweb.core.costs import COLLECTIVES, build_model, collective_cost, p2p_matrix
+from topoweb.core.health.findings import HealthInputError
+from topoweb.core.model import NcclRun, P2PResult, Topology
+
+PairKey = tuple[int, int]  # (source GPU index, destination GPU index)
+CollectiveKey = tuple[str, int]  # (nccl-tests collective name, number of ranks)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Bandwidth figures of one server (or a SKU's median): GB/s per direction for each ordered
+    GPU pair, and nccl-tests busbw at large messages for each collective and rank count."""
+
+    p2p_gbps: Mapping[PairKey, float] = field(default_factory=dict, hash=False)
+    busbw_gbps: Mapping[CollectiveKey, float] = field(default_factory=dict, hash=False)
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "p2p_gbps": [
+                {"src": s, "dst": d, "gbps": v} for (s, d), v in sorted(self.p2p_gbps.items())
+            ],
+            "busbw_gbps": [
+                {"collective": c, "ranks": n, "gbps": v}
+                for (c, n), v in sorted(self.busbw_gbps.items())
+            ],
+        }
+
+    @classmethod
+    def from_document(cls, doc: Mapping[str, Any]) -> Figures:
+        try:
+            return cls(
+                p2p_gbps={
+                    (int(x["src"]), int(x["dst"])): float(x["gbps"])
+                    for x in doc.get("p2p_gbps", ())
+                },
+                busbw_gbps={
+                    (str(x["collective"]), int(x["ranks"])): float(x["gbps"])
+                    for x in doc.get("busbw_gbps", ())
+                },
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise HealthInputError(f"malformed figures document: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    bandwidth_ratio: float = 0.9  # measured / expected under this is below expectation
+    sku_median_ratio: float = 0.9  # measured / SKU median under this is an outlier
+    large_message_bytes: int = 256 * 2**20  # nccl-tests rows from this size on show the plateau
+    p2p_min_gain: float = 1.05  # P2P=Enabled must beat P2P=Disabled by more than this factor
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "bandwidth_ratio": self.bandwidth_ratio,
+            "sku_median_ratio": self.sku_median_ratio,
+            "large_message_bytes": self.large_message_bytes,
+            "p2p_min_gain": self.p2p_min_gain,
+        }
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """What a server should reach, and where those figures come from (shown in reports)."""
+
+    figures: Figures
+    thresholds: Thresholds = Thresholds()
+    basis: str = ""
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "figures": self.figures.to_document(),
+            "thresholds": self.thresholds.to_document(),
+            "basis": self.basis,
+        }
+
+
+def expectations_by_class(
+    topo: Topology,
+    p2p_gbps_by_class: Mapping[str, float],
+    busbw_gbps_by_collective: Mapping[str, float],
+    thresholds: Thresholds = Thresholds(),
+    basis: str = "",
+) -> Expectations:
+    """Expectations from per-link-class figures (as staff enter them for a SKU): every ordered GPU
+    pair expects its class's GB/s per direction; busbw figures apply to a run over all GPUs."""
+    gpus = topo.gpus
+    pairs = {
+        (a.index, b.index): float(p2p_gbps_by_class[cls])
+        for a in gpus
+        for b in gpus
+        if a.id != b.id and (cls := topo.link_class(a.id, b.id)) in p2p_gbps_by_class
+    }
+    busbw = {(c, len(gpus)): float(v) for c, v in busbw_gbps_by_collective.items()}
+    return Expectations(Figures(pairs, busbw), thresholds, basis)
+
+
+# The top of a standard nccl-tests sweep: predicted busbw there is the plateau measured rows reach.
+_MODEL_MESSAGE_BYTES = 8 * 2**30
+
+
+def expectations_from_model(
+    topo: Topology, gpu_model: str | None = None, thresholds: Thresholds = Thresholds()
+) -> Expectations:
+    """What the cost model predicts for this wiring and GPU generation (uncalibrated): P2P copy
+    bandwidth per ordered GPU pair and large-message busbw of each collective over all GPUs."""
+    model = build_model(topo, gpu_model)
+    uni = p2p_matrix(model)["unidirectional_gbps"]
+    order = sorted(g.index for g in topo.gpus)
+    pairs = {
+        (a, b): float(value)
+        for i, a in enumerate(order)
+        for j, b in enumerate(order)
+        if (value := uni[i][j]) is not None
+    }
+    busbw: dict[CollectiveKey, float] = {}
+    if len(order) >= 2:
+        for name in COLLECTIVES:
+            if name == "sendrecv" and len(order) != 2:
+                continue  # nccl-tests' sendrecv over more GPUs is a ring of pairs, not modelled
+            cost = collective_cost(model, name, order, _MODEL_MESSAGE_BYTES)
+            busbw[(name, len(order))] = round(cost.busbw_gbps, 2)
+    assumption = infer_generation(topo, gpu_model).assumption
+    return Expectations(
+        Figures(pairs, busbw), thresholds, basis=f"cost model, uncalibrated ({assumption})"
+    )
+
+
+def p2p_cells(p2p: P2PResult) -> dict[PairKey, tuple[float, str]]:
+    """Per-direction P2P=Enabled bandwidth per ordered pair, and which matrix it came from.
+    Elided pastes may keep only the bidirectional matrix: half of it is one direction."""
+    uni = p2p.matrices.get("unidirectional_p2p_enabled_gbps")
+    bi = p2p.matrices.get("bidirectional_p2p_enabled_gbps")
+    cells: dict[PairKey, tuple[float, str]] = {}
+    n = len(p2p.gpus)
+    for i, j in itertools.permutations(range(n), 2):
+        if uni is not None and i < len(uni) and j < len(uni[i]):
+            cells[(i, j)] = (uni[i][j], "unidirectional P2P=Enabled")
+        elif bi is not None and i < len(bi) and j < len(bi[i]):
+            cells[(i, j)] = (bi[i][j] / 2, "bidirectional P2P=Enabled / 2")
+    return cells
+
+
+def ranks_of(run: NcclRun) -> int:
+    """How many ranks the run used, from its rank lines or its -g x -t arguments."""
+    return len(run.ranks) or (run.n_gpus or 0) * (run.n_threads or 1)
+
+
+def large_busbw(run: NcclRun, thresholds: Thresholds) -> tuple[float, int] | None:
+    """Best busbw over the rows at or past the large-message size, and the size it was seen at."""
+    best: tuple[float, int] | None = None
+    for row in run.rows:
+        if row.bytes < thresholds.large_message_bytes:
+            continue
+        for m in (row.out_of_place, row.in_place):
+            if m.busbw_gbps is not None and (best is None or m.busbw_gbps > best[0]):
+                best = (m.busbw_gbps, row.bytes)
+    return best
+
+
+def measured_figures(
+    p2p: P2PResult | None = None,
+    nccl_runs: Sequence[NcclRun] = (),
+    thresholds: Thresholds = Thresholds(),
+) -> Figures:
+    """The figures one server's benchmarks show, in the shape expectations and medians use."""
+    pairs = {k: v for k, (v, _) in p2p_cells(p2p).items()} if p2p else {}
+    busbw: dict[CollectiveKey, float] = {}
+    for run in nccl_runs:
+        best = large_busbw(run, thresholds)
+        if run.collective and best is not None:
+            key = (run.collective, ranks_of(run))
+            busbw[key] = max(best[0], busbw.get(key, 0.0))
+    return Figures(pairs, busbw)
+
+
+def median_figures(servers: Iterable[Figures]) -> Figures:
+    """Per-figure median over the servers that measured it (the SKU's usual figures)."""
+    pairs: dict[PairKey, list[float]] = {}
+    busbw: dict[CollectiveKey, list[float]] = {}
+    for f in servers:
+        for pk, v in f.p2p_gbps.items():
+            pairs.setdefault(pk, []).append(v)
+        for ck, v in f.busbw_gbps.items():
+            busbw.setdefault(ck, []).append(v)
+    return Figures(
+        {k: statistics.median(v) for k, v in pairs.items()},
+        {k: statistics.median(v) for k, v in busbw.items()},
+    )
+
+
+def figure_name(key: PairKey | CollectiveKey) -> str:
+    if isinstance(key[0], str):
+        return f"{key[0]} busbw, {key[1]} ranks"
+    return f"p2p GPU{key[0]}->GPU{key[1]}"
+
+
+def sku_distribution(
+    servers: Mapping[str, Figures], ratio: float = Thresholds().sku_median_ratio
+) -> list[dict[str, Any]]:
+    """For each figure the SKU's servers measured: the values by hostname, their spread, and
+    the servers under `ratio` x median named as outliers."""
+    keys: set[PairKey | CollectiveKey] = set()
+    for f in servers.values():
+        keys.update(f.p2p_gbps)
+        keys.update(f.busbw_gbps)
+    out = []
+    for key in sorted(keys, key=lambda k: (isinstance(k[0], int), k)):
+        values: dict[str, float] = {}
+        for host, f in sorted(servers.items()):
+            table: Mapping[Any, float] = f.p2p_gbps if isinstance(key[0], int) else f.busbw_gbps
+            if key in table:
+                values[host] = table[key]
+        med = statistics.median(values.values())
+        out.append(
+            {
+                "figure": figure_name(key),
+                "kind": "p2p" if isinstance(key[0], int) else "busbw",
+                "key": list(key),
+                "values": values,
+                "median_gbps": med,
+                "min_gbps": min(values.values()),
+                "max_gbps": max(values.values()),
+                "outliers": [h for h, v in values.items() if v < ratio * med],
+            }
+        )
+    return out
