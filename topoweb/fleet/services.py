@@ -231,11 +231,30 @@ def ingest_benchmark(
     return Ingested(server=server, created=created, benchmark=benchmark)
 
 
+class UnknownServer(LookupError):
+    """An upload names a server that does not exist and did not ask to create it."""
+
+    def __init__(self, hostname: str) -> None:
+        super().__init__(
+            f"No server named {hostname!r}. Check the spelling, or ask for a new server "
+            '(the upload page\'s "new server" box, `create: true` in the API).'
+        )
+        self.hostname = hostname
+
+
 def ingest_upload(
-    *, hostname: str, text: str, uploaded_by: AbstractBaseUser | None, gpu_model_hint: str = ""
+    *,
+    hostname: str,
+    text: str,
+    uploaded_by: AbstractBaseUser | None,
+    gpu_model_hint: str = "",
+    create: bool = False,
 ) -> Ingested:
-    """A file a person hands in: topology, nccl-tests or p2p output, told apart by the core."""
+    """A file a person hands in: topology, nccl-tests or p2p output, told apart by the core.
+    A mistyped hostname must not become a new server: a new one needs `create`."""
     kind = detect_format(text)
+    if not create and not Server.objects.filter(hostname=hostname).exists():
+        raise UnknownServer(hostname)
     now = timezone.now()
     if kind == "topology":
         return ingest_report(
