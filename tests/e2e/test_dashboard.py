@@ -267,6 +267,7 @@ def test_uploading_a_good_file_creates_the_server_and_opens_its_page(
 ) -> None:
     page.goto("/upload/")
     page.fill("#upload-hostname", "e2e-uploaded-01")
+    page.check("#upload-create")
     page.set_input_files(
         "#upload-file", str(FIXTURES / "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt")
     )

@@ -12,13 +12,19 @@ from typing import Any
 import pytest
 from django.core.cache import cache
 from django.core.management import call_command
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from tests.core.topo_fixtures import glued_h200
 from tests.web.conftest import fixture_text, report
 from topoweb.analysis.models import Analysis
-from topoweb.fleet.models import Benchmark, CollectorToken, Server, Snapshot, TopologyClass
-from topoweb.fleet.services import create_collector_token, revoke_collector_token
+from topoweb.fleet.models import Benchmark, CollectorToken, Server, Snapshot, Source, TopologyClass
+from topoweb.fleet.services import (
+    BenchmarkInput,
+    create_collector_token,
+    ingest_report,
+    revoke_collector_token,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -282,6 +288,40 @@ def test_benchmarks_in_a_report_are_stored_linked_to_its_snapshot(collector_clie
     assert benchmark.raw_text == fixture_text(RTX6000_P2P)
     # With no NVML facts, the GPU model comes from the benchmark's own device list.
     assert Snapshot.objects.get().gpu_model == "NVIDIA RTX 6000 Ada Generation"
+
+
+def test_the_captures_benchmarks_name_the_gpu_model_before_the_uploaders_field() -> None:
+    ingest_report(
+        hostname="gpu-r02",
+        topo_text=fixture_text(RTX6000),
+        captured_at=timezone.now(),
+        source=Source.UPLOAD,
+        benchmarks=[BenchmarkInput("p2p-bandwidth-latency", fixture_text(RTX6000_P2P))],
+        gpu_model_hint="RTX 6000 Ada 4-GPU server",  # a SKU-like guess typed by a person
+    )
+
+    assert Snapshot.objects.get().gpu_model == "NVIDIA RTX 6000 Ada Generation"
+
+
+def test_a_benchmark_names_the_model_of_a_snapshot_that_had_none(person: APIClient) -> None:
+    person.post(
+        "/api/v1/uploads", {"hostname": "lab-r", "text": fixture_text(RTX6000), "create": True}
+    )
+    assert Snapshot.objects.get().gpu_model == ""
+    person.post("/api/v1/uploads", {"hostname": "lab-r", "text": fixture_text(RTX6000_P2P)})
+
+    assert Snapshot.objects.get().gpu_model == "NVIDIA RTX 6000 Ada Generation"
+    assert TopologyClass.objects.get().gpu_model == "NVIDIA RTX 6000 Ada Generation"
+
+
+def test_re_uploading_a_capture_keeps_the_gpu_model_nvml_gave(
+    collector_client: Any, person: APIClient
+) -> None:
+    post_report(collector_client("gpu-a01"), report("gpu-a01", H200, nvml=NVML_H200))
+    again = person.post("/api/v1/uploads", {"hostname": "gpu-a01", "text": fixture_text(H200)})
+
+    assert again.status_code == 201  # a new snapshot: no NVML facts this time
+    assert Server.objects.get().latest_snapshot.gpu_model == "NVIDIA H200"
 
 
 def test_a_late_report_of_an_older_capture_does_not_replace_the_latest(
