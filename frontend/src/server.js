@@ -145,17 +145,19 @@ function renderMatrix(mode) {
   const expected = found ? expectedMatrix(found.direction) : null;
   const table = el("table", { class: `matrix mode-${mode}` });
   const head = el("tr", {}, el("th", { text: "" }));
-  for (const d of devices) head.append(el("th", { scope: "col", text: d.id }));
+  // One NIC naming on every view: the legend's RDMA name (mlx5_0) when the capture has one.
+  const nameOf = (d) => (d.kind === "nic" && d.nic_name) || d.id;
+  for (const d of devices) head.append(el("th", { scope: "col", text: nameOf(d) }));
   table.append(el("thead", {}, head));
   const body = el("tbody");
   const gpuPos = new Map(devices.filter((d) => d.kind === "gpu").map((d) => [d.id, d.index]));
   let maxMeasured = 0;
   if (measured) for (const r of measured) for (const v of r) maxMeasured = Math.max(maxMeasured, v);
   for (const a of devices) {
-    const tr = el("tr", {}, el("th", { scope: "row", text: a.id }));
+    const tr = el("tr", {}, el("th", { scope: "row", text: nameOf(a) }));
     for (const b of devices) {
       const c = linkClass(a.id, b.id);
-      const td = el("td", { title: `${a.id} ↔ ${b.id}: ${c}` });
+      const td = el("td", { title: `${nameOf(a)} ↔ ${nameOf(b)}: ${c}` });
       const i = gpuPos.get(a.id);
       const j = gpuPos.get(b.id);
       const value = measured && i !== undefined && j !== undefined && measured[i] ? measured[i][j] : null;

@@ -212,7 +212,8 @@ def test_a_cell_that_breaks_the_pcie_nesting_is_an_inconsistent_matrix() -> None
     # GPU0 under NIC0's switch (PIX) while NIC0-NIC1 is PIX and GPU0-NIC1 stays NODE.
     broken = with_classes(topo(ADA_4GPU), {("GPU0", "NIC0"): "PIX"})
     findings = check_health(broken)
-    assert found(findings) == {("inconsistent_matrix", ("GPU0", "NIC1"))}
+    # NIC1 is named as its legend names it (mlx5_1), like the graph and the hints name it.
+    assert found(findings) == {("inconsistent_matrix", ("GPU0", "mlx5_1"))}
     assert findings[0].evidence["contradictions"][0]["kind"] == "nesting_violation"
 
 
@@ -601,3 +602,19 @@ def test_acceptance_with_only_p2p_measured_is_incomplete_not_pass() -> None:
     assert report["verdict"] == "incomplete"
     assert report["reasons"][0].startswith("only GPU pairs were measured: upload nccl-tests")
     assert "all_reduce_perf over 2 GPUs" in report["reasons"][0]
+
+
+def test_findings_name_nics_as_the_legend_does_like_the_graph_and_hints() -> None:
+    h200 = topo(H200)  # its legend names NIC0..NIC11 mlx5_0..mlx5_11
+    moved = with_classes(h200, {("GPU1", "NIC3"): "SYS"})
+    (drift,) = [f for f in check_health(moved, previous=h200) if f.kind == "topology_drift"]
+    assert "GPU1-mlx5_3 PXB->SYS" in drift.message
+    assert "NIC3" not in drift.message
+    assert drift.devices == ("GPU1", "mlx5_3")
+
+
+def test_without_a_legend_findings_keep_the_matrix_nic_name() -> None:
+    v100 = topo("topo_29_v100-8gpu-nv1nv2-nic0-pix-small-affinity-no-legend.txt")
+    moved = with_classes(v100, {("GPU4", "NIC0"): "SYS"})
+    (drift,) = [f for f in check_health(moved, previous=v100) if f.kind == "topology_drift"]
+    assert "GPU4-NIC0 PIX->SYS" in drift.message
