@@ -114,6 +114,14 @@ export function fmtTime(us) {
   return `${fmtNumber(us, 1)} µs`;
 }
 
+// A date people read: "30 Nov 2026, 11:40" in the browser's time zone, never raw ISO.
+export function fmtDate(iso) {
+  if (!iso) return "–";
+  const t = new Date(iso);
+  if (Number.isNaN(t.getTime())) return String(iso);
+  return t.toLocaleString("en-GB", { day: "numeric", month: "short", year: "numeric", hour: "2-digit", minute: "2-digit" });
+}
+
 export function fmtAgo(iso) {
   if (!iso) return "never";
   const t = new Date(iso);

@@ -1,7 +1,7 @@
 // Fleet page: the server list from GET /api/v1/servers/ (filtered, sorted and paginated by the
 // server), with counts per health state and per SKU at the top.
 
-import { el, clear, getJSON, fmtAgo, healthBadge, pageData, showError } from "./api.js";
+import { el, clear, getJSON, fmtAgo, fmtDate, healthBadge, pageData, showError } from "./api.js";
 
 const form = document.getElementById("fleet-filters");
 const tbody = document.querySelector("#fleet-table tbody");
@@ -58,7 +58,7 @@ function row(s) {
     el("td", { class: "num" }, el("span", { text: s.gpu_count ?? "–" }), el("span", { class: "muted", text: s.gpu_model ? ` ${s.gpu_model}` : "" })),
     el("td", { class: "links-summary", text: linkSummary(s) }),
     el("td", {}, healthBadge(s.health, s.findings_count ?? s.finding_count)),
-    el("td", { title: s.last_seen_at || s.last_seen || "", text: fmtAgo(s.last_seen_at || s.last_seen) }),
+    el("td", { title: fmtDate(s.last_seen_at || s.last_seen), text: fmtAgo(s.last_seen_at || s.last_seen) }),
   );
 }
 

@@ -1,7 +1,7 @@
 // Server page: the topology graph and matrix, device details, findings, benchmarks,
 // placement advice and snapshot history of one server, all from the JSON API.
 
-import { el, clear, getJSON, postJSON, hostPath, pageData, fmtNumber, fmtTime, fmtAgo, healthBadge, showError } from "./api.js";
+import { el, clear, getJSON, postJSON, hostPath, pageData, fmtNumber, fmtTime, fmtAgo, fmtDate, healthBadge, showError } from "./api.js";
 import { drawGraph, renderLegend, attachTooltips, highlightPaths, clearHighlight, colourGroups, classInfo, kindOf, GROUP_COLOURS } from "./graph.js";
 import { busbwPlot } from "./plot.js";
 
@@ -145,17 +145,19 @@ function renderMatrix(mode) {
   const expected = found ? expectedMatrix(found.direction) : null;
   const table = el("table", { class: `matrix mode-${mode}` });
   const head = el("tr", {}, el("th", { text: "" }));
-  for (const d of devices) head.append(el("th", { scope: "col", text: d.id }));
+  // One NIC naming on every view: the legend's RDMA name (mlx5_0) when the capture has one.
+  const nameOf = (d) => (d.kind === "nic" && d.nic_name) || d.id;
+  for (const d of devices) head.append(el("th", { scope: "col", text: nameOf(d) }));
   table.append(el("thead", {}, head));
   const body = el("tbody");
   const gpuPos = new Map(devices.filter((d) => d.kind === "gpu").map((d) => [d.id, d.index]));
   let maxMeasured = 0;
   if (measured) for (const r of measured) for (const v of r) maxMeasured = Math.max(maxMeasured, v);
   for (const a of devices) {
-    const tr = el("tr", {}, el("th", { scope: "row", text: a.id }));
+    const tr = el("tr", {}, el("th", { scope: "row", text: nameOf(a) }));
     for (const b of devices) {
       const c = linkClass(a.id, b.id);
-      const td = el("td", { title: `${a.id} ↔ ${b.id}: ${c}` });
+      const td = el("td", { title: `${nameOf(a)} ↔ ${nameOf(b)}: ${c}` });
       const i = gpuPos.get(a.id);
       const j = gpuPos.get(b.id);
       const value = measured && i !== undefined && j !== undefined && measured[i] ? measured[i][j] : null;
@@ -212,8 +214,9 @@ function setView(view) {
 
 // --- panels -----------------------------------------------------------------------------
 
-function renderFindings(findings) {
+function renderFindings(findings, hasTopology) {
   const ul = clear($("findings"));
+  if (!hasTopology) { ul.append(el("li", { class: "finding muted", text: "Nothing checked yet: the checks need this server's topology (nvidia-smi topo -m)." })); return; }
   if (!findings || !findings.length) { ul.append(el("li", { class: "finding ok", text: "No findings: wiring matches expectations." })); return; }
   for (const f of findings) {
     const sev = f.severity || f.level || "info";
@@ -225,7 +228,7 @@ function renderSummary(s) {
   const parts = [];
   const sku = s.sku ?? s.sku_name;
   if (sku) parts.push(`SKU ${sku}`);
-  if (s.gpu_count != null) parts.push(`${s.gpu_count}x ${s.gpu_model || "GPU"}`);
+  if (s.gpu_count != null) parts.push(s.gpu_model ? `${s.gpu_count}x ${s.gpu_model}` : `${s.gpu_count} GPUs (model not reported)`);
   if (s.nvlink_summary) parts.push(s.nvlink_summary);
   if (s.nic_count != null) parts.push(`${s.nic_count} NICs`);
   parts.push(`last seen ${fmtAgo(s.last_seen_at || s.last_seen)}`);
@@ -251,7 +254,7 @@ async function loadBenchmarkTable() {
     const doc = b.document || (b.id != null ? (await getJSON(`benchmarks/${b.id}/`).catch(() => ({}))).document : null);
     const failed = doc && doc.errors && doc.errors.length;
     tbody.append(el("tr", {},
-      el("td", { title: b.captured_at, text: fmtAgo(b.captured_at) }),
+      el("td", { title: fmtDate(b.captured_at), text: fmtAgo(b.captured_at) }),
       el("td", { text: b.kind }),
       el("td", { text: b.collective || doc?.collective || "–" }),
       el("td", { class: "num", text: b.avg_busbw_gbps != null ? `${fmtNumber(b.avg_busbw_gbps, 1)} GB/s` : "–" }),
@@ -303,7 +306,7 @@ async function loadHistory() {
       if (older.topology_fingerprint && older.topology_fingerprint !== s.topology_fingerprint) changes.push("wiring changed");
     }
     tbody.append(el("tr", {},
-      el("td", { title: s.captured_at, text: new Date(s.captured_at).toLocaleString() }),
+      el("td", { title: s.captured_at, text: fmtDate(s.captured_at) }),
       el("td", { text: s.source }),
       el("td", { class: "num", text: s.gpu_count }),
       el("td", { class: "num", text: s.nic_count }),
@@ -392,7 +395,15 @@ async function place(evt) {
 function renderBestLayouts() {
   const box = clear($("best-layouts"));
   const layouts = [...(detail?.analysis?.result?.layouts || [])].sort((a, b) => a.predicted_step_comm_us - b.predicted_step_comm_us);
-  if (!layouts.length) { box.append(el("p", { class: "muted small", text: "Stored layouts appear once the analysis is done." })); return; }
+  if (!layouts.length) {
+    const status = detail?.analysis?.status;
+    const why = !detail?.latest_snapshot_id ? "Placement needs this server's topology: none captured yet."
+      : status === "failed" ? `The analysis failed${detail.analysis.error ? `: ${detail.analysis.error}` : ""}; no stored layouts.`
+      : status === "done" ? "The analysis stored no layouts for this topology."
+      : "Stored layouts appear once the analysis is done.";
+    box.append(el("p", { class: "muted small", id: "best-layouts-empty", text: why }));
+    return;
+  }
   box.append(el("h3", { text: `Least communication for ${layouts[0].model}` }));
   box.append(el("p", { class: "muted small", text: "Per-step communication only: pipeline bubbles and memory are not modelled." }));
   const list = el("ol", { class: "best-layouts" });
@@ -411,6 +422,24 @@ function renderBestLayouts() {
   box.append(list);
 }
 
+// What the topo -m reader had to guess or repair in this capture, listed where people look.
+function renderReaderWarnings(warnings) {
+  const panel = $("reader-warnings-panel");
+  panel.hidden = !warnings.length;
+  const list = clear($("reader-warnings"));
+  for (const w of warnings) list.append(el("li", { text: w }));
+}
+
+// A host known only by its benchmarks: no empty graph, and say what would fill the page.
+function renderNoTopology() {
+  $("graph").hidden = true;
+  $("graph-status").textContent = "";
+  for (const id of ["view-graph", "view-matrix", "fit-graph", "clear-selection"]) $(id).disabled = true;
+  const note = $("no-topology");
+  note.hidden = false;
+  note.querySelector("a").href = `/upload/?host=${encodeURIComponent(hostname)}`;
+}
+
 async function main() {
   renderLegend($("legend"));
   $("view-graph").addEventListener("click", () => setView("graph"));
@@ -421,7 +450,8 @@ async function main() {
   $("clear-selection").addEventListener("click", () => { if (cy) { clearHighlight(cy); colourGroups(cy, []); } clear($("placement-result")); });
   $("placement-form").addEventListener("submit", place);
   // The graph needs nothing from the detail: start it at once, it is what people wait for.
-  const graph = loadGraph().catch((err) => showError($("graph-status"), err));
+  // A 404 means no topology yet: the detail below says so in place of an empty graph.
+  const graph = loadGraph().catch((err) => { if (err.status !== 404) showError($("graph-status"), err); });
   const presetsLoaded = loadPresets();
   try {
     detail = await getJSON(`${base}/`);
@@ -432,13 +462,16 @@ async function main() {
     return;
   }
   renderSummary(detail);
-  renderFindings(detail.findings);
+  const hasTopology = detail.latest_snapshot_id != null;
+  renderFindings(detail.findings, hasTopology);
+  if (!hasTopology) renderNoTopology();
   topology = detail.snapshot?.document || null;
   if (!topology && detail.latest_snapshot_id != null) {
     const snap = await getJSON(`snapshots/${detail.latest_snapshot_id}/`).catch(() => null);
     topology = snap ? snap.document : null;
   }
   topologyLoaded();
+  renderReaderWarnings(topology?.warnings || []);
   await Promise.all([
     graph,
     presetsLoaded.then(renderBestLayouts),

@@ -35,6 +35,13 @@ function resetErrors() {
   $("upload-error-context").hidden = true;
 }
 
+// Each thing the reader guessed or repaired, listed (not only counted in the summary).
+function showWarnings(warnings) {
+  const list = clear($("preview-warning-list"));
+  for (const w of warnings) list.append(el("li", { text: w }));
+  $("preview-warnings").hidden = !warnings.length;
+}
+
 async function preview() {
   resetErrors();
   $("save-button").disabled = true;
@@ -49,6 +56,7 @@ async function preview() {
   try {
     const res = await postForm("uploads/preview", body);
     $("preview-summary").textContent = res.summary;
+    showWarnings(res.warnings || []);
     if (previewCy) previewCy.destroy();
     previewCy = null;
     clear($("preview-graph"));
@@ -57,6 +65,7 @@ async function preview() {
     document.body.dataset.previewReady = "1";
   } catch (err) {
     $("preview-summary").textContent = "Could not parse this output.";
+    showWarnings([]);
     showParseError(err, source);
   }
 }
@@ -69,6 +78,9 @@ async function save(evt) {
   const file = $("upload-file").files[0];
   const body = new FormData();
   body.append("hostname", hostname);
+  body.append("create", $("upload-create").checked ? "true" : "false");
+  const gpuModel = $("upload-gpu-model").value.trim();
+  if (gpuModel) body.append("gpu_model", gpuModel);
   if (file) body.append("file", file);
   else body.append("text", source);
   $("save-button").disabled = true;
@@ -76,7 +88,9 @@ async function save(evt) {
     const res = await postForm("uploads", body);
     window.location.assign(`/servers/${encodeURIComponent(res.hostname || hostname)}/`);
   } catch (err) {
-    showParseError(err, source);
+    const hostProblem = err.body?.error?.details?.hostname;
+    if (hostProblem) showError($("upload-error"), hostProblem.join(" "));
+    else showParseError(err, source);
     $("save-button").disabled = false;
   }
 }

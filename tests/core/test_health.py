@@ -39,6 +39,8 @@ M60_SYS = "topo_05_azure-m60-2gpu-soc-nolegend.txt"
 M60_P2P = "p2p_02_azure-m60-2gpu-no-p2p.txt"
 A100_ALLREDUCE = "nccl_06_a100-sxm4-40gb-8gpu-single-proc-g8-full-sweep.txt"
 H100_HEADER_ONLY = "nccl_05_h100-8gpu-single-proc-HEADER-ONLY-no-table.txt"
+GTX_RIG = "topo_04_gtx1070x6-1080-7gpu-pix-phb.txt"
+GTX_RIG_P2P = "p2p_01_gtx1070x6-1080-7gpu-pcie-x1.txt"
 RTX5090_FAILED = "nccl_09_rtx5090-alltoall-FAILURE-markdown-mangled-hash-lines.txt"
 
 EIGHT = tuple(f"GPU{i}" for i in range(8))
@@ -210,7 +212,8 @@ def test_a_cell_that_breaks_the_pcie_nesting_is_an_inconsistent_matrix() -> None
     # GPU0 under NIC0's switch (PIX) while NIC0-NIC1 is PIX and GPU0-NIC1 stays NODE.
     broken = with_classes(topo(ADA_4GPU), {("GPU0", "NIC0"): "PIX"})
     findings = check_health(broken)
-    assert found(findings) == {("inconsistent_matrix", ("GPU0", "NIC1"))}
+    # NIC1 is named as its legend names it (mlx5_1), like the graph and the hints name it.
+    assert found(findings) == {("inconsistent_matrix", ("GPU0", "mlx5_1"))}
     assert findings[0].evidence["contradictions"][0]["kind"] == "nesting_violation"
 
 
@@ -491,6 +494,7 @@ def test_acceptance_passes_a_server_that_reaches_its_expectations() -> None:
             "devices": [],
             "collective": "all_reduce",
             "ranks": 8,
+            "message_bytes": 8 * 2**30,
             "measured_gbps": 235.21,
             "expected_gbps": 240.0,
             "ratio": 0.98,
@@ -524,7 +528,13 @@ def test_acceptance_without_any_measurement_is_incomplete_saying_what_to_run() -
     ]
     assert report["summary"]["not_measured"] == 56
     assert report["not_measured"] == [
-        {"kind": "p2p", "what": "NV18", "count": 56, "expected_gbps": 370.0}
+        {
+            "kind": "p2p",
+            "what": "NV18",
+            "count": 56,
+            "expected_gbps": 370.0,
+            "pairs": [f"GPU{a}-GPU{b}" for a in range(8) for b in range(8) if a != b],
+        }
     ]
 
 
@@ -570,3 +580,41 @@ def test_a_sibling_that_numbers_the_same_nvlink_mesh_differently_is_drift_not_de
         ("NODE", "SYS"),
         ("NODE", "PIX"),
     }
+
+
+def test_on_the_gtx_rig_every_pair_far_below_expected_is_a_finding_not_just_pix_pairs() -> None:
+    rig, measured = topo(GTX_RIG), p2p(GTX_RIG_P2P)
+    expected = expectations_from_model(rig, "NVIDIA GeForce GTX 1070")
+    findings = check_health(rig, p2p=measured, expectations=expected)
+    slow = {f.devices for f in findings if f.kind == "below_expected_bandwidth"}
+    assert len(slow) == 21  # every pair of 7 GPUs: x1 risers, PIX and PHB alike
+    assert {rig.link_class(a, b) for a, b in slow} == {"PIX", "PHB"}
+    # P2P gives no gain across the host bridge: judged as a host-staged copy, and said so.
+    phb = next(f for f in findings if f.devices == ("GPU0", "GPU3"))
+    assert "host-staged copy (P2P unavailable)" in phb.message
+
+
+def test_acceptance_with_only_p2p_measured_is_incomplete_not_pass() -> None:
+    pair, measured = topo(RTX2080_PIX), p2p(RTX2080_P2P)
+    expected = expectations_by_class(pair, {"PIX": 0.1}, {"all_reduce": 10.0})
+    report = acceptance_report(pair, expected, (), p2p=measured)
+    assert report["summary"]["compared"] == 2
+    assert report["verdict"] == "incomplete"
+    assert report["reasons"][0].startswith("only GPU pairs were measured: upload nccl-tests")
+    assert "all_reduce_perf over 2 GPUs" in report["reasons"][0]
+
+
+def test_findings_name_nics_as_the_legend_does_like_the_graph_and_hints() -> None:
+    h200 = topo(H200)  # its legend names NIC0..NIC11 mlx5_0..mlx5_11
+    moved = with_classes(h200, {("GPU1", "NIC3"): "SYS"})
+    (drift,) = [f for f in check_health(moved, previous=h200) if f.kind == "topology_drift"]
+    assert "GPU1-mlx5_3 PXB->SYS" in drift.message
+    assert "NIC3" not in drift.message
+    assert drift.devices == ("GPU1", "mlx5_3")
+
+
+def test_without_a_legend_findings_keep_the_matrix_nic_name() -> None:
+    v100 = topo("topo_29_v100-8gpu-nv1nv2-nic0-pix-small-affinity-no-legend.txt")
+    moved = with_classes(v100, {("GPU4", "NIC0"): "SYS"})
+    (drift,) = [f for f in check_health(moved, previous=v100) if f.kind == "topology_drift"]
+    assert "GPU4-NIC0 PIX->SYS" in drift.message

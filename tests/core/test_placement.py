@@ -8,7 +8,9 @@ import time
 import pytest
 
 from tests.core import topologies as T
+from tests.core.topo_fixtures import fixture_text, glued_h200
 from topoweb.core.costs import build_model
+from topoweb.core.formats.topo import parse
 from topoweb.core.ledger import Layout
 from topoweb.core.placement import StepCost, affinity, place, rank_groups, select_gpus
 
@@ -128,3 +130,17 @@ def test_affinity_names_nearest_nics_numa_and_warns_where_no_nic_is_local() -> N
     assert [g.gpu for g in l40s.gpus if g.warning] == [0, 1]
     assert "no NIC on its NUMA node (NUMA node 0)" in (l40s.gpus[0].warning or "")
     assert l40s.cuda_visible_devices == "0,1,2,3"
+
+
+def test_binding_hints_never_name_a_nic_the_capture_does_not_name() -> None:
+    # topo_29 has a NIC0 column but no NIC legend: no RDMA device name is known.
+    advice = affinity(build_model(parse(fixture_text("topo_29"))))
+    assert advice.gpus[4].nearest_nics == ("NIC0",)  # shown as the matrix names it
+    assert not any("NCCL_IB_HCA" in hint for hint in advice.binding_hints)
+
+
+def test_glued_affinity_capture_pins_to_the_repaired_numa_node() -> None:
+    advice = affinity(build_model(parse(glued_h200())))
+    assert advice.binding_hints[0].startswith("GPU0: numactl --cpunodebind=0 --membind=0")
+    assert not any("1370" in hint for hint in advice.binding_hints)
+    assert advice.gpus[0].cpu_list == "0-45,92-137"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.core.topo_fixtures import FIXTURES, TOPO_FILES, fixture_text
+from tests.core.topo_fixtures import FIXTURES, TOPO_FILES, fixture_text, glued_h200
 from topoweb.core.formats import ParseError, detect_format, parse_text
 from topoweb.core.formats.topo import parse
 from topoweb.core.model import Topology
@@ -442,3 +442,36 @@ def test_a_real_terminal_capture_with_ansi_underline_escapes_reads_one_gpu() -> 
         None,
     )
     assert topology.links == ()
+
+
+# --- CPU and NUMA affinity glued together (topo_23 style) -----------------------------------
+
+
+def test_glued_cpu_and_numa_affinity_is_split_when_only_one_reading_fits() -> None:
+    text = glued_h200()
+    assert "0-45,92-1370\t" in text  # the mangling the reader must undo
+    topo = parse(text)
+    assert topo.gpu(0).cpu_affinity == "0-45,92-137"
+    assert topo.gpu(0).numa_affinity == "0"
+    assert topo.gpu(7).cpu_affinity == "46-91,138-183"
+    assert topo.gpu(7).numa_affinity == "1"
+    assert len(topo.warnings) == 8
+    assert "glued" in topo.warnings[0] and "'0-45,92-1370'" in topo.warnings[0]
+
+
+def test_glued_affinity_that_reads_two_ways_is_withheld_with_a_warning() -> None:
+    # One socket, "0-63" + "0": "0-63 on node 0" and "0-6 on node 30" both fit.
+    text = fixture_text("topo_41").replace("\t0-63\t0\t", "\t0-630\t")
+    topo = parse(text)
+    assert topo.gpu(0).cpu_affinity is None
+    assert topo.gpu(0).numa_affinity is None
+    assert len(topo.warnings) == 2
+    assert "no pinning hint" in topo.warnings[0] and "'0-630'" in topo.warnings[0]
+
+
+def test_a_missing_numa_value_is_not_taken_for_a_glued_one() -> None:
+    # "0-31" could split as CPUs 0-3 on node 1, but GPU1's intact row says 0-31 is node 0.
+    text = fixture_text("topo_09").replace(
+        "0-31    0               N/A", "0-31                    N/A", 1
+    )
+    assert parse(text).gpu(0).cpu_affinity == "0-31"

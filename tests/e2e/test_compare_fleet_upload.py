@@ -167,6 +167,10 @@ def test_uploading_a_good_file_previews_then_creates_the_server(page: Page) -> N
     expect(page.locator("#preview-summary")).to_have_text(
         "nvidia-smi topo -m: 4 GPUs, 4 NICs, no NVLink"
     )
+    # A hostname nobody has is refused until the page is told it is a new server.
+    page.click("#save-button")
+    expect(page.locator("#upload-error")).to_contain_text("No server named 'esc8000a-ada-u01'")
+    page.check("#upload-create")
     page.click("#save-button")
     page.wait_for_url(re.compile(r"/servers/esc8000a-ada-u01/$"))
     wait_for_graph(page)
@@ -190,3 +194,63 @@ def test_uploading_a_broken_file_shows_the_error_with_its_line(page: Page) -> No
     from topoweb.fleet.models import Server
 
     assert not Server.objects.filter(hostname="broken-u01").exists()
+
+
+GTX_SKU = "GTX 1070/1080 7-GPU rig"  # the demo's own SKU name, with a '/'
+
+
+def test_a_sku_named_with_a_slash_compares_and_has_its_acceptance_page(page: Page) -> None:
+    ingest("gtx-rig-b01", "topo_04_gtx1070x6-1080-7gpu-pix-phb.txt", GTX_SKU, "")
+    ingest("l40s-b01", "topo_36_l40s-4gpu-node-sys-2nic-redacted-email-prompt.txt", L40S_SKU, "")
+    open_compare(page, "GTX%201070%2F1080%207-GPU%20rig", "l40s-b01")
+    counts = page.evaluate(
+        "[window.topowebCompare.a.nodes('[kind = \"gpu\"]').length,"
+        " window.topowebCompare.b.nodes('[kind = \"gpu\"]').length]"
+    )
+    assert counts == [7, 4]
+    page.goto("/skus/GTX%201070%2F1080%207-GPU%20rig/acceptance/")
+    expect(page.locator("h1")).to_have_text(f"Acceptance of SKU {GTX_SKU}")
+    page.click("text=gtx-rig-b01")
+    expect(page.locator("h1")).to_have_text("Acceptance report: gtx-rig-b01")
+
+
+def test_a_glued_affinity_capture_shows_its_repair_and_pins_to_numa_node_0(page: Page) -> None:
+    from tests.core.topo_fixtures import glued_h200
+
+    page.goto("/upload/")
+    page.fill("#upload-hostname", "glued-h200-u01")
+    page.check("#upload-create")
+    page.fill("#upload-text", glued_h200())
+    page.click("#preview-button")
+    wait_for_flag(page, "preview-ready")
+    warnings = page.locator("#preview-warning-list li")
+    expect(warnings).to_have_count(8)
+    expect(warnings.first).to_contain_text("read as CPUs 0-45,92-137 on NUMA node 0")
+    page.click("#save-button")
+    page.wait_for_url(re.compile(r"/servers/glued-h200-u01/$"))
+    expect(page.locator("#reader-warnings li")).to_have_count(8)
+    expect(page.locator("#reader-warnings-panel")).to_be_visible()
+    hints = page.locator("#affinity .hints li")
+    expect(hints.first).to_contain_text("GPU0: numactl --cpunodebind=0 --membind=0")
+    expect(page.locator("#affinity")).not_to_contain_text("1370")
+
+
+def test_a_host_with_only_a_benchmark_shows_no_graph_and_no_false_all_clear(page: Page) -> None:
+    from topoweb.fleet.models import Source
+    from topoweb.fleet.services import ingest_benchmark
+
+    ingest_benchmark(
+        hostname="bench-only-b01",
+        kind="p2p-bandwidth-latency",
+        text=(FIXTURES / "p2p_01_gtx1070x6-1080-7gpu-pcie-x1.txt").read_text(),
+        captured_at=timezone.now(),
+        source=Source.UPLOAD,
+    )
+    page.goto("/servers/bench-only-b01/")
+    expect(page.locator("#no-topology")).to_be_visible()
+    expect(page.locator("#graph")).to_be_hidden()
+    expect(page.locator("#findings")).not_to_contain_text("No findings")
+    expect(page.locator("#best-layouts")).not_to_contain_text("once the analysis is done")
+    with page.expect_response(re.compile(r"/servers/bench-only-b01/acceptance/$")) as answer:
+        page.click("text=acceptance report")
+    assert answer.value.status == 200

@@ -104,6 +104,9 @@ def test_the_server_graph_has_every_device_and_colours_link_classes(
     page.click("#view-matrix")
     expect(page.locator("table.matrix tbody tr")).to_have_count(20)
     expect(page.locator("table.matrix tbody tr").first.locator("td").nth(8)).to_have_text("PXB")
+    # The NICs carry the legend's names, as in the graph: mlx5_0, not NIC0.
+    expect(page.locator("table.matrix thead th").nth(9)).to_have_text("mlx5_0")
+    expect(page.locator("table.matrix tbody th").nth(8)).to_have_text("mlx5_0")
     page.click("#view-graph")
 
 
@@ -267,6 +270,7 @@ def test_uploading_a_good_file_creates_the_server_and_opens_its_page(
 ) -> None:
     page.goto("/upload/")
     page.fill("#upload-hostname", "e2e-uploaded-01")
+    page.check("#upload-create")
     page.set_input_files(
         "#upload-file", str(FIXTURES / "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt")
     )

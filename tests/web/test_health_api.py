@@ -303,7 +303,7 @@ def test_the_printable_report_is_plain_html_for_signed_in_readers(
     assert "below_expected_bandwidth" in html
     assert "<script" not in html
     # The 56 unmeasured NV12 pairs are one folded line, not 56 rows.
-    assert "56 p2p figures" in html
+    assert "p2p, 56 GPU pairs: GPU0-GPU1, GPU0-GPU2," in html
     assert html.count("p2p GPU") == 0
     sku_page = admin_client.get("/skus/DGX A100/acceptance/")
     assert sku_page.status_code == 200

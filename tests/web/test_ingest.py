@@ -12,12 +12,19 @@ from typing import Any
 import pytest
 from django.core.cache import cache
 from django.core.management import call_command
+from django.utils import timezone
 from rest_framework.test import APIClient
 
+from tests.core.topo_fixtures import glued_h200
 from tests.web.conftest import fixture_text, report
 from topoweb.analysis.models import Analysis
-from topoweb.fleet.models import Benchmark, CollectorToken, Server, Snapshot, TopologyClass
-from topoweb.fleet.services import create_collector_token, revoke_collector_token
+from topoweb.fleet.models import Benchmark, CollectorToken, Server, Snapshot, Source, TopologyClass
+from topoweb.fleet.services import (
+    BenchmarkInput,
+    create_collector_token,
+    ingest_report,
+    revoke_collector_token,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -52,6 +59,7 @@ def test_a_new_report_answers_201_and_keeps_the_text_verbatim_with_its_summary(
         "kind": "topology",
         "hostname": "gpu-a01",
         "created": True,
+        "warnings": [],
     }
     assert snapshot.raw_text == fixture_text(H200)
     assert snapshot.source == "collector"
@@ -282,6 +290,40 @@ def test_benchmarks_in_a_report_are_stored_linked_to_its_snapshot(collector_clie
     assert Snapshot.objects.get().gpu_model == "NVIDIA RTX 6000 Ada Generation"
 
 
+def test_the_captures_benchmarks_name_the_gpu_model_before_the_uploaders_field() -> None:
+    ingest_report(
+        hostname="gpu-r02",
+        topo_text=fixture_text(RTX6000),
+        captured_at=timezone.now(),
+        source=Source.UPLOAD,
+        benchmarks=[BenchmarkInput("p2p-bandwidth-latency", fixture_text(RTX6000_P2P))],
+        gpu_model_hint="RTX 6000 Ada 4-GPU server",  # a SKU-like guess typed by a person
+    )
+
+    assert Snapshot.objects.get().gpu_model == "NVIDIA RTX 6000 Ada Generation"
+
+
+def test_a_benchmark_names_the_model_of_a_snapshot_that_had_none(person: APIClient) -> None:
+    person.post(
+        "/api/v1/uploads", {"hostname": "lab-r", "text": fixture_text(RTX6000), "create": True}
+    )
+    assert Snapshot.objects.get().gpu_model == ""
+    person.post("/api/v1/uploads", {"hostname": "lab-r", "text": fixture_text(RTX6000_P2P)})
+
+    assert Snapshot.objects.get().gpu_model == "NVIDIA RTX 6000 Ada Generation"
+    assert TopologyClass.objects.get().gpu_model == "NVIDIA RTX 6000 Ada Generation"
+
+
+def test_re_uploading_a_capture_keeps_the_gpu_model_nvml_gave(
+    collector_client: Any, person: APIClient
+) -> None:
+    post_report(collector_client("gpu-a01"), report("gpu-a01", H200, nvml=NVML_H200))
+    again = person.post("/api/v1/uploads", {"hostname": "gpu-a01", "text": fixture_text(H200)})
+
+    assert again.status_code == 201  # a new snapshot: no NVML facts this time
+    assert Server.objects.get().latest_snapshot.gpu_model == "NVIDIA H200"
+
+
 def test_a_late_report_of_an_older_capture_does_not_replace_the_latest(
     collector_client: Any,
 ) -> None:
@@ -327,7 +369,8 @@ def test_a_signed_in_user_uploads_a_topology_file(person: APIClient) -> None:
     upload = io.BytesIO(fixture_text(V100).encode())
     upload.name = "topo.txt"
     response = person.post(
-        "/api/v1/uploads", {"hostname": "lab-v100", "file": upload, "gpu_model": "Tesla V100"}
+        "/api/v1/uploads",
+        {"hostname": "lab-v100", "file": upload, "gpu_model": "Tesla V100", "create": True},
     )
 
     assert response.status_code == 201
@@ -342,12 +385,38 @@ def test_a_signed_in_user_uploads_a_topology_file(person: APIClient) -> None:
 def test_an_uploaded_p2p_output_is_recognised_and_linked_to_the_current_snapshot(
     person: APIClient,
 ) -> None:
-    topo = person.post("/api/v1/uploads", {"hostname": "lab-r", "text": fixture_text(RTX6000)})
+    topo = person.post(
+        "/api/v1/uploads", {"hostname": "lab-r", "text": fixture_text(RTX6000), "create": True}
+    )
     p2p = person.post("/api/v1/uploads", {"hostname": "lab-r", "text": fixture_text(RTX6000_P2P)})
 
     assert (topo.status_code, p2p.status_code) == (201, 201)
     assert p2p.json()["kind"] == "p2p-bandwidth-latency"
     assert Benchmark.objects.get().snapshot_id == topo.json()["id"]
+
+
+def test_an_upload_to_an_unknown_hostname_without_create_is_refused_naming_the_host(
+    person: APIClient,
+) -> None:
+    response = person.post("/api/v1/uploads", {"hostname": "lab-v10O", "text": fixture_text(V100)})
+
+    assert response.status_code == 400
+    message = response.json()["error"]["details"]["hostname"][0]
+    assert "No server named 'lab-v10O'" in message and "create" in message
+    assert not Server.objects.exists()
+
+
+def test_an_upload_answers_the_readers_warnings_listed(person: APIClient) -> None:
+    response = person.post(
+        "/api/v1/uploads", {"hostname": "lab-h200", "text": glued_h200(), "create": True}
+    )
+
+    assert response.status_code == 201
+    warnings = response.json()["warnings"]
+    assert len(warnings) == 8
+    assert "read as CPUs 0-45,92-137 on NUMA node 0" in warnings[0]
+    again = person.post("/api/v1/uploads", {"hostname": "lab-h200", "text": glued_h200()})
+    assert (again.status_code, again.json()["warnings"]) == (200, warnings)
 
 
 def test_an_unreadable_upload_answers_400_with_the_line(person: APIClient) -> None:
@@ -401,6 +470,17 @@ def test_create_api_token_creates_the_user_and_the_token_reads_the_api(
 
     assert django_user_model.objects.get(username="slurm").has_usable_password() is False
     assert client.get("/api/v1/servers/").status_code == 200
+
+
+def test_import_topo_prints_the_readers_warnings(tmp_path: Any) -> None:
+    path = tmp_path / "topo.txt"
+    path.write_text(glued_h200())
+    out = io.StringIO()
+    call_command("import_topo", str(path), "--host", "lab-h200", stdout=out)
+
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 9
+    assert lines[1].startswith(f"{path}: reader warning: line 3: GPU0: CPU Affinity and NUMA")
 
 
 def test_import_topo_stores_a_snapshot_once(tmp_path: Any) -> None:

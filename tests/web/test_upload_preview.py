@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from tests.core.topo_fixtures import glued_h200
 from tests.web.conftest import fixture_text
 from topoweb.fleet.models import Benchmark, Server, Snapshot
 
@@ -44,6 +45,15 @@ def test_a_topology_file_previews_as_the_graph_the_server_page_draws(person: API
     gpus = sorted(e["data"]["id"] for e in body["elements"] if e["data"].get("kind") == "gpu")
     assert gpus == ["GPU0", "GPU1", "GPU2", "GPU3"]
     assert nothing_stored()
+
+
+def test_the_preview_lists_each_reader_warning(person: APIClient) -> None:
+    response = person.post(URL, {"text": glued_h200()})
+
+    body = response.json()
+    assert body["summary"].endswith("(8 reader warnings)")
+    assert len(body["warnings"]) == 8
+    assert "glued together ('0-45,92-1370')" in body["warnings"][0]
 
 
 def test_pasted_h200_output_names_its_nvlink_class(person: APIClient) -> None:

@@ -102,6 +102,11 @@ class IngestedSerializer(serializers.Serializer):
     kind = serializers.CharField()
     hostname = serializers.CharField()
     created = serializers.BooleanField()
+    warnings = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="What the reader had to guess or repair in the stored topology "
+        "(empty for benchmarks)",
+    )
 
 
 class _CountedIngest(APIView):
@@ -122,6 +127,7 @@ def _ingested(result: services.Ingested) -> Response:
         "kind": kind,
         "hostname": result.server.hostname,
         "created": result.created,
+        "warnings": list(result.snapshot.document.get("warnings", [])) if result.snapshot else [],
     }
     return Response(body, status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
 
@@ -177,7 +183,20 @@ class UploadTextSerializer(serializers.Serializer):
 
 class UploadInputSerializer(UploadTextSerializer):
     hostname = serializers.CharField(max_length=253, validators=[hostname_field])
-    gpu_model = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
+    gpu_model = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=200,
+        help_text="The GPU model, used when the text itself does not name it (NVML facts and "
+        "benchmark headers come first)",
+    )
+    create = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Add the server if no server has this hostname; without it an unknown "
+        "hostname answers 400 (a typo must not become a new server)",
+    )
 
 
 def _uploaded_text(request: Request, serializer: type[UploadTextSerializer]) -> tuple[str, Any]:
@@ -221,18 +240,26 @@ class UploadApi(_CountedIngest):
     )
     def post(self, request: Request) -> Response:
         text, payload = _uploaded_text(request, UploadInputSerializer)
-        result = services.ingest_upload(
-            hostname=payload["hostname"],
-            text=text,
-            uploaded_by=request.user,
-            gpu_model_hint=payload["gpu_model"],
-        )
+        try:
+            result = services.ingest_upload(
+                hostname=payload["hostname"],
+                text=text,
+                uploaded_by=request.user,
+                gpu_model_hint=payload["gpu_model"],
+                create=payload["create"],
+            )
+        except services.UnknownServer as exc:
+            raise exceptions.ValidationError({"hostname": [str(exc)]}) from exc
         return _ingested(result)
 
 
 class UploadPreviewSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=["topology", *services.BENCHMARK_KINDS])
     summary = serializers.CharField(help_text="One line: what was read")
+    warnings = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Each thing the reader had to guess or repair, naming its line",
+    )
     elements = serializers.ListField(
         child=serializers.DictField(),
         help_text="Cytoscape.js elements of a topology, as the graph API draws it; "

@@ -98,6 +98,25 @@ def json_404(request: HttpRequest, exception: Exception | None = None) -> HttpRe
     return page_not_found(request, exception or Http404())
 
 
+class ApiNotFoundMiddleware:
+    """Under /api/ a 404 is the JSON error shape whatever DEBUG says: handler404 only answers
+    when DEBUG is off, and Django's debug page is HTML. Outermost but for the metrics, so that
+    CommonMiddleware's slash redirects (not 404s) pass through unchanged."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if (
+            response.status_code == 404
+            and request.path.startswith("/api/")
+            and "json" not in response.get("Content-Type", "")
+        ):
+            return JsonResponse(error_body("not_found", "No such API endpoint."), status=404)
+        return response
+
+
 class NulInPathMiddleware:
     """A path with U+0000 names nothing stored (PostgreSQL cannot hold the character) and
     would fail as a 500 in the first query that used it: answer 404 before any view runs."""

@@ -45,6 +45,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "topoweb.config.metrics.RequestLatencyMiddleware",
+    "topoweb.config.api.ApiNotFoundMiddleware",
     "topoweb.config.api.NulInPathMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

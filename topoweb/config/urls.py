@@ -46,14 +46,16 @@ api_v1 = [
         "benchmarks/<int:benchmark_id>/", apis.BenchmarkDetailApi.as_view(), name="benchmark-detail"
     ),
     path("skus/", apis.SkuListApi.as_view(), name="sku-list"),
-    path("skus/<str:sku_name>/", apis.SkuDetailApi.as_view(), name="sku-detail"),
+    # SKU names are free text ("GTX 1070/1080 7-GPU rig"): `path` takes the '/' a client
+    # percent-encodes, and the acceptance route must come before the greedy detail route.
+    *health_urls.api_urls,
+    path("skus/<path:sku_name>/", apis.SkuDetailApi.as_view(), name="sku-detail"),
     path("topology-classes/", apis.TopologyClassListApi.as_view(), name="topology-class-list"),
     path(
         "topology-classes/<str:fingerprint>/",
         apis.TopologyClassDetailApi.as_view(),
         name="topology-class-detail",
     ),
-    *health_urls.api_urls,
 ]
 
 urlpatterns = [

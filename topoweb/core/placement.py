@@ -13,7 +13,7 @@ from typing import Any
 
 from topoweb.core.costs import CostModel, collective_cost, slowest_group_us
 from topoweb.core.ledger import PRESETS, Layout, LedgerEntry, ModelShape, ledger, price
-from topoweb.core.model import link_class_rank
+from topoweb.core.model import Device, link_class_rank
 
 EXACT_LIMIT = 8  # GPUs up to which the mapping search is exhaustive
 DEFAULT_SHAPE = PRESETS["llama-7b"]
@@ -410,6 +410,7 @@ def affinity(model: CostModel) -> AffinityAdvice:
         numa = h.node(h.numa_of(gpu.id))
         nics = topo.nics
         nearest: tuple[str, ...] = ()
+        near: list[Device] = []
         cls = None
         if nics:
             best = min(link_class_rank(topo.link_class(gpu.id, n.id)) for n in nics)
@@ -429,8 +430,10 @@ def affinity(model: CostModel) -> AffinityAdvice:
             hint += f" numactl --cpunodebind={node_no} --membind={node_no}"
         elif gpu.cpu_affinity:
             hint += f" taskset -c {gpu.cpu_affinity}"
-        if nearest:
-            hint += f"; NCCL_IB_HCA={nearest[0]}"
+        # Only a name the capture gave (its NIC legend): `NIC0` is no RDMA device's name.
+        rdma_names = [n.nic_name for n in near]
+        if rdma_names and rdma_names[0]:
+            hint += f"; NCCL_IB_HCA={rdma_names[0]}"
         hints.append(hint)
     order = _hierarchy_order(model, sorted(model.gpu_ids))
     return AffinityAdvice(tuple(out), ",".join(map(str, order)), tuple(hints))

@@ -241,15 +241,20 @@ def upload_preview(text: str) -> dict[str, Any]:
         if parsed.warnings:
             n = len(parsed.warnings)
             summary += f" ({n} reader warning{'s' if n > 1 else ''})"
-        return {"kind": "topology", "summary": summary, "elements": cytoscape_elements(parsed)}
+        return {
+            "kind": "topology",
+            "summary": summary,
+            "warnings": list(parsed.warnings),
+            "elements": cytoscape_elements(parsed),
+        }
     if isinstance(parsed, NcclRun):
         summary = f"nccl-tests {parsed.collective or ''}: {len(parsed.rows)} sizes"
         if parsed.avg_busbw_gbps is not None:
             summary += f", average bus bandwidth {parsed.avg_busbw_gbps:g} GB/s"
         if parsed.errors:
             summary += f", {len(parsed.errors)} error(s) reported"
-        return {"kind": "nccl-tests", "summary": summary, "elements": []}
+        return {"kind": "nccl-tests", "summary": summary, "warnings": [], "elements": []}
     summary = f"p2pBandwidthLatencyTest: {len(parsed.gpus)} GPUs, matrices: " + (
         ", ".join(sorted(parsed.matrices)) or "none"
     )
-    return {"kind": "p2p-bandwidth-latency", "summary": summary, "elements": []}
+    return {"kind": "p2p-bandwidth-latency", "summary": summary, "warnings": [], "elements": []}

@@ -156,6 +156,10 @@ def ingest_report(
             _touch(server, now)
             return Ingested(server=server, created=False, snapshot=existing)
         gpu_model = _gpu_model(facts, gpu_model_hint, parsed_benchmarks)
+        previous = server.latest_snapshot
+        if not gpu_model and previous is not None and previous.gpu_count == len(topology.gpus):
+            # A re-upload without NVML facts names no model: the GPUs did not change with it.
+            gpu_model = previous.gpu_model
         sku_name = _sku_name(server, host)
         _one_ingest_per_sku_at_a_time(sku_name)
         topology_class = _topology_class(topology, sku_name, gpu_model)
@@ -226,16 +230,36 @@ def ingest_benchmark(
         )
         _touch(server, timezone.now())
         if created:  # the same output uploaded twice at once is stored, and judged, once
+            _learn_gpu_model(server.latest_snapshot, parsed)
             for benchmark_hook in _AFTER_BENCHMARK:
                 benchmark_hook(server, benchmark)
     return Ingested(server=server, created=created, benchmark=benchmark)
 
 
+class UnknownServer(LookupError):
+    """An upload names a server that does not exist and did not ask to create it."""
+
+    def __init__(self, hostname: str) -> None:
+        super().__init__(
+            f"No server named {hostname!r}. Check the spelling, or ask for a new server "
+            '(the upload page\'s "new server" box, `create: true` in the API).'
+        )
+        self.hostname = hostname
+
+
 def ingest_upload(
-    *, hostname: str, text: str, uploaded_by: AbstractBaseUser | None, gpu_model_hint: str = ""
+    *,
+    hostname: str,
+    text: str,
+    uploaded_by: AbstractBaseUser | None,
+    gpu_model_hint: str = "",
+    create: bool = False,
 ) -> Ingested:
-    """A file a person hands in: topology, nccl-tests or p2p output, told apart by the core."""
+    """A file a person hands in: topology, nccl-tests or p2p output, told apart by the core.
+    A mistyped hostname must not become a new server: a new one needs `create`."""
     kind = detect_format(text)
+    if not create and not Server.objects.filter(hostname=hostname).exists():
+        raise UnknownServer(hostname)
     now = timezone.now()
     if kind == "topology":
         return ingest_report(
@@ -344,20 +368,38 @@ def _touch(server: Server, now: datetime) -> None:
 def _gpu_model(
     facts: NvmlFacts | None, hint: str, benchmarks: Sequence[NcclRun | P2PResult]
 ) -> str:
-    """NVML's names are authoritative; a person's hint next; benchmark headers last."""
-    names = facts.gpu_names if facts is not None else []
-    if not names and hint:
-        return hint
+    """NVML's names are authoritative; then the names the capture's own benchmarks print;
+    a person's hint last (never a SKU or platform name: those are not GPU models)."""
+    names = list(facts.gpu_names) if facts is not None else []
     if not names:
         for parsed in benchmarks:
-            if isinstance(parsed, P2PResult):
-                names = [g.name for g in parsed.gpus]
-            else:
-                names = [r.name for r in parsed.ranks if r.name]
+            names = _benchmark_gpu_names(parsed)
             if names:
                 break
+    if not names and hint:
+        return hint[:200]
     # Free text from the driver or a pasted file: cut to the column (TopologyClass's too).
     return Counter(names).most_common(1)[0][0][:200] if names else ""
+
+
+def _benchmark_gpu_names(parsed: NcclRun | P2PResult) -> list[str]:
+    if isinstance(parsed, P2PResult):
+        return [g.name for g in parsed.gpus if g.name]
+    return [r.name for r in parsed.ranks if r.name]
+
+
+def _learn_gpu_model(snapshot: Snapshot | None, parsed: NcclRun | P2PResult) -> None:
+    """A benchmark run on a snapshot that names no GPU model names it (the GPUs it printed)."""
+    if snapshot is None or snapshot.gpu_model:
+        return
+    names = _benchmark_gpu_names(parsed)
+    if not names:
+        return
+    model = Counter(names).most_common(1)[0][0][:200]
+    Snapshot.objects.filter(pk=snapshot.pk, gpu_model="").update(gpu_model=model)
+    TopologyClass.objects.filter(pk=snapshot.topology_class_id, gpu_model="").update(
+        gpu_model=model
+    )
 
 
 def _sku_name(server: Server, host: dict[str, Any] | None) -> str:

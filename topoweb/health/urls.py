@@ -12,7 +12,7 @@ api_urls = [
         name="server-acceptance",
     ),
     re_path(
-        r"^skus/(?P<sku_name>[^/]+)/acceptance/?$",
+        r"^skus/(?P<sku_name>.+)/acceptance/?$",
         apis.SkuAcceptanceApi.as_view(),
         name="sku-acceptance",
     ),
@@ -24,5 +24,5 @@ page_urls = [
         views.server_acceptance_page,
         name="server-acceptance-page",
     ),
-    path("skus/<str:sku_name>/acceptance/", views.sku_acceptance_page, name="sku-acceptance-page"),
+    path("skus/<path:sku_name>/acceptance/", views.sku_acceptance_page, name="sku-acceptance-page"),
 ]

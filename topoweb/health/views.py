@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.views import redirect_to_login
@@ -19,8 +20,13 @@ def server_acceptance_page(request: HttpRequest, hostname: str) -> HttpResponse:
     if not may_read(request.user):
         return redirect_to_login(request.get_full_path())
     server = selectors.server_with_health(hostname)
+    if server.latest_snapshot_id is None:
+        # A host known only by its benchmarks: say what is missing rather than answer 404.
+        return render(request, "health/server_acceptance_empty.html", {"server": server})
     report = services.acceptance_document(server)
-    return render(request, "health/server_acceptance.html", {"server": server, "report": report})
+    computed_at = datetime.fromisoformat(report["computed_at"])
+    context = {"server": server, "report": report, "computed_at": computed_at}
+    return render(request, "health/server_acceptance.html", context)
 
 
 def _strip_plot(distribution: list[dict[str, Any]]) -> dict[str, Any]:

@@ -16,12 +16,20 @@ How a real output is read, and why:
   When a row has one value per column they are taken in order; when some are missing they are
   placed by position under the header (with a warning), since nvidia-smi's values drift left
   of their wider header labels but never past the previous one.
+- A tool that loses the separator glues CPU Affinity to NUMA Affinity (`0-45,92-1370` is
+  `0-45,92-137` and node `0`). The header says a NUMA value belongs there, so a short row's
+  CPU value is read every way it can split; a reading is kept only when it is the single one,
+  over all such rows together, in which CPU lists are well formed, within a machine (no CPU id
+  above 8191), and either equal to or disjoint from every other row's list (two NUMA nodes
+  never share a CPU) and tie one list to one node. Otherwise the row's affinity is withheld,
+  so no pinning hint is built from it, and a warning says why.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 from topoweb.core.formats import ParseError
@@ -70,6 +78,7 @@ class _Row:
     line: int  # 1-based
     cells: tuple[str, ...]  # canonical classes, "X" on the diagonal
     values: tuple[str | None, ...]  # one per header column, None for N/A or empty
+    short: bool = False  # fewer values than columns: some placed by position
 
 
 def parse(text: str) -> Topology:
@@ -197,9 +206,10 @@ def _read_rows(
         line = lines[line_index]
         cells, found = _row_cells(line, label, labels, line_index + 1)
         values = _place_values(found, line, columns, header_start, label, line_index + 1, warnings)
-        rows.append(_Row(label, line_index + 1, cells, values))
+        short = len(found) < len(columns) and bool(found)
+        rows.append(_Row(label, line_index + 1, cells, values, short))
     assert len(rows) == size
-    return rows, index, warnings
+    return _repair_glued_affinity(rows, columns, warnings), index, warnings
 
 
 def _row_cells(
@@ -338,6 +348,137 @@ def _place_values(
         f"placed by position ({placed})"
     )
     return tuple(values)
+
+
+# Linux's limits: CONFIG_NR_CPUS at most 8192, MAX_NUMNODES 1024.
+_MAX_CPU = 8191
+_MAX_NODE = 1023
+_CPU_ITEM = re.compile(r"(0|[1-9]\d*)(?:-(0|[1-9]\d*))?\Z")
+_NODE_ID = re.compile(r"(0|[1-9]\d*|N/A)\Z")
+# Past this many joint readings the repair gives up (and withholds) rather than search.
+_MAX_READINGS = 4096
+
+Interval = tuple[int, int]
+
+
+def _cpu_intervals(text: str) -> tuple[Interval, ...] | None:
+    """A cpulist (`0-45,92-137`) as ascending disjoint intervals, or None if it is not one."""
+    out: list[Interval] = []
+    for item in text.split(","):
+        match = _CPU_ITEM.match(item)
+        if match is None:
+            return None
+        low = int(match.group(1))
+        high = int(match.group(2)) if match.group(2) is not None else low
+        if high < low or high > _MAX_CPU or (out and low <= out[-1][1]):
+            return None
+        out.append((low, high))
+    return tuple(out)
+
+
+def _overlap(a: tuple[Interval, ...], b: tuple[Interval, ...]) -> bool:
+    return any(x0 <= y1 and y0 <= x1 for x0, x1 in a for y0, y1 in b)
+
+
+# One reading of a short row's CPU value: (cpu list, NUMA node or None when left missing).
+_Reading = tuple[str, str | None]
+
+
+def _readings(token: str) -> list[_Reading]:
+    """The token as it stands (NUMA value missing) and every split into CPUs + node."""
+    out: list[_Reading] = []
+    if _cpu_intervals(token) is not None:
+        out.append((token, None))
+    for cut in range(1, len(token)):
+        cpus, node = token[:cut], token[cut:]
+        if _NODE_ID.match(node) and _cpu_intervals(cpus) is not None:
+            if node == "N/A" or int(node) <= _MAX_NODE:
+                out.append((cpus, node))
+    return out
+
+
+def _consistent(pairs: list[_Reading]) -> bool:
+    """Every two CPU lists equal or disjoint, and one list tied to at most one node."""
+    nodes: dict[str, str] = {}
+    lists = {}
+    for cpus, node in pairs:
+        if node not in (None, "N/A"):
+            if nodes.setdefault(cpus, node) != node:
+                return False
+        intervals = _cpu_intervals(cpus)
+        assert intervals is not None  # readings hold only well-formed lists
+        lists[cpus] = intervals
+    items = list(lists.values())
+    return not any(_overlap(a, b) for i, a in enumerate(items) for b in items[i + 1 :])
+
+
+def _repair_glued_affinity(
+    rows: list[_Row], columns: tuple[_Column, ...], warnings: list[str]
+) -> list[_Row]:
+    """Short rows whose CPU value may hold the NUMA value too: split where one reading fits."""
+    names = [c.name for c in columns]
+    if "CPU Affinity" not in names or "NUMA Affinity" not in names:
+        return rows
+    cpu_at, node_at = names.index("CPU Affinity"), names.index("NUMA Affinity")
+    suspects = [
+        i
+        for i, row in enumerate(rows)
+        if row.short and row.values[cpu_at] is not None and row.values[node_at] is None
+    ]
+    tokens = sorted({cast(str, rows[i].values[cpu_at]) for i in suspects})
+    options = {t: _readings(t) for t in tokens}
+    if not any(any(node is not None for _, node in options[t]) for t in tokens):
+        return rows  # nothing could be glued: the values are only missing
+    intact: list[_Reading] = []
+    for row in rows:
+        cpus = row.values[cpu_at]
+        if not row.short and cpus is not None and _cpu_intervals(cpus) is not None:
+            intact.append((cpus, row.values[node_at]))
+    fitting: list[tuple[_Reading, ...]] = []
+    count = 1
+    for t in tokens:
+        count *= max(1, len(options[t]))
+    if count <= _MAX_READINGS:
+        for choice in itertools.product(*(options[t] for t in tokens)):
+            if _consistent(intact + list(choice)):
+                fitting.append(choice)
+    # The header promises a NUMA value on every row: prefer the readings that leave fewest out.
+    if fitting:
+        fewest = min(sum(node is None for _, node in c) for c in fitting)
+        fitting = [c for c in fitting if sum(node is None for _, node in c) == fewest]
+    chosen = dict(zip(tokens, fitting[0], strict=True)) if len(fitting) == 1 else None
+    out = list(rows)
+    for i in suspects:
+        row = rows[i]
+        token = cast(str, row.values[cpu_at])
+        values = list(row.values)
+        if chosen is not None:
+            cpus, node = chosen[token]
+            if node is None:
+                continue  # a value missing, not glued: the position warning stands
+            values[cpu_at], values[node_at] = cpus, (None if node == "N/A" else node)
+            message = (
+                f"line {row.line}: {row.label}: CPU Affinity and NUMA Affinity are glued "
+                f"together ({token!r}); read as CPUs {cpus} on NUMA node {node}"
+            )
+        elif all(node is None for _, node in options[token]):
+            continue  # cannot hold a node: only missing
+        else:
+            ways = " or ".join(
+                f"CPUs {c} + node {n}" if n is not None else f"CPUs {c} with no node"
+                for c, n in options[token]
+            )
+            values[cpu_at] = values[node_at] = None
+            message = (
+                f"line {row.line}: {row.label}: CPU Affinity {token!r} may have NUMA Affinity "
+                f"glued to it and reads more than one way ({ways}); its CPU and NUMA "
+                "affinity are left out, so no pinning hint is given for it"
+            )
+        prefix = f"line {row.line}: {row.label} has "
+        warnings[:] = [w for w in warnings if not w.startswith(prefix)]
+        warnings.append(message)
+        out[i] = replace(row, values=tuple(values))
+    return out
 
 
 def _check_square_and_symmetric(rows: list[_Row]) -> None:

@@ -6,7 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from topoweb.core.health.figures import Expectations, Figures, figure_name, measured_figures
+from topoweb.core.health.figures import (
+    CollectiveKey,
+    Expectations,
+    Figures,
+    figure_name,
+    large_busbw,
+    measured_figures,
+    ranks_of,
+)
 from topoweb.core.health.findings import Finding
 from topoweb.core.model import NcclRun, P2PResult, Topology
 
@@ -14,14 +22,21 @@ from topoweb.core.model import NcclRun, P2PResult, Topology
 def _not_measured_groups(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Unmeasured figures folded by kind, link class and expectation: 56 NV12 pairs read better
     as one line than as 56."""
-    groups: dict[tuple[str, str, float | None], int] = {}
+    groups: dict[tuple[str, str, float | None], list[str]] = {}
     for row in rows:
         if row["status"] == "not measured":
             key = (row["kind"], row.get("class") or row["figure"], row["expected_gbps"])
-            groups[key] = groups.get(key, 0) + 1
+            name = "-".join(row["devices"]) if row["devices"] else row["figure"]
+            groups.setdefault(key, []).append(name)
     return [
-        {"kind": kind, "what": what, "count": count, "expected_gbps": expected}
-        for (kind, what, expected), count in groups.items()
+        {
+            "kind": kind,
+            "what": what,
+            "count": len(names),
+            "expected_gbps": expected,
+            "pairs": names if kind == "p2p" else [],
+        }
+        for (kind, what, expected), names in groups.items()
     ]
 
 
@@ -38,6 +53,13 @@ def acceptance_report(
     figure under threshold x expected; incomplete when nothing expected was measured at all."""
     limits = expectations.thresholds
     measured = measured_figures(p2p, nccl_runs, limits)
+    # The message size each measured busbw figure was seen at (the best row past the plateau).
+    sizes: dict[CollectiveKey, int] = {}
+    for run in nccl_runs:
+        best = large_busbw(run, limits)
+        key = (run.collective or "", ranks_of(run))
+        if best is not None and measured.busbw_gbps.get(key) == best[0]:
+            sizes[key] = best[1]
     medians = sku_medians or Figures()
     rows = []
     for table in ("p2p_gbps", "busbw_gbps"):
@@ -55,7 +77,7 @@ def acceptance_report(
                 status = "ok" if m >= limits.bandwidth_ratio * e else "below"
             if table == "p2p_gbps":
                 a, b = topo.gpu(key[0]).id, topo.gpu(key[1]).id
-                row = {
+                row: dict[str, Any] = {
                     "figure": f"p2p {a}->{b}",
                     "kind": "p2p",
                     "devices": [a, b],
@@ -68,6 +90,7 @@ def acceptance_report(
                     "devices": [],
                     "collective": key[0],
                     "ranks": key[1],
+                    "message_bytes": sizes.get(key),
                 }
             rows.append(
                 row
@@ -90,6 +113,8 @@ def acceptance_report(
         reasons.append(f"{len(below)} figure(s) under {limits.bandwidth_ratio:.0%} of expectation")
     # Nothing measured is not a failure of the machine but of the evidence: acceptance waits
     # for a benchmark, and the report says which one.
+    collectives_expected = [r for r in rows if r["kind"] == "busbw" and r["expected_gbps"]]
+    collectives_compared = [r for r in compared if r["kind"] == "busbw"]
     if reasons:
         verdict = "fail"
     elif not compared:
@@ -97,6 +122,15 @@ def acceptance_report(
         reasons.append(
             "nothing measured yet: upload nccl-tests (and p2pBandwidthLatencyTest) output "
             "to judge the expected figures"
+        )
+    elif collectives_expected and not collectives_compared:
+        # Copies between pairs say little about a collective over all GPUs: no pass on them.
+        verdict = "incomplete"
+        first = collectives_expected[0]
+        reasons.append(
+            "only GPU pairs were measured: upload nccl-tests output (e.g. "
+            f"{first['collective']}_perf over {first['ranks']} GPUs up to messages of "
+            f"{limits.large_message_bytes // 2**20} MiB or more) to judge the collective figures"
         )
     else:
         verdict = "pass"

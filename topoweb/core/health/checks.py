@@ -5,7 +5,9 @@ benchmark checks in health.benchmarks."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -73,7 +75,29 @@ def check_health(
         findings += _nvml_p2p_findings(topo, nvml, covered)
     findings += nccl_findings(topo, nccl_runs, expectations, sku_medians, limits)
     kind_order = {k: i for i, k in enumerate(KINDS)}
-    return tuple(sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], kind_order[f.kind])))
+    names = _nic_names(topo, previous, sku_reference)
+    named = [_with_nic_names(f, names) for f in findings] if names else findings
+    return tuple(sorted(named, key=lambda f: (SEVERITY_ORDER[f.severity], kind_order[f.kind])))
+
+
+_NIC_ID = re.compile(r"\bNIC\d+\b")
+
+
+def _nic_names(*topologies: Topology | None) -> dict[str, str]:
+    """Matrix ids of NICs (`NIC3`) -> the RDMA names the legend gave (`mlx5_3`): the one name
+    the graph, the matrix and the hints use. The current topology's names win."""
+    names: dict[str, str] = {}
+    for topo in reversed([t for t in topologies if t is not None]):
+        names |= {d.id: d.nic_name for d in topo.nics if d.nic_name and d.nic_name != d.id}
+    return names
+
+
+def _with_nic_names(finding: Finding, names: Mapping[str, str]) -> Finding:
+    return dataclasses.replace(
+        finding,
+        devices=tuple(names.get(d, d) for d in finding.devices),
+        message=_NIC_ID.sub(lambda m: names.get(m.group(0), m.group(0)), finding.message),
+    )
 
 
 def _nic_far_from_gpu(topo: Topology) -> list[Finding]:

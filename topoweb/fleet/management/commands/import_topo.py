@@ -38,3 +38,6 @@ class Command(BaseCommand):
         assert result.snapshot is not None
         verb = "stored as new" if result.created else "already stored as"
         self.stdout.write(f"{path}: {verb} snapshot {result.snapshot.pk} of {options['host']}")
+        # What the reader guessed or repaired is part of the answer, not a footnote.
+        for warning in result.snapshot.document.get("warnings", []):
+            self.stdout.write(f"{path}: reader warning: {warning}")
