@@ -106,6 +106,7 @@ def test_a_report_is_stored_once_and_the_same_capture_again_is_a_duplicate(
         "kind": "topology",
         "hostname": "gpu-a01",
         "created": True,
+        "warnings": [],
     }
     assert server.hostname == "gpu-a01"
     assert server.sku_name == "HGX H200 8-GPU"  # the DMI product name names the SKU
@@ -280,7 +281,13 @@ def test_the_dry_run_body_posted_by_hand_is_the_report_the_agent_uploads(
     snapshot = Snapshot.objects.get()
     assert by_hand == (
         201,
-        {"id": snapshot.pk, "kind": "topology", "hostname": "gpu-h07", "created": True},
+        {
+            "id": snapshot.pk,
+            "kind": "topology",
+            "hostname": "gpu-h07",
+            "created": True,
+            "warnings": [],
+        },
     )
     sent = json.loads(body)
     assert snapshot.raw_text == sent["topo_text"] == fixture_text(H100)
