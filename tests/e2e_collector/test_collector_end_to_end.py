@@ -129,6 +129,7 @@ def test_a_report_is_stored_once_and_the_same_capture_again_is_a_duplicate(
         "kind": "topology",
         "hostname": "gpu-a01",
         "created": False,
+        "warnings": [],
     }
     assert Snapshot.objects.count() == 1 and Server.objects.count() == 1
     assert Snapshot.objects.get().captured_at == at(10)()
@@ -304,5 +305,6 @@ def test_the_dry_run_body_posted_by_hand_is_the_report_the_agent_uploads(
         "kind": "topology",
         "hostname": "gpu-h07",
         "created": False,
+        "warnings": [],
     }
     assert Snapshot.objects.count() == 1
