@@ -203,7 +203,5 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     # Without a broker every task runs inline: one "Task ... succeeded" line per ingest is
     # noise there (`make run` loads the demo fleet that way); a worker still logs them.
-    "loggers": (
-        {"celery.app.trace": {"level": "WARNING"}} if CELERY_TASK_ALWAYS_EAGER else {}
-    ),
+    "loggers": ({"celery.app.trace": {"level": "WARNING"}} if CELERY_TASK_ALWAYS_EAGER else {}),
 }
