@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 
+from tests.web.conftest import FIXTURES
 from topoweb.fleet.models import Benchmark, Server, Snapshot
+from topoweb.fleet.services import ingest_upload
 
 pytestmark = pytest.mark.django_db
 
@@ -23,13 +30,32 @@ def test_load_demo_builds_a_fleet_once_and_prints_the_admin_credentials(
     django_user_model: Any, client: Any
 ) -> None:
     first = load()
+    assert client.login(username="admin", password="topoweb-demo")
+    ingest_upload(  # someone's own server, next to the demo fleet
+        hostname="lab-01",
+        text=(FIXTURES / "topo_41_rtx5090-2gpu-phb-blackwell-consumer.txt").read_text(),
+        uploaded_by=None,
+        create=True,
+    )
     counts = (Server.objects.count(), Snapshot.objects.count(), Benchmark.objects.count())
     second = load()
 
     assert counts == (Server.objects.count(), Snapshot.objects.count(), Benchmark.objects.count())
-    assert "(0 new snapshots" in second
+    demo = Server.objects.filter(labels__has_key="fixture").count()
+    assert f"Demo fleet: {demo} servers (0 new snapshots" in second
+    assert "; 1 other servers left as they are." in second  # uploads are not demo servers
     assert first.splitlines()[-1] == "Demo admin: username 'admin', password 'topoweb-demo'"
-    assert client.login(username="admin", password="topoweb-demo")
+    # Rerunning it keeps the admin's password hash: a browser signed in stays signed in.
+    assert client.get("/upload/").status_code == 200  # not a redirect to sign in
+    assert Server.objects.get(hostname="lab-01").latest_snapshot is not None
+    # GPU models are GPUs, never the SKU or platform name of the demo server.
+    models: dict[str, set[str]] = {}
+    for server in Server.objects.filter(labels__has_key="fixture"):
+        models.setdefault(server.sku_name, set()).add(server.latest_snapshot.gpu_model)
+    assert models["GTX 1070/1080 7-GPU rig"] == {"GeForce GTX 1070"}  # the p2p run's GPUs
+    assert "DGX A100" not in models["DGX A100"]
+    every = set().union(*models.values())
+    assert not any(model.startswith(("DGX", "HGX")) or "x " in model for model in every)
     # Several servers per SKU, each with the real capture of its fixture.
     v100 = Server.objects.filter(labels__fixture__startswith="topo_12_").order_by("hostname")
     assert [s.hostname for s in v100] == [
@@ -45,3 +71,27 @@ def test_load_demo_builds_a_fleet_once_and_prints_the_admin_credentials(
     p2p = Benchmark.objects.get(server__hostname="esc8000a-ada-a01")
     assert p2p.kind == "p2p-bandwidth-latency"
     assert p2p.snapshot == p2p.server.latest_snapshot
+
+
+def test_without_a_broker_ingest_is_quiet(tmp_path: Any) -> None:
+    """`make run` has no broker: tasks run inline, and neither a "Task ... succeeded" line per
+    task nor kombu's "No hostname was supplied" about the unused memory:// broker is printed."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "DJANGO_SETTINGS_MODULE": "topoweb.config.settings",
+    }
+    env.pop("REDIS_URL")
+    topo = FIXTURES / "topo_41_rtx5090-2gpu-phb-blackwell-consumer.txt"
+    manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
+    subprocess.run([*manage, "migrate", "--noinput"], env=env, check=True, capture_output=True)
+    done = subprocess.run(
+        [*manage, "import_topo", str(topo), "--host", "ws-01"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+
+    assert done.stdout.splitlines() == [f"{topo}: stored as new snapshot 1 of ws-01"]
+    assert done.stderr == ""

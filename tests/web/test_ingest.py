@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -481,6 +481,14 @@ def test_import_topo_prints_the_readers_warnings(tmp_path: Any) -> None:
     lines = out.getvalue().splitlines()
     assert len(lines) == 9
     assert lines[1].startswith(f"{path}: reader warning: line 3: GPU0: CPU Affinity and NUMA")
+
+
+def test_import_topo_refuses_a_hostname_no_page_url_could_carry(tmp_path: Any) -> None:
+    path = tmp_path / "topo.txt"
+    path.write_text(fixture_text(V100))
+    with pytest.raises(CommandError, match="--host 'rack 3/node 1': a hostname is letters"):
+        call_command("import_topo", str(path), "--host", "rack 3/node 1", stdout=io.StringIO())
+    assert not Server.objects.exists()
 
 
 def test_import_topo_stores_a_snapshot_once(tmp_path: Any) -> None:

@@ -20,8 +20,13 @@ def enqueue(task_name: str, *args: Any) -> bool:
     not import the tasks that wrap them. A broker that is down is logged, not raised: the row
     records what is pending and a periodic sweep sends it later."""
     try:
-        # Through the registered task, not send_task: that one ignores eager mode.
-        app.tasks[task_name].apply_async(args=args)
+        task = app.tasks[task_name]
+        if app.conf.task_always_eager:
+            # Run here: apply_async would still open a broker connection for nothing (and kombu
+            # warns "No hostname was supplied" about the memory:// one).
+            task.apply(args=args)
+        else:
+            task.apply_async(args=args)
     except Exception:  # kombu and redis raise several unrelated types for "broker down"
         log.warning("%s%s not queued: the broker refused it", task_name, args, exc_info=True)
         return False

@@ -201,4 +201,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    # Without a broker every task runs inline: one "Task ... succeeded" line per ingest is
+    # noise there (`make run` loads the demo fleet that way); a worker still logs them.
+    "loggers": ({"celery.app.trace": {"level": "WARNING"}} if CELERY_TASK_ALWAYS_EAGER else {}),
 }

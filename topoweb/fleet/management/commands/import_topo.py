@@ -1,5 +1,6 @@
 """`manage.py import_topo FILE --host NAME`: store `nvidia-smi topo -m` output as a snapshot."""
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,12 @@ class Command(BaseCommand):
         parser.add_argument("--gpu-model", default="", help="GPU model, when no NVML facts exist")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # The API's rule for hostnames: a name every page URL can carry.
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", options["host"]):
+            raise CommandError(
+                f"--host {options['host']!r}: a hostname is letters, digits, dots, dashes and "
+                "underscores, starting with a letter or digit"
+            )
         path = Path(options["file"])
         try:
             text = path.read_text(encoding="utf-8")

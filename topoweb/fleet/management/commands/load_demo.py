@@ -1,5 +1,6 @@
 """`manage.py load_demo`: a demo fleet from the real captured outputs in tests/fixtures, and a
-demo admin user. Running it again changes nothing but the admin password (reset to the demo one)."""
+demo admin user. Running it again changes nothing: no new snapshots, and the admin's password is
+set only when it is not already the demo one (a new hash would sign every browser out)."""
 
 from __future__ import annotations
 
@@ -112,11 +113,15 @@ class Command(BaseCommand):
         user, _ = get_user_model().objects.get_or_create(
             username=DEMO_USER, defaults={"is_staff": True, "is_superuser": True}
         )
-        user.set_password(DEMO_PASSWORD)
-        user.save(update_fields=["password"])
+        if not user.check_password(DEMO_PASSWORD):
+            user.set_password(DEMO_PASSWORD)
+            user.save(update_fields=["password"])
+        demo = Server.objects.filter(labels__has_key="fixture").count()
+        others = Server.objects.exclude(labels__has_key="fixture").count()
         self.stdout.write(
-            f"Demo fleet: {Server.objects.count()} servers ({created} new snapshots, "
-            f"{skipped} fixtures the readers cannot take yet)."
+            f"Demo fleet: {demo} servers ({created} new snapshots, "
+            f"{skipped} fixtures the readers cannot take yet)"
+            + (f"; {others} other servers left as they are." if others else ".")
         )
         self.stdout.write(f"Demo admin: username {DEMO_USER!r}, password {DEMO_PASSWORD!r}")
 
@@ -155,6 +160,16 @@ def _paired(row: dict[str, str], fixtures: Path) -> list[str]:
 
 
 def _gpu_model(column: str) -> str:
-    """INDEX.tsv's GPU model without its notes ("A100 80GB (per surrounding text)")."""
+    """The GPU model INDEX.tsv gives a capture, never a platform or SKU name: notes go ("A100
+    80GB (per surrounding text)"), a platform gives way to the GPU in its note ("DGX A100 (A100
+    SXM4)" is an A100 SXM4), and a mixed rig is named by its most common GPU."""
+    if column.lower().startswith("not stated"):
+        return ""
+    note = re.search(r"\((.*?)\)", column)
     model = re.sub(r"\s*\(.*?\)", "", column).strip()
-    return "" if model.lower().startswith("not stated") else model
+    if re.match(r"(DGX|HGX)\b", model):
+        return note.group(1).strip() if note else ""
+    counts = re.findall(r"(\d+)x\s+([^+]+)", model)
+    if counts:
+        return max(counts, key=lambda c: int(c[0]))[1].strip()
+    return model
