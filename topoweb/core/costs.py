@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from topoweb.core.catalogue import (
@@ -21,6 +21,7 @@ from topoweb.core.catalogue import (
     Hardware,
     resolve_hardware,
 )
+from topoweb.core.formats.nvml import HostFacts, NvmlFacts
 from topoweb.core.hierarchy import Hierarchy, recover_hierarchy
 from topoweb.core.model import NcclRun, P2PResult, Topology
 
@@ -776,6 +777,60 @@ def build_model(
         nodes=nodes,
         nics_per_node=nics_per_node,
     )
+
+
+def with_options(
+    model: CostModel,
+    *,
+    p2p: P2PMode | None = None,
+    p2p_status: dict[Flow, bool] | None = None,
+    nodes: int | None = None,
+    nic_gbits: float | None = None,
+    nics_per_node: int | None = None,
+) -> CostModel:
+    """The same server (hierarchy, calibration) with other transport or job options: what a
+    query asks of a cached model."""
+    hw = model.hardware
+    if nic_gbits is not None:
+        if not nic_gbits > 0:
+            raise ValueError(f"the NIC rate must be positive, got {nic_gbits} Gb/s")
+        hw = replace(hw, nic_gbps=nic_gbits / 8, nic_source="given")
+    return CostModel(
+        model.topo,
+        hw,
+        model.hierarchy,
+        model.calibration,
+        p2p=p2p or model.p2p,
+        p2p_status=p2p_status if p2p_status is not None else model.p2p_status,
+        nodes=nodes or model.nodes,
+        nics_per_node=nics_per_node or (model.nics_per_node if not model.nic_assumed else None),
+    )
+
+
+def options_from_facts(
+    nvml: NvmlFacts | None, host: HostFacts | None, topo_p2p: str | None = None
+) -> dict[str, Any]:
+    """What a collector's facts tell the cost model: per-pair P2P status (`topo -p2p r`, else
+    NVML's read status), the NICs' count and rate (RDMA ports that are up)."""
+    out: dict[str, Any] = {}
+    status = p2p_status_from_text(topo_p2p) if topo_p2p else {}
+    if not status and nvml is not None and nvml.p2p:
+        for entry in nvml.p2p:
+            if entry.src is None or entry.dst is None or "read" not in entry.status:
+                continue
+            status[(entry.src, entry.dst)] = not entry.refused(("read",))
+    if status:
+        out["p2p_status"] = status
+    if host is not None:
+        up = [
+            n
+            for n in host.rdma_nics
+            if n.rate_gbps and (n.state is None or "ACTIVE" in n.state.upper())
+        ]
+        if up:
+            out["nics_per_node"] = len(up)
+            out["nic_gbits"] = statistics.median(n.rate_gbps or 0.0 for n in up)
+    return out
 
 
 def p2p_status_from_text(text: str) -> dict[Flow, bool]:
