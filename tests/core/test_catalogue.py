@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from topoweb.core.catalogue import (
-    NCCL_NVLINK_EFFICIENCY,
     P2P_PCIE_EFFICIENCY,
     infer_generation,
     resolve_hardware,
@@ -59,14 +58,19 @@ def test_without_a_name_the_generation_is_guessed_from_the_bundles_and_says_so()
 
 def test_figures_are_per_direction_effective_beside_the_line_rate() -> None:
     hopper = resolve_hardware(H100_BOX, "NVIDIA H100 80GB HBM3").describe()
-    # DOMAIN.md s2: NVLink4 is 25 GB/s per link per direction; NCCL reaches about 80 %.
+    # DOMAIN.md s2: NVLink4 is 25 GB/s per link per direction; NCCL plans with 20.6.
     assert hopper["nvlink_line_rate_per_link_gbps_per_direction"] == 25.0
-    assert hopper["nvlink_per_link_gbps_per_direction"] == 25.0 * NCCL_NVLINK_EFFICIENCY
-    # PCIe Gen5 x16: 32 GT/s x 16 lanes with 128b/130b encoding, about 63 GB/s raw.
+    assert hopper["nvlink_per_link_gbps_per_direction"] == 20.6
+    # PCIe Gen5 x16: 32 GT/s x 16 lanes with 128b/130b encoding, about 63 GB/s raw; NCCL
+    # plans with width x 240 / 80 = 48, a P2P copy reaches 85 % of line rate.
     assert hopper["pcie"] == "Gen5 x16"
     assert hopper["pcie_line_rate_gbps_per_direction"] == 63.02
-    assert hopper["pcie_gbps_per_direction"] == pytest.approx(63.02 * P2P_PCIE_EFFICIENCY, abs=0.01)
-    assert hopper["efficiency"] == {"nvlink": 0.8, "pcie_p2p": 0.85}
+    assert hopper["pcie_gbps_per_direction"] == 48.0
+    assert hopper["pcie_copy_gbps_per_direction"] == pytest.approx(
+        63.02 * P2P_PCIE_EFFICIENCY, abs=0.01
+    )
+    assert hopper["efficiency"]["pcie_p2p"] == 0.85
+    assert hopper["nvls"] is True
 
 
 def test_a_known_pcie_width_overrides_the_default_x16() -> None:

@@ -76,13 +76,16 @@ def test_uncalibrated_a100_nvswitch_all_reduce_busbw_is_within_20_percent_of_ncc
     assert cost.bottleneck.startswith("NVSwitch port of GPU0 (NV12, egress), 240.0 GB/s")
 
 
-def test_nvswitch_all_reduce_uses_the_ring_formula_with_80_percent_of_nvlink3() -> None:
+def test_nvswitch_all_reduce_uses_nccls_ring_simple_formula_with_20_gbps_per_nvlink3() -> None:
     model = build_model(T.dgx_a100_nv12(), "NVIDIA A100-SXM4-40GB")
     cost = collective_cost(model, "all_reduce", range(8), 1 << 30)
-    # 12 links x 25 GB/s x 0.8 = 240 GB/s; 2(p-1) = 14 steps of 2 us.
+    # NCCL: 12 links x 20 GB/s = 240 GB/s; Simple latency 8.4 us + 14 steps x 3.4 us (NVLink).
+    assert (cost.algorithm, cost.protocol) == ("ring", "Simple")
     assert cost.bandwidth_gbps == pytest.approx(240.0)
-    assert cost.time_us == pytest.approx(14 * 2.0 + 1.75 * (1 << 30) / 240e3)
+    assert cost.time_us == pytest.approx(8.4 + 14 * 3.4 + 1.75 * (1 << 30) / 240e3)
     assert cost.algbw_gbps * 1.75 == pytest.approx(cost.busbw_gbps)
+    assert cost.transports[0] == "GPU0->GPU1 NVLink NV12"
+    assert any("NCCL Ampere tuning constants" in a for a in cost.assumed)
 
 
 # p2pBandwidthLatencyTest figures compared (GB/s), with the topology each machine printed:
@@ -160,7 +163,10 @@ def test_a_pcie_only_box_and_an_nvswitch_box_of_eight_gpus_differ_for_the_same_c
     pcie = build_model(T.pcie_only_8gpu(), "NVIDIA H100 PCIe")
     fast = collective_cost(nvswitch, "all_reduce", range(8), 256 * MiB)
     slow = collective_cost(pcie, "all_reduce", range(8), 256 * MiB)
-    assert fast.bandwidth_gbps == pytest.approx(360.0)  # 18 x 25 x 0.8
+    # NVLink SHARP: 16 channels x 20 GB/s (the ladder speed an NV18 port of 370.8 fits)
+    # x 0.85 x 15/16 x 2 = 510 GB/s bus bandwidth, above the ring's 370.8.
+    assert (fast.algorithm, fast.bandwidth_gbps) == ("nvls", pytest.approx(510.0))
+    assert fast.alternatives["ring"] > fast.time_us
     assert slow.bottleneck_class == "socket"
     assert "Sapphire Rapids" in slow.bottleneck
     assert slow.time_us > 10 * fast.time_us
@@ -199,7 +205,10 @@ def test_concurrent_groups_split_a_shared_socket_link_max_min_fair() -> None:
     model = build_model(T.l40s_4gpu(), "NVIDIA L40S")
     alone = collective_cost(model, "all_reduce", [0, 2], 256 * MiB, algorithm="ring")
     both = concurrent_costs(model, "all_reduce", [[0, 2], [1, 3]], 256 * MiB)
-    assert alone.bandwidth_gbps == pytest.approx(24.0)  # xGMI Zen3-4 planning figure
+    # NCCL's SHM beyond PXB: the reading GPU's Gen4 x16 leg (24 GB/s / 1.5) limits one pair;
+    # two pairs crossing at once split the 24 GB/s xGMI (Zen3-4) socket link.
+    assert alone.bandwidth_gbps == pytest.approx(16.0)
+    assert "from the CPU" in alone.bottleneck
     assert [c.bandwidth_gbps for c in both] == pytest.approx([12.0, 12.0])
     assert "socket link" in both[0].bottleneck
     # Inside one NUMA node nothing is shared with the other pair.
@@ -236,17 +245,24 @@ def test_every_collective_reports_nccl_tests_bus_bandwidth() -> None:
     assert pair.algorithm == "p2p"
 
 
-def test_small_messages_prefer_the_tree_and_large_ones_the_ring() -> None:
+def test_small_messages_take_ll_and_large_ones_simple_as_nccl_chooses() -> None:
     model = build_model(T.dgx_a100_nv12(), "NVIDIA A100-SXM4-40GB")
-    assert collective_cost(model, "all_reduce", range(8), 1024).algorithm == "tree"
-    assert collective_cost(model, "all_reduce", range(8), 1 << 30).algorithm == "ring"
+    small = collective_cost(model, "all_reduce", range(8), 1024)
+    # Ring LL: 6.6 us + 14 x 0.6 us beats tree LL: 6.8 + 2 x 7 x 0.6 us.
+    assert (small.algorithm, small.protocol) == ("ring", "LL")
+    assert small.time_us == pytest.approx(6.6 + 14 * 0.6 + 1024 / (87.7 * 8 / 14 * 1e3))
+    assert set(small.alternatives) >= {"ring/LL", "ring/LL128", "tree/Simple", "tree/LL"}
+    large = collective_cost(model, "all_reduce", range(8), 1 << 30)
+    assert (large.algorithm, large.protocol) == ("ring", "Simple")
 
 
-def test_the_pcie_box_takes_the_hierarchical_all_reduce_across_sockets() -> None:
+def test_nccl_goes_through_host_memory_beyond_pxb_and_prices_that_path() -> None:
     model = build_model(T.pcie_only_8gpu(), "NVIDIA H100 PCIe")
     cost = collective_cost(model, "all_reduce", range(8), 1 << 30)
-    assert cost.algorithm == "hierarchical"
-    assert cost.time_us < cost.alternatives["ring"]
+    assert cost.algorithm == "ring"
+    assert any("host shared memory" in t for t in cost.transports)
+    forced = build_model(T.pcie_only_8gpu(), "NVIDIA H100 PCIe", p2p="on")
+    assert collective_cost(forced, "all_reduce", range(8), 1 << 30).transports != cost.transports
 
 
 def test_the_curve_covers_8_bytes_to_8_gib_with_growing_time() -> None:
@@ -256,7 +272,7 @@ def test_the_curve_covers_8_bytes_to_8_gib_with_growing_time() -> None:
     assert points[-1].bytes == 8 << 30 == STANDARD_SIZES[-1]
     times = [p.time_us for p in points]
     assert times == sorted(times)
-    assert points[-1].bandwidth_gbps == pytest.approx(4 * 14 * 0.8)  # sm86 NV4 bridge
+    assert points[-1].bandwidth_gbps == pytest.approx(4 * 12.0)  # NCCL's sm86 figure, NV4
 
 
 def test_bad_requests_name_the_problem() -> None:

@@ -88,6 +88,45 @@ class TestSynchronousQueries:
         assert response.json()["error"]["code"] == "invalid_query"
         assert "try p2p" in response.json()["error"]["message"]
 
+    def test_copies_p2p_and_several_nodes_are_asked_as_on_the_command_line(
+        self, reader: APIClient
+    ) -> None:
+        copy = reader.post(
+            "/api/v1/servers/dgx1-01/cost",
+            {"collective": "copy", "gpus": [0, 1], "bytes": 1 << 30, "bidirectional": True},
+            format="json",
+        )
+        assert copy.status_code == 200
+        assert (copy.json()["algorithm"], copy.json()["protocol"]) == ("copy", "copy-both")
+        # topo_12: GPU0-GPU1 is NV2; both ways 2 x 2 x 25 GB/s x 0.97.
+        assert copy.json()["algbw_gbps"] == pytest.approx(97.0, rel=0.01)
+        two_nodes = reader.post(
+            "/api/v1/servers/h200-01/cost",
+            {
+                "collective": "all_reduce",
+                "gpus": list(range(16)),
+                "bytes": 1 << 30,
+                "nodes": 2,
+                "nic_gbps": 400,
+            },
+            format="json",
+        )
+        assert two_nodes.status_code == 200
+        parsed = parse_text(fixture_text(H200))
+        assert isinstance(parsed, Topology)
+        model = build_model(parsed, MODELS[H200], nodes=2, nic_gbits=400)
+        assert (
+            two_nodes.json()
+            == collective_cost(model, "all_reduce", range(16), 1 << 30).to_document()
+        )
+        assert two_nodes.json()["nodes"] == 2
+        off = reader.post(
+            "/api/v1/servers/l40s-01/cost",
+            {"collective": "all_reduce", "gpus": [0, 1], "bytes": 1 << 30, "p2p": "off"},
+            format="json",
+        )
+        assert "host shared memory" in off.json()["transports"][0]
+
     def test_an_unknown_gpu_is_a_400_listing_the_servers_gpus(self, reader: APIClient) -> None:
         response = reader.post(
             "/api/v1/servers/l40s-01/cost",
@@ -108,10 +147,11 @@ class TestSynchronousQueries:
 
         assert response.status_code == 200
         doc = response.json()
-        # Each TP group is an NVLink ring (0-2 NV2, 2-6 NV1, 6-4 NV2, 4-0 NV1), and each
-        # pipeline boundary (0-1, 2-3, 4-5, 6-7) an NV2 pair.
-        assert doc["groups"]["tp"] == [[0, 2, 4, 6], [1, 3, 5, 7]]
-        assert doc["groups"]["pp"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+        # Each TP group is a fully connected NV1/NV2 quad of topo_12 (several rings share its
+        # four links per GPU: 80 GB/s, twice a 4-cycle's 40), and each pipeline boundary
+        # (0-4, 1-5, 2-6, 3-7) an NVLink pair between the quads.
+        assert doc["groups"]["tp"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+        assert doc["groups"]["pp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
         assert {d["dimension"]: d["bottleneck_class"] for d in doc["per_dimension"]} == {
             "tp": "nvlink",
             "pp": "nvlink",
@@ -119,10 +159,10 @@ class TestSynchronousQueries:
         tp = next(d for d in doc["per_dimension"] if d["dimension"] == "tp")
         ring = reader.post(
             "/api/v1/servers/dgx1-01/cost",
-            {"collective": "all_reduce", "gpus": [0, 2, 4, 6], "bytes": tp["bytes"]},
+            {"collective": "all_reduce", "gpus": [0, 1, 2, 3], "bytes": tp["bytes"]},
             format="json",
         ).json()
-        assert (ring["order"], ring["bottleneck_class"]) == ([0, 2, 6, 4], "nvlink")
+        assert (ring["bandwidth_gbps_per_direction"], ring["bottleneck_class"]) == (80.0, "nvlink")
         assert tp["count"] == 4 * 16 * 8  # 4 per layer, 16 layers per stage, 8 micro-batches
         assert doc["predicted_step_comm_us"] <= doc["naive_step_comm_us"]
         assert doc["search"] == "exact"

@@ -22,13 +22,13 @@ from topoweb.config.api import (
 )
 from topoweb.config.parsers import JSONParser
 from topoweb.config.permissions import CanQuery
-from topoweb.core.costs import COLLECTIVES
+from topoweb.core.costs import COLLECTIVES, OPERATIONS
 from topoweb.core.ledger import PRESETS, Layout
 from topoweb.fleet.selectors import server_by_hostname
 
 MAX_GPUS = 4096
 MAX_BYTES = 1 << 40  # 1 TiB: past any message a collective is sent with
-ALGORITHMS = ("ring", "tree", "hierarchical", "p2p", "pairwise")
+ALGORITHMS = ("ring", "tree", "nvls", "p2p", "pairwise", "copy")
 QUERY_ERRORS = {
     **READ_ERRORS,
     400: OpenApiResponse(
@@ -46,10 +46,10 @@ class InvalidQuery(exceptions.APIException):
     default_detail = "The question cannot be answered for this server."
 
 
-def _answer(call: Any, *args: Any) -> Any:
+def _answer(call: Any, *args: Any, **kwargs: Any) -> Any:
     """The core says "no" with ValueError (unknown GPU, impossible job): a 400 with its words."""
     try:
-        return call(*args)
+        return call(*args, **kwargs)
     except ValueError as exc:
         raise InvalidQuery(str(exc)) from exc
 
@@ -77,6 +77,14 @@ class CostDocumentSerializer(serializers.Serializer):
     bottleneck_class = serializers.CharField()
     calibrated = serializers.BooleanField(help_text="True when measured figures set the result")
     alternatives_us = serializers.DictField(child=serializers.FloatField())
+    protocol = serializers.CharField(help_text="LL, LL128, Simple; copy for a peer copy")
+    nodes = serializers.IntegerField()
+    transports = serializers.ListField(
+        child=serializers.CharField(), help_text="how each hop moves bytes"
+    )
+    assumed = serializers.ListField(
+        child=serializers.CharField(), help_text="figures taken from defaults, not known"
+    )
 
 
 # --- cost of a collective ------------------------------------------------------------------
@@ -90,10 +98,18 @@ class CostApi(APIView):
     parser_classes = [JSONParser]
 
     class CostInputSerializer(serializers.Serializer):
-        collective = serializers.ChoiceField(choices=COLLECTIVES)
-        gpus = _gpu_list(min_length=2, help_text="GPU indices as in the server's matrix")
+        collective = serializers.ChoiceField(choices=OPERATIONS)
+        gpus = _gpu_list(
+            min_length=2,
+            help_text="GPU indices as in the server's matrix; with nodes, 0..nodes x g - 1",
+        )
         bytes = serializers.IntegerField(min_value=0, max_value=MAX_BYTES)
         algorithm = serializers.ChoiceField(choices=ALGORITHMS, required=False)
+        bidirectional = serializers.BooleanField(default=False, help_text="copy: both ways")
+        p2p = serializers.ChoiceField(choices=("auto", "on", "off"), default="auto")
+        nodes = serializers.IntegerField(min_value=1, max_value=4096, default=1)
+        nic_gbps = serializers.FloatField(min_value=0.001, max_value=1e5, required=False)
+        nics_per_node = serializers.IntegerField(min_value=1, max_value=1024, required=False)
 
     @extend_schema(
         operation_id="servers_cost_create",
@@ -106,7 +122,17 @@ class CostApi(APIView):
         q = data.validated_data
         server = server_by_hostname(hostname)
         doc = _answer(
-            selectors.cost_of, server, q["collective"], q["gpus"], q["bytes"], q.get("algorithm")
+            selectors.cost_of,
+            server,
+            q["collective"],
+            q["gpus"],
+            q["bytes"],
+            q.get("algorithm"),
+            p2p=q["p2p"],
+            nodes=q["nodes"],
+            nic_gbps=q.get("nic_gbps"),
+            nics_per_node=q.get("nics_per_node"),
+            bidirectional=q["bidirectional"],
         )
         return Response(CostDocumentSerializer(doc).data)
 

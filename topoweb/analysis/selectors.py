@@ -14,7 +14,15 @@ from django.http import Http404
 
 from topoweb.analysis.models import Analysis
 from topoweb.core.analysis import COST_MODEL_VERSION, CalibrationInput, calibration_from
-from topoweb.core.costs import CostModel, build_model, calibrated, collective_cost
+from topoweb.core.costs import (
+    CostModel,
+    build_model,
+    calibrated,
+    collective_cost,
+    options_from_facts,
+    with_options,
+)
+from topoweb.core.formats.nvml import NvmlFactsError, read_host, read_nvml
 from topoweb.core.ledger import PRESETS, Layout, ModelShape
 from topoweb.core.model import NcclRun, P2PResult, Topology
 from topoweb.core.placement import SELECTION_BYTES, affinity, place, select_gpus
@@ -132,13 +140,49 @@ def servers_with_topology() -> list[Server]:
 
 
 def cost_of(
-    server: Server, collective: str, gpus: Sequence[int], nbytes: int, algorithm: str | None
+    server: Server,
+    collective: str,
+    gpus: Sequence[int],
+    nbytes: int,
+    algorithm: str | None,
+    **options: Any,
 ) -> dict[str, Any]:
     """core.costs.collective_cost's document; ValueError (a 400) for GPUs the server lacks or
-    an algorithm that does not apply."""
+    an algorithm that does not apply. `options`: p2p, nodes, nic_gbps, nics_per_node,
+    bidirectional; the server's own facts (P2P status, NICs) fill what the query leaves out."""
+    model = server_cost_model(server)
+    facts = _facts_options(server.latest_snapshot)
+    nic = options.get("nic_gbps") or facts.get("nic_gbits")
+    model = with_options(
+        model,
+        p2p=options.get("p2p") or "auto",
+        p2p_status=facts.get("p2p_status"),
+        nodes=options.get("nodes") or 1,
+        nic_gbits=nic,
+        nics_per_node=options.get("nics_per_node") or facts.get("nics_per_node"),
+    )
     return collective_cost(
-        server_cost_model(server), collective, gpus, nbytes, algorithm
+        model,
+        collective,
+        gpus,
+        nbytes,
+        algorithm,
+        bidirectional=bool(options.get("bidirectional")),
     ).to_document()
+
+
+def _facts_options(snapshot: Snapshot | None) -> dict[str, Any]:
+    if snapshot is None:
+        return {}
+    host = snapshot.host if isinstance(snapshot.host, dict) else None
+    topo_p2p = (host or {}).get("topo_p2p")
+    text = topo_p2p.get("read") if isinstance(topo_p2p, dict) else None
+    try:
+        nvml = read_nvml(snapshot.nvml) if isinstance(snapshot.nvml, dict) else None
+        host_facts = read_host(host) if host is not None else None
+    except NvmlFactsError:
+        nvml, host_facts = None, None
+    return options_from_facts(nvml, host_facts, text if isinstance(text, str) else None)
 
 
 def resolve_shape(model: str | dict[str, Any] | None) -> ModelShape | None:

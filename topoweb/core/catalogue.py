@@ -11,12 +11,72 @@ from dataclasses import dataclass
 
 from topoweb.core.model import Topology, nvlink_count
 
-# NCCL reaches about 80 % of NVLink line rate (DOMAIN.md s2: "Effective NVLink bandwidth in
-# NCCL is about 80 % of line rate (H100 NV18 ~370 GB/s)").
-NCCL_NVLINK_EFFICIENCY = 0.80
 # P2P DMA reaches ~85-90 % of PCIe line rate (DOMAIN.md s2); the low end, because
 # p2pBandwidthLatencyTest on Gen4 x16 (p2p_05/p2p_06 fixtures) shows 26.3 of 31.5 GB/s.
 P2P_PCIE_EFFICIENCY = 0.85
+# A copy engine drives an NVLink bundle at ~97 % of line rate (p2p_08, DGX-1V: NV1 pairs copy
+# 48.5 GB/s both ways together, NV2 pairs 96.9, of 50 and 100 line).
+NVLINK_COPY_EFFICIENCY = 0.97
+# cudaMemcpyPeer without P2P is staged by the driver through a pinned host buffer: a
+# device-to-host leg then a host-to-device leg, one after the other, each at ~73 % of the PCIe
+# line rate (Gen3 x16: p2p_02, p2p_08 and p2p_11 all copy 5.3-5.8 GB/s one way).
+STAGED_COPY_EFFICIENCY = 0.73
+# Fixed cost of one staged copy (two driver copies and their synchronisation): p2p_11 measures
+# 14-15 us for a 4-byte copy, p2p_02 (older VM) 20-23 us.
+STAGED_COPY_LATENCY_US = 14.0
+# Fixed cost of one P2P copy (cudaMemcpyPeerAsync issue and completion): the H200 capture
+# (device_01 torch-copy-gemm) times a tiny device copy at ~3.5-5 us.
+P2P_COPY_LATENCY_US = 4.0
+# Pinned host<->device copies reach ~88 % of PCIe line rate (device_01: 55.5 GB/s per
+# direction on Gen5 x16, 63.0 line); pageable copies 15-22 GB/s on the same link.
+HOST_PINNED_EFFICIENCY = 0.88
+# NCCL's SHM transport: the sender's GPU writes into host memory (posted writes, full rate),
+# the receiver's GPU reads it back across PCIe (non-posted reads, ~2/3 of the rate), so the
+# reading leg weighs 1.5 per byte (nccl_11: 2x RTX 2080 Ti without P2P, 4.0 GB/s busbw on a
+# Gen3 switch uplink NCCL rates at 12).
+SHM_READ_WEIGHT = 1.5
+# What one more GPU's kernel launch costs the host thread that drives it (cudaLaunchKernel
+# plus NCCL's enqueue). With one GPU per process the launch overlaps the previous call; with
+# nccl-tests -g N one thread issues N launches in a row and the collective cannot finish
+# before the last, so the small-message floor grows by this much per extra GPU (nccl_06:
+# 32 us at -g 8, nccl_15: 61 us at -g 12, nccl_11: 12 us at -g 2, nccl_08: 26 us at 8).
+LAUNCH_US_PER_GPU = 3.2
+# RDMA NICs deliver ~92 % of their line rate to NCCL (nccl_03: 22.1 GB/s all_gather busbw
+# over a 200 Gb/s ConnectX-7; 400 Gb/s InfiniBand rails typically show 46-48 of 50).
+NET_EFFICIENCY = 0.92
+
+# NCCL's own per-link NVLink planning figures (GB/s per direction, src/graph/topo.h):
+# what its collectives reach on one link. Copies use line rate x NVLINK_COPY_EFFICIENCY.
+NCCL_NVLINK_GBPS: dict[str, float] = {
+    "NVLink1": 18.0,  # SM60
+    "NVLink2": 20.0,  # SM70 (also Turing bridges)
+    "NVLink3": 20.0,  # SM80
+    "NVLink3-bridge": 12.0,  # SM86
+    "NVLink4": 20.6,  # SM90
+    "NVLink5": 40.1,  # SM100
+}
+
+
+def nccl_pcie_gbps(gen: int, width: int = 16) -> float:
+    """NCCL's PCIe figure: width x code / 80, codes 15/30/60/120/240/480 per generation
+    (Gen3 x16 -> 12, Gen4 x16 -> 24, Gen5 x16 -> 48)."""
+    codes = {1: 15, 2: 30, 3: 60, 4: 120, 5: 240, 6: 480}
+    if gen not in codes:
+        raise ValueError(f"unknown PCIe generation {gen}")
+    return width * codes[gen] / 80
+
+
+# Common RDMA adapters by the name a NIC legend or `ibv_devinfo` shows: Gb/s per port.
+NIC_CATALOGUE_GBITS: dict[str, float] = {
+    "ConnectX-4": 100.0,
+    "ConnectX-5": 100.0,
+    "ConnectX-6": 200.0,
+    "ConnectX-7": 400.0,
+    "ConnectX-8": 800.0,
+    "BlueField-2": 200.0,
+    "BlueField-3": 400.0,
+    "EFA": 100.0,
+}
 # Copies between GPUs without P2P are staged through host memory: a device-to-host copy then
 # a host-to-device copy, one after the other, so each byte costs two PCIe transfers.
 HOST_STAGED_COPIES = 2
@@ -26,6 +86,7 @@ NVLINK_PER_LINK_GBPS: dict[str, float] = {
     "NVLink1": 20.0,
     "NVLink2": 25.0,
     "NVLink3": 25.0,
+    "NVLink2-bridge": 25.0,  # RTX 2080 Ti / TITAN RTX / Quadro RTX (sm75) bridge, 2 links
     "NVLink3-bridge": 14.0,  # RTX 3090 / A6000 (sm86) bridge
     "NVLink4": 25.0,
     "NVLink5": 50.0,
@@ -79,10 +140,17 @@ class Generation:
     pcie_gen: int
     socket_link: str  # key of SOCKET_LINK_GBPS
     nic_gbits: float  # typical NIC line rate of servers of this era, Gb/s
+    nvls: bool = False  # NVSwitch gen3+ with NVLink SHARP (Hopper, Blackwell)
+    arch: str = "Volta"  # NCCL's tuning row: Volta, Ampere, Hopper, Blackwell
+    nvls_efficiency: float = 0.0  # NCCL's nvlsEfficiency for the arch
 
     @property
     def nvlink_per_link_gbps(self) -> float:
         return NVLINK_PER_LINK_GBPS[self.nvlink] if self.nvlink else 0.0
+
+    @property
+    def nccl_nvlink_per_link_gbps(self) -> float:
+        return NCCL_NVLINK_GBPS[self.nvlink.replace("2-bridge", "2")] if self.nvlink else 20.0
 
 
 GENERATIONS: dict[str, Generation] = {
@@ -90,17 +158,32 @@ GENERATIONS: dict[str, Generation] = {
     "Maxwell": Generation("Maxwell", None, 0, 3, "Intel QPI (Broadwell)", 56),
     "Pascal": Generation("Pascal", None, 0, 3, "Intel QPI (Broadwell)", 100),
     "Pascal-NVLink": Generation("Pascal-NVLink", "NVLink1", 4, 3, "Intel QPI (Broadwell)", 100),
-    "Volta": Generation("Volta", "NVLink2", 6, 3, "Intel UPI (Skylake)", 100),
+    # DGX-1V and most V100-SXM2 boxes are dual Broadwell E5-2698 v4 (QPI).
+    "Volta": Generation("Volta", "NVLink2", 6, 3, "Intel QPI (Broadwell)", 100),
+    # DGX-2 (V100-SXM3) is dual Skylake Platinum 8168 (UPI).
+    "Volta-SXM3": Generation("Volta-SXM3", "NVLink2", 6, 3, "Intel UPI (Skylake)", 100),
     "Volta-PCIe": Generation("Volta-PCIe", None, 0, 3, "Intel UPI (Skylake)", 100),
-    "Turing": Generation("Turing", None, 0, 3, "Intel UPI (Skylake)", 100),
-    "Ampere": Generation("Ampere", "NVLink3", 12, 4, "AMD xGMI (Zen1-2)", 200),
-    "Ampere-A800": Generation("Ampere-A800", "NVLink3", 8, 4, "AMD xGMI (Zen1-2)", 200),
-    "Ampere-sm86": Generation("Ampere-sm86", "NVLink3-bridge", 4, 4, "AMD xGMI (Zen3-4)", 100),
-    "Ada": Generation("Ada", None, 0, 4, "AMD xGMI (Zen3-4)", 200),
-    "Hopper": Generation("Hopper", "NVLink4", 18, 5, "Intel UPI (Sapphire Rapids)", 400),
-    "Hopper-H800": Generation("Hopper-H800", "NVLink4", 8, 5, "Intel UPI (Sapphire Rapids)", 400),
-    "Blackwell": Generation("Blackwell", "NVLink5", 18, 5, "Intel UPI (Emerald Rapids)", 400),
-    "Blackwell-consumer": Generation("Blackwell-consumer", None, 0, 5, "AMD xGMI (Zen5)", 200),
+    "Turing": Generation("Turing", "NVLink2-bridge", 2, 3, "Intel UPI (Skylake)", 100),
+    "Ampere": Generation("Ampere", "NVLink3", 12, 4, "AMD xGMI (Zen1-2)", 200, arch="Ampere"),
+    "Ampere-A800": Generation(
+        "Ampere-A800", "NVLink3", 8, 4, "AMD xGMI (Zen1-2)", 200, arch="Ampere"
+    ),
+    "Ampere-sm86": Generation(
+        "Ampere-sm86", "NVLink3-bridge", 4, 4, "AMD xGMI (Zen3-4)", 100, arch="Ampere"
+    ),
+    "Ada": Generation("Ada", None, 0, 4, "AMD xGMI (Zen3-4)", 200, arch="Ampere"),
+    "Hopper": Generation(
+        "Hopper", "NVLink4", 18, 5, "Intel UPI (Sapphire Rapids)", 400, True, "Hopper", 0.85
+    ),
+    "Hopper-H800": Generation(
+        "Hopper-H800", "NVLink4", 8, 5, "Intel UPI (Sapphire Rapids)", 400, True, "Hopper", 0.85
+    ),
+    "Blackwell": Generation(
+        "Blackwell", "NVLink5", 18, 5, "Intel UPI (Emerald Rapids)", 400, True, "Blackwell", 0.74
+    ),
+    "Blackwell-consumer": Generation(
+        "Blackwell-consumer", None, 0, 5, "AMD xGMI (Zen5)", 200, arch="Blackwell"
+    ),
 }
 
 # First match wins: specific names before families.
@@ -114,6 +197,7 @@ _NAME_RULES: tuple[tuple[str, str], ...] = (
     (r"RTX 30[89]0|RTX A6000|A40\b|RTX A5000|A10\b", "Ampere-sm86"),
     (r"L40|L4\b|RTX 40\d0|RTX 6000 Ada|Ada Generation", "Ada"),
     (r"V100-PCIE|V100S-PCIE", "Volta-PCIe"),
+    (r"V100-SXM3|DGX-2", "Volta-SXM3"),
     (r"V100|Titan V", "Volta"),
     (r"RTX 20\d0|T4\b|Quadro RTX|TITAN RTX", "Turing"),
     (r"P100-SXM|DGX-1", "Pascal-NVLink"),
@@ -177,21 +261,38 @@ def infer_generation(topo: Topology | None, gpu_name: str | None = None) -> Gene
     )
 
 
+def pcie_p2p_supported(gpu_name: str | None, gen: Generation) -> bool:
+    """Whether the driver allows PCIe P2P for this GPU: GeForce and TITAN cards from Turing on
+    have it disabled (NVLink-bridged pairs still get P2P over the bridge)."""
+    if not gpu_name or not re.search(r"GeForce|TITAN|\bRTX [2-5]0\d0", gpu_name, re.IGNORECASE):
+        return True
+    return gen.name.startswith(("Kepler", "Maxwell", "Pascal"))
+
+
 @dataclass(frozen=True)
 class Hardware:
-    """The resolved figures one cost model runs on. All bandwidths effective, per direction."""
+    """The resolved figures one cost model runs on. All bandwidths effective, per direction.
+
+    Collectives use NCCL's planning figures (`nvlink_per_link_gbps`, `nccl_pcie_gbps`); copies
+    use line rate x the copy engine's efficiency (`nvlink_copy_per_link_gbps`, `pcie_gbps`)."""
 
     generation: Generation
     assumption: str
-    nvlink_per_link_gbps: float  # effective (line x NCCL efficiency)
+    nvlink_per_link_gbps: float  # NCCL's figure per link (collectives)
     pcie_gen: int
     pcie_width: int
-    pcie_gbps: float  # effective (line x P2P efficiency), one x-width link
+    pcie_gbps: float  # P2P copy rate of one x-width link (line x P2P efficiency)
     socket_link: str
     socket_gbps: float
-    nic_gbps: float  # GB/s per direction (speed / 8)
+    nic_gbps: float  # GB/s per direction per NIC (speed / 8)
     p2p_enabled: bool
     latency_us: tuple[tuple[str, float], ...]
+    nccl_pcie_gbps: float = 24.0  # NCCL's width x code / 80
+    nvlink_copy_per_link_gbps: float = 24.25
+    staged_gbps: float = 11.5  # one leg of a staged (host-bounced) copy
+    pcie_p2p: bool = True  # the driver allows PCIe P2P (not GeForce/TITAN from Turing on)
+    nic_source: str = "generation default"
+    warnings: tuple[str, ...] = ()
 
     def latency(self, kind: str) -> float:
         return dict(self.latency_us)[kind]
@@ -201,21 +302,46 @@ class Hardware:
             "generation": self.generation.name,
             "assumption": self.assumption,
             "nvlink": self.generation.nvlink,
-            # Effective figures (what NCCL and P2P copies reach) drive the model; line rates
-            # are what vendors quote, so both are shown.
             "nvlink_per_link_gbps_per_direction": round(self.nvlink_per_link_gbps, 2),
             "nvlink_line_rate_per_link_gbps_per_direction": round(
-                self.nvlink_per_link_gbps / NCCL_NVLINK_EFFICIENCY, 2
+                self.generation.nvlink_per_link_gbps, 2
             ),
             "pcie": f"Gen{self.pcie_gen} x{self.pcie_width}",
-            "pcie_gbps_per_direction": round(self.pcie_gbps, 2),
+            "pcie_gbps_per_direction": round(self.nccl_pcie_gbps, 2),
+            "pcie_copy_gbps_per_direction": round(self.pcie_gbps, 2),
             "pcie_line_rate_gbps_per_direction": round(self.pcie_gbps / P2P_PCIE_EFFICIENCY, 2),
-            "efficiency": {"nvlink": NCCL_NVLINK_EFFICIENCY, "pcie_p2p": P2P_PCIE_EFFICIENCY},
+            "efficiency": {
+                "nvlink_copy": NVLINK_COPY_EFFICIENCY,
+                "pcie_p2p": P2P_PCIE_EFFICIENCY,
+                "staged_copy": STAGED_COPY_EFFICIENCY,
+                "network": NET_EFFICIENCY,
+            },
             "socket_link": self.socket_link,
             "socket_gbps_per_direction": self.socket_gbps,
             "nic_gbps_per_direction": self.nic_gbps,
-            "p2p_enabled": self.p2p_enabled,
+            "nic_rate_source": self.nic_source,
+            "pcie_p2p_supported": self.pcie_p2p,
+            "nvls": self.generation.nvls,
+            "warnings": list(self.warnings),
         }
+
+
+def _nvlink_warnings(topo: Topology | None, gpu_name: str | None, gen: Generation) -> list[str]:
+    """The capture against the catalogue: an H800 showing NV18, an H100 showing NV8."""
+    if topo is None or not gpu_name or not gen.nvlink:
+        return []
+    counts = {lnk.nvlinks for lnk in topo.gpu_links() if lnk.is_nvlink}
+    if not counts:
+        return []
+    top = max(counts)
+    n = len(topo.gpus)
+    switch_like = len(counts) == 1 and top * (n - 1) > gen.links_per_gpu
+    if switch_like and top != gen.links_per_gpu:
+        return [
+            f"the catalogue gives {gpu_name} {gen.links_per_gpu} NVLinks per GPU but the "
+            f"capture shows NV{top}: following the capture"
+        ]
+    return []
 
 
 def resolve_hardware(
@@ -229,32 +355,44 @@ def resolve_hardware(
     nic_gbits: float | None = None,
 ) -> Hardware:
     """Figures for a server: generation defaults, overridden by whatever the caller knows
-    (NVML's PCIe generation and width, P2P status from p2pBandwidthLatencyTest)."""
+    (NVML's PCIe generation and width, P2P status, the NIC rate)."""
     choice = infer_generation(topo, gpu_model)
     gen = choice.generation
     if socket_link is not None and socket_link not in SOCKET_LINK_GBPS:
         raise ValueError(f"unknown socket link {socket_link!r}")
+    if nic_gbits is not None and not nic_gbits > 0:
+        raise ValueError(f"the NIC rate must be positive, got {nic_gbits} Gb/s")
     pgen = pcie_gen or gen.pcie_gen
     link = socket_link or gen.socket_link
-    nv_line = gen.nvlink_per_link_gbps or NVLINK_PER_LINK_GBPS["NVLink2"]
     assumption = choice.assumption
+    if pcie_gen is None:
+        assumption += f"; PCIe Gen{pgen} x{pcie_width} assumed from the generation"
+    nv_nccl = gen.nccl_nvlink_per_link_gbps
+    nv_line = gen.nvlink_per_link_gbps or NVLINK_PER_LINK_GBPS["NVLink2"]
     if topo is not None and gen.nvlink is None and any(lnk.is_nvlink for lnk in topo.gpu_links()):
         assumption += "; the matrix shows NVLink this GPU family lacks: using 25 GB/s per link"
+    line = pcie_line_rate_gbps(pgen, pcie_width)
     return Hardware(
         generation=gen,
         assumption=assumption,
-        nvlink_per_link_gbps=nv_line * NCCL_NVLINK_EFFICIENCY,
+        nvlink_per_link_gbps=nv_nccl,
         pcie_gen=pgen,
         pcie_width=pcie_width,
-        pcie_gbps=pcie_line_rate_gbps(pgen, pcie_width) * P2P_PCIE_EFFICIENCY,
+        pcie_gbps=line * P2P_PCIE_EFFICIENCY,
         socket_link=link,
         socket_gbps=SOCKET_LINK_GBPS[link],
         nic_gbps=(nic_gbits or gen.nic_gbits) / 8,
         p2p_enabled=p2p_enabled,
         latency_us=tuple(sorted(LATENCY_US.items())),
+        nccl_pcie_gbps=nccl_pcie_gbps(pgen, pcie_width),
+        nvlink_copy_per_link_gbps=nv_line * NVLINK_COPY_EFFICIENCY,
+        staged_gbps=line * STAGED_COPY_EFFICIENCY,
+        pcie_p2p=pcie_p2p_supported(gpu_model, gen),
+        nic_source="given" if nic_gbits else f"{gen.name} era default ({gen.nic_gbits:g} Gb/s)",
+        warnings=tuple(_nvlink_warnings(topo, gpu_model, gen)),
     )
 
 
 def nvlink_bundle_gbps(hw: Hardware, link_class: str) -> float:
-    """Effective per-direction bandwidth of an NV<k> bundle on this hardware."""
+    """NCCL's per-direction bandwidth of an NV<k> bundle on this hardware."""
     return nvlink_count(link_class) * hw.nvlink_per_link_gbps

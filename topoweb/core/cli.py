@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from topoweb.core.analysis import CalibrationInput, analyse
-from topoweb.core.costs import COLLECTIVES, build_model, collective_cost
+from topoweb.core.costs import OPERATIONS, build_model, collective_cost, p2p_status_from_text
 from topoweb.core.formats import ParseError, parse_text
 from topoweb.core.ledger import Layout
 from topoweb.core.model import NcclRun, P2PResult, Topology
@@ -69,9 +69,29 @@ def _index_list(value: str, flag: str) -> list[int]:
 def cmd_cost(args: argparse.Namespace) -> dict[str, Any]:
     topo = _topology(args.file)
     gpus = _index_list(args.gpus, "--gpus")
+    status = None
+    if args.p2p_status is not None:
+        status = p2p_status_from_text(read_input(args.p2p_status))
+        if not status:
+            raise UsageError(f"{args.p2p_status}: no `nvidia-smi topo -p2p` matrix found")
     try:
-        model = build_model(topo, args.gpu_model)
-        cost = collective_cost(model, args.collective, gpus, args.bytes)
+        model = build_model(
+            topo,
+            args.gpu_model,
+            p2p=args.p2p,
+            p2p_status=status,
+            nodes=args.nodes,
+            nic_gbits=args.nic_gbps,
+            nics_per_node=args.nics_per_node,
+        )
+        cost = collective_cost(
+            model,
+            args.collective,
+            gpus,
+            args.bytes,
+            bidirectional=args.bidirectional,
+            gpus_per_thread=args.gpus_per_thread,
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     return {
@@ -82,7 +102,32 @@ def cmd_cost(args: argparse.Namespace) -> dict[str, Any]:
         "algbw_gbps": round(cost.algbw_gbps, 3),
         "busbw_gbps": round(cost.busbw_gbps, 3),
         "bottleneck": cost.bottleneck,
+        "algorithm": cost.algorithm,
+        "protocol": cost.protocol,
+        "nodes": cost.nodes,
+        "transports": list(cost.transports),
+        "assumed": list(cost.assumed),
     }
+
+
+def _positive_int(value: str) -> int:
+    try:
+        out = int(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from exc
+    if out < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {out}")
+    return out
+
+
+def _positive_float(value: str) -> float:
+    try:
+        out = float(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from exc
+    if not out > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return out
 
 
 def cmd_place(args: argparse.Namespace) -> dict[str, Any]:
@@ -136,12 +181,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="path to the output file, or - for standard input")
     p.set_defaults(handler=cmd_parse)
 
-    c = sub.add_parser("cost", help="predict one collective on a set of GPUs")
+    c = sub.add_parser("cost", help="predict one collective (or a peer copy) on a set of GPUs")
     c.add_argument("file", help="nvidia-smi topo -m output, or - for standard input")
-    c.add_argument("--collective", required=True, choices=COLLECTIVES)
+    c.add_argument("--collective", required=True, choices=OPERATIONS)
     c.add_argument("--gpus", required=True, help="comma-separated GPU indices, e.g. 0,1,2,3")
     c.add_argument("--bytes", required=True, type=int, help="message size as nccl-tests counts")
     c.add_argument("--gpu-model", help='NVML GPU name, e.g. "NVIDIA H100 80GB HBM3"')
+    c.add_argument(
+        "--bidirectional",
+        action="store_true",
+        help="copy: both directions at once; algbw is the two rates summed",
+    )
+    c.add_argument(
+        "--p2p",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="P2P between GPUs: auto infers it per pair (NCCL up to PXB, no PCIe P2P on "
+        "GeForce), on/off force it",
+    )
+    c.add_argument("--p2p-status", help="`nvidia-smi topo -p2p r` output for this server")
+    c.add_argument(
+        "--nodes",
+        type=_positive_int,
+        default=1,
+        help="servers wired like FILE; GPU indices then run 0..N*g-1, node-major",
+    )
+    c.add_argument("--nic-gbps", type=_positive_float, help="one NIC's rate in Gb/s")
+    c.add_argument(
+        "--nics-per-node",
+        type=_positive_int,
+        help="RDMA NICs per server (default: the NICs in FILE, else one per GPU)",
+    )
+    c.add_argument(
+        "--gpus-per-thread",
+        type=_positive_int,
+        default=1,
+        help="GPUs one host thread drives (nccl-tests -g N); each extra adds a launch",
+    )
     c.set_defaults(handler=cmd_cost)
 
     pl = sub.add_parser("place", help="best rank-to-GPU mapping for a TP x PP x DP job")

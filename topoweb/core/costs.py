@@ -1,16 +1,27 @@
-"""Alpha-beta cost of NCCL-style collectives on a GPU subset of one server, with flows that
-share a link, PCIe uplink, host bridge, socket link or NVSwitch port splitting its capacity
-(max-min fair share over the recovered hierarchy); calibration from measured runs."""
+"""NCCL-like cost of collectives and peer copies on a GPU subset of one server or of N servers
+wired alike: per-pair transport (NVLink, PCIe P2P, host shared memory), flows that share a
+link, PCIe uplink, host bridge, socket link or NVSwitch port splitting its capacity (max-min
+fair share over the recovered hierarchy), NCCL's algorithms (ring, tree, NVLS) and protocols
+(LL, LL128, Simple) with its published latencies, and calibration from measured runs."""
 
 from __future__ import annotations
 
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
-from topoweb.core.catalogue import HOST_STAGED_COPIES, Hardware, resolve_hardware
+from topoweb.core.catalogue import (
+    LAUNCH_US_PER_GPU,
+    NET_EFFICIENCY,
+    P2P_COPY_LATENCY_US,
+    SHM_READ_WEIGHT,
+    STAGED_COPY_LATENCY_US,
+    Hardware,
+    resolve_hardware,
+)
+from topoweb.core.formats.nvml import HostFacts, NvmlFacts
 from topoweb.core.hierarchy import Hierarchy, recover_hierarchy
 from topoweb.core.model import NcclRun, P2PResult, Topology
 
@@ -23,6 +34,8 @@ COLLECTIVES: tuple[str, ...] = (
     "alltoall",
     "sendrecv",
 )
+# A peer copy (cudaMemcpyPeer, what p2pBandwidthLatencyTest times): not an NCCL collective.
+OPERATIONS: tuple[str, ...] = (*COLLECTIVES, "copy")
 # nccl-tests busbw = algbw x factor(p) (DOMAIN.md s3).
 BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
     "all_reduce": lambda p: 2 * (p - 1) / p,
@@ -32,23 +45,60 @@ BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
     "reduce": lambda p: 1.0,
     "alltoall": lambda p: (p - 1) / p,
     "sendrecv": lambda p: 1.0,
+    "copy": lambda p: 1.0,
 }
 # 8 B .. 8 GiB, doubling: the sweep nccl-tests users run.
 STANDARD_SIZES: tuple[int, ...] = tuple(2**k for k in range(3, 34))
 # Branch-and-bound expansions per ring search; past it the best ring found so far is kept.
 RING_SEARCH_NODES = 20_000
+# At most this many rings over an NVLink mesh (NCCL builds up to 16-32 channels; a DGX-1
+# mesh needs 4-6 distinct rings to fill its bundles).
+MAX_RINGS = 8
 CALIBRATION_CLASSES = ("nvlink", "pcie", "socket")
+P2PMode = Literal["auto", "on", "off"]
+
+# --- NCCL's published tuning constants (src/graph/tuning.cc, NCCL 2.30) ---------------------
+PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
+BASE_LATENCY_US: dict[str, tuple[float, float, float]] = {
+    "tree": (6.8, 14.0, 8.4),
+    "ring": (6.6, 14.0, 8.4),
+}
+HOP_LATENCY_US: dict[str, dict[str, tuple[float, float, float]]] = {
+    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4)},
+    "pcie": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7)},
+    "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)},
+}
+NVLS_LATENCY_US = {"nvlink": 25.0, "net": 18.0}
+# Ring LL bus bandwidth cap (GB/s): one node by GPU arch; several nodes by CPU vendor and
+# node count (2 nodes, more).
+LL_MAX_BW_ONE_NODE = {"Volta": 39.0, "Ampere": 87.7, "Hopper": 141.0, "Blackwell": 282.0}
+LL_MAX_BW_NODES = {"intel": (39.0, 20.4), "amd": (22.5, 19.0)}
+# Trees stray from the model at medium sizes: NCCL's own correction, 64 B << k, k = 0..22.
+TREE_CORRECTION: dict[str, tuple[float, ...]] = {
+    "LL": (1, 1, 1, 1, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1, 1, 1, 1),
+    "LL128": (1, 1, 1, 1, 1, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1, 1),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8,
+               .9, .9),
+}  # fmt: skip
+# NVLS: channels NCCL opens on the switch, and its per-channel speed ladder (intra-node).
+NVLS_CHANNELS = 16
+SPEED_LADDER: dict[str, tuple[float, ...]] = {
+    "Hopper": (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0),
+    "Blackwell": (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0),
+}
 
 Flow = tuple[int, int]  # GPU index -> GPU index
+Path = tuple[tuple[int, float], ...]  # (resource index, weight per byte)
 
 
 @dataclass(frozen=True)
 class Resource:
     id: str
-    kind: str  # nvswitch_port, nvlink_pair, pcie_link, pcie_uplink, host_bridge, socket
-    cls: str  # calibration class: nvlink, pcie, socket
-    capacity_gbps: float  # effective, per direction
+    kind: str  # nvswitch_port, nvlink_pair, pcie_link, pcie_uplink, host_bridge, socket, nic
+    cls: str  # calibration class: nvlink, pcie, socket, network
+    capacity_gbps: float  # what NCCL reaches, per direction
     description: str
+    copy_gbps: float = 0.0  # what a copy engine reaches, per direction (0: same as NCCL's)
 
 
 @dataclass(frozen=True)
@@ -86,14 +136,18 @@ class CollectiveCost:
     time_us: float
     algbw_gbps: float
     busbw_gbps: float
-    algorithm: str  # ring, tree, hierarchical, p2p, pairwise, chain
+    algorithm: str  # ring, tree, nvls, hierarchical, p2p, pairwise, chain, copy
     order: tuple[int, ...]  # ring / chain order used
     bandwidth_gbps: float  # the bottleneck bandwidth B in the formula, per direction
-    alpha_us: float  # per-step latency
+    alpha_us: float  # latency of the chosen algorithm and protocol (incl. launch)
     bottleneck: str  # in words
-    bottleneck_class: str  # nvlink, pcie, socket
+    bottleneck_class: str  # nvlink, pcie, socket, network
     calibrated: bool
     alternatives: dict[str, float] = field(default_factory=dict, hash=False)  # algo -> time_us
+    protocol: str = "Simple"
+    transports: tuple[str, ...] = ()  # per hop of the order: "GPU0->GPU1 NVLink NV12", ...
+    assumed: tuple[str, ...] = ()  # figures taken from defaults rather than known
+    nodes: int = 1
 
     def to_document(self) -> dict[str, Any]:
         return {
@@ -104,18 +158,25 @@ class CollectiveCost:
             "algbw_gbps": round(self.algbw_gbps, 3),
             "busbw_gbps": round(self.busbw_gbps, 3),
             "algorithm": self.algorithm,
+            "protocol": self.protocol,
+            "nodes": self.nodes,
             "order": list(self.order),
+            "transports": list(self.transports),
             "bandwidth_gbps_per_direction": round(self.bandwidth_gbps, 3),
             "alpha_us": round(self.alpha_us, 3),
             "bottleneck": self.bottleneck,
             "bottleneck_class": self.bottleneck_class,
             "calibrated": self.calibrated,
+            "assumed": list(self.assumed),
             "alternatives_us": {k: round(v, 3) for k, v in self.alternatives.items()},
         }
 
 
 class CostModel:
-    """One server's fabric as capacity-limited resources, and the route of every GPU pair.
+    """One server's fabric as capacity-limited resources, and the route of every GPU pair
+    for NCCL (NVLink, PCIe P2P or host shared memory) and for a peer copy (NVLink, PCIe P2P
+    or a copy staged through host memory). Routes are built on first use, so building a model
+    costs O(devices); a job over `nodes` servers wired alike adds their NICs.
 
     Built once per (topology, hardware, calibration); caches ring searches per GPU subset."""
 
@@ -125,73 +186,169 @@ class CostModel:
         hardware: Hardware,
         hierarchy: Hierarchy,
         calibration: Calibration | None = None,
+        *,
+        p2p: P2PMode = "auto",
+        p2p_status: dict[Flow, bool] | None = None,
+        nodes: int = 1,
+        nics_per_node: int | None = None,
     ) -> None:
+        if p2p not in ("auto", "on", "off"):
+            raise ValueError(f"p2p must be auto, on or off, got {p2p!r}")
+        if nodes < 1:
+            raise ValueError(f"the job needs at least one node, got {nodes}")
+        if nics_per_node is not None and nics_per_node < 1:
+            raise ValueError(f"a node needs at least one NIC, got {nics_per_node}")
         self.topo = topo
         self.hardware = hardware
         self.hierarchy = hierarchy
         self.calibration = calibration or Calibration()
+        self.p2p: P2PMode = p2p if hardware.p2p_enabled or p2p != "auto" else "off"
+        self.p2p_status = dict(p2p_status or {})
+        self.nodes = nodes
         self.gpu_ids: dict[int, str] = {g.index: g.id for g in topo.gpus}
+        self.local_order: tuple[int, ...] = tuple(sorted(self.gpu_ids))
+        self.nics_per_node = nics_per_node or len(topo.nics) or len(self.gpu_ids)
+        self.nic_assumed = nics_per_node is None and not topo.nics
         self.resources: list[Resource] = []
         self._index: dict[str, int] = {}
-        self._paths: dict[Flow, tuple[tuple[int, float], ...]] = {}
+        self._paths: dict[Flow, Path] = {}
+        self._copy_paths: dict[Flow, Path] = {}
+        self._transport: dict[Flow, str] = {}
         self._alpha: dict[Flow, float] = {}
         self._device_ids = {d.id for d in topo.devices}
+        self._nodes_by_id = {n.id: n for n in hierarchy.nodes}
+        self._chains: dict[str, tuple[str, ...]] = {}
+        self._domain = {g: d for d in hierarchy.nvlink_domains for g in d.gpus}
+        numa_values = {d.id: (d.numa_affinity or "").strip() for d in topo.devices}
+        self._socket_key = {
+            dev: (f"numa{v}" if v.isdigit() else self.chain(dev)[-1])
+            for dev, v in numa_values.items()
+        }
+        vendor_amd = "AMD" in hardware.socket_link
+        # NCCL uses P2P up to PXB; on AMD with two GPUs up to SYS (src/graph/paths.cc).
+        self._p2p_level = {"PIX", "PXB"} | (
+            {"PHB", "NODE", "SYS"} if vendor_amd and len(self.gpu_ids) == 2 else set()
+        )
         self._ring_cache: dict[tuple[int, ...], tuple[tuple[tuple[int, ...], float], ...]] = {}
-        self._build()
 
     # --- construction ----------------------------------------------------------------------
 
-    def _resource(self, rid: str, kind: str, cls: str, capacity: float, text: str) -> int:
+    def chain(self, device: str) -> tuple[str, ...]:
+        """Hierarchy nodes from the device's parent up to its NUMA node (cached)."""
+        got = self._chains.get(device)
+        if got is None:
+            out = [self.hierarchy.parent[device]]
+            while (up := self._nodes_by_id[out[-1]].parent) is not None:
+                out.append(up)
+            got = self._chains[device] = tuple(out)
+        return got
+
+    def _resource(
+        self, rid: str, kind: str, cls: str, capacity: float, text: str, copy: float = 0.0
+    ) -> int:
         if rid not in self._index:
-            cap = capacity * self.calibration.scale.get(cls, 1.0)
+            k = self.calibration.scale.get(cls, 1.0)
             self._index[rid] = len(self.resources)
-            self.resources.append(Resource(rid, kind, cls, cap, text))
+            self.resources.append(
+                Resource(rid, kind, cls, capacity * k, text, (copy or capacity) * k)
+            )
         return self._index[rid]
 
     def _alpha_of(self, cls: str) -> float:
-        key = {"nvlink": "nvlink", "pcie": "pcie", "socket": "socket"}[cls]
-        return self.calibration.alpha_us.get(cls, self.hardware.latency(key))
+        return self.calibration.alpha_us.get(cls, self.hardware.latency(cls))
 
-    def _build(self) -> None:
-        hw, h = self.hardware, self.hierarchy
-        for a_idx, a in self.gpu_ids.items():
-            for b_idx, b in self.gpu_ids.items():
-                if a_idx == b_idx:
-                    continue
-                lnk = self.topo.link(a, b)
-                domain = h.domain_of(a)
-                if lnk.is_nvlink and domain is not None and b in domain.gpus:
-                    if domain.fabric == "nvswitch":
-                        bw = domain.port_links * hw.nvlink_per_link_gbps
-                        out = self._resource(
-                            f"nvport:{a}:out",
-                            "nvswitch_port",
-                            "nvlink",
-                            bw,
-                            f"NVSwitch port of {a} (NV{domain.port_links}, egress)",
-                        )
-                        inn = self._resource(
-                            f"nvport:{b}:in",
-                            "nvswitch_port",
-                            "nvlink",
-                            bw,
-                            f"NVSwitch port of {b} (NV{domain.port_links}, ingress)",
-                        )
-                        path: tuple[tuple[int, float], ...] = ((out, 1.0), (inn, 1.0))
-                    else:
-                        bw = lnk.nvlinks * hw.nvlink_per_link_gbps
-                        r = self._resource(
-                            f"nvpair:{a}>{b}",
-                            "nvlink_pair",
-                            "nvlink",
-                            bw,
-                            f"NVLink {lnk.link_class} {a}->{b}",
-                        )
-                        path = ((r, 1.0),)
-                    self._paths[(a_idx, b_idx)] = path
-                    self._alpha[(a_idx, b_idx)] = self._alpha_of("nvlink")
-                else:
-                    self._paths[(a_idx, b_idx)], self._alpha[(a_idx, b_idx)] = self._pcie_path(a, b)
+    def transport(self, flow: Flow) -> str:
+        """How NCCL moves bytes from one GPU to the other: nvlink, p2p (PCIe) or shm."""
+        got = self._transport.get(flow)
+        if got is None:
+            got = self._transport[flow] = self._choose_transport(flow)
+        return got
+
+    def _choose_transport(self, flow: Flow) -> str:
+        a, b = self.gpu_ids[flow[0]], self.gpu_ids[flow[1]]
+        if self.p2p == "off":
+            return "shm"
+        if self._nvlinked(a, b):
+            return "nvlink"
+        if self.p2p == "on":
+            return "p2p"
+        if self.p2p_status.get(flow) is False or not self.hardware.pcie_p2p:
+            return "shm"
+        return "p2p" if self.topo.link_class(a, b) in self._p2p_level else "shm"
+
+    def copy_transport(self, flow: Flow) -> str:
+        """How cudaMemcpyPeer moves bytes: nvlink, p2p (PCIe), or staged through the host."""
+        a, b = self.gpu_ids[flow[0]], self.gpu_ids[flow[1]]
+        if self.p2p == "off":
+            return "staged"
+        if self._nvlinked(a, b):
+            return "nvlink"
+        if self.p2p == "on":
+            return "p2p"
+        status = self.p2p_status.get(flow)
+        if status is not None:
+            return "p2p" if status else "staged"
+        if not self.hardware.pcie_p2p:
+            return "staged"
+        # The driver refuses PCIe P2P across Intel's QPI/UPI; AMD's xGMI carries it.
+        cross = self.topo.link_class(a, b) == "SYS"
+        return "staged" if cross and "AMD" not in self.hardware.socket_link else "p2p"
+
+    def _nvlinked(self, a: str, b: str) -> bool:
+        domain = self._domain.get(a)
+        return domain is not None and b in domain.gpus and self.topo.link(a, b).is_nvlink
+
+    def path(self, flow: Flow) -> Path:
+        got = self._paths.get(flow)
+        if got is None:
+            got = self._paths[flow] = self._route(flow, self.transport(flow))
+        return got
+
+    def copy_path(self, flow: Flow) -> Path:
+        got = self._copy_paths.get(flow)
+        if got is None:
+            got = self._copy_paths[flow] = self._route(flow, self.copy_transport(flow))
+        return got
+
+    def _route(self, flow: Flow, how: str) -> Path:
+        a, b = self.gpu_ids[flow[0]], self.gpu_ids[flow[1]]
+        if how == "nvlink":
+            return self._nvlink_path(a, b)
+        return self._pcie_path(a, b, how)
+
+    def _nvlink_path(self, a: str, b: str) -> Path:
+        hw = self.hardware
+        domain = self._domain[a]
+        if domain.fabric == "nvswitch":
+            k = domain.port_links
+            bw, copy = k * hw.nvlink_per_link_gbps, k * hw.nvlink_copy_per_link_gbps
+            out = self._resource(
+                f"nvport:{a}:out",
+                "nvswitch_port",
+                "nvlink",
+                bw,
+                f"NVSwitch port of {a} (NV{k}, egress)",
+                copy,
+            )
+            inn = self._resource(
+                f"nvport:{b}:in",
+                "nvswitch_port",
+                "nvlink",
+                bw,
+                f"NVSwitch port of {b} (NV{k}, ingress)",
+                copy,
+            )
+            return ((out, 1.0), (inn, 1.0))
+        lnk = self.topo.link(a, b)
+        r = self._resource(
+            f"nvpair:{a}>{b}",
+            "nvlink_pair",
+            "nvlink",
+            lnk.nvlinks * hw.nvlink_per_link_gbps,
+            f"NVLink {lnk.link_class} {a}->{b}",
+            lnk.nvlinks * hw.nvlink_copy_per_link_gbps,
+        )
+        return ((r, 1.0),)
 
     def _uplink(self, item: str, direction: str) -> int:
         hw = self.hardware
@@ -200,83 +357,111 @@ class CostModel:
                 f"pcie:{item}:{direction}",
                 "pcie_link",
                 "pcie",
-                hw.pcie_gbps,
+                hw.nccl_pcie_gbps,
                 f"PCIe Gen{hw.pcie_gen} x{hw.pcie_width} link of {item} "
                 f"({'toward the CPU' if direction == 'up' else 'from the CPU'})",
+                hw.pcie_gbps,
             )
-        node = self.hierarchy.node(item)
+        node = self._nodes_by_id[item]
         kind = "host_bridge" if node.kind == "host_bridge" else "pcie_uplink"
         return self._resource(
             f"uplink:{item}:{direction}",
             kind,
             "pcie",
-            hw.pcie_gbps,
+            hw.nccl_pcie_gbps,
             f"uplink of {node.label} ({'up' if direction == 'up' else 'down'})",
+            hw.pcie_gbps,
         )
 
-    def _pcie_path(self, a: str, b: str) -> tuple[tuple[tuple[int, float], ...], float]:
-        """PCIe route a -> b: up to the lowest common node, across sockets if needed, down.
-
-        Without P2P the copy is staged in host memory: the route goes up to the CPU and every
-        byte is carried twice in sequence (device-to-host, then host-to-device)."""
-        h, hw = self.hierarchy, self.hardware
-        up_a = (a,) + h.chain(a)
-        up_b = (b,) + h.chain(b)
-        common = next((x for x in up_a[1:] if x in up_b[1:]), None)
-        if not hw.p2p_enabled:
-            common = None
-        weight = 1.0 if hw.p2p_enabled else float(HOST_STAGED_COPIES)
-        # The last element of each chain is the NUMA node: its exit is the socket link.
+    def _pcie_path(self, a: str, b: str, how: str) -> Path:
+        """PCIe route a -> b. P2P goes up to the lowest common node, across sockets if needed,
+        and down. NCCL's SHM goes up to host memory and down, the reading leg weighing
+        SHM_READ_WEIGHT. A staged copy goes up and down in sequence (each leg weighs twice,
+        at the staging rate) and through host memory, not the socket's P2P path."""
+        hw = self.hardware
+        up_a = (a, *self.chain(a))
+        up_b = (b, *self.chain(b))
+        up_weight, down_weight = 1.0, 1.0
+        common = None
+        if how == "p2p":
+            set_b = set(up_b[1:])
+            common = next((x for x in up_a[1:] if x in set_b), None)
+        elif how == "shm":
+            down_weight = SHM_READ_WEIGHT
+        else:  # staged copy
+            up_weight = down_weight = 2 * hw.pcie_gbps / hw.staged_gbps
+        if how == "p2p" and "Intel" in hw.socket_link:
+            kind = self._nodes_by_id[common].kind if common is not None else "numa"
+            if kind in ("host_bridge", "numa"):
+                # P2P through an Intel root complex runs at 5/6 of the link (NCCL charges
+                # PHB paths 6/5; p2p_01: 0.73 GB/s across the host bridge vs 0.82 in a switch).
+                up_weight = down_weight = 1.2
         path: list[tuple[int, float]] = []
         for item in up_a[:-1]:
             if item == common:
                 break
-            path.append((self._uplink(item, "up"), weight))
+            path.append((self._uplink(item, "up"), up_weight))
         down: list[tuple[int, float]] = []
         for item in up_b[:-1]:
             if item == common:
                 break
-            down.append((self._uplink(item, "down"), weight))
-        alpha = self._alpha_of("pcie")
-        numa_a, numa_b = up_a[-1], up_b[-1]
-        if numa_a != numa_b:
-            cap = self.hardware.socket_gbps
-            path.append(
-                (
-                    self._resource(
-                        f"socket:{numa_a}:out",
-                        "socket",
-                        "socket",
-                        cap,
-                        f"socket link out of {h.node(numa_a).label} ({hw.socket_link})",
-                    ),
-                    weight,
+            down.append((self._uplink(item, "down"), down_weight))
+        sock_a, sock_b = self._socket_key[a], self._socket_key[b]
+        if sock_a != sock_b and how != "staged":
+            cap = hw.socket_gbps
+            # NCCL's socket figure already prices P2P/SHM traffic over QPI/UPI/xGMI.
+            w = 1.0 if how == "shm" else up_weight
+            for key, side in ((sock_a, "out"), (sock_b, "in")):
+                label = self._nodes_by_id[key].label if key in self._nodes_by_id else key
+                label = label.replace("numa", "NUMA node ")
+                path.append(
+                    (
+                        self._resource(
+                            f"socket:{key}:{side}",
+                            "socket",
+                            "socket",
+                            cap,
+                            f"socket link {side} of {label} ({hw.socket_link})",
+                        ),
+                        w,
+                    )
                 )
-            )
-            path.append(
-                (
-                    self._resource(
-                        f"socket:{numa_b}:in",
-                        "socket",
-                        "socket",
-                        cap,
-                        f"socket link into {h.node(numa_b).label} ({hw.socket_link})",
-                    ),
-                    weight,
-                )
-            )
-            alpha += self._alpha_of("socket")
-        return tuple(path + down[::-1]), alpha
+        return tuple(path + down[::-1])
+
+    def hop_class(self, flow: Flow) -> str:
+        """nvlink or pcie: which of NCCL's per-hop latency rows a hop pays."""
+        return "nvlink" if self.transport(flow) == "nvlink" else "pcie"
+
+    def describe_hop(self, flow: Flow, copy: bool = False) -> str:
+        a, b = self.gpu_ids[flow[0]], self.gpu_ids[flow[1]]
+        how = self.copy_transport(flow) if copy else self.transport(flow)
+        cls = self.topo.link_class(a, b)
+        words = {
+            "nvlink": f"NVLink {cls}",
+            "p2p": f"PCIe P2P ({cls})",
+            "shm": f"host shared memory ({cls}, no P2P)",
+            "staged": f"staged through host memory ({cls}, no P2P)",
+        }[how]
+        return f"{a}->{b} {words}"
 
     # --- rates -----------------------------------------------------------------------------
 
     def check_gpus(self, gpus: Iterable[int]) -> tuple[int, ...]:
         out = tuple(gpus)
-        unknown = [g for g in out if g not in self.gpu_ids]
-        if unknown:
-            raise ValueError(
-                f"unknown GPU index {unknown[0]}: this server has GPUs {sorted(self.gpu_ids)}"
-            )
+        total = len(self.gpu_ids) * self.nodes
+        if self.nodes > 1:
+            bad = [g for g in out if not 0 <= g < total]
+            if bad:
+                raise ValueError(
+                    f"unknown GPU index {bad[0]}: this {self.nodes}-node job has GPUs "
+                    f"0..{total - 1}"
+                )
+        else:
+            unknown = [g for g in out if g not in self.gpu_ids]
+            if unknown:
+                raise ValueError(
+                    f"unknown GPU index {unknown[0]}: this server has GPUs {sorted(self.gpu_ids)}"
+                )
         if len(set(out)) != len(out):
             raise ValueError(f"GPU list {list(out)} repeats a GPU")
         return out
@@ -285,20 +470,31 @@ class CostModel:
         """Resource -> total weight of the given (flow, weight) pairs crossing it."""
         out: dict[int, float] = {}
         for flow, w in flows:
-            for r, rw in self._paths[flow]:
+            for r, rw in self.path(flow):
                 out[r] = out.get(r, 0.0) + w * rw
         return out
 
-    def solo_rate(self, load: dict[int, float]) -> Rate:
-        best = min(load, key=lambda r: self.resources[r].capacity_gbps / load[r])
-        return Rate(self.resources[best].capacity_gbps / load[best], best)
+    def copy_load(self, flows: Iterable[tuple[Flow, float]]) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for flow, w in flows:
+            for r, rw in self.copy_path(flow):
+                out[r] = out.get(r, 0.0) + w * rw
+        return out
 
-    def share(self, loads: Sequence[dict[int, float]]) -> list[Rate]:
+    def _cap(self, r: int, copy: bool) -> float:
+        res = self.resources[r]
+        return res.copy_gbps if copy else res.capacity_gbps
+
+    def solo_rate(self, load: dict[int, float], copy: bool = False) -> Rate:
+        best = min(load, key=lambda r: self._cap(r, copy) / load[r])
+        return Rate(self._cap(best, copy) / load[best], best)
+
+    def share(self, loads: Sequence[dict[int, float]], copy: bool = False) -> list[Rate]:
         """Max-min fair rates for groups running at once (progressive filling): every group
         grows at the same pace until a resource it crosses is full."""
         rates = [0.0] * len(loads)
         limits = [-1] * len(loads)
-        remaining = {r: self.resources[r].capacity_gbps for ld in loads for r in ld}
+        remaining = {r: self._cap(r, copy) for ld in loads for r in ld}
         active = {i for i, ld in enumerate(loads) if ld}
         while active:
             used: dict[int, float] = {}
@@ -318,93 +514,126 @@ class CostModel:
         return [Rate(rates[i], limits[i]) for i in range(len(loads))]
 
     def alpha(self, flows: Iterable[Flow]) -> float:
-        return max((self._alpha[f] for f in flows), default=0.0)
+        out = 0.0
+        for f in flows:
+            a = self._alpha.get(f)
+            if a is None:
+                a = self._alpha_of(self.hop_class(f))
+                if any(self.resources[r].kind == "socket" for r, _ in self.path(f)):
+                    a += self._alpha_of("socket")
+                self._alpha[f] = a
+            out = max(out, a)
+        return out
 
     # --- ring search -----------------------------------------------------------------------
 
     def ring_channels(self, gpus: Sequence[int]) -> tuple[tuple[tuple[int, ...], float], ...]:
-        """The best ring order(s) for a subset, with the share of data each carries.
+        """The rings NCCL would build over a subset, with the share of data each carries.
 
-        Branch and bound over every ring order (exact within RING_SEARCH_NODES expansions),
-        seeded by a greedy + 2-opt ring. More rings are added (the reverse, then NVLink-only
-        rings disjoint from those taken) only where dedicated NVLink pairs limit the first
-        ring: NCCL builds several channels over DGX-1 style meshes the same way."""
+        The first ring is the best single ring (branch and bound over every order, exact
+        within RING_SEARCH_NODES expansions, seeded by a greedy + 2-opt ring). Where dedicated
+        NVLink bundles limit it, more rings are packed into the capacity left over (the
+        reverse ring, then other cycles), as NCCL builds several channels over a DGX-1 mesh:
+        a fully connected NV1/NV2 quad gets 4 links' worth, not one ring's 2."""
         key = tuple(sorted(gpus))
         if key in self._ring_cache:
             return self._ring_cache[key]
         if len(key) < 2:
             raise ValueError("a collective needs at least two GPUs")
-        best = self._best_ring(key)
+        for f in ((a, b) for a in key for b in key if a != b):
+            self.path(f)  # every resource exists before the search reads capacities
+        caps = [r.capacity_gbps for r in self.resources]
+        best = self._best_ring(key, caps, seed=True)
         assert best is not None
-        channels: list[tuple[tuple[int, ...], float]] = [(best, 1.0)]
         rate = self._ring_rate(best)
+        channels: list[tuple[tuple[int, ...], float]] = [(best, rate.gbps)]
         if self.resources[rate.bottleneck].kind == "nvlink_pair" and len(key) > 2:
-            used = {frozenset(f) for f in _ring_flows(best)}
-            queue = [_reverse(best)]
-            while queue:
-                cand = queue.pop(0)
-                trial = self._weighted(channels + [(cand, 1.0)])
-                new = self.solo_rate(self._channel_load(trial))
-                if new.gbps > rate.gbps * 1.01:
-                    channels, rate = trial, new
-                used |= {frozenset(f) for f in _ring_flows(cand)}
-                if not queue:
-                    nxt = self._best_ring(key, self._fresh_nvlink(frozenset(used)))
-                    if nxt is not None:
-                        queue = [nxt, _reverse(nxt)]
-        result = tuple(self._weighted(channels))
+            roomy = self._best_ring(key, caps, allowed=self._is_nvlink, slack=True)
+            if roomy is not None and self._ring_rate(roomy).gbps >= rate.gbps * (1 - 1e-9):
+                best = roomy
+                channels = [(best, rate.gbps)]
+            residual = self._residual(caps, best, rate.gbps)
+            while len(channels) < MAX_RINGS:
+                nxt = self._best_ring(key, residual, allowed=self._is_nvlink, slack=True)
+                if nxt is None:
+                    break
+                got = self._ring_rate(nxt, residual)
+                if got.gbps < 0.05 * rate.gbps:
+                    break
+                channels.append((nxt, got.gbps))
+                residual = self._residual(residual, nxt, got.gbps)
+        total = sum(x for _, x in channels)
+        result = tuple((o, x / total) for o, x in channels)
         self._ring_cache[key] = result
         return result
 
+    def _residual(self, caps: list[float], ring: tuple[int, ...], rate: float) -> list[float]:
+        out = list(caps)
+        out.extend(r.capacity_gbps for r in self.resources[len(out) :])
+        for r, w in self.load((f, 1.0) for f in _ring_flows(ring)).items():
+            out[r] = max(0.0, out[r] - w * rate)
+        return out
+
     def _best_ring(
-        self, key: tuple[int, ...], allowed: Callable[[Flow], bool] | None = None
+        self,
+        key: tuple[int, ...],
+        caps: list[float],
+        seed: bool = False,
+        allowed: Callable[[Flow], bool] | None = None,
+        slack: bool = False,
     ) -> tuple[int, ...] | None:
+        """The ring of highest rate under `caps`. With `slack`, among rings of equal rate the
+        one leaving most capacity on its links, so that more rings fit beside it (on a DGX-1
+        quad the ring over one NV1 link, not the one over three)."""
         if len(key) <= 3:
-            ring = key
-            return ring if allowed is None or all(map(allowed, _ring_flows(ring))) else None
+            ok = allowed is None or all(map(allowed, _ring_flows(key)))
+            return key if ok and self._ring_rate(key, caps).gbps > 0 else None
         best: tuple[int, ...] | None = None
-        best_rate = 0.0
-        if allowed is None:
+        best_rate, best_slack = 0.0, -1.0
+        if seed:
             best = self._greedy_ring(key)
             best_rate = self._ring_rate(best).gbps
-        caps = [r.capacity_gbps for r in self.resources]
         load: dict[int, float] = {}
         path = [key[0]]
         left = set(key[1:])
         budget = [RING_SEARCH_NODES]
+        tie = 1 - 1e-9 if slack else 1 + 1e-9
 
         def push(flow: Flow, rate: float) -> float:
-            for r, w in self._paths[flow]:
+            for r, w in self.path(flow):
                 load[r] = load.get(r, 0.0) + w
                 rate = min(rate, caps[r] / load[r])
             return rate
 
         def pop(flow: Flow) -> None:
-            for r, w in self._paths[flow]:
+            for r, w in self.path(flow):
                 load[r] -= w
 
         def dfs(rate: float) -> None:
-            nonlocal best, best_rate
+            nonlocal best, best_rate, best_slack
             budget[0] -= 1
             if budget[0] < 0:
                 return
             if not left:
-                if path[1] > path[-1]:
-                    return  # the reverse ring was or will be seen
+                if allowed is None and path[1] > path[-1]:
+                    return  # the reverse ring was or will be seen (packing keeps both)
                 flow = (path[-1], path[0])
                 if allowed is not None and not allowed(flow):
                     return
                 r = push(flow, rate)
                 pop(flow)
-                if r > best_rate * (1 + 1e-9):
-                    best, best_rate = tuple(path), r
+                room = sum(caps[x] for f in _ring_flows(path) for x, _ in self.path(f))
+                if r > best_rate * (1 + 1e-9) or (
+                    slack and r >= best_rate * tie and room > best_slack
+                ):
+                    best, best_rate, best_slack = tuple(path), r, room
                 return
             for nxt in sorted(left):
                 flow = (path[-1], nxt)
                 if allowed is not None and not allowed(flow):
                     continue
                 r = push(flow, rate)
-                if r > best_rate * (1 + 1e-9):
+                if r > 0 and r >= best_rate * tie:
                     path.append(nxt)
                     left.discard(nxt)
                     dfs(r)
@@ -415,23 +644,18 @@ class CostModel:
         dfs(math.inf)
         return best
 
-    def _fresh_nvlink(self, used: frozenset[frozenset[int]]) -> Callable[[Flow], bool]:
-        return lambda f: frozenset(f) not in used and self._is_nvlink(f)
-
     def _is_nvlink(self, flow: Flow) -> bool:
-        return all(self.resources[r].cls == "nvlink" for r, _ in self._paths[flow])
-
-    def _weighted(
-        self, channels: list[tuple[tuple[int, ...], float]]
-    ) -> list[tuple[tuple[int, ...], float]]:
-        solo = [self._ring_rate(o).gbps for o, _ in channels]
-        return [(o, s / sum(solo)) for (o, _), s in zip(channels, solo, strict=True)]
+        return self.transport(flow) == "nvlink"
 
     def _channel_load(self, channels: Iterable[tuple[tuple[int, ...], float]]) -> dict[int, float]:
         return self.load((f, w) for o, w in channels for f in _ring_flows(o))
 
-    def _ring_rate(self, order: tuple[int, ...]) -> Rate:
-        return self.solo_rate(self.load((f, 1.0) for f in _ring_flows(order)))
+    def _ring_rate(self, order: tuple[int, ...], caps: list[float] | None = None) -> Rate:
+        load = self.load((f, 1.0) for f in _ring_flows(order))
+        if caps is None:
+            return self.solo_rate(load)
+        best = min(load, key=lambda r: (caps[r] if r < len(caps) else 0.0) / load[r])
+        return Rate((caps[best] if best < len(caps) else 0.0) / load[best], best)
 
     def _greedy_ring(self, key: tuple[int, ...]) -> tuple[int, ...]:
         """Nearest neighbour by pair bandwidth, then 2-opt on the ring's rate."""
@@ -447,6 +671,8 @@ class CostModel:
             left.discard(nxt)
         best = tuple(order)
         best_rate = self._ring_rate(best).gbps
+        if len(key) > 64:
+            return best  # 2-opt is O(n^3) per pass: big rings keep the greedy order
         improved = True
         while improved:
             improved = False
@@ -474,6 +700,33 @@ class CostModel:
     def is_calibrated(self, cls: str) -> bool:
         return cls in self.calibration.scale
 
+    # --- several nodes ---------------------------------------------------------------------
+
+    def split_nodes(self, gpus: Sequence[int]) -> list[tuple[int, ...]]:
+        """Job GPU indices (node-major) -> each node's local GPU indices, in node order."""
+        if self.nodes == 1:
+            return [tuple(gpus)]
+        g = len(self.local_order)
+        parts: dict[int, list[int]] = {}
+        for x in gpus:
+            parts.setdefault(x // g, []).append(self.local_order[x % g])
+        return [tuple(parts[k]) for k in sorted(parts)]
+
+    def net_gbps(self, local_gpus: int) -> float:
+        """What one node's NICs carry per direction for a job using `local_gpus` of its GPUs:
+        the NICs of those GPUs' rails (a proportional share of the node's NICs)."""
+        g = len(self.local_order)
+        nics = max(1.0, self.nics_per_node * min(local_gpus, g) / g)
+        return nics * self.hardware.nic_gbps * NET_EFFICIENCY
+
+
+def _largest(parts: list[tuple[int, ...]]) -> tuple[int, ...]:
+    best = parts[0]
+    for part in parts[1:]:
+        if len(part) > len(best):
+            best = part
+    return best
+
 
 def _reverse(order: tuple[int, ...]) -> tuple[int, ...]:
     return order[:1] + order[1:][::-1]
@@ -492,14 +745,114 @@ def build_model(
     p2p_enabled: bool = True,
     nvswitch: bool | None = None,
     calibration: Calibration | None = None,
+    p2p: P2PMode = "auto",
+    p2p_status: dict[Flow, bool] | None = None,
+    nodes: int = 1,
+    nic_gbits: float | None = None,
+    nics_per_node: int | None = None,
 ) -> CostModel:
-    """A cost model for one server. `gpu_model` is the NVML name where known."""
+    """A cost model for one server, or for a job over `nodes` servers wired like it.
+
+    `gpu_model` is the NVML name where known; `p2p` auto infers per pair whether NCCL and
+    the driver use P2P (`p2p_status`: `nvidia-smi topo -p2p r` or NVML, per ordered pair),
+    on/off force it; `nic_gbits` is one NIC's rate (Gb/s) and `nics_per_node` their count
+    (default: the NICs of the capture, else one per GPU)."""
     if not topo.gpus:
         raise ValueError("the topology has no GPUs")
     hw = resolve_hardware(
-        topo, gpu_model, pcie_gen=pcie_gen, pcie_width=pcie_width, p2p_enabled=p2p_enabled
+        topo,
+        gpu_model,
+        pcie_gen=pcie_gen,
+        pcie_width=pcie_width,
+        p2p_enabled=p2p_enabled,
+        nic_gbits=nic_gbits,
     )
-    return CostModel(topo, hw, recover_hierarchy(topo, gpu_model, nvswitch), calibration)
+    return CostModel(
+        topo,
+        hw,
+        recover_hierarchy(topo, gpu_model, nvswitch),
+        calibration,
+        p2p=p2p,
+        p2p_status=p2p_status,
+        nodes=nodes,
+        nics_per_node=nics_per_node,
+    )
+
+
+def with_options(
+    model: CostModel,
+    *,
+    p2p: P2PMode | None = None,
+    p2p_status: dict[Flow, bool] | None = None,
+    nodes: int | None = None,
+    nic_gbits: float | None = None,
+    nics_per_node: int | None = None,
+) -> CostModel:
+    """The same server (hierarchy, calibration) with other transport or job options: what a
+    query asks of a cached model."""
+    hw = model.hardware
+    if nic_gbits is not None:
+        if not nic_gbits > 0:
+            raise ValueError(f"the NIC rate must be positive, got {nic_gbits} Gb/s")
+        hw = replace(hw, nic_gbps=nic_gbits / 8, nic_source="given")
+    return CostModel(
+        model.topo,
+        hw,
+        model.hierarchy,
+        model.calibration,
+        p2p=p2p or model.p2p,
+        p2p_status=p2p_status if p2p_status is not None else model.p2p_status,
+        nodes=nodes or model.nodes,
+        nics_per_node=nics_per_node or (model.nics_per_node if not model.nic_assumed else None),
+    )
+
+
+def options_from_facts(
+    nvml: NvmlFacts | None, host: HostFacts | None, topo_p2p: str | None = None
+) -> dict[str, Any]:
+    """What a collector's facts tell the cost model: per-pair P2P status (`topo -p2p r`, else
+    NVML's read status), the NICs' count and rate (RDMA ports that are up)."""
+    out: dict[str, Any] = {}
+    status = p2p_status_from_text(topo_p2p) if topo_p2p else {}
+    if not status and nvml is not None and nvml.p2p:
+        for entry in nvml.p2p:
+            if entry.src is None or entry.dst is None or "read" not in entry.status:
+                continue
+            status[(entry.src, entry.dst)] = not entry.refused(("read",))
+    if status:
+        out["p2p_status"] = status
+    if host is not None:
+        up = [
+            n
+            for n in host.rdma_nics
+            if n.rate_gbps and (n.state is None or "ACTIVE" in n.state.upper())
+        ]
+        if up:
+            out["nics_per_node"] = len(up)
+            out["nic_gbits"] = statistics.median(n.rate_gbps or 0.0 for n in up)
+    return out
+
+
+def p2p_status_from_text(text: str) -> dict[Flow, bool]:
+    """`nvidia-smi topo -p2p r` (or w/n/a) as {(i, j): OK?}; an empty dict if no matrix."""
+    import re
+
+    clean = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    out: dict[Flow, bool] = {}
+    header: list[int] | None = None
+    for line in clean.splitlines():
+        cells = line.split()
+        if not cells:
+            continue
+        if all(re.fullmatch(r"GPU\d+", c) for c in cells):
+            header = [int(c[3:]) for c in cells]
+            continue
+        if header and re.fullmatch(r"GPU\d+", cells[0]) and len(cells) - 1 == len(header):
+            i = int(cells[0][3:])
+            for j, value in zip(header, cells[1:], strict=True):
+                if i != j and value != "X":
+                    out[(i, j)] = value == "OK"
+    return out
 
 
 # --- collectives ---------------------------------------------------------------------------
@@ -517,11 +870,220 @@ class _Variant:
     bandwidth: float
     alpha: float
     bottleneck: int
+    protocol: str = "Simple"
 
 
-def _ring_variant(
+def _nsteps(collective: str, p: int) -> int:
+    if collective == "all_reduce":
+        return 2 * (p - 1)
+    if collective in ("reduce_scatter", "all_gather"):
+        return p - 1
+    return p
+
+
+def _ll_max(model: CostModel, nodes: int) -> float:
+    if nodes == 1:
+        return LL_MAX_BW_ONE_NODE.get(model.hardware.generation.arch, 39.0)
+    vendor = "amd" if "AMD" in model.hardware.socket_link else "intel"
+    return LL_MAX_BW_NODES[vendor][0 if nodes == 2 else 1]
+
+
+def _nic_resource(model: CostModel, local: int) -> int:
+    hw = model.hardware
+    nics = max(
+        1.0, model.nics_per_node * min(local, len(model.local_order)) / len(model.local_order)
+    )
+    return model._resource(
+        f"nic:{nics:g}",
+        "nic",
+        "network",
+        model.net_gbps(local),
+        f"network: {nics:g} NIC(s) per node at {hw.nic_gbps * 8:g} Gb/s "
+        f"x {NET_EFFICIENCY:.0%} (NIC rate {hw.nic_source})",
+    )
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What the algorithms need to know about a group: its nodes, intra-node ring and rates."""
+
+    parts: list[tuple[int, ...]]
+    order: tuple[int, ...]
+    intra: Rate  # intra-node ring rate (inf with one GPU per node)
+    chain: Rate  # open chain of the ring (broadcast / reduce)
+    nvlink: bool  # every intra-node hop is NVLink
+    net: float  # per-node network rate (inf on one node)
+    nic: int  # the network resource (-1 on one node)
+
+
+def _shape(model: CostModel, key: tuple[int, ...], rate: Rate | None) -> _Shape:
+    parts = model.split_nodes(key)
+    local = _largest(parts)
+    local = tuple(sorted(local))
+    if len(local) >= 2:
+        channels = model.ring_channels(local)
+        order = channels[0][0]
+        intra = rate or model.solo_rate(model._channel_load(channels))
+        flows = [f for o, _ in channels for f in _ring_flows(o)]
+        nvlink = all(model.hop_class(f) == "nvlink" for f in flows)
+        open_flows = _ring_flows(order)[:-1]
+        chain = model.solo_rate(model.load((f, 1.0) for f in open_flows))
+        if rate is not None:
+            chain = Rate(
+                max(rate.gbps, chain.gbps * rate.gbps / max(intra.gbps, 1e-9)), rate.bottleneck
+            )
+    else:
+        order, intra, chain, nvlink = local, Rate(math.inf, -1), Rate(math.inf, -1), True
+    if len(parts) > 1:
+        nic = _nic_resource(model, len(local))
+        net = model.resources[nic].capacity_gbps
+        order = tuple(key) if len(local) < 2 else order
+    else:
+        nic, net = -1, math.inf
+    return _Shape(parts, order, intra, chain, nvlink, net, nic)
+
+
+def _nccl_variants(
+    model: CostModel,
+    collective: str,
+    key: tuple[int, ...],
+    n: int,
+    rate: Rate | None = None,
+    gpus_per_thread: int = 1,
+) -> list[_Variant]:
+    """Every (algorithm, protocol) NCCL would consider, timed by its published model: latency
+    (base + hops x per-hop latency by link type) + bytes / bandwidth, plus the launch."""
+    hw = model.hardware
+    gen = hw.generation
+    p = len(key)
+    s = _shape(model, key, rate)
+    nn = len(s.parts)
+    ppn = p / nn
+    launch = (gpus_per_thread - 1) * LAUNCH_US_PER_GPU
+    hop = "nvlink" if s.nvlink else "pcie"
+    ll128_ok = s.nvlink and not gen.name.startswith(("Kepler", "Maxwell", "Pascal"))
+    ll_max = _ll_max(model, nn)
+    amd = "AMD" in hw.socket_link
+    out: list[_Variant] = []
+
+    def limit(intra: Rate) -> tuple[float, int]:
+        if s.net < intra.gbps:
+            return s.net, s.nic
+        return intra.gbps, intra.bottleneck
+
+    if collective in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"):
+        steps = _nsteps(collective, p)
+        rooted = collective in ("broadcast", "reduce")
+        bus, neck = limit(s.chain if rooted else s.intra)
+        inter_steps = 0 if nn == 1 else (2 * (nn - 1) if collective == "all_reduce" else nn - 1)
+        for i, proto in enumerate(PROTOCOLS):
+            if proto == "LL128" and not ll128_ok:
+                continue
+            busbw = {"LL": min(ll_max, 0.5 * bus), "LL128": 0.92 * bus, "Simple": bus}[proto]
+            algbw = busbw * p / steps
+            intra_lat = HOP_LATENCY_US[hop]["ring"][i]
+            if nn > 1:
+                intra_lat = max(intra_lat, (2.0 if amd else 1.0) * (3 if proto == "Simple" else 1))
+            inter_lat = HOP_LATENCY_US["net"]["tree" if ppn == 1 else "ring"][i]
+            lat = BASE_LATENCY_US["ring"][i]
+            if rooted:
+                if s.nvlink and nn == 1:
+                    lat += intra_lat  # NCCL: same channels, one hop of latency
+                else:
+                    per = HOP_LATENCY_US[hop]["tree"][i] if proto == "Simple" else intra_lat
+                    lat += (steps - inter_steps) * per + inter_steps * inter_lat
+            else:
+                lat += (steps - inter_steps) * intra_lat + inter_steps * inter_lat
+            if nn > 1 and proto == "Simple" and collective == "all_reduce" and n >= 64 * 16 * p:
+                lat *= 1.9 if gen.arch == "Volta" else 1.4  # NCCL: ring plateau effect
+            out.append(
+                _Variant(
+                    "ring", launch + lat + _us(n, algbw), s.order, bus, launch + lat, neck, proto
+                )
+            )
+    if collective == "all_reduce" and (p > 2 or nn > 1):
+        intra_bus = s.intra.gbps if math.isfinite(s.intra.gbps) else s.net
+        neck = s.intra.bottleneck if math.isfinite(s.intra.gbps) else s.nic
+        log_size = int(math.log2(n >> 6)) if n >= 64 else -1
+        for i, proto in enumerate(PROTOCOLS):
+            if proto == "LL128" and not ll128_ok:
+                continue
+            bus = 0.92 * intra_bus
+            busbw = {
+                "LL": min(bus / 3.8, ll_max),
+                "LL128": bus * (7 / 9 if nn == 1 else 120 / 128),
+                "Simple": bus,
+            }[proto]
+            algbw = 0.5 * busbw
+            if 0 <= log_size < len(TREE_CORRECTION[proto]):
+                algbw *= TREE_CORRECTION[proto][log_size]
+            tree_neck = neck
+            if nn > 1:
+                # Double binary trees: a node sends each byte once between two nodes, about
+                # twice (up and down its trees) with more.
+                net_alg = s.net * (1.0 if nn == 2 else 0.5)
+                if net_alg < algbw:
+                    algbw, tree_neck = net_alg, s.nic
+            lat = BASE_LATENCY_US["tree"][i] + 2 * (
+                (ppn - 1) * HOP_LATENCY_US[hop]["tree"][i]
+                + math.log2(nn) * HOP_LATENCY_US["net"]["tree"][i]
+            )
+            out.append(
+                _Variant(
+                    "tree", launch + lat + _us(n, algbw), s.order, 2 * algbw, launch + lat,
+                    tree_neck, proto,
+                )
+            )  # fmt: skip
+    nvls = _nvls_variant(model, collective, key, n, s, rate, launch)
+    if nvls is not None:
+        out.append(nvls)
+    return out
+
+
+def _nvls_variant(
+    model: CostModel,
+    collective: str,
+    key: tuple[int, ...],
+    n: int,
+    s: _Shape,
+    rate: Rate | None,
+    launch: float,
+) -> _Variant | None:
+    """NVLink SHARP on NVSwitch gen3+: the switch reduces and multicasts. NCCL's model: 16
+    channels at the ladder speed the port fits, x its NVLS efficiency, x2 for all_reduce."""
+    hw = model.hardware
+    gen = hw.generation
+    if (
+        not gen.nvls
+        or len(s.parts) > 1
+        or collective not in ("all_reduce", "reduce_scatter", "all_gather")
+    ):
+        return None
+    ids = [model.gpu_ids[g] for g in key]
+    domain = model._domain.get(ids[0])
+    if domain is None or domain.fabric != "nvswitch" or not all(g in domain.gpus for g in ids):
+        return None
+    p = len(key)
+    port = domain.port_links * hw.nvlink_per_link_gbps * model.calibration.scale.get("nvlink", 1.0)
+    ladder = SPEED_LADDER.get(gen.arch, SPEED_LADDER["Hopper"])
+    speed = next((x for x in ladder if x * NVLS_CHANNELS <= port), ladder[-1])
+    ch = NVLS_CHANNELS
+    per = speed * gen.nvls_efficiency * (ch - 1) / ch
+    per *= 2.0 if collective == "all_reduce" else (p - 1) / p
+    busbw = ch * per
+    if rate is not None and math.isfinite(s.intra.gbps):
+        solo = model.solo_rate(model._channel_load(model.ring_channels(tuple(sorted(key)))))
+        busbw *= min(1.0, rate.gbps / solo.gbps)
+    algbw = busbw * p / _nsteps(collective, p)
+    lat = launch + NVLS_LATENCY_US["nvlink"]
+    neck = model.path((key[0], key[1]))[0][0]
+    return _Variant("nvls", lat + _us(n, algbw), s.order, busbw, lat, neck, "Simple")
+
+
+def _calibrated_ring(
     model: CostModel, collective: str, gpus: tuple[int, ...], n: int, rate: Rate | None = None
 ) -> _Variant:
+    """A measured sweep's fitted line (per-step alpha, scaled B) in the ring's form."""
     p = len(gpus)
     channels = model.ring_channels(gpus)
     order = channels[0][0]
@@ -530,83 +1092,101 @@ def _ring_variant(
         rate = model.solo_rate(model._channel_load(channels))
     a = model.alpha(flows)
     b = rate.gbps
-    if collective == "all_reduce":
-        t = 2 * (p - 1) * a + _us(2 * (p - 1) / p * n, b)
-    elif collective in ("reduce_scatter", "all_gather"):
-        t = (p - 1) * a + _us((p - 1) / p * n, b)
-    elif collective in ("broadcast", "reduce"):
+    steps, factor = _STEPS[collective]
+    if collective in ("broadcast", "reduce"):
         chain = model.solo_rate(model.load((f, 1.0) for f in flows[:-1]))
         b = max(b, chain.gbps)
-        t = (p - 1) * a + _us(n, b)
-        return _Variant("chain", t, order, b, a, chain.bottleneck)
-    elif collective == "sendrecv":
-        t = a + _us(n, b)
+        return _Variant("chain", steps(p) * a + _us(n, b), order, b, a, chain.bottleneck)
+    return _Variant("ring", steps(p) * a + _us(factor(p) * n, b), order, b, a, rate.bottleneck)
+
+
+def _pairwise(
+    model: CostModel, key: tuple[int, ...], n: int, rate: Rate | None, gpus_per_thread: int
+) -> _Variant:
+    """AlltoAll: every rank sends n/p to every other at once; the network carries what leaves
+    each node."""
+    p = len(key)
+    launch = (gpus_per_thread - 1) * LAUNCH_US_PER_GPU
+    parts = model.split_nodes(key)
+    local = tuple(sorted(_largest(parts)))
+    t_intra, bw, neck, cls = 0.0, math.inf, -1, "nvlink"
+    if len(local) >= 2:
+        r = rate or model.solo_rate(
+            model.load(((a, b), 1.0) for a in local for b in local if a != b)
+        )
+        t_intra, bw, neck = _us(n / p, r.gbps), r.gbps, r.bottleneck
+        cls = (
+            "nvlink"
+            if all(model.hop_class((local[0], b)) == "nvlink" for b in local[1:])
+            else "pcie"
+        )
+    lat = launch + BASE_LATENCY_US["ring"][2] + HOP_LATENCY_US[cls]["ring"][2]
+    if len(parts) > 1:
+        nic = _nic_resource(model, len(local))
+        net = model.resources[nic].capacity_gbps
+        t_net = _us(len(local) * n * (p - len(local)) / p, net)
+        lat += HOP_LATENCY_US["net"]["ring"][2]
+        if t_net > t_intra:
+            t_intra, bw, neck = t_net, net, nic
+    return _Variant("pairwise", lat + t_intra, key, bw, lat, neck)
+
+
+def _sendrecv(
+    model: CostModel, key: tuple[int, ...], n: int, rate: Rate | None, gpus_per_thread: int
+) -> list[_Variant]:
+    launch = (gpus_per_thread - 1) * LAUNCH_US_PER_GPU
+    parts = model.split_nodes(key)
+    if len(parts) > 1:
+        nic = _nic_resource(model, 1)
+        b, neck, hop = model.resources[nic].capacity_gbps, nic, "net"
     else:
-        raise ValueError(f"no ring form for {collective}")
-    return _Variant("ring", t, order, b, a, rate.bottleneck)
+        r = rate or model.solo_rate(model.load([((key[0], key[1]), 1.0)]))
+        b, neck, hop = r.gbps, r.bottleneck, model.hop_class((key[0], key[1]))
+    out = []
+    for i, proto in ((0, "LL"), (2, "Simple")):
+        bw = min(_ll_max(model, len(parts)), 0.5 * b) if proto == "LL" else b
+        lat = launch + BASE_LATENCY_US["ring"][i] + HOP_LATENCY_US[hop]["ring"][i]
+        out.append(_Variant("p2p", lat + _us(n, bw), key, b, lat, neck, proto))
+    return out
 
 
-def _tree_variant(model: CostModel, gpus: tuple[int, ...], n: int) -> _Variant:
-    order = model.ring_channels(gpus)[0][0]
-    flows = [(order[i], order[(i - 1) // 2]) for i in range(1, len(order))]
-    rate = model.solo_rate(model.load((f, 1.0) for f in flows))
-    a = model.alpha(flows)
-    depth = math.ceil(math.log2(len(order)))
-    t = 2 * depth * a + _us(2 * n, rate.gbps)
-    return _Variant("tree", t, order, rate.gbps, a, rate.bottleneck)
+def _sendrecv_ring(
+    model: CostModel, key: tuple[int, ...], n: int, rate: Rate | None, gpus_per_thread: int
+) -> list[_Variant]:
+    """nccl-tests sendrecv over p GPUs: every rank sends to the next at once (a ring of
+    pairs), each moving the whole message."""
+    launch = (gpus_per_thread - 1) * LAUNCH_US_PER_GPU
+    s = _shape(model, key, rate)
+    bus, neck = (s.net, s.nic) if s.net < s.intra.gbps else (s.intra.gbps, s.intra.bottleneck)
+    hop = "net" if len(s.parts) > 1 else ("nvlink" if s.nvlink else "pcie")
+    out = []
+    for i, proto in ((0, "LL"), (2, "Simple")):
+        bw = min(_ll_max(model, len(s.parts)), 0.5 * bus) if proto == "LL" else bus
+        lat = launch + BASE_LATENCY_US["ring"][i] + HOP_LATENCY_US[hop]["ring"][i]
+        out.append(_Variant("ring", lat + _us(n, bw), s.order, bus, lat, neck, proto))
+    return out
 
 
-def _domains(model: CostModel, gpus: tuple[int, ...]) -> list[tuple[int, ...]] | None:
-    """Equal-size parts of the subset for a hierarchical all_reduce: NVLink domains first,
-    NUMA nodes otherwise; None when the subset does not split evenly in two or more."""
-    h = model.hierarchy
-
-    def split(key_of: Any) -> list[tuple[int, ...]]:
-        parts: dict[object, list[int]] = {}
-        for g in gpus:
-            parts.setdefault(key_of(model.gpu_ids[g]), []).append(g)
-        return [tuple(v) for v in parts.values()]
-
-    def nvlink_key(gpu: str) -> object:
-        domain = h.domain_of(gpu)
-        return domain.gpus if domain else gpu
-
-    groups = split(nvlink_key)
-    if len(groups) == 1:
-        return None  # one NVLink domain: nothing slower to spare
-    if all(len(g) == 1 for g in groups):
-        groups = split(h.numa_of)
-    if len(groups) >= 2 and len({len(x) for x in groups}) == 1 and len(groups[0]) >= 2:
-        return groups
-    return None
-
-
-def _hierarchical_variant(model: CostModel, gpus: tuple[int, ...], n: int) -> _Variant | None:
-    parts = _domains(model, gpus)
-    if parts is None:
-        return None
-    m = len(parts[0])
-    intra = model.share([model.group_load("reduce_scatter", g) for g in parts])
-    cross_groups = [tuple(part[j] for part in parts) for j in range(m)]
-    inter = model.share([model.group_load("all_reduce", g) for g in cross_groups])
-    rs = max(
-        _ring_variant(model, "reduce_scatter", g, n, r).time_us
-        for g, r in zip(parts, intra, strict=True)
-    )
-    ar = max(
-        _ring_variant(model, "all_reduce", g, n // m, r).time_us
-        for g, r in zip(cross_groups, inter, strict=True)
-    )
-    slow = min(inter, key=lambda r: r.gbps)
-    a = model.alpha(_ring_flows(cross_groups[0]))
-    return _Variant(
-        "hierarchical",
-        2 * rs + ar,
-        tuple(g for part in parts for g in part),
-        slow.gbps,
-        a,
-        slow.bottleneck,
-    )
+def _copy(model: CostModel, key: tuple[int, ...], n: int, bidirectional: bool) -> _Variant:
+    """cudaMemcpyPeer: one way, or both ways at once (rates summed as p2pBandwidthLatencyTest
+    reports them); copy-engine rates, no NCCL efficiency."""
+    if model.nodes > 1 and len(model.split_nodes(key)) > 1:
+        raise ValueError("a peer copy needs both GPUs in one server")
+    if len(key) != 2:
+        raise ValueError(f"a copy is between two GPUs, got {len(key)}")
+    fwd = (key[0], key[1])
+    staged = model.copy_transport(fwd) == "staged"
+    lat = STAGED_COPY_LATENCY_US if staged else P2P_COPY_LATENCY_US
+    if bidirectional:
+        rates = model.share(
+            [model.copy_load([(fwd, 1.0)]), model.copy_load([(fwd[::-1], 1.0)])], copy=True
+        )
+        slow = min(rates, key=lambda r: r.gbps)
+        total = sum(r.gbps for r in rates)
+        t = lat + _us(n, slow.gbps)
+        return _Variant("copy", t, key, total, lat, slow.bottleneck, "copy-both")
+    r = model.solo_rate(model.copy_load([(fwd, 1.0)]), copy=True)
+    return _Variant("copy", lat + _us(n, r.gbps), key, r.gbps, lat, r.bottleneck, "copy")
 
 
 def collective_cost(
@@ -615,62 +1195,93 @@ def collective_cost(
     gpus: Sequence[int],
     nbytes: int,
     algorithm: str | None = None,
+    *,
+    protocol: str | None = None,
+    bidirectional: bool = False,
+    gpus_per_thread: int = 1,
 ) -> CollectiveCost:
-    """Predicted time of one collective on `gpus` (matrix GPU indices) moving `nbytes` as
-    nccl-tests counts them; the best algorithm unless one is named."""
-    if collective not in COLLECTIVES:
+    """Predicted time of one collective (or `copy`) on `gpus` moving `nbytes` as nccl-tests
+    counts them: what NCCL would pick among its algorithms and protocols unless one is named.
+    `gpus_per_thread` is how many GPUs one host thread drives (nccl-tests -g N): each adds a
+    kernel launch before the collective can finish."""
+    if collective not in OPERATIONS:
         raise ValueError(
-            f"unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}"
+            f"unknown collective {collective!r}; expected one of {', '.join(OPERATIONS)}"
         )
     if nbytes < 0:
         raise ValueError("the message size cannot be negative")
+    if gpus_per_thread < 1:
+        raise ValueError("gpus_per_thread must be at least 1")
     key = model.check_gpus(gpus)
     p = len(key)
     if p < 2:
         raise ValueError("a collective needs at least two GPUs")
+    if collective == "copy":
+        v = _copy(model, key, nbytes, bidirectional)
+        return _result(model, "copy", key, nbytes, v, [v], copy=True)
     variants: list[_Variant] = []
     if collective == "alltoall":
-        flows = [(a, b) for a in key for b in key if a != b]
-        rate = model.solo_rate(model.load((f, 1.0) for f in flows))
-        a = model.alpha(flows)
-        variants.append(
-            _Variant(
-                "pairwise",
-                (p - 1) * a + _us(nbytes / p, rate.gbps),
-                key,
-                rate.gbps,
-                a,
-                rate.bottleneck,
-            )
-        )
+        variants.append(_pairwise(model, key, nbytes, None, gpus_per_thread))
     elif collective == "sendrecv" and p == 2:
-        ld = model.load([((key[0], key[1]), 1.0)])
-        rate = model.solo_rate(ld)
-        a = model.alpha([(key[0], key[1])])
-        variants.append(
-            _Variant("p2p", a + _us(nbytes, rate.gbps), key, rate.gbps, a, rate.bottleneck)
-        )
+        variants.extend(_sendrecv(model, key, nbytes, None, gpus_per_thread))
+    elif collective == "sendrecv":
+        variants.extend(_sendrecv_ring(model, key, nbytes, None, gpus_per_thread))
     else:
-        ring = _ring_variant(model, collective, key, nbytes)
-        variants.append(ring)
-        # A measured sweep already folds NCCL's own algorithm choice into its fitted line.
-        measured = model.is_calibrated(model.resources[ring.bottleneck].cls)
-        if collective == "all_reduce" and p > 2 and not measured:
-            variants.append(_tree_variant(model, key, nbytes))
-            hier = _hierarchical_variant(model, key, nbytes)
-            if hier is not None:
-                variants.append(hier)
-    if algorithm is not None:
-        chosen = [v for v in variants if v.algorithm == algorithm]
+        measured = model.nodes == 1 and _calibrated_class(model, key)
+        if measured:
+            # A measured sweep already folds NCCL's own choices into its fitted line.
+            variants.append(_calibrated_ring(model, collective, tuple(sorted(key)), nbytes))
+        else:
+            variants.extend(_nccl_variants(model, collective, key, nbytes, None, gpus_per_thread))
+    if algorithm is not None or protocol is not None:
+        chosen = [
+            v
+            for v in variants
+            if (algorithm is None or v.algorithm == algorithm)
+            and (protocol is None or v.protocol == protocol)
+        ]
         if not chosen:
             raise ValueError(
-                f"algorithm {algorithm!r} does not apply to {collective} on "
-                f"{p} GPUs; try {', '.join(v.algorithm for v in variants)}"
+                f"algorithm {algorithm or 'any'!r} / protocol {protocol or 'any'!r} does not "
+                f"apply to {collective} on {p} GPUs; try "
+                + ", ".join(sorted({f"{v.algorithm}/{v.protocol}" for v in variants}))
             )
-        best = chosen[0]
+        best = min(chosen, key=lambda v: v.time_us)
     else:
         best = min(variants, key=lambda v: v.time_us)
     return _result(model, collective, key, nbytes, best, variants)
+
+
+def _calibrated_class(model: CostModel, key: tuple[int, ...]) -> bool:
+    if not model.calibration.scale:
+        return False
+    channels = model.ring_channels(tuple(sorted(key)))
+    rate = model.solo_rate(model._channel_load(channels))
+    return model.is_calibrated(model.resources[rate.bottleneck].cls)
+
+
+def _assumptions(model: CostModel, copy: bool, best: _Variant, p: int) -> tuple[str, ...]:
+    hw = model.hardware
+    out = [hw.assumption]
+    if model.p2p == "auto" and not model.p2p_status:
+        out.append(
+            "P2P inferred from the GPU model and link classes (no topo -p2p / NVML status given)"
+        )
+    if copy:
+        out.append(
+            "copy rates: NVLink line x 0.97, PCIe line x 0.85 (P2P) or x 0.73 per leg (staged)"
+        )
+    else:
+        out.append(f"NCCL {hw.generation.arch} tuning constants (NCCL 2.30 tuning.cc)")
+        out.append(
+            f"{LAUNCH_US_PER_GPU:g} us per extra GPU one host thread launches (nccl-tests -g N)"
+        )
+    if model.nodes > 1:
+        out.append(f"{model.nodes} nodes wired like this one; NIC rate {hw.nic_source}")
+        if model.nic_assumed:
+            out.append("no NICs in the capture: one NIC per GPU (rail-optimised) assumed")
+    out.extend(hw.warnings)
+    return tuple(out)
 
 
 def _result(
@@ -680,10 +1291,47 @@ def _result(
     nbytes: int,
     best: _Variant,
     variants: Sequence[_Variant],
+    copy: bool = False,
 ) -> CollectiveCost:
     p = len(key)
     algbw = nbytes / (best.time_us * 1e3) if best.time_us > 0 else 0.0
-    res = model.resources[best.bottleneck]
+    res = model.resources[best.bottleneck] if best.bottleneck >= 0 else None
+    cap = (res.copy_gbps if copy else res.capacity_gbps) if res else math.inf
+    order = best.order
+    ring = collective in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
+    hops: list[Flow] = []
+    if copy or collective == "sendrecv":
+        hops = [(key[0], key[1])]
+    elif len(order) >= 2:
+        local = [g for g in order if g in model.gpu_ids] if model.nodes > 1 else list(order)
+        hops = (
+            _ring_flows(local)
+            if ring and len(local) > 2
+            else list(zip(local, local[1:], strict=False))
+        )
+    transports = tuple(
+        model.describe_hop(f, copy) for f in hops if f[0] in model.gpu_ids and f[1] in model.gpu_ids
+    )
+    if model.nodes > 1 and len(model.split_nodes(key)) > 1:
+        transports += ("between nodes: RDMA NIC",)
+    words = res.description if res else "no shared link"
+    text = f"{words}, {cap:.1f} GB/s per direction"
+    if res and abs(cap - best.bandwidth) >= 0.05:
+        text += f"; the {best.algorithm} gets {best.bandwidth:.1f} GB/s"
+    if best.algorithm not in ("ring", "p2p", "copy"):
+        text += f" ({best.algorithm})"
+    alternatives = {
+        (
+            v.algorithm
+            if len({x.protocol for x in variants}) <= 1
+            else f"{v.algorithm}/{v.protocol}"
+        ): v.time_us
+        for v in variants
+    }
+    for v in variants:  # plain algorithm names keep their best protocol's time
+        alternatives[v.algorithm] = min(alternatives.get(v.algorithm, math.inf), v.time_us)
+    if copy and best.protocol == "copy-both":
+        algbw *= 2  # both directions summed, as p2pBandwidthLatencyTest prints them
     return CollectiveCost(
         collective=collective,
         gpus=key,
@@ -692,19 +1340,17 @@ def _result(
         algbw_gbps=algbw,
         busbw_gbps=algbw * BUSBW_FACTOR[collective](p),
         algorithm=best.algorithm,
-        order=best.order,
+        order=order,
         bandwidth_gbps=best.bandwidth,
         alpha_us=best.alpha,
-        bottleneck=f"{res.description}, {res.capacity_gbps:.1f} GB/s per direction"
-        + (
-            ""
-            if abs(res.capacity_gbps - best.bandwidth) < 0.05
-            else f"; the {best.algorithm} gets {best.bandwidth:.1f} GB/s"
-        )
-        + ("" if best.algorithm in ("ring", "p2p") else f" ({best.algorithm})"),
-        bottleneck_class=res.cls,
-        calibrated=model.is_calibrated(res.cls),
-        alternatives={v.algorithm: v.time_us for v in variants},
+        bottleneck=text,
+        bottleneck_class=res.cls if res else "nvlink",
+        calibrated=model.is_calibrated(res.cls) if res else False,
+        alternatives=alternatives,
+        protocol=best.protocol,
+        transports=transports,
+        assumed=_assumptions(model, copy, best, p),
+        nodes=len(model.split_nodes(key)),
     )
 
 
@@ -712,7 +1358,7 @@ def concurrent_costs(
     model: CostModel, collective: str, groups: Sequence[Sequence[int]], nbytes: int
 ) -> list[CollectiveCost]:
     """The same collective run at once by several disjoint groups (TP groups of a job): rates
-    from the max-min fair share of every resource they cross, ring algorithm."""
+    from the max-min fair share of every resource they cross, then NCCL's choice per group."""
     keys = [model.check_gpus(g) for g in groups]
     seen: set[int] = set()
     for k in keys:
@@ -722,25 +1368,25 @@ def concurrent_costs(
     rates = model.share([model.group_load(collective, k) for k in keys])
     out = []
     for k, rate in zip(keys, rates, strict=True):
-        p = len(k)
-        if collective == "alltoall":
-            flows = [(a, b) for a in k for b in k if a != b]
-            a = model.alpha(flows)
-            v = _Variant(
-                "pairwise",
-                (p - 1) * a + _us(nbytes / p, rate.gbps),
-                k,
-                rate.gbps,
-                a,
-                rate.bottleneck,
-            )
-        elif collective == "sendrecv" and p == 2:
-            a = model.alpha([(k[0], k[1])])
-            v = _Variant("p2p", a + _us(nbytes, rate.gbps), k, rate.gbps, a, rate.bottleneck)
-        else:
-            v = _ring_variant(model, collective, k, nbytes, rate)
-        out.append(_result(model, collective, k, nbytes, v, [v]))
+        variants = _group_variants(model, collective, k, nbytes, rate)
+        best = min(variants, key=lambda v: v.time_us)
+        out.append(_result(model, collective, k, nbytes, best, variants))
     return out
+
+
+def _group_variants(
+    model: CostModel, collective: str, key: tuple[int, ...], nbytes: int, rate: Rate
+) -> list[_Variant]:
+    p = len(key)
+    if collective == "alltoall":
+        return [_pairwise(model, key, nbytes, rate, 1)]
+    if collective == "sendrecv" and p == 2:
+        return _sendrecv(model, key, nbytes, rate, 1)
+    if collective == "sendrecv":
+        return _sendrecv_ring(model, key, nbytes, rate, 1)
+    if _calibrated_class(model, key):
+        return [_calibrated_ring(model, collective, tuple(sorted(key)), nbytes, rate)]
+    return _nccl_variants(model, collective, key, nbytes, rate)
 
 
 def slowest_group_us(
@@ -761,17 +1407,20 @@ def slowest_group_us(
     for g, rate in zip(groups, rates, strict=True):
         p = len(g)
         if chains:
-            t = model.alpha([(g[i], g[i + 1]) for i in range(p - 1)]) + _us(nbytes, rate.gbps)
-        elif collective == "alltoall":
-            t = (p - 1) * model.alpha([(a, b) for a in g for b in g if a != b]) + _us(
-                nbytes / p, rate.gbps
-            )
-        elif collective == "sendrecv" and p == 2:
-            t = model.alpha([(g[0], g[1])]) + _us(nbytes, rate.gbps)
+            t = _chain_time(model, tuple(g), nbytes, rate)
         else:
-            t = _ring_variant(model, collective, tuple(sorted(g)), nbytes, rate).time_us
-        worst = max(worst, t)
+            key = tuple(g) if collective == "sendrecv" else tuple(sorted(g))
+            t = min(v.time_us for v in _group_variants(model, collective, key, nbytes, rate))
+        if p >= 2:
+            worst = max(worst, t)
     return worst
+
+
+def _chain_time(model: CostModel, c: tuple[int, ...], nbytes: int, rate: Rate) -> float:
+    flows = [(c[i], c[i + 1]) for i in range(len(c) - 1)]
+    hop = "nvlink" if all(model.hop_class(f) == "nvlink" for f in flows) else "pcie"
+    lat = BASE_LATENCY_US["ring"][2] + HOP_LATENCY_US[hop]["ring"][2]
+    return lat + _us(nbytes, rate.gbps)
 
 
 def chain_costs(
@@ -784,9 +1433,9 @@ def chain_costs(
     rates = model.share(loads)
     out = []
     for c, rate in zip(keys, rates, strict=True):
-        flows = [(c[i], c[i + 1]) for i in range(len(c) - 1)]
-        a = model.alpha(flows)
-        v = _Variant("chain", a + _us(nbytes, rate.gbps), c, rate.gbps, a, rate.bottleneck)
+        t = _chain_time(model, c, nbytes, rate)
+        lat = t - _us(nbytes, rate.gbps)
+        v = _Variant("chain", t, c, rate.gbps, lat, rate.bottleneck)
         out.append(_result(model, "sendrecv", c, nbytes, v, [v]))
     return out
 
@@ -799,8 +1448,9 @@ def curve(
 
 
 def p2p_matrix(model: CostModel) -> dict[str, list[list[float | None]]]:
-    """Predicted unidirectional and bidirectional copy bandwidth (GB/s) for every GPU pair,
-    as p2pBandwidthLatencyTest's P2P matrices lay them out (diagonal None)."""
+    """Predicted unidirectional and bidirectional peer-copy bandwidth (GB/s) for every GPU
+    pair, as p2pBandwidthLatencyTest's P2P=Enabled matrices lay them out (diagonal None):
+    copy-engine rates over NVLink / PCIe P2P, or staged through the host without P2P."""
     idx = sorted(model.gpu_ids)
     uni: list[list[float | None]] = []
     bi: list[list[float | None]] = []
@@ -812,8 +1462,10 @@ def p2p_matrix(model: CostModel) -> dict[str, list[list[float | None]]]:
                 uni[-1].append(None)
                 bi[-1].append(None)
                 continue
-            uni[-1].append(round(model.solo_rate(model.load([((a, b), 1.0)])).gbps, 3))
-            both = model.share([model.load([((a, b), 1.0)]), model.load([((b, a), 1.0)])])
+            uni[-1].append(round(model.solo_rate(model.copy_load([((a, b), 1.0)]), True).gbps, 3))
+            both = model.share(
+                [model.copy_load([((a, b), 1.0)]), model.copy_load([((b, a), 1.0)])], copy=True
+            )
             bi[-1].append(round(sum(r.gbps for r in both), 3))
     return {"unidirectional_gbps": uni, "bidirectional_gbps": bi}
 
@@ -889,7 +1541,11 @@ def calibrate_from_nccl(
     algorithm = {"alltoall": "pairwise", "sendrecv": "p2p" if p == 2 else "ring"}.get(
         run.collective, "ring"
     )
+    if run.collective in ("broadcast", "reduce"):
+        algorithm = "ring"
     base = collective_cost(model, run.collective, key, 1 << 30, algorithm=algorithm)
+    if algorithm == "ring" and base.protocol != "Simple":
+        base = collective_cost(model, run.collective, key, 1 << 30, algorithm, protocol="Simple")
     cls = base.bottleneck_class
     scale = b_fit / base.bandwidth_gbps * model.calibration.scale.get(cls, 1.0)
     return Calibration(
@@ -916,7 +1572,7 @@ def calibrate_from_p2p(model: CostModel, result: P2PResult) -> Calibration:
         for j in range(n):
             if i == j or i not in model.gpu_ids or j not in model.gpu_ids:
                 continue
-            rate = model.solo_rate(model.load([((i, j), 1.0)]))
+            rate = model.solo_rate(model.copy_load([((i, j), 1.0)]), copy=True)
             cls = model.resources[rate.bottleneck].cls
             ratios.setdefault(cls, []).append(uni[i][j] / rate.gbps)
             if lat is not None:
@@ -933,5 +1589,12 @@ def calibrate_from_p2p(model: CostModel, result: P2PResult) -> Calibration:
 def calibrated(model: CostModel, calibration: Calibration) -> CostModel:
     """The same server with measured figures applied."""
     return CostModel(
-        model.topo, model.hardware, model.hierarchy, model.calibration.merged(calibration)
+        model.topo,
+        model.hardware,
+        model.hierarchy,
+        model.calibration.merged(calibration),
+        p2p=model.p2p,
+        p2p_status=model.p2p_status,
+        nodes=model.nodes,
+        nics_per_node=model.nics_per_node,
     )
