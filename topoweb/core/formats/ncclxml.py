@@ -63,7 +63,9 @@ class _Node:
             yield from c.walk()
 
     def to_document(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"tag": self.tag, "attrs": dict(self.attrs)}
+        # Pairs, not an object: a JSONB column reorders object keys, and the file written back
+        # should read like the one that came in.
+        doc: dict[str, Any] = {"tag": self.tag, "attrs": [[k, v] for k, v in self.attrs.items()]}
         if self.children:
             doc["children"] = [c.to_document() for c in self.children]
         return doc
@@ -517,7 +519,8 @@ def _cpu_attrs(cpu_model: str | None) -> dict[str, str]:
 
 
 def _write(node: dict[str, Any], indent: int, out: list[str]) -> None:
-    attrs = "".join(f' {k}="{_safe(v)}"' for k, v in node["attrs"].items())
+    pairs = node["attrs"].items() if isinstance(node["attrs"], dict) else node["attrs"]
+    attrs = "".join(f' {k}="{_safe(v)}"' for k, v in pairs)
     children = node.get("children") or []
     if not children:
         out.append(f"{' ' * indent}<{node['tag']}{attrs}/>")
