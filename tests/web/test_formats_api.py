@@ -51,7 +51,7 @@ def person(django_user_model: Any) -> APIClient:
 def upload(client: APIClient, hostname: str, text: str) -> Any:
     f = io.BytesIO(text.encode())
     f.name = "upload.txt"
-    return client.post("/api/v1/uploads", {"hostname": hostname, "file": f})
+    return client.post("/api/v1/uploads", {"hostname": hostname, "file": f, "create": True})
 
 
 def test_a_report_with_a_matching_xml_dump_stores_one_merged_topology(
