@@ -1,4 +1,5 @@
-"""Runs the GPU benchmarks it is told of (nccl-tests, p2pBandwidthLatencyTest), raw output kept."""
+"""Runs the GPU benchmarks it is told of (nccl-tests, p2pBandwidthLatencyTest, nvbandwidth), raw
+output kept; and has NCCL dump the topology it detects (NCCL_TOPO_DUMP_FILE)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +20,12 @@ log = logging.getLogger("collector")
 
 NCCL_TESTS = "nccl-tests"
 P2P_BANDWIDTH_LATENCY = "p2p-bandwidth-latency"
-KINDS = (NCCL_TESTS, P2P_BANDWIDTH_LATENCY)
+NVBANDWIDTH = "nvbandwidth"
+KINDS = (NCCL_TESTS, P2P_BANDWIDTH_LATENCY, NVBANDWIDTH)
+# GPU-to-GPU copies one way and the GPU latency: what health and calibration read.
+DEFAULT_NVBANDWIDTH_ARGS = "-t device_to_device_memcpy_write_ce device_to_device_latency_sm"
+# The smallest nccl-tests run that still has NCCL build (and dump) its topology.
+TOPO_DUMP_ARGS = ("-b", "8", "-e", "8", "-n", "1", "-w", "0")
 
 DEFAULT_NCCL_TESTS = ("all_reduce_perf",)
 # A sweep from 8 B to 1 GiB doubling, all GPUs in one process: fits alpha and beta in minutes.
@@ -35,6 +42,7 @@ class BenchmarkRun:
 
     kind: str
     argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()  # added to the collector's environment
 
     @property
     def label(self) -> str:
@@ -54,8 +62,10 @@ def plan(
     nccl_tests: Sequence[str] = DEFAULT_NCCL_TESTS,
     nccl_args: str = DEFAULT_NCCL_ARGS,
     p2p_args: str = "",
+    nvbandwidth_args: str = DEFAULT_NVBANDWIDTH_ARGS,
 ) -> list[BenchmarkRun]:
-    """The commands for SPECS (`nccl-tests=DIR`, `p2p-bandwidth-latency=PATH`), checked up front.
+    """The commands for SPECS (`nccl-tests=DIR`, `p2p-bandwidth-latency=PATH`,
+    `nvbandwidth=PATH`), checked up front.
 
     `{gpus}` in NCCL_ARGS becomes the GPU count, so one default fits every host.
     """
@@ -72,6 +82,9 @@ def plan(
         elif kind == P2P_BANDWIDTH_LATENCY:
             binary = _executable(Path(where))
             runs.append(BenchmarkRun(P2P_BANDWIDTH_LATENCY, (str(binary), *shlex.split(p2p_args))))
+        elif kind == NVBANDWIDTH:
+            binary = _executable(Path(where))
+            runs.append(BenchmarkRun(NVBANDWIDTH, (str(binary), *shlex.split(nvbandwidth_args))))
         else:
             raise BenchmarkError(f"unknown benchmark kind {kind!r} (kinds: {', '.join(KINDS)})")
     return runs
@@ -92,7 +105,11 @@ def run_benchmark(
     try:
         # Own process group: a wrapper's children (mpirun, sh) hold the pipe and die with it.
         proc = subprocess.Popen(
-            run.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+            run.argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **dict(run.env)} if run.env else None,
         )
     except OSError as err:
         raise BenchmarkError(f"cannot run {run.argv[0]}: {err.strerror}") from None
@@ -136,3 +153,53 @@ def run_all(
         except BenchmarkError as err:
             log.warning("benchmark left out of the report: %s", err)
     return results
+
+
+def nccl_topology_dump(
+    runs: Sequence[BenchmarkRun],
+    *,
+    dump_with: Path | None,
+    gpus: int,
+    timeout_s: float,
+    progress: TextIO | None = None,
+) -> tuple[list[BenchmarkRun], str | None]:
+    """NCCL's own view of the host as `NCCL_TOPO_DUMP_FILE` XML. The first nccl-tests run, if
+    any, dumps it while it runs (returned in its place, to run as planned); else DUMP_WITH (an
+    nccl-tests binary such as all_reduce_perf) runs once on 8 bytes just to dump it. Returns
+    the runs to make and, when it ran the binary itself, the XML (None if NCCL wrote none)."""
+    fd, name = tempfile.mkstemp(prefix="topoweb-nccl-topo-", suffix=".xml")
+    os.close(fd)
+    os.unlink(name)  # NCCL creates it; an empty file left behind would read as a dump
+    env = (("NCCL_TOPO_DUMP_FILE", name),)
+    for i, run in enumerate(runs):
+        if run.kind == NCCL_TESTS:
+            dumping = BenchmarkRun(run.kind, run.argv, run.env + env)
+            return [*runs[:i], dumping, *runs[i + 1 :]], None
+    if dump_with is None:
+        return list(runs), None
+    probe = BenchmarkRun(
+        NCCL_TESTS, (str(_executable(dump_with)), *TOPO_DUMP_ARGS, "-g", str(gpus)), env
+    )
+    try:
+        run_benchmark(probe, timeout_s=timeout_s, progress=progress)
+    except BenchmarkError as err:
+        log.warning("no NCCL topology dump: %s", err)
+    return list(runs), read_topology_dump(name)
+
+
+def dump_path(run: BenchmarkRun) -> str | None:
+    return dict(run.env).get("NCCL_TOPO_DUMP_FILE")
+
+
+def read_topology_dump(path: str) -> str | None:
+    """The XML NCCL wrote at PATH (then removed), or None when it wrote nothing."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        log.warning("NCCL wrote no topology dump (%s)", path)
+        return None
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    return text if text.strip() else None

@@ -47,7 +47,10 @@ class Settings:
     nccl_tests: tuple[str, ...] = bench.DEFAULT_NCCL_TESTS
     nccl_args: str = bench.DEFAULT_NCCL_ARGS
     p2p_args: str = ""
+    nvbandwidth_args: str = bench.DEFAULT_NVBANDWIDTH_ARGS
     benchmark_timeout_s: float = 1800.0
+    nccl_topo_xml: Path | None = None  # an existing dump to send
+    nccl_topo_dump_with: Path | None = None  # an nccl-tests binary to make NCCL dump one
 
 
 def capture(settings: Settings, now: Callable[[], datetime] | None = None) -> bytes:
@@ -68,14 +71,34 @@ def capture(settings: Settings, now: Callable[[], datetime] | None = None) -> by
         nccl_tests=settings.nccl_tests,
         nccl_args=settings.nccl_args,
         p2p_args=settings.p2p_args,
+        nvbandwidth_args=settings.nvbandwidth_args,
     )
+    nccl_xml: str | None = None
+    if settings.nccl_topo_xml is not None:
+        nccl_xml = gather.read_nccl_topology(settings.nccl_topo_xml)
+        if nccl_xml is None:
+            log.warning(
+                "cannot read the NCCL topology XML %s; sent without it", settings.nccl_topo_xml
+            )
+    else:
+        runs, nccl_xml = bench.nccl_topology_dump(
+            runs,
+            dump_with=settings.nccl_topo_dump_with,
+            gpus=max(gpus, 1),
+            timeout_s=settings.benchmark_timeout_s,
+        )
+    results = bench.run_all(runs, timeout_s=settings.benchmark_timeout_s)
+    dumped = next((p for r in runs if (p := bench.dump_path(r))), None)
+    if nccl_xml is None and dumped is not None:
+        nccl_xml = bench.read_topology_dump(dumped)
     report = gather.build_report(
         hostname=settings.hostname or os.uname().nodename,
         captured_at=captured_at,
         topo_text=topo_text,
         nvml=nvml_data,
         host=host,
-        benchmarks=bench.run_all(runs, timeout_s=settings.benchmark_timeout_s),
+        benchmarks=results,
+        nccl_xml=nccl_xml,
     )
     return gather.encode_report(report)
 
@@ -240,7 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KIND=PATH",
         help="run benchmarks and upload their output: nccl-tests=DIR (the "
-        "directory of nccl-tests binaries), p2p-bandwidth-latency=PATH",
+        "directory of nccl-tests binaries), p2p-bandwidth-latency=PATH, nvbandwidth=PATH; "
+        "an nccl-tests run also sends the topology NCCL detects (NCCL_TOPO_DUMP_FILE)",
     )
     parser.add_argument(
         "--nccl-tests",
@@ -257,6 +281,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--p2p-args", default="", metavar="FLAGS", help="flags for p2pBandwidthLatencyTest"
+    )
+    parser.add_argument(
+        "--nvbandwidth-args",
+        default=bench.DEFAULT_NVBANDWIDTH_ARGS,
+        metavar="FLAGS",
+        help=f"flags for nvbandwidth (default {bench.DEFAULT_NVBANDWIDTH_ARGS!r})",
+    )
+    xml = parser.add_mutually_exclusive_group()
+    xml.add_argument(
+        "--nccl-topo-xml",
+        type=Path,
+        metavar="PATH",
+        help="send this NCCL topology XML (an NCCL_TOPO_DUMP_FILE dump) with the matrix",
+    )
+    xml.add_argument(
+        "--nccl-topo-dump-with",
+        type=Path,
+        metavar="BINARY",
+        help="run this nccl-tests binary (e.g. .../all_reduce_perf) on 8 bytes with "
+        "NCCL_TOPO_DUMP_FILE set, and send the XML NCCL writes",
     )
     parser.add_argument("--benchmark-timeout", type=float, default=1800.0, metavar="SECONDS")
     parser.add_argument(
@@ -295,11 +339,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         nccl_tests=tuple(name for name in args.nccl_tests.split(",") if name),
         nccl_args=args.nccl_args,
         p2p_args=args.p2p_args,
+        nvbandwidth_args=args.nvbandwidth_args,
         benchmark_timeout_s=args.benchmark_timeout,
+        nccl_topo_xml=args.nccl_topo_xml,
+        nccl_topo_dump_with=args.nccl_topo_dump_with,
     )
     try:
         # Missing binaries are a configuration error: say so before any capture.
         bench.plan(settings.benchmarks, gpus=1, nccl_tests=settings.nccl_tests)
+        if settings.nccl_topo_dump_with is not None:
+            bench.plan([f"nccl-tests={settings.nccl_topo_dump_with.parent}"], gpus=1,
+                       nccl_tests=(settings.nccl_topo_dump_with.name,))  # fmt: skip
     except bench.BenchmarkError as err:
         log.error("%s", err)
         return EXIT_USAGE

@@ -140,6 +140,7 @@ def build_report(
     nvml: dict[str, Any] | None,
     host: dict[str, Any] | None,
     benchmarks: Sequence[dict[str, str]] = (),
+    nccl_xml: str | None = None,
 ) -> dict[str, Any]:
     """The body of `POST /api/v1/reports`, as the server's contract names its fields."""
     report: dict[str, Any] = {
@@ -154,7 +155,19 @@ def build_report(
         report["host"] = host
     if benchmarks:
         report["benchmarks"] = list(benchmarks)
+    if nccl_xml:
+        report["nccl_xml"] = nccl_xml
     return report
+
+
+def read_nccl_topology(path: Path) -> str | None:
+    """An NCCL topology XML someone already dumped (NCCL_TOPO_DUMP_FILE) or wrote
+    (NCCL_TOPO_FILE); None, logged by the caller, when it cannot be read."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return text if text.strip() else None
 
 
 def encode_report(report: dict[str, Any]) -> bytes:

@@ -186,5 +186,5 @@ def test_a_failed_or_hung_benchmark_is_left_out_not_fatal(
 def test_it_refuses_a_benchmark_that_is_not_there(tmp_path: Path) -> None:
     with pytest.raises(bench.BenchmarkError, match="is not an executable file"):
         bench.plan([f"nccl-tests={tmp_path}"], gpus=8)
-    with pytest.raises(bench.BenchmarkError, match="unknown benchmark kind 'nvbandwidth'"):
-        bench.plan(["nvbandwidth=/usr/bin/nvbandwidth"], gpus=8)
+    with pytest.raises(bench.BenchmarkError, match="unknown benchmark kind 'gpu-burn'"):
+        bench.plan(["gpu-burn=/usr/bin/gpu_burn"], gpus=8)

@@ -9,6 +9,8 @@ import re
 from typing import Any
 
 from django.conf import settings
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import exceptions, parsers, serializers, status
 from rest_framework.permissions import IsAuthenticated
@@ -28,6 +30,7 @@ from topoweb.config.api import (
 )
 from topoweb.config.metrics import count_report
 from topoweb.config.parsers import JSONParser
+from topoweb.core.ecosystem import Export
 from topoweb.core.formats import ParseError
 from topoweb.core.health import KINDS, SEVERITIES
 from topoweb.fleet import selectors, services
@@ -92,6 +95,13 @@ class ReportInputSerializer(serializers.Serializer):
         max_length=64, required=False, allow_blank=True, default=""
     )
     topo_text = serializers.CharField(trim_whitespace=False)
+    nccl_xml = serializers.CharField(
+        trim_whitespace=False,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="The host's NCCL topology XML (NCCL_TOPO_DUMP_FILE), merged with topo_text",
+    )
     nvml = serializers.DictField(required=False, allow_null=True, validators=[_storable_json])
     host = serializers.DictField(required=False, allow_null=True, validators=[_storable_json])
     benchmarks = BenchmarkInputSerializer(many=True, required=False)
@@ -159,6 +169,7 @@ class ReportApi(_CountedIngest):
         result = services.ingest_report(
             hostname=payload["hostname"],
             topo_text=payload["topo_text"],
+            nccl_xml=payload["nccl_xml"],
             captured_at=payload["captured_at"],
             source=Source.COLLECTOR,
             collector_version=payload["collector_version"],
@@ -224,7 +235,8 @@ def _uploaded_text(request: Request, serializer: type[UploadTextSerializer]) -> 
 
 
 class UploadApi(_CountedIngest):
-    """A person's upload of topo -m, nccl-tests or p2pBandwidthLatencyTest output for a host."""
+    """A person's upload for a host: topo -m, an NCCL topology XML, nccl-tests,
+    p2pBandwidthLatencyTest or nvbandwidth output."""
 
     permission_classes = [IsAuthenticated]
     throttle_classes = [IngestThrottle]
@@ -610,3 +622,54 @@ class TopologyClassDetailApi(APIView):
             }
         ).data
         return Response(data)
+
+
+# --- exports ---------------------------------------------------------------------------------
+
+EXPORT_DOC = (
+    "An export as the file itself: `nccl-xml` (an NCCL_TOPO_FILE), `gres` (Slurm gres.conf "
+    "lines), `k8s-labels` (JSON map of node labels) or `kubectl` (a `kubectl label` command). "
+    "What had to be assumed is listed in the X-Topoweb-Assumptions header."
+)
+
+
+def _file_response(export: Export) -> HttpResponse:
+    response = HttpResponse(export.body, content_type=f"{export.content_type}; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{export.filename}"'
+    if export.warnings:
+        response["X-Topoweb-Assumptions"] = " | ".join(export.warnings)[:2000]
+    return response
+
+
+class ServerExportApi(APIView):
+    @extend_schema(
+        operation_id="servers_export_retrieve",
+        description=EXPORT_DOC,
+        responses={(200, "text/plain"): OpenApiTypes.STR, **READ_ERRORS},
+    )
+    def get(self, request: Request, hostname: str, fmt: str) -> HttpResponse:
+        return _file_response(selectors.server_export(selectors.server_by_hostname(hostname), fmt))
+
+
+class TopologyClassExportApi(APIView):
+    @extend_schema(
+        operation_id="topology_classes_export_retrieve",
+        description=EXPORT_DOC,
+        responses={(200, "text/plain"): OpenApiTypes.STR, **READ_ERRORS},
+    )
+    def get(self, request: Request, fingerprint: str, fmt: str) -> HttpResponse:
+        topology_class = selectors.topology_class_by_fingerprint(fingerprint)
+        return _file_response(selectors.topology_class_export(topology_class, fmt))
+
+
+class TopologyConfApi(APIView):
+    """Slurm topology.conf: one block per NVLink domain that spans servers."""
+
+    @extend_schema(
+        operation_id="exports_topology_conf_retrieve",
+        responses={(200, "text/plain"): OpenApiTypes.STR, **READ_ERRORS},
+    )
+    def get(self, request: Request) -> HttpResponse:
+        return _file_response(
+            Export(selectors.fleet_topology_conf(), "text/plain", "topology.conf")
+        )

@@ -24,6 +24,11 @@ api_v1 = [
         name="server-snapshots",
     ),
     path("servers/<str:hostname>/graph/", apis.ServerGraphApi.as_view(), name="server-graph"),
+    path(
+        "servers/<str:hostname>/export/<str:fmt>",
+        apis.ServerExportApi.as_view(),
+        name="server-export",
+    ),
     path("servers/<str:hostname>/cost", analysis_apis.CostApi.as_view(), name="server-cost"),
     path(
         "servers/<str:hostname>/placement",
@@ -56,6 +61,12 @@ api_v1 = [
         apis.TopologyClassDetailApi.as_view(),
         name="topology-class-detail",
     ),
+    path(
+        "topology-classes/<str:fingerprint>/export/<str:fmt>",
+        apis.TopologyClassExportApi.as_view(),
+        name="topology-class-export",
+    ),
+    path("exports/topology.conf", apis.TopologyConfApi.as_view(), name="topology-conf"),
 ]
 
 urlpatterns = [

@@ -1,7 +1,7 @@
-"""Command line over the core: `python -m topoweb.core.cli parse|cost|place|analyse FILE`.
+"""Command line over the core: `python -m topoweb.core.cli parse|cost|place|analyse|export FILE`.
 
-Contract: a JSON document on stdout and exit 0, or one line naming the problem on stderr and
-exit 2."""
+Contract: a JSON document (for `export`, the exported file itself) on stdout and exit 0, or
+one line naming the problem on stderr and exit 2."""
 
 from __future__ import annotations
 
@@ -14,10 +14,12 @@ from typing import Any, NoReturn
 
 from topoweb.core.analysis import CalibrationInput, analyse
 from topoweb.core.costs import OPERATIONS, build_model, collective_cost, p2p_status_from_text
+from topoweb.core.ecosystem import EXPORT_FORMATS, render_export
 from topoweb.core.formats import ParseError, parse_text
 from topoweb.core.ledger import Layout
 from topoweb.core.model import NcclRun, P2PResult, Topology
 from topoweb.core.placement import place
+from topoweb.core.scheduling import topology_conf
 
 EXIT_BAD_INPUT = 2
 
@@ -54,6 +56,39 @@ def _topology(path: str) -> Topology:
         raise UsageError(f"{path}: {exc}") from exc
     assert isinstance(parsed, Topology)
     return parsed
+
+
+def cmd_export(args: argparse.Namespace) -> str:
+    """The export as the file itself (not JSON); warnings about assumptions go to stderr."""
+    if args.format == "topology-conf":
+        return _topology_conf(args.file)
+    topo = _topology(args.file[0]) if len(args.file) == 1 else None
+    if topo is None:
+        raise UsageError(f"--format {args.format} takes one topology file")
+    if args.with_file:
+        from topoweb.core.merge import merge_sources
+
+        other = _topology(args.with_file)
+        topo = merge_sources(topo, other)
+    name = args.name or Path(args.file[0]).stem
+    try:
+        out = render_export(topo, args.format, name=name, gpu_model=args.gpu_model)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    for w in out.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    return out.body
+
+
+def _topology_conf(specs: list[str]) -> str:
+    """HOST=DOMAIN pairs (the NVLink domain each server's GPUs belong to) -> topology.conf."""
+    domains: dict[str, list[str]] = {}
+    for spec in specs:
+        host, sep, domain = spec.partition("=")
+        if not sep or not host or not domain:
+            raise UsageError(f"topology-conf: expected HOST=NVLINK_DOMAIN, got {spec!r}")
+        domains.setdefault(domain, []).append(host)
+    return topology_conf(domains)
 
 
 def _index_list(value: str, flag: str) -> list[int]:
@@ -177,7 +212,10 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m topoweb.core.cli", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("parse", help="parse topo -m, nccl-tests or p2p output into JSON")
+    p = sub.add_parser(
+        "parse",
+        help="parse topo -m, NCCL topology XML, nccl-tests, p2p or nvbandwidth output into JSON",
+    )
     p.add_argument("file", help="path to the output file, or - for standard input")
     p.set_defaults(handler=cmd_parse)
 
@@ -239,18 +277,37 @@ def build_parser() -> argparse.ArgumentParser:
         "(repeatable), for calibrated figures",
     )
     a.set_defaults(handler=cmd_analyse)
+
+    e = sub.add_parser(
+        "export",
+        help="write an NCCL_TOPO_FILE, Slurm gres.conf/topology.conf or Kubernetes labels",
+    )
+    e.add_argument(
+        "file",
+        nargs="+",
+        help="topo -m output or NCCL topology XML (- for standard input); for topology-conf, "
+        "HOST=NVLINK_DOMAIN pairs",
+    )
+    e.add_argument("--format", required=True, choices=[*EXPORT_FORMATS, "topology-conf"])
+    e.add_argument("--with", dest="with_file", help="a second source of the same server to merge")
+    e.add_argument("--name", help="node name for labels and file names (default: the file's)")
+    e.add_argument("--gpu-model", help="GPU name, for gres Type= and the gpu.product label")
+    e.set_defaults(handler=cmd_export)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler: Callable[[argparse.Namespace], dict[str, Any]] = args.handler
+    handler: Callable[[argparse.Namespace], dict[str, Any] | str] = args.handler
     try:
         result = handler(args)
     except UsageError as exc:
         print(str(exc).replace("\n", " "), file=sys.stderr)
         return EXIT_BAD_INPUT
+    if isinstance(result, str):
+        sys.stdout.write(result)
+        return 0
     json.dump(result, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

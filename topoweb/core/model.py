@@ -112,6 +112,10 @@ class Topology:
     devices: tuple[Device, ...]
     links: tuple[Link, ...]
     warnings: tuple[str, ...] = ()
+    # What a richer source adds beyond the class matrix (NCCL topology XML: PCIe link speed and
+    # width per hop, NIC ports and speeds, NVLink targets, CPU placement) and where two sources
+    # disagree. Not part of equality or the fingerprint: the wiring is the matrix.
+    details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
     _by_pair: dict[frozenset[str], Link] = field(
         init=False, repr=False, compare=False, hash=False, default_factory=dict
     )
@@ -164,13 +168,16 @@ class Topology:
         return (lnk for lnk in self.links if lnk.a in gpu_ids and lnk.b in gpu_ids)
 
     def to_document(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "kind": "topology",
             "version": DOCUMENT_VERSION,
             "devices": [d.to_document() for d in self.devices],
             "links": [lnk.to_document() for lnk in self.links],
             "warnings": list(self.warnings),
         }
+        if self.details:
+            doc["details"] = self.details
+        return doc
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> Topology:
@@ -180,7 +187,15 @@ class Topology:
             links = tuple(Link(str(x["a"]), str(x["b"]), str(x["class"])) for x in doc["links"])
         except (KeyError, TypeError, ValueError) as exc:
             raise DocumentError(f"malformed topology document: {exc}") from exc
-        return cls(devices=devices, links=links, warnings=tuple(doc.get("warnings", ())))
+        details = doc.get("details") or {}
+        if not isinstance(details, dict):
+            raise DocumentError("malformed topology document: details is not an object")
+        return cls(
+            devices=devices,
+            links=links,
+            warnings=tuple(doc.get("warnings", ())),
+            details=details,
+        )
 
 
 def _check_header(doc: Any, kind: str) -> None:
@@ -410,7 +425,93 @@ class P2PResult:
             raise DocumentError(f"malformed p2p document: {exc}") from exc
 
 
-Parsed = Topology | NcclRun | P2PResult
+# --- nvbandwidth ----------------------------------------------------------------------------
+
+NvbMatrix = tuple[tuple[float | None, ...], ...]
+
+
+@dataclass(frozen=True)
+class NvbTestcase:
+    """One nvbandwidth testcase: its matrix as printed (None for N/A), rows and columns as the
+    description names them (`memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)`)."""
+
+    name: str
+    status: str  # Passed, Waived, Error, Not Found (as nvbandwidth spells them)
+    description: str = ""
+    matrix: NvbMatrix = ()
+    sum: float | None = None
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "description": self.description,
+            "matrix": [list(r) for r in self.matrix],
+            "sum": self.sum,
+        }
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> NvbTestcase:
+        return cls(
+            name=str(doc["name"]),
+            status=str(doc.get("status", "")),
+            description=str(doc.get("description", "")),
+            matrix=tuple(
+                tuple(None if c is None else float(c) for c in r) for r in doc.get("matrix", ())
+            ),
+            sum=doc.get("sum"),
+        )
+
+
+@dataclass(frozen=True)
+class NvbandwidthRun:
+    """One nvbandwidth run (text or `-j` JSON): header facts and every testcase it reported."""
+
+    testcases: tuple[NvbTestcase, ...]
+    version: str | None = None
+    driver_version: str | None = None
+    cuda_runtime_version: str | None = None
+    devices: tuple[str, ...] = ()  # "NVIDIA A100-SXM4-80GB (00000000:34:00)" per CUDA device
+    errors: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def testcase(self, name: str) -> NvbTestcase | None:
+        for t in self.testcases:
+            if t.name == name and t.matrix:
+                return t
+        return None
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "kind": "nvbandwidth",
+            "version": DOCUMENT_VERSION,
+            "nvbandwidth_version": self.version,
+            "driver_version": self.driver_version,
+            "cuda_runtime_version": self.cuda_runtime_version,
+            "devices": list(self.devices),
+            "testcases": [t.to_document() for t in self.testcases],
+            "errors": list(self.errors),
+            "warnings": list(self.warnings),
+        }
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> NvbandwidthRun:
+        _check_header(doc, "nvbandwidth")
+        try:
+            return cls(
+                testcases=tuple(NvbTestcase.from_document(t) for t in doc["testcases"]),
+                version=doc.get("nvbandwidth_version"),
+                driver_version=doc.get("driver_version"),
+                cuda_runtime_version=doc.get("cuda_runtime_version"),
+                devices=tuple(doc.get("devices", ())),
+                errors=tuple(doc.get("errors", ())),
+                warnings=tuple(doc.get("warnings", ())),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DocumentError(f"malformed nvbandwidth document: {exc}") from exc
+
+
+Parsed = Topology | NcclRun | P2PResult | NvbandwidthRun
 
 
 def from_document(doc: dict[str, Any]) -> Parsed:
@@ -419,6 +520,7 @@ def from_document(doc: dict[str, Any]) -> Parsed:
         "topology": Topology.from_document,
         "nccl-tests": NcclRun.from_document,
         "p2p-bandwidth-latency": P2PResult.from_document,
+        "nvbandwidth": NvbandwidthRun.from_document,
     }
     kind = doc.get("kind") if isinstance(doc, dict) else None
     if kind not in readers:

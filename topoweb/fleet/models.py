@@ -6,7 +6,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from topoweb.core.model import NcclRun, P2PResult, Topology, from_document
+from topoweb.core.formats.nvbandwidth import to_p2p
+from topoweb.core.model import NcclRun, NvbandwidthRun, P2PResult, Topology, from_document
 
 
 class Source(models.TextChoices):
@@ -68,6 +69,8 @@ class Snapshot(models.Model):
     server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="snapshots")
     content_sha256 = models.CharField(max_length=64)
     raw_text = models.TextField()
+    # The NCCL topology XML sent with the matrix (`document` is then the merge of both).
+    nccl_xml = models.TextField(blank=True, default="")
     document = models.JSONField()
     source = models.CharField(max_length=16, choices=Source.choices)
     uploaded_by = models.ForeignKey(
@@ -107,6 +110,7 @@ class Benchmark(models.Model):
     class Kind(models.TextChoices):
         NCCL = "nccl-tests", "nccl-tests"
         P2P = "p2p-bandwidth-latency", "p2p-bandwidth-latency"
+        NVBANDWIDTH = "nvbandwidth", "nvbandwidth"
 
     server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="benchmarks")
     # The snapshot current when the benchmark was taken; none when it came before any topology.
@@ -139,9 +143,11 @@ class Benchmark(models.Model):
         return f"{self.kind} on {self.server_id}"
 
     def to_domain(self) -> NcclRun | P2PResult:
+        """nvbandwidth is read as the p2pBandwidthLatencyTest matrices it measures, so health
+        and calibration take either."""
         parsed = from_document(self.document)
         assert not isinstance(parsed, Topology)
-        return parsed
+        return to_p2p(parsed) if isinstance(parsed, NvbandwidthRun) else parsed
 
 
 class CollectorToken(models.Model):

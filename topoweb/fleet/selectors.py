@@ -12,9 +12,11 @@ from django.db.models import Count, F, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
+from topoweb.core.ecosystem import EXPORT_FORMATS, Export, render_export
 from topoweb.core.export import cytoscape_elements
 from topoweb.core.formats import parse_text
-from topoweb.core.model import NcclRun, Topology
+from topoweb.core.model import NcclRun, NvbandwidthRun, Topology
+from topoweb.core.scheduling import nvlink_domain_of, topology_conf
 from topoweb.fleet.models import (
     ApiToken,
     Benchmark,
@@ -235,7 +237,8 @@ def upload_preview(text: str) -> dict[str, Any]:
     parsed = parse_text(text)
     if isinstance(parsed, Topology):
         nv = sorted({lnk.link_class for lnk in parsed.gpu_links() if lnk.is_nvlink})
-        summary = f"nvidia-smi topo -m: {len(parsed.gpus)} GPUs, {len(parsed.nics)} NICs, " + (
+        source = "NCCL topology XML" if parsed.details else "nvidia-smi topo -m"
+        summary = f"{source}: {len(parsed.gpus)} GPUs, {len(parsed.nics)} NICs, " + (
             f"NVLink {'/'.join(nv)}" if nv else "no NVLink"
         )
         if parsed.warnings:
@@ -254,7 +257,74 @@ def upload_preview(text: str) -> dict[str, Any]:
         if parsed.errors:
             summary += f", {len(parsed.errors)} error(s) reported"
         return {"kind": "nccl-tests", "summary": summary, "warnings": [], "elements": []}
+    if isinstance(parsed, NvbandwidthRun):
+        done = [t.name for t in parsed.testcases if t.matrix]
+        summary = f"nvbandwidth {parsed.version or ''}: {len(done)} testcase(s) measured".replace(
+            "  ", " "
+        )
+        if parsed.errors:
+            summary += f", {len(parsed.errors)} error(s) reported"
+        return {
+            "kind": "nvbandwidth",
+            "summary": summary,
+            "warnings": list(parsed.warnings),
+            "elements": [],
+        }
     summary = f"p2pBandwidthLatencyTest: {len(parsed.gpus)} GPUs, matrices: " + (
         ", ".join(sorted(parsed.matrices)) or "none"
     )
     return {"kind": "p2p-bandwidth-latency", "summary": summary, "warnings": [], "elements": []}
+
+
+# --- exports for schedulers and NCCL ------------------------------------------------------
+
+
+def server_export(server: Server, fmt: str) -> Export:
+    """One of core.ecosystem's exports of the server's latest topology, with its NVML and host
+    facts (real bus ids, PCIe generation, NIC speeds); Http404 before any snapshot or for a
+    format that does not exist."""
+    snapshot = server.latest_snapshot
+    if snapshot is None:
+        raise Http404(f"server {server.hostname!r} has no topology snapshot yet")
+    _known_format(fmt)
+    return render_export(
+        snapshot.to_domain(),
+        fmt,
+        name=server.hostname,
+        nvml=snapshot.nvml,
+        host=snapshot.host,
+        fingerprint=snapshot.topology_class.fingerprint,
+        gpu_model=snapshot.gpu_model or None,
+    )
+
+
+def topology_class_export(topology_class: TopologyClass, fmt: str) -> Export:
+    """The same for a topology class: its canonical document, no host facts (so an NCCL XML
+    carries placeholder bus ids, and says so)."""
+    _known_format(fmt)
+    return render_export(
+        topology_class.to_domain(),
+        fmt,
+        name=f"class-{topology_class.fingerprint[:12]}",
+        fingerprint=topology_class.fingerprint,
+        gpu_model=topology_class.gpu_model or None,
+    )
+
+
+def _known_format(fmt: str) -> None:
+    if fmt not in EXPORT_FORMATS:
+        raise Http404(f"no export format {fmt!r}; formats: {', '.join(EXPORT_FORMATS)}")
+
+
+def fleet_topology_conf() -> str:
+    """Slurm topology.conf blocks for the multi-node NVLink domains NVML reports (fabric cluster
+    UUID and clique of each server's GPUs), from every server's latest snapshot."""
+    domains: dict[str, list[str]] = {}
+    rows = Server.objects.filter(latest_snapshot__isnull=False).values_list(
+        "hostname", "latest_snapshot__nvml"
+    )
+    for hostname, nvml in rows:
+        domain = nvlink_domain_of(nvml)
+        if domain is not None:
+            domains.setdefault(domain, []).append(hostname)
+    return topology_conf(domains)

@@ -19,8 +19,10 @@ from django.utils import timezone
 
 from topoweb.core.fingerprint import describe_links, topology_fingerprint
 from topoweb.core.formats import ParseError, detect_format, parse_text
+from topoweb.core.formats.nvbandwidth import to_p2p
 from topoweb.core.formats.nvml import NvmlFacts, read_host, read_nvml
-from topoweb.core.model import NcclRun, P2PResult, Topology
+from topoweb.core.merge import merge_sources
+from topoweb.core.model import NcclRun, NvbandwidthRun, P2PResult, Topology
 from topoweb.fleet.models import (
     ApiToken,
     Benchmark,
@@ -32,7 +34,12 @@ from topoweb.fleet.models import (
 )
 from topoweb.fleet.selectors import hash_token, usual_topology_class_id
 
-BENCHMARK_KINDS = (Benchmark.Kind.NCCL.value, Benchmark.Kind.P2P.value)
+BENCHMARK_KINDS = (
+    Benchmark.Kind.NCCL.value,
+    Benchmark.Kind.P2P.value,
+    Benchmark.Kind.NVBANDWIDTH.value,
+)
+ParsedBenchmark = NcclRun | P2PResult | NvbandwidthRun
 
 
 @dataclass(frozen=True)
@@ -111,14 +118,17 @@ def content_sha256(
     nvml: dict[str, Any] | None = None,
     host: dict[str, Any] | None = None,
     benchmarks: Sequence[BenchmarkInput] = (),
+    nccl_xml: str = "",
 ) -> str:
     """What makes two reports "the same": everything measured, not when or by which version."""
+    extra = {"nccl_xml": nccl_xml} if nccl_xml else {}  # older digests stay as they were
     canonical = json.dumps(
         {
             "topo_text": topo_text,
             "nvml": nvml,
             "host": host,
             "benchmarks": [[b.kind, b.text] for b in benchmarks],
+            **extra,
         },
         sort_keys=True,
         separators=(",", ":"),
@@ -138,16 +148,26 @@ def ingest_report(
     benchmarks: Sequence[BenchmarkInput] = (),
     uploaded_by: AbstractBaseUser | None = None,
     gpu_model_hint: str = "",
+    nccl_xml: str = "",
 ) -> Ingested:
     """Store one topology report with its benchmarks, or find the identical one already stored.
 
-    Everything is parsed before anything is written, so bad input raises ParseError (message and
-    line from the core; for NVML facts, the place in them) with nothing stored."""
+    `topo_text` is `topo -m` output or an NCCL topology XML; with `nccl_xml` beside a matrix,
+    the snapshot holds the merge of both (contradictions listed for health). Everything is
+    parsed before anything is written, so bad input raises ParseError (message and line from
+    the core; for NVML facts, the place in them) with nothing stored."""
     topology = parse_text(topo_text, expected="topology")
     assert isinstance(topology, Topology)
+    if nccl_xml:
+        try:
+            xml = parse_text(nccl_xml, expected="nccl-topology-xml")
+        except ParseError as exc:
+            raise ParseError("nccl_xml: " + exc.message, exc.line) from exc
+        assert isinstance(xml, Topology)
+        topology = merge_sources(topology, xml)
     facts = read_nvml(nvml) if nvml is not None else None
     parsed_benchmarks = [_parse_benchmark(i, b) for i, b in enumerate(benchmarks)]
-    digest = content_sha256(topo_text, nvml, host, benchmarks)
+    digest = content_sha256(topo_text, nvml, host, benchmarks, nccl_xml)
     now = timezone.now()
     with transaction.atomic():
         server, _ = Server.objects.get_or_create(hostname=hostname)
@@ -169,6 +189,7 @@ def ingest_report(
                     server=server,
                     content_sha256=digest,
                     raw_text=topo_text,
+                    nccl_xml=nccl_xml,
                     document=topology.to_document(),
                     source=source,
                     uploaded_by=uploaded_by,
@@ -255,13 +276,33 @@ def ingest_upload(
     gpu_model_hint: str = "",
     create: bool = False,
 ) -> Ingested:
-    """A file a person hands in: topology, nccl-tests or p2p output, told apart by the core.
-    A mistyped hostname must not become a new server: a new one needs `create`."""
+    """A file a person hands in: topology, nccl-tests, p2p or nvbandwidth output, or an NCCL
+    topology XML, told apart by the core. An XML for a server whose latest capture is a
+    `topo -m` matrix is stored merged with that matrix. A mistyped hostname must not become a
+    new server: a new one needs `create`."""
     kind = detect_format(text)
     if not create and not Server.objects.filter(hostname=hostname).exists():
         raise UnknownServer(hostname)
     now = timezone.now()
-    if kind == "topology":
+    if kind == "nccl-topology-xml":
+        latest = (
+            Snapshot.objects.filter(server__hostname=hostname)
+            .order_by("-captured_at", "-id")
+            .first()
+        )
+        if latest is not None and detect_format(latest.raw_text) == "topology":
+            return ingest_report(
+                hostname=hostname,
+                topo_text=latest.raw_text,
+                nccl_xml=text,
+                captured_at=now,
+                source=Source.UPLOAD,
+                uploaded_by=uploaded_by,
+                nvml=latest.nvml,
+                host=latest.host,
+                gpu_model_hint=gpu_model_hint or latest.gpu_model,
+            )
+    if kind in ("topology", "nccl-topology-xml"):
         return ingest_report(
             hostname=hostname,
             topo_text=text,
@@ -314,7 +355,7 @@ def nvlink_summary(topology: Topology) -> str:
     )
 
 
-def _parse_benchmark(index: int | None, item: BenchmarkInput) -> NcclRun | P2PResult:
+def _parse_benchmark(index: int | None, item: BenchmarkInput) -> ParsedBenchmark:
     where = f"benchmarks[{index}] ({item.kind}): " if index is not None else ""
     if item.kind not in BENCHMARK_KINDS:
         raise ParseError(f"{where}unknown benchmark kind; expected one of {list(BENCHMARK_KINDS)}")
@@ -322,7 +363,7 @@ def _parse_benchmark(index: int | None, item: BenchmarkInput) -> NcclRun | P2PRe
         parsed = parse_text(item.text, expected=item.kind)
     except ParseError as exc:
         raise ParseError(where + exc.message, exc.line) from exc
-    assert isinstance(parsed, NcclRun | P2PResult)
+    assert isinstance(parsed, NcclRun | P2PResult | NvbandwidthRun)
     return parsed
 
 
@@ -331,7 +372,7 @@ def _store_benchmark(
     snapshot: Snapshot | None,
     kind: str,
     text: str,
-    parsed: NcclRun | P2PResult,
+    parsed: ParsedBenchmark,
     source: str,
     uploaded_by: AbstractBaseUser | None,
     captured_at: datetime,
@@ -342,6 +383,8 @@ def _store_benchmark(
             "avg_busbw_gbps": parsed.avg_busbw_gbps,
             "gpu_count": parsed.n_gpus,
         }
+    elif isinstance(parsed, NvbandwidthRun):
+        extra = {"gpu_count": len(to_p2p(parsed).gpus) or None}
     else:
         extra = {"gpu_count": len(parsed.gpus)}
     return Benchmark.objects.get_or_create(
@@ -365,9 +408,7 @@ def _touch(server: Server, now: datetime) -> None:
     server.save(update_fields=["last_seen_at"])
 
 
-def _gpu_model(
-    facts: NvmlFacts | None, hint: str, benchmarks: Sequence[NcclRun | P2PResult]
-) -> str:
+def _gpu_model(facts: NvmlFacts | None, hint: str, benchmarks: Sequence[ParsedBenchmark]) -> str:
     """NVML's names are authoritative; then the names the capture's own benchmarks print;
     a person's hint last (never a SKU or platform name: those are not GPU models)."""
     names = list(facts.gpu_names) if facts is not None else []
@@ -382,13 +423,15 @@ def _gpu_model(
     return Counter(names).most_common(1)[0][0][:200] if names else ""
 
 
-def _benchmark_gpu_names(parsed: NcclRun | P2PResult) -> list[str]:
+def _benchmark_gpu_names(parsed: ParsedBenchmark) -> list[str]:
+    if isinstance(parsed, NvbandwidthRun):
+        parsed = to_p2p(parsed)
     if isinstance(parsed, P2PResult):
-        return [g.name for g in parsed.gpus if g.name]
+        return [g.name for g in parsed.gpus if g.name and g.name != "unknown"]
     return [r.name for r in parsed.ranks if r.name]
 
 
-def _learn_gpu_model(snapshot: Snapshot | None, parsed: NcclRun | P2PResult) -> None:
+def _learn_gpu_model(snapshot: Snapshot | None, parsed: ParsedBenchmark) -> None:
     """A benchmark run on a snapshot that names no GPU model names it (the GPUs it printed)."""
     if snapshot is None or snapshot.gpu_model:
         return

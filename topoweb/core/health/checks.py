@@ -23,6 +23,7 @@ from topoweb.core.health.findings import (
     NIC_FAR_FROM_GPU,
     P2P_UNAVAILABLE,
     SEVERITY_ORDER,
+    SOURCES_DISAGREE,
     TOPOLOGY_DRIFT,
     Finding,
     HealthInputError,
@@ -58,6 +59,7 @@ def check_health(
     findings: list[Finding] = []
     findings += _nic_far_from_gpu(topo)
     findings += _inconsistent_matrix(topo)
+    findings += _sources_disagree(topo)
     if previous is not None:
         findings += _drift_from_previous(topo, previous)
     findings += _against_sku(topo, sku_reference, fingerprint, sku_fingerprint)
@@ -123,6 +125,31 @@ def _nic_far_from_gpu(topo: Topology) -> list[Finding]:
                 "on GPUs with a NIC on their own NUMA node, or add a NIC to that node."
             ),
             message=f"{names}: nearest NIC is across the socket link (SYS)",
+        )
+    ]
+
+
+def _sources_disagree(topo: Topology) -> list[Finding]:
+    """Where `topo -m` and the NCCL topology XML of the same capture describe it differently
+    (core.merge lists them): one of the two is stale or the VM hides part of the machine."""
+    found = topo.details.get("contradictions") if isinstance(topo.details, dict) else None
+    if not found:
+        return []
+    known = {d.id for d in topo.devices}
+    devices = [d for c in found for d in c.get("devices", ()) if d in known]
+    return [
+        Finding(
+            kind=SOURCES_DISAGREE,
+            severity="warning",
+            devices=ordered_ids(topo, devices),
+            evidence={"contradictions": list(found)},
+            advice=(
+                "Capture both again at the same time (collector --nccl-topo-xml); if they still "
+                "differ, NCCL plans with the XML's view: fix or regenerate the NCCL_TOPO_FILE."
+            ),
+            message=f"topo -m and the NCCL topology XML disagree in {len(found)} place(s): "
+            + "; ".join(str(c.get("message")) for c in found[:3])
+            + ("; ..." if len(found) > 3 else ""),
         )
     ]
 

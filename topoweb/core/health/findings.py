@@ -20,6 +20,7 @@ NIC_FAR_FROM_GPU = "nic_far_from_gpu"
 TOPOLOGY_DRIFT = "topology_drift"
 INCONSISTENT_MATRIX = "inconsistent_matrix"
 FAILED_BENCHMARK = "failed_benchmark"
+SOURCES_DISAGREE = "sources_disagree"
 # Stable ids: the API filters on them and stored analyses keep them.
 KINDS: tuple[str, ...] = (
     BELOW_EXPECTED_BANDWIDTH,
@@ -30,6 +31,7 @@ KINDS: tuple[str, ...] = (
     TOPOLOGY_DRIFT,
     INCONSISTENT_MATRIX,
     FAILED_BENCHMARK,
+    SOURCES_DISAGREE,
 )
 
 

@@ -1,0 +1,177 @@
+"""NCCL topology XML read from the real samples (dumps and hand-written topo files, whole,
+truncated and bare), refused where it is not XML, and written back in NCCL's own shape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from topoweb.core.fingerprint import topology_fingerprint
+from topoweb.core.formats import ParseError, detect_format, ncclxml, parse_text
+from topoweb.core.formats.ncclxml import HostFacts, cpulist_from_mask, mask_from_cpulist
+from topoweb.core.model import Topology
+
+from .topo_fixtures import TOPO_FILES, fixture_text
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+XML_FILES = sorted(FIXTURES.glob("ncclxml_*.xml"))
+
+
+def xml_of(prefix: str) -> str:
+    (path,) = FIXTURES.glob(f"{prefix}_*.xml")
+    return path.read_text()
+
+
+def read(prefix: str) -> Topology:
+    return ncclxml.parse(xml_of(prefix))
+
+
+def refusal(text: str) -> ParseError:
+    with pytest.raises(ParseError) as err:
+        ncclxml.parse(text)
+    return err.value
+
+
+@pytest.mark.parametrize("path", XML_FILES, ids=lambda p: p.name[:10])
+def test_every_xml_sample_is_detected_and_read_into_a_topology(path: Path) -> None:
+    text = path.read_text()
+    assert detect_format(text) == "nccl-topology-xml"
+    topo = parse_text(text)
+    assert isinstance(topo, Topology) and topo.gpus
+
+
+def test_a_full_h100_vm_dump_gives_nv18_through_nvswitch_and_nic_per_bridge() -> None:
+    topo = read("ncclxml_08")
+    assert len(topo.gpus) == 8 and len(topo.nics) == 8
+    assert {lnk.link_class for lnk in topo.gpu_links()} == {"NV18"}
+    # Each TI bridge holds one GPU and one NIC; the NICs are numbered backwards (mlx5_7 first).
+    assert topo.device("NIC7").nic_name == "mlx5_7"
+    assert topo.link_class("GPU0", "NIC7") == "PIX"
+    assert topo.link_class("GPU0", "NIC6") == "NODE"
+    assert topo.link_class("GPU0", "NIC0") == "SYS"
+    assert topo.device("GPU4").numa_affinity == "1"
+    assert topo.device("GPU0").cpu_affinity == "0-79"
+    assert topo.warnings == ()
+
+
+def test_it_keeps_what_the_matrix_cannot_say_pcie_hops_nic_speed_nvlink_targets() -> None:
+    details = read("ncclxml_08").details
+    gpu0 = details["devices"]["GPU0"]
+    assert gpu0["bus_id"] == "0000:a4:00.0" and gpu0["sm"] == 90
+    assert [h["link_speed_gts"] for h in gpu0["pcie_path"]] == [2.5, 32.0]
+    assert [h["link_width"] for h in gpu0["pcie_path"]] == [1, 0]  # the VM's x0 endpoints
+    assert sorted(n["count"] for n in gpu0["nvlinks"]) == [4, 4, 5, 5]
+    assert {n["target_kind"] for n in gpu0["nvlinks"]} == {"nvswitch"}
+    assert details["devices"]["NIC7"]["speed_gbits"] == 200
+    assert details["devices"]["NIC7"]["port"] == 1
+    assert len(details["nvswitches"]) == 4
+
+
+def test_a_truncated_dump_is_read_up_to_where_it_stops_with_a_line_numbered_warning() -> None:
+    topo = read("ncclxml_05")
+    assert len(topo.gpus) == 3 and [n.nic_name for n in topo.nics] == ["mlx5_0", "mlx5_1", "mlx5_2"]
+    assert topo.link_class("GPU0", "NIC0") == "PIX" and topo.link_class("GPU0", "GPU1") == "NV18"
+    (warning,) = topo.warnings
+    assert "truncated at line 53" in warning and "opened at line 52" in warning
+
+
+def test_the_aws_efa_dump_with_extra_attributes_and_another_order_is_read() -> None:
+    topo = read("ncclxml_07")
+    assert topo.device("NIC0").nic_name == "rdmap82s0"
+    assert topo.details["devices"]["NIC0"]["speed_gbits"] == 400
+    assert topo.details["devices"]["GPU0"]["pcie_path"][0]["link_width"] == 8
+    assert "truncated" in topo.warnings[0]
+
+
+def test_nvlink_pairs_with_gpu_targets_give_nv12_and_a_nic_without_pci_sits_on_its_cpu() -> None:
+    topo = read("ncclxml_01")
+    assert topo.link_class("GPU0", "GPU1") == "NV12" and topo.link_class("GPU0", "GPU2") == "SYS"
+    assert topo.link_class("GPU0", "NIC0") == "NODE"
+    assert any("eth0" in w and "no PCI location" in w for w in topo.warnings)
+
+
+def test_bare_pci_files_are_read_by_class_with_a_warning() -> None:
+    topo = read("ncclxml_02")
+    assert len(topo.gpus) == 8 and len(topo.nics) == 8
+    assert topo.link_class("GPU0", "GPU1") == "PIX"  # two GPUs on one virtual bridge
+    assert any("bare <pci>" in w for w in topo.warnings)
+    flat = read("ncclxml_04")  # no bridges at all: everything hangs off its CPU
+    assert flat.link_class("GPU0", "GPU1") == "NODE" and flat.link_class("GPU0", "GPU4") == "SYS"
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        ('<system version="1">\n  <cpu numaid="0">\n  </pci>\n</system>\n', 3, "mismatched tag"),
+        ("<gpus>\n</gpus>\n", 1, "no <system> element"),
+        ('<system version="1">\n</system>\n', 1, "no <cpu>"),
+        ('<system version="1">\n  <cpu numaid="0"/>\n</system>\n', 1, "no GPU"),
+        (
+            '<?xml version="1.0"?>\n<!DOCTYPE s [<!ENTITY a "aaaa">]>\n<system/>\n',
+            2,
+            "DOCTYPE or entity",
+        ),
+    ],
+)
+def test_it_refuses_what_is_not_an_nccl_topology_with_the_line(
+    text: str, line: int, words: str
+) -> None:
+    err = refusal(text)
+    assert err.line == line and words in err.message
+
+
+def test_it_refuses_huge_input_before_parsing_it() -> None:
+    err = refusal("<system>" + " " * (ncclxml.MAX_XML_CHARS + 1))
+    assert "refused" in err.message
+
+
+def test_cpu_masks_and_lists_convert_both_ways() -> None:
+    assert cpulist_from_mask("00000000,0000ffff,ff000000") == "24-47"
+    assert mask_from_cpulist("0-23,48-71") == "000000ff,ffff0000,00ffffff"
+    assert cpulist_from_mask(mask_from_cpulist("0,2,4,9-11") or "") == "0,2,4,9-11"
+
+
+@pytest.mark.parametrize("name", TOPO_FILES, ids=lambda n: n[:7])
+def test_an_exported_xml_reads_back_to_the_same_wiring(name: str) -> None:
+    topo = parse_text(fixture_text(name[:7]))
+    assert isinstance(topo, Topology)
+    text, _ = ncclxml.to_nccl_xml(topo)
+    back = ncclxml.parse(text)
+    assert topology_fingerprint(back) == topology_fingerprint(topo)
+
+
+@pytest.mark.parametrize("prefix", ["topo_01", "topo_10", "topo_22", "topo_28", "topo_38"])
+def test_an_exported_xml_reads_back_to_the_identical_topology(prefix: str) -> None:
+    topo = parse_text(fixture_text(prefix))
+    back = ncclxml.parse(ncclxml.to_nccl_xml(topo)[0])
+    assert back == topo  # same ids, affinities, NUMA nodes and every pair's class
+
+
+def test_the_export_is_in_the_shape_nccls_reader_takes() -> None:
+    topo = parse_text(fixture_text("topo_10"))  # two GPUs PHB apart: needs the host_bridge mark
+    assert isinstance(topo, Topology)
+    text, _ = ncclxml.to_nccl_xml(topo)
+    assert text.startswith('<system version="1">\n  <cpu numaid=')
+    assert "\t" not in text and "<?xml" not in text  # NCCL's reader knows neither
+    assert 'host_bridge="hb0"' in text
+    for line in text.splitlines():
+        assert line.count("=") <= 16  # NCCL keeps 16 attributes per element
+
+
+def test_host_facts_replace_the_placeholders() -> None:
+    topo = parse_text(fixture_text("topo_22"))
+    assert isinstance(topo, Topology)
+    bus = {f"GPU{i}": f"00000000:{0x18 + 0x10 * i:02X}:00.0" for i in range(8)}
+    text, warnings = ncclxml.to_nccl_xml(topo, HostFacts(gpu_bus_ids=bus, sm=90, pcie_gen=5))
+    assert 'busid="0000:18:00.0"' in text and "fffe:" not in text
+    assert not any("bus ids" in w for w in warnings)
+    assert [d.id for d in ncclxml.parse(text).gpus] == [f"GPU{i}" for i in range(8)]
+
+
+def test_a_topology_read_from_xml_is_written_back_as_it_was_read() -> None:
+    topo = read("ncclxml_08")
+    text, warnings = ncclxml.to_nccl_xml(topo)
+    assert warnings == []
+    assert ncclxml.parse(text) == topo
+    assert text == xml_of("ncclxml_08")

@@ -1,0 +1,122 @@
+"""nvbandwidth output (text and -j JSON) read from real published runs, and the
+p2pBandwidthLatencyTest view that health and calibration take from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from topoweb.core.costs import build_model, calibrate_from_p2p
+from topoweb.core.formats import ParseError, detect_format, nvbandwidth, parse_text
+from topoweb.core.model import NvbandwidthRun, Topology, from_document
+
+from .topo_fixtures import fixture_text
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+NVB_FILES = sorted(FIXTURES.glob("nvbandwidth_*"))
+
+
+def text_of(prefix: str) -> str:
+    (path,) = FIXTURES.glob(f"{prefix}_*")
+    return path.read_text()
+
+
+def run_of(prefix: str) -> NvbandwidthRun:
+    return nvbandwidth.parse(text_of(prefix))
+
+
+@pytest.mark.parametrize("path", NVB_FILES, ids=lambda p: p.name[:14])
+def test_every_nvbandwidth_sample_is_detected_and_round_trips_as_a_document(path: Path) -> None:
+    text = path.read_text()
+    assert detect_format(text) == "nvbandwidth"
+    run = parse_text(text)
+    assert isinstance(run, NvbandwidthRun)
+    assert from_document(run.to_document()) == run
+
+
+def test_it_reads_a_six_gpu_read_matrix_whose_paste_elided_the_running_line() -> None:
+    run = run_of("nvbandwidth_01")
+    assert (run.version, run.driver_version, run.cuda_runtime_version) == (
+        "v0.8",
+        "580.95.05",
+        "13000",
+    )
+    (case,) = run.testcases
+    assert case.name == "device_to_device_memcpy_read_ce" and case.sum == 715.53
+    assert case.matrix[0] == (None, 26.34, 26.35, 21.95, 22.64, 21.8)
+    assert len(case.matrix) == 6
+    assert any("no `Running" in w for w in run.warnings)
+
+
+def test_it_reads_three_testcases_with_host_rows_and_variation_lines() -> None:
+    run = run_of("nvbandwidth_02")
+    assert [t.name for t in run.testcases] == [
+        "host_to_device_memcpy_ce",
+        "device_to_host_memcpy_ce",
+        "device_to_device_memcpy_read_ce",
+    ]
+    assert run.testcases[0].matrix == ((26.03, 25.94),)
+    assert run.testcases[2].matrix == ((None, 276.07), (276.19, None))
+    assert run.errors == ()
+
+
+def test_a_run_that_asserts_is_read_as_failed_with_its_devices() -> None:
+    run = run_of("nvbandwidth_03")
+    assert len(run.devices) == 8 and run.devices[0] == "NVIDIA A100-SXM4-80GB (00000000:34:00)"
+    (case,) = run.testcases
+    assert case.status == "Error" and case.matrix == ()
+    assert any("ASSERT" in e for e in run.errors)
+
+
+def test_it_reads_the_json_form_with_waived_testcases() -> None:
+    run = run_of("nvbandwidth_04")
+    assert run.version == "v0.5" and run.driver_version == "565.02"
+    assert len(run.testcases) == 32
+    waived = [t.name for t in run.testcases if t.status == "Waived"]
+    assert "device_to_device_memcpy_read_ce" in waived
+    h2d = run.testcase("host_to_device_memcpy_ce")
+    assert h2d is not None and h2d.matrix == ((12.3964,),)
+
+
+def test_json_among_log_lines_is_read_with_a_warning() -> None:
+    noisy = "WARNING: Failed to acquire log file lock.\n" + text_of("nvbandwidth_04") + "WARN }}}\n"
+    run = nvbandwidth.parse(noisy)
+    assert len(run.testcases) == 32 and run.warnings
+
+
+def test_broken_json_is_refused_with_its_line() -> None:
+    text = text_of("nvbandwidth_04").replace('"status" : "Waived"', '"status" : Waived', 1)
+    with pytest.raises(ParseError) as err:
+        nvbandwidth.parse(text)
+    assert err.value.line is not None and err.value.line > 40
+
+
+def test_a_matrix_row_of_the_wrong_width_is_refused_with_its_line() -> None:
+    text = text_of("nvbandwidth_02").replace("1    276.19       N/A", "1    276.19")
+    with pytest.raises(ParseError) as err:
+        nvbandwidth.parse(text)
+    assert err.value.line == 23
+
+
+def test_the_p2p_view_turns_row_from_column_into_source_to_destination() -> None:
+    p2p = nvbandwidth.to_p2p(run_of("nvbandwidth_02"))  # GPU(row) <- GPU(column)
+    uni = p2p.matrices["unidirectional_p2p_enabled_gbps"]
+    assert uni[1][0] == 276.07 and uni[0][1] == 276.19
+    assert p2p.p2p_access == ((True, True), (True, True))
+    forward = nvbandwidth.to_p2p(run_of("nvbandwidth_01"))  # GPU(row) -> GPU(column)
+    assert forward.matrices["unidirectional_p2p_enabled_gbps"][0][3] == 21.95
+    assert len(forward.gpus) == 6
+
+
+def test_one_gpu_json_has_no_pair_to_judge() -> None:
+    p2p = nvbandwidth.to_p2p(run_of("nvbandwidth_04"))
+    assert len(p2p.gpus) == 1 and p2p.matrices == {}
+
+
+def test_calibration_takes_nvbandwidth_as_it_takes_p2p_results() -> None:
+    topo = parse_text(fixture_text("topo_09"))  # 4 RTX 6000 Ada on PCIe; nvbandwidth_01 had 6
+    assert isinstance(topo, Topology)
+    six = nvbandwidth.to_p2p(run_of("nvbandwidth_01"))
+    cal = calibrate_from_p2p(build_model(topo, "NVIDIA RTX 6000 Ada Generation"), six)
+    assert cal.scale and all(0 < v < 2 for v in cal.scale.values())

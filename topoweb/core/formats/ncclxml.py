@@ -1,0 +1,700 @@
+"""NCCL topology XML (`NCCL_TOPO_DUMP_FILE` dumps, hand-written `NCCL_TOPO_FILE`s) in and out.
+
+In: the `<system>` tree becomes a Topology whose classes follow nvidia-smi's (NV<k>, PIX, PXB,
+PHB, NODE, SYS) and whose `details` keep what the matrix cannot say: PCIe speed and width per
+hop, NIC speeds and ports, NVLink targets (GPU, NVSwitch, CPU), C2C links, CPU placement.
+Truncated files are read up to where they stop, with a warning; anything else that is not
+well-formed XML is refused with its line number. Entities and DTDs are refused outright.
+
+Out: an `NCCL_TOPO_FILE` in the shape NCCL's own loader reads (src/graph/xml.cc: spaces, no XML
+declaration, `<system version="1">` > `<cpu>` > nested `<pci>` > `<gpu>`/`<nic><net>`; the
+attributes src/graph/topo.cc reads: cpu numaid/affinity/arch/vendor/familyid/modelid, pci
+busid/class/link_speed/link_width, gpu dev/sm/rank/gdr, nvlink target/count/tclass, net
+name/dev/speed/port/latency/guid/maxconn/gdr). NCCL's XML cannot tell PHB from NODE (both are
+"through the CPU" to it); a top-level `<pci>` carries `host_bridge` (ignored by NCCL) so the
+file reads back to the same matrix."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from xml.parsers import expat
+
+from topoweb.core.formats import ParseError
+from topoweb.core.model import Device, Link, Topology
+
+MAX_XML_CHARS = 4 * 2**20  # a 64-GPU dump is ~100 kB; NCCL itself stops at a few thousand nodes
+MAX_XML_NODES = 20_000
+
+GPU_CLASS = "0x030200"
+NVSWITCH_CLASS = "0x068000"  # NCCL's PCI_NVSWITCH_CLASS
+CPU_NVLINK_CLASS = "0x068001"  # an NVLink whose far end is the CPU (Grace C2C as NVLink)
+BRIDGE_CLASS = "0x060400"
+IB_CLASS = "0x020700"
+ETH_CLASS = "0x020000"
+
+_TRUNCATED = {
+    expat.errors.codes[expat.errors.XML_ERROR_NO_ELEMENTS],
+    expat.errors.codes[expat.errors.XML_ERROR_UNCLOSED_TOKEN],
+    expat.errors.codes[expat.errors.XML_ERROR_PARTIAL_CHAR],
+    expat.errors.codes[expat.errors.XML_ERROR_UNCLOSED_CDATA_SECTION],
+}
+_JUNK_AFTER = expat.errors.codes[expat.errors.XML_ERROR_JUNK_AFTER_DOC_ELEMENT]
+_START = re.compile(r"<(\?xml|system)\b")
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Node:
+    tag: str
+    attrs: dict[str, str]
+    line: int
+    parent: _Node | None = None
+    children: list[_Node] = field(default_factory=list)
+    closed: bool = False
+
+    def walk(self) -> Iterator[_Node]:
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
+    def to_document(self) -> dict[str, Any]:
+        # Pairs, not an object: a JSONB column reorders object keys, and the file written back
+        # should read like the one that came in.
+        doc: dict[str, Any] = {"tag": self.tag, "attrs": [[k, v] for k, v in self.attrs.items()]}
+        if self.children:
+            doc["children"] = [c.to_document() for c in self.children]
+        return doc
+
+
+class _Refused(Exception):
+    def __init__(self, message: str, line: int) -> None:
+        self.message = message
+        self.line = line
+
+
+def looks_like_ncclxml(text: str) -> bool:
+    """A `<system>` element near the top: what every NCCL topology file starts with."""
+    head = text.lstrip()[:4096]
+    return head.startswith("<") and _START.search(head) is not None
+
+
+def _read_tree(text: str) -> tuple[_Node, list[str]]:
+    if len(text) > MAX_XML_CHARS:
+        raise ParseError(f"the XML is {len(text)} characters; more than {MAX_XML_CHARS} is refused")
+    warnings: list[str] = []
+    start = _START.search(text)
+    if start is None:
+        raise ParseError("no <system> element: not an NCCL topology XML", line=1)
+    offset = text.count("\n", 0, start.start())
+    if text[: start.start()].strip():
+        warnings.append(f"ignored {offset} line(s) of text before the XML")
+    body = text[start.start() :]
+    parser = expat.ParserCreate()
+    stack: list[_Node] = []
+    roots: list[_Node] = []
+    count = 0
+
+    def line() -> int:
+        return int(parser.CurrentLineNumber) + offset
+
+    def on_start(tag: str, attrs: dict[str, str]) -> None:
+        nonlocal count
+        count += 1
+        if count > MAX_XML_NODES:
+            raise _Refused(f"more than {MAX_XML_NODES} elements", line())
+        node = _Node(tag, dict(attrs), line(), stack[-1] if stack else None)
+        if stack:
+            stack[-1].children.append(node)
+        else:
+            roots.append(node)
+        stack.append(node)
+
+    def on_end(tag: str) -> None:
+        stack.pop().closed = True
+
+    def refuse_dtd(*_: Any) -> None:
+        raise _Refused("a DOCTYPE or entity declaration is not allowed here", line())
+
+    parser.StartElementHandler = on_start
+    parser.EndElementHandler = on_end
+    parser.StartDoctypeDeclHandler = refuse_dtd
+    parser.EntityDeclHandler = refuse_dtd
+    parser.ExternalEntityRefHandler = refuse_dtd  # type: ignore[assignment]
+    try:
+        parser.Parse(body, True)
+    except _Refused as exc:
+        raise ParseError(exc.message, line=exc.line) from None
+    except expat.ExpatError as exc:
+        where = int(exc.lineno) + offset
+        if exc.code in _TRUNCATED and stack:
+            open_ = stack[-1]
+            what = f"<{open_.tag}" + (
+                f" busid={open_.attrs['busid']!r}" if "busid" in open_.attrs else ""
+            )
+            warnings.append(
+                f"the XML is truncated at line {where} inside {what}> (opened at line "
+                f"{open_.line}): read what came before it"
+            )
+        elif exc.code == _JUNK_AFTER and roots and roots[0].closed:
+            warnings.append(f"ignored text after </{roots[0].tag}> from line {where}")
+        else:
+            raise ParseError(
+                f"not well-formed XML: {expat.errors.messages[exc.code]}", line=where
+            ) from None
+    if not roots:
+        raise ParseError("no XML element found", line=1 + offset)
+    root = roots[0]
+    if root.tag != "system":
+        raise ParseError(f"expected <system> as the top element, got <{root.tag}>", line=root.line)
+    return root, warnings
+
+
+@dataclass
+class _Endpoint:
+    """A GPU or NIC found in the tree, with the <pci> chain from its <cpu> down to it."""
+
+    kind: str
+    busid: str | None
+    cpu: int  # position of its <cpu> among the system's
+    chain: tuple[_Node, ...]  # <pci> ancestors, top-level first, its own <pci> last
+    node: _Node  # the <gpu>, <net>, or the bare <pci> for a pci-only file
+    name: str | None = None
+    order: tuple[Any, ...] = ()
+
+
+def _bus_key(busid: str | None) -> tuple[int, int, int, int]:
+    m = re.fullmatch(r"(?:([0-9a-fA-F]+):)?([0-9a-fA-F]+):([0-9a-fA-F]+)\.([0-7])", busid or "")
+    if not m:
+        return (1 << 32, 0, 0, 0)
+    return (int(m.group(1) or "0", 16), int(m.group(2), 16), int(m.group(3), 16), int(m.group(4)))
+
+
+def normalise_busid(busid: str) -> str:
+    """NCCL's spelling, `0000:18:00.0`: NVML's 8-digit domain cut to 4, hex lowercase."""
+    d, b, s, f = _bus_key(busid)
+    if d == 1 << 32:
+        return busid.lower()
+    return f"{d:04x}:{b:02x}:{s:02x}.{f}"
+
+
+def _int(value: str | None) -> int | None:
+    if value is None or not value.strip():
+        return None
+    for base in (0, 10):
+        try:
+            return int(value, base)
+        except ValueError:
+            continue
+    return None
+
+
+def cpulist_from_mask(mask: str) -> str | None:
+    """`00000000,00ffffff` (NCCL's and sysfs's cpumap) -> `0-23`, nvidia-smi's spelling."""
+    digits = mask.replace(",", "").strip()
+    if not digits or not re.fullmatch(r"[0-9a-fA-F]+", digits):
+        return None
+    value = int(digits, 16)
+    cpus = [i for i in range(value.bit_length()) if value >> i & 1]
+    if not cpus:
+        return None
+    runs: list[str] = []
+    start = prev = cpus[0]
+    for c in cpus[1:] + [-2]:
+        if c != prev + 1:
+            runs.append(f"{start}-{prev}" if prev > start else str(start))
+            start = c
+        prev = c
+    return ",".join(runs)
+
+
+def mask_from_cpulist(cpulist: str) -> str | None:
+    """`0-23,48-71` -> `00ffffff,00000000,00ffffff`: 32-bit words, most significant first."""
+    value = 0
+    for part in cpulist.replace(" ", "").split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            return None
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        for c in range(lo, hi + 1):
+            value |= 1 << c
+    if not value:
+        return None
+    words = max(1, (value.bit_length() + 31) // 32)
+    return ",".join(f"{(value >> (32 * w)) & 0xFFFFFFFF:08x}" for w in reversed(range(words)))
+
+
+def _endpoints(root: _Node, warnings: list[str]) -> tuple[list[_Endpoint], list[_Node]]:
+    cpus = [c for c in root.children if c.tag == "cpu"]
+    found: list[_Endpoint] = []
+    bare: list[str] = []
+    for ci, cpu in enumerate(cpus):
+
+        def visit(node: _Node, chain: tuple[_Node, ...], ci: int = ci) -> None:
+            for child in node.children:
+                if child.tag == "pci":
+                    here = (*chain, child)
+                    cls = child.attrs.get("class", "")
+                    gpus = [g for g in child.children if g.tag == "gpu"]
+                    nics = [n for n in child.children if n.tag == "nic"]
+                    busid = normalise_busid(child.attrs.get("busid", ""))
+                    for g in gpus:
+                        found.append(_Endpoint("gpu", busid, ci, here, g))
+                    for nic in nics:
+                        for net in (n for n in nic.children if n.tag == "net"):
+                            found.append(
+                                _Endpoint("nic", busid, ci, here, net, net.attrs.get("name"))
+                            )
+                    if not gpus and not nics and not any(c.tag == "pci" for c in child.children):
+                        if cls.startswith("0x03"):
+                            found.append(_Endpoint("gpu", busid, ci, here, child))
+                            bare.append(busid)
+                        elif cls.startswith("0x02"):
+                            found.append(_Endpoint("nic", busid, ci, here, child))
+                            bare.append(busid)
+                    visit(child, here)
+                elif child.tag == "nic" and node.tag == "cpu":
+                    for net in (n for n in child.children if n.tag == "net"):
+                        name = net.attrs.get("name")
+                        warnings.append(
+                            f"NIC {name or '?'} (line {net.line}) has no PCI location: "
+                            "placed on its CPU"
+                        )
+                        found.append(_Endpoint("nic", None, ci, (), net, name))
+
+        visit(cpu, ())
+    if bare:
+        warnings.append(
+            f"{len(bare)} device(s) are bare <pci> entries without <gpu>/<nic> (e.g. "
+            f"{bare[0]}): no NVLink, NIC name or speed is known for them"
+        )
+    return found, cpus
+
+
+def _nvlinks(ep: _Endpoint) -> list[_Node]:
+    return [n for n in ep.node.children if n.tag == "nvlink"] if ep.node.tag == "gpu" else []
+
+
+def _pcie_class(a: _Endpoint, b: _Endpoint, cpus: list[_Node]) -> str:
+    if a.cpu != b.cpu:
+        return "SYS"
+    if a.busid is not None and a.busid == b.busid:
+        return "PIX"  # two ports of one card
+    k = 0
+    while k < min(len(a.chain), len(b.chain)) and a.chain[k] is b.chain[k]:
+        k += 1
+    if k == 0:
+        ha = a.chain[0].attrs.get("host_bridge") if a.chain else None
+        hb = b.chain[0].attrs.get("host_bridge") if b.chain else None
+        return "PHB" if ha is not None and ha == hb else "NODE"
+    bridges = len(a.chain) + len(b.chain) - 2 * k - 1
+    return "PIX" if bridges <= 1 else "PXB"
+
+
+def _nv_count(a: _Endpoint, b: _Endpoint) -> int:
+    def direct(x: _Endpoint, y: _Endpoint) -> int:
+        return sum(
+            _int(n.attrs.get("count")) or 0
+            for n in _nvlinks(x)
+            if n.attrs.get("tclass", "").startswith("0x03")
+            and normalise_busid(n.attrs.get("target", "")) == y.busid
+        )
+
+    def switched(x: _Endpoint) -> int:
+        return sum(
+            _int(n.attrs.get("count")) or 0
+            for n in _nvlinks(x)
+            if n.attrs.get("tclass") == NVSWITCH_CLASS
+        )
+
+    return max(direct(a, b), direct(b, a)) + min(switched(a), switched(b))
+
+
+def parse(text: str) -> Topology:
+    """Read an NCCL topology XML into a Topology (GPUs in PCI bus order, as nvidia-smi numbers
+    them; NICs in NCCL's net device order)."""
+    root, warnings = _read_tree(text)
+    if root.attrs.get("version", "1") != "1":
+        warnings.append(f"<system version={root.attrs.get('version')!r}>: NCCL reads version 1")
+    found, cpus = _endpoints(root, warnings)
+    if not cpus:
+        raise ParseError("the <system> element holds no <cpu>", line=root.line)
+    gpus = sorted((e for e in found if e.kind == "gpu"), key=lambda e: _bus_key(e.busid))
+    if not gpus:
+        raise ParseError(
+            "no GPU in the XML (no <gpu> and no <pci> of class 0x03...)", line=root.line
+        )
+    nics = sorted(
+        (e for e in found if e.kind == "nic"),
+        key=lambda e: (
+            _int(e.node.attrs.get("dev")) is None,
+            _int(e.node.attrs.get("dev")) or 0,
+            _bus_key(e.busid),
+            e.name or "",
+        ),
+    )
+    if len({g.busid for g in gpus}) != len(gpus):
+        raise ParseError("two GPUs share one PCI bus id", line=gpus[0].node.line)
+
+    ids: dict[int, str] = {}
+    devices: list[Device] = []
+    details_devices: dict[str, Any] = {}
+    for kind, group, prefix in (("gpu", gpus, "GPU"), ("nic", nics, "NIC")):
+        for i, ep in enumerate(group):
+            dev_id = f"{prefix}{i}"
+            ids[id(ep)] = dev_id
+            cpu = cpus[ep.cpu]
+            numa = cpu.attrs.get("numaid")
+            affinity = cpulist_from_mask(cpu.attrs.get("affinity", ""))
+            devices.append(
+                Device(
+                    id=dev_id,
+                    kind=kind,  # type: ignore[arg-type]
+                    index=i,
+                    cpu_affinity=affinity if kind == "gpu" else None,
+                    numa_affinity=numa if kind == "gpu" and numa and numa.isdigit() else None,
+                    nic_name=(ep.name or ep.busid) if kind == "nic" else None,
+                )
+            )
+            details_devices[dev_id] = _device_details(ep, cpu)
+    if any(c.attrs.get("numaid", "").startswith("-") for c in cpus):
+        warnings.append("a <cpu> has numaid -1 (the VM hides NUMA): no NUMA node is known")
+    _check_targets(gpus, warnings)
+
+    eps = gpus + nics
+    links: list[Link] = []
+    for i, a in enumerate(eps):
+        for b in eps[i + 1 :]:
+            nv = _nv_count(a, b) if a.kind == b.kind == "gpu" else 0
+            cls = f"NV{nv}" if nv else _pcie_class(a, b, cpus)
+            links.append(Link(ids[id(a)], ids[id(b)], cls))
+    details = {
+        "source": "nccl-topology-xml",
+        "devices": details_devices,
+        "cpus": [_cpu_details(c) for c in cpus],
+        "nvswitches": sorted(
+            {
+                normalise_busid(n.attrs.get("target", ""))
+                for g in gpus
+                for n in _nvlinks(g)
+                if n.attrs.get("tclass") == NVSWITCH_CLASS
+            }
+        ),
+        "tree": root.to_document(),
+    }
+    return Topology(tuple(devices), tuple(links), tuple(warnings), details)
+
+
+def _check_targets(gpus: list[_Endpoint], warnings: list[str]) -> None:
+    known = {g.busid for g in gpus}
+    missing = sorted(
+        {
+            normalise_busid(n.attrs.get("target", ""))
+            for g in gpus
+            for n in _nvlinks(g)
+            if n.attrs.get("tclass", "").startswith("0x03")
+            and normalise_busid(n.attrs.get("target", "")) not in known
+        }
+    )
+    if missing:
+        warnings.append(
+            f"NVLinks lead to {len(missing)} GPU(s) the XML does not list ({', '.join(missing[:4])}"
+            f"{', ...' if len(missing) > 4 else ''}): those links are left out"
+        )
+
+
+def _cpu_details(cpu: _Node) -> dict[str, Any]:
+    keep = ("numaid", "affinity", "arch", "vendor", "familyid", "modelid")
+    out: dict[str, Any] = {k: cpu.attrs[k] for k in keep if k in cpu.attrs}
+    out["cpus"] = cpulist_from_mask(cpu.attrs.get("affinity", ""))
+    return out
+
+
+def _link_speed_gts(value: str | None) -> float | None:
+    m = re.match(r"\s*([\d.]+)\s*GT/s", value or "")
+    return float(m.group(1)) if m else None
+
+
+def _device_details(ep: _Endpoint, cpu: _Node) -> dict[str, Any]:
+    hops = [
+        {
+            "busid": normalise_busid(p.attrs.get("busid", "")),
+            "class": p.attrs.get("class"),
+            "link_speed_gts": _link_speed_gts(p.attrs.get("link_speed")),
+            "link_width": _int(p.attrs.get("link_width")),
+            **({"vendor": p.attrs["vendor"]} if "vendor" in p.attrs else {}),
+            **({"device": p.attrs["device"]} if "device" in p.attrs else {}),
+        }
+        for p in ep.chain
+    ]
+    out: dict[str, Any] = {
+        "bus_id": ep.busid,
+        "numaid": cpu.attrs.get("numaid"),
+        "pcie_path": hops,
+        "line": ep.node.line,
+    }
+    a = ep.node.attrs
+    if ep.kind == "gpu" and ep.node.tag == "gpu":
+        out.update(
+            {
+                "sm": _int(a.get("sm")),
+                "cuda_dev": _int(a.get("dev")),
+                "gdr": _int(a.get("gdr")),
+                "nvlinks": [
+                    {
+                        "target": normalise_busid(n.attrs.get("target", "")),
+                        "count": _int(n.attrs.get("count")),
+                        "target_kind": _target_kind(n.attrs.get("tclass", "")),
+                    }
+                    for n in _nvlinks(ep)
+                ],
+                "c2c": [
+                    {"count": _int(n.attrs.get("count")), "bw_mbps": _int(n.attrs.get("bw"))}
+                    for n in ep.node.children
+                    if n.tag == "c2c"
+                ],
+            }
+        )
+    elif ep.kind == "nic" and ep.node.tag == "net":
+        speed = _int(a.get("speed"))
+        out.update(
+            {
+                "name": a.get("name"),
+                "speed_mbps": speed,
+                "speed_gbits": speed / 1000 if speed and speed > 0 else None,
+                "port": _int(a.get("port")),
+                "net_dev": _int(a.get("dev")),
+                "gdr": _int(a.get("gdr")),
+                "guid": a.get("guid"),
+            }
+        )
+    return out
+
+
+def _target_kind(tclass: str) -> str:
+    if tclass == NVSWITCH_CLASS:
+        return "nvswitch"
+    if tclass == CPU_NVLINK_CLASS:
+        return "cpu"
+    return "gpu" if tclass.startswith("0x03") else tclass
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the host knows that a `topo -m` matrix does not. Anything left None is filled with
+    a stated placeholder (see the warnings `to_nccl_xml` returns)."""
+
+    gpu_bus_ids: Mapping[str, str] = field(default_factory=dict)  # device id -> PCI bus id
+    nic_bus_ids: Mapping[str, str] = field(default_factory=dict)
+    nic_speed_mbps: Mapping[str, int] = field(default_factory=dict)  # by NIC name (mlx5_0)
+    sm: int | None = None  # compute capability x10 (90 for Hopper)
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    cpu_model: str | None = None
+
+
+_SM_BY_GENERATION = {
+    "Kepler": 37, "Maxwell": 52, "Pascal": 60, "Pascal-NVLink": 60, "Volta": 70,
+    "Volta-PCIe": 70, "Turing": 75, "Ampere": 80, "Ampere-A800": 80, "Ampere-sm86": 86,
+    "Ada": 89, "Hopper": 90, "Hopper-H800": 90, "Blackwell": 100, "Blackwell-consumer": 120,
+}  # fmt: skip
+_PCIE_SPEED = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe",
+               5: "32.0 GT/s PCIe", 6: "64.0 GT/s PCIe"}  # fmt: skip
+
+
+def _cpu_attrs(cpu_model: str | None) -> dict[str, str]:
+    model = (cpu_model or "").lower()
+    if "amd" in model or "epyc" in model:
+        return {"arch": "x86_64", "vendor": "AuthenticAMD", "familyid": "25", "modelid": "17"}
+    if "grace" in model or "neoverse" in model or "arm" in model:
+        return {"arch": "arm64", "vendor": "", "familyid": "0", "modelid": "0"}
+    return {"arch": "x86_64", "vendor": "GenuineIntel", "familyid": "6", "modelid": "143"}
+
+
+def _write(node: dict[str, Any], indent: int, out: list[str]) -> None:
+    pairs = node["attrs"].items() if isinstance(node["attrs"], dict) else node["attrs"]
+    attrs = "".join(f' {k}="{_safe(v)}"' for k, v in pairs)
+    children = node.get("children") or []
+    if not children:
+        out.append(f"{' ' * indent}<{node['tag']}{attrs}/>")
+        return
+    out.append(f"{' ' * indent}<{node['tag']}{attrs}>")
+    for c in children:
+        _write(c, indent + 2, out)
+    out.append(f"{' ' * indent}</{node['tag']}>")
+
+
+def _safe(value: Any) -> str:
+    text = str(value)
+    if any(ch in text for ch in '"<>&\n') or len(text) > 255:
+        raise ValueError(f"attribute value {text!r} cannot be written for NCCL's XML reader")
+    return text
+
+
+def _el(
+    tag: str, attrs: dict[str, Any], children: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    node: dict[str, Any] = {"tag": tag, "attrs": {k: str(v) for k, v in attrs.items()}}
+    if children:
+        node["children"] = children
+    return node
+
+
+def to_nccl_xml(topo: Topology, facts: HostFacts | None = None) -> tuple[str, list[str]]:
+    """An NCCL_TOPO_FILE for this host, and what had to be assumed. A topology read from an
+    NCCL XML is written back as it was read; one from `topo -m` is built from its recovered
+    PCIe tree, NVLink fabric and NUMA placement."""
+    tree = topo.details.get("tree") if isinstance(topo.details, dict) else None
+    if isinstance(tree, dict) and tree.get("tag") == "system":
+        out: list[str] = []
+        _write(tree, 0, out)
+        return "\n".join(out) + "\n", []
+    return _synthesise(topo, facts or HostFacts())
+
+
+def _synthesise(topo: Topology, facts: HostFacts) -> tuple[str, list[str]]:
+    from topoweb.core.catalogue import infer_generation
+    from topoweb.core.hierarchy import recover_hierarchy
+
+    h = recover_hierarchy(topo)
+    generation = infer_generation(topo).generation
+    warnings: list[str] = []
+    sm = facts.sm or _SM_BY_GENERATION.get(generation.name, 80)
+    gen = facts.pcie_gen or generation.pcie_gen
+    width = facts.pcie_width or 16
+    if facts.sm is None:
+        warnings.append(f"sm={sm} assumed from the GPU generation ({generation.name})")
+    if facts.pcie_gen is None:
+        warnings.append(f"PCIe Gen{gen} x{width} assumed for every link (no NVML facts)")
+    speed = _PCIE_SPEED.get(gen, "16.0 GT/s PCIe")
+
+    bus: dict[str, str] = {}
+    placeholder = 0
+    for d in topo.gpus:
+        given = facts.gpu_bus_ids.get(d.id)
+        if given:
+            bus[d.id] = normalise_busid(given)
+        else:
+            placeholder += 1
+            bus[d.id] = f"fffe:{d.index + 1:02x}:00.0"
+    for d in topo.nics:
+        given = facts.nic_bus_ids.get(d.id)
+        bus[d.id] = normalise_busid(given) if given else f"fffd:{d.index + 1:02x}:00.0"
+    if placeholder:
+        warnings.append(
+            "GPU bus ids unknown: placeholders fffe:NN:00.0 are written; NCCL matches GPUs by "
+            "bus id, so export the server (with its NVML facts), not the class, for a usable file"
+        )
+    bridge_no = 0
+
+    def bridge(children: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        nonlocal bridge_no
+        bridge_no += 1
+        return _el(
+            "pci",
+            {"busid": f"ffff:{bridge_no:02x}:00.0", "class": BRIDGE_CLASS, "link_speed": speed,
+             "link_width": width, **extra},
+            children,
+        )  # fmt: skip
+
+    domains = {g: dom for dom in h.nvlink_domains for g in dom.gpus}
+    unknown_speed: list[str] = []
+
+    def endpoint(dev_id: str, **extra: Any) -> dict[str, Any]:
+        d = topo.device(dev_id)
+        attrs = {"busid": bus[dev_id], **extra}
+        if d.kind == "gpu":
+            nvl: list[dict[str, Any]] = []
+            dom = domains.get(dev_id)
+            if dom is not None and dom.fabric == "nvswitch":
+                count = max(topo.link(dev_id, o).nvlinks for o in dom.gpus if o != dev_id)
+                nvl.append(_el("nvlink", {"target": "fffc:00:00.0", "count": count,
+                                          "tclass": NVSWITCH_CLASS}))  # fmt: skip
+            else:
+                for o in topo.gpus:
+                    if o.id != dev_id and (k := topo.link(dev_id, o.id).nvlinks):
+                        nvl.append(_el("nvlink", {"target": bus[o.id], "count": k,
+                                                  "tclass": GPU_CLASS}))  # fmt: skip
+            gpu = _el("gpu", {"dev": d.index, "sm": sm, "rank": d.index, "gdr": 1}, nvl)
+            return _el(
+                "pci",
+                {**attrs, "class": GPU_CLASS, "vendor": "0x10de", "link_speed": speed,
+                 "link_width": width},
+                [gpu],
+            )  # fmt: skip
+        name = d.nic_name or d.id
+        mbps = facts.nic_speed_mbps.get(name)
+        if mbps is None:
+            unknown_speed.append(name)
+        net_attrs: dict[str, Any] = {"name": name, "dev": d.index}
+        if mbps is not None:
+            net_attrs["speed"] = mbps
+        net_attrs.update({"port": 1, "latency": "0.000000", "maxconn": 131072, "gdr": 1})
+        return _el(
+            "pci",
+            {**attrs, "class": IB_CLASS, "vendor": "0x15b3", "link_speed": speed,
+             "link_width": width},
+            [_el("nic", {}, [_el("net", net_attrs)])],
+        )  # fmt: skip
+
+    children_of: dict[str, list[str]] = {}
+    for n in h.nodes:
+        if n.parent is not None:
+            children_of.setdefault(n.parent, []).append(n.id)
+    devices_of: dict[str, list[str]] = {}
+    for dev_id, up in h.parent.items():
+        devices_of.setdefault(up, []).append(dev_id)
+    order = {d.id: i for i, d in enumerate(topo.devices)}
+
+    def below(node_id: str) -> list[dict[str, Any]]:
+        """The XML elements for everything under a hierarchy node, in device order."""
+        node = h.node(node_id)
+        items: list[tuple[int, dict[str, Any]]] = []
+        for child in children_of.get(node_id, []):
+            sub = h.node(child)
+            first = min(order[d] for d in sub.devices)
+            if sub.kind == "host_bridge":
+                items += [(first, e) for e in below_host_bridge(child)]
+            else:
+                items.append((first, bridge(below(child))))
+        for dev_id in devices_of.get(node_id, []):
+            e = endpoint(dev_id)
+            # Alone under a switch tree: its own downstream bridge, so that it stays PXB from
+            # the tree's other devices rather than PIX.
+            items.append((order[dev_id], bridge([e]) if node.kind == "switch_tree" else e))
+        return [e for _, e in sorted(items, key=lambda t: t[0])]
+
+    def below_host_bridge(node_id: str) -> list[dict[str, Any]]:
+        items = below(node_id)
+        for e in items:
+            e["attrs"]["host_bridge"] = node_id
+        return items
+
+    cpu_attrs = _cpu_attrs(facts.cpu_model)
+    cpus: list[dict[str, Any]] = []
+    for i, numa in enumerate(n for n in h.nodes if n.kind == "numa"):
+        members = [topo.device(d) for d in numa.devices]
+        numas = {d.numa_affinity for d in members if d.kind == "gpu" and d.numa_affinity}
+        affinities = {d.cpu_affinity for d in members if d.kind == "gpu" and d.cpu_affinity}
+        numaid = numas.pop() if len(numas) == 1 and next(iter(numas)).isdigit() else str(i)
+        attrs: dict[str, Any] = {"numaid": numaid}
+        mask = mask_from_cpulist(affinities.pop()) if len(affinities) == 1 else None
+        if mask:
+            attrs["affinity"] = mask
+        attrs.update({k: v for k, v in cpu_attrs.items() if v})
+        cpus.append(_el("cpu", attrs, below(numa.id)))
+    if unknown_speed:
+        warnings.append(
+            f"speed unknown for {', '.join(unknown_speed)}: NCCL assumes 10 Gb/s without a "
+            "speed attribute"
+        )
+    out: list[str] = []
+    _write(_el("system", {"version": 1}, cpus), 0, out)
+    return "\n".join(out) + "\n", warnings

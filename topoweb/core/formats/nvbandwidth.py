@@ -1,0 +1,230 @@
+"""nvbandwidth output (NVIDIA's successor to p2pBandwidthLatencyTest), plain text and `-j` JSON,
+into an NvbandwidthRun; `to_p2p` gives health and calibration the same matrices a
+p2pBandwidthLatencyTest run would (unidirectional GPU->GPU copies, GPU latency)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from topoweb.core.formats import ParseError
+from topoweb.core.model import NvbandwidthRun, NvbTestcase, P2PGpu, P2PResult
+
+_HEADER = {
+    "nvbandwidth Version:": "version",
+    "CUDA Runtime Version:": "cuda",
+    "Driver Version:": "driver",
+}
+_RUNNING = re.compile(r"^Running (\w+)\.\s*$")
+_DESCRIPTION = re.compile(r"^(memcpy|memory latency) (CE|SM) .*\((row|column)\).*$")
+_SUM = re.compile(r"^SUM (\w+) ([\d.]+)\s*$")
+_DEVICE = re.compile(r"^Device (\d+): (.+?)\s*$")
+_STATUS = re.compile(r"^(Waived|Error|Not Found|Passed):\s*(.*)$")
+_NUMBER_OR_NA = re.compile(r"^(N/A|-?\d+(\.\d+)?)$")
+
+# Testcases whose matrix is one GPU copying to another, best first, and the latency one.
+_UNIDIRECTIONAL = (
+    "device_to_device_memcpy_write_ce",
+    "device_to_device_memcpy_read_ce",
+    "device_to_device_memcpy_write_sm",
+    "device_to_device_memcpy_read_sm",
+)
+_LATENCY = "device_to_device_latency_sm"
+
+
+def parse(text: str) -> NvbandwidthRun:
+    """Text or JSON, told apart by the first `{` that opens the `"nvbandwidth"` object."""
+    m = re.search(r'\{\s*"nvbandwidth"\s*:', text)
+    if m is not None:
+        return _parse_json(text, m.start())
+    return _parse_text(text)
+
+
+def _cell(token: str) -> float | None:
+    return None if token == "N/A" else float(token)
+
+
+def _parse_text(text: str) -> NvbandwidthRun:
+    lines = text.splitlines()
+    header: dict[str, str] = {}
+    devices: list[str] = []
+    cases: list[NvbTestcase] = []
+    errors: list[str] = []
+    warnings: list[str] = []
+    name: str | None = None
+    description = ""
+    rows: list[tuple[float | None, ...]] = []
+    columns: int | None = None
+    status = "Passed"
+
+    def finish(total: float | None = None) -> None:
+        nonlocal name, description, rows, columns, status
+        if name is not None:
+            cases.append(NvbTestcase(name, status if rows or status != "Passed" else "Error",
+                                     description, tuple(rows), total))  # fmt: skip
+            if not rows and status == "Passed":
+                errors.append(f"{name}: no result was printed")
+        name, description, rows, columns, status = None, "", [], None, "Passed"
+
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        for prefix, key in _HEADER.items():
+            if line.startswith(prefix) and key not in header:
+                header[key] = line[len(prefix) :].strip()
+        if (m := _DEVICE.match(line)) and name is None:
+            devices.append(m.group(2))
+        elif m := _RUNNING.match(line):
+            finish()
+            name = m.group(1)
+        elif m := _SUM.match(line):
+            if name is None and rows:
+                name = m.group(1)  # the "Running" line was cut from the paste
+                warnings.append(f"line {number}: no `Running {name}.` line; named from SUM")
+            if name == m.group(1):
+                finish(float(m.group(2)))
+        elif _DESCRIPTION.match(line):
+            if name is None and rows:
+                finish()
+            description = line
+            rows, columns = [], None
+        elif description and columns is None and re.fullmatch(r"(\d+\s+)*\d+", line):
+            columns = len(line.split())
+        elif description and columns is not None:
+            tokens = line.split()
+            if tokens[0].isdigit() and all(_NUMBER_OR_NA.match(t) for t in tokens[1:]):
+                if len(tokens) - 1 != columns:
+                    raise ParseError(
+                        f"matrix row has {len(tokens) - 1} values but the header names "
+                        f"{columns} columns",
+                        line=number,
+                    )
+                rows.append(tuple(_cell(t) for t in tokens[1:]))
+        elif m := _STATUS.match(line):
+            if name is not None:
+                status = m.group(1)
+                if status == "Error":
+                    errors.append(f"{name}: {m.group(2)}")
+                finish()
+        elif line.startswith("ASSERT") or "ERROR" in line or line.startswith("Error"):
+            errors.append(f"{name + ': ' if name else ''}{line[:300]}")
+            if name is not None:
+                status = "Error"
+    if name is not None:
+        if rows and status == "Passed":
+            warnings.append(f"{name}: no SUM line (the output may be cut)")
+        finish()
+    if not cases and not header:
+        raise ParseError("no nvbandwidth testcase or header found", line=1)
+    if not cases:
+        errors.append("no testcase ran")
+    return NvbandwidthRun(
+        testcases=tuple(cases),
+        version=header.get("version"),
+        driver_version=header.get("driver"),
+        cuda_runtime_version=header.get("cuda"),
+        devices=tuple(devices),
+        errors=tuple(errors),
+        warnings=tuple(warnings),
+    )
+
+
+def _parse_json(text: str, start: int) -> NvbandwidthRun:
+    line = text.count("\n", 0, start) + 1
+    try:
+        doc, end = json.JSONDecoder().raw_decode(text, start)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"nvbandwidth JSON is not valid: {exc.msg}", line=exc.lineno) from None
+    warnings = []
+    if text[:start].strip() or text[end:].strip():
+        warnings.append("ignored text before or after the JSON document")
+    body = doc.get("nvbandwidth")
+    if not isinstance(body, dict):
+        raise ParseError('"nvbandwidth" is not an object', line=line)
+    cases: list[NvbTestcase] = []
+    errors: list[str] = []
+    for i, tc in enumerate(body.get("testcases") or []):
+        if not isinstance(tc, dict) or not isinstance(tc.get("name"), str):
+            raise ParseError(f"testcase {i} has no name", line=line)
+        matrix = []
+        for row in tc.get("bandwidth_matrix") or []:
+            try:
+                matrix.append(tuple(_cell(str(c).strip()) for c in row))
+            except ValueError:
+                raise ParseError(
+                    f"testcase {tc['name']}: a matrix cell is not a number: {row!r:.80}",
+                    line=line,
+                ) from None
+        status = str(tc.get("status", ""))
+        if status.lower() == "error":
+            errors.append(f"{tc['name']}: {tc.get('error', 'error')}")
+        total = tc.get("sum")
+        cases.append(
+            NvbTestcase(
+                tc["name"],
+                status,
+                str(tc.get("bandwidth_description", "")).strip(),
+                tuple(matrix),
+                float(total) if isinstance(total, int | float) else None,
+            )
+        )
+    if body.get("error"):
+        errors.append(str(body["error"]))
+    if body.get("warning"):
+        warnings.append(str(body["warning"]))
+    devices = [str(d) for d in body.get("GPU Device list") or []]
+    cuda = body.get("CUDA Runtime Version")
+    return NvbandwidthRun(
+        testcases=tuple(cases),
+        version=body.get("version"),
+        driver_version=body.get("Driver Version"),
+        cuda_runtime_version=str(cuda) if cuda is not None else None,
+        devices=tuple(devices),
+        errors=tuple(errors),
+        warnings=tuple(warnings),
+    )
+
+
+def _source_first(tc: NvbTestcase) -> list[list[float | None]]:
+    """The matrix as [source][destination]: `GPU(row) <- GPU(column)` has it the other way."""
+    m = [list(r) for r in tc.matrix]
+    if re.search(r"\(row\)\s*<-\s*\w+\(column\)", tc.description):
+        return [list(col) for col in zip(*m, strict=True)]
+    return m
+
+
+def _gpu(i: int, label: str | None) -> P2PGpu:
+    if label is None:
+        return P2PGpu(i, "unknown", None)
+    m = re.match(r"(?:\d+:\s*)?(.+?)\s*\((?:PCI:)?([0-9a-fA-F:.]+)\)", label)
+    return P2PGpu(i, m.group(1), m.group(2)) if m else P2PGpu(i, label, None)
+
+
+def to_p2p(run: NvbandwidthRun) -> P2PResult:
+    """The p2pBandwidthLatencyTest view: the unidirectional P2P=Enabled matrix (N/A off the
+    diagonal means no peer access), GPU latency in us. Bidirectional testcases are left out:
+    nvbandwidth reports one direction of them where p2pBandwidthLatencyTest sums both."""
+    uni = next((t for n in _UNIDIRECTIONAL if (t := run.testcase(n))), None)
+    n = len(uni.matrix) if uni else 0
+    if not n:
+        n = len(run.devices) or max(
+            (len(t.matrix[0]) for t in run.testcases if t.matrix), default=0
+        )
+    gpus = tuple(_gpu(i, run.devices[i] if i < len(run.devices) else None) for i in range(n))
+    matrices: dict[str, tuple[tuple[float, ...], ...]] = {}
+    access = None
+    warnings = [f"from nvbandwidth {run.version or ''}".strip()]
+    if uni is not None and all(len(r) == n for r in uni.matrix):
+        m = _source_first(uni)
+        matrices["unidirectional_p2p_enabled_gbps"] = tuple(
+            tuple(0.0 if c is None else c for c in r) for r in m
+        )
+        access = tuple(tuple(i == j or m[i][j] is not None for j in range(n)) for i in range(n))
+        warnings.append(f"unidirectional matrix from {uni.name}")
+    lat = run.testcase(_LATENCY)
+    if lat is not None and len(lat.matrix) == n and all(len(r) == n for r in lat.matrix):
+        matrices["latency_gpu_p2p_enabled_us"] = tuple(
+            tuple(0.0 if c is None else c / 1000 for c in r) for r in _source_first(lat)
+        )
+    return P2PResult(gpus=gpus, p2p_access=access, matrices=matrices, warnings=tuple(warnings))
