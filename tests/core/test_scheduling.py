@@ -182,3 +182,14 @@ def test_the_cli_writes_each_export_to_stdout(fmt: str) -> None:
     if fmt == "nccl-xml":
         assert "placeholders" in done.stderr  # no bus ids in a topo -m file: said, not hidden
         assert ncclxml.parse(done.stdout).gpus
+
+
+def test_cores_fold_smt_siblings_only_where_the_lists_show_them() -> None:
+    # H100 HGX on two EPYC 9654 (96 cores, 192 threads each): GPU0 lists 0-95,192-287.
+    h100 = gres_conf(topo("topo_22"))
+    assert "File=/dev/nvidia0 Cores=0-95 Links=" in h100
+    assert "File=/dev/nvidia4 Cores=96-191 Links=" in h100
+    assert "siblings (CPU c and c+N/2) folded" in h100
+    # A KVM guest whose one GPU is near all 252 vCPUs: nothing says they are threads.
+    vm = gres_conf(topo("topo_25"))
+    assert "Cores=0-251 Links=" in vm and "as nvidia-smi lists them" in vm
