@@ -18,7 +18,10 @@ class ServerAcceptanceApi(APIView):
     )
     def get(self, request: Request, hostname: str) -> Response:
         server = selectors.server_with_health(hostname)
-        return Response(services.acceptance_document(server))
+        report = selectors.acceptance_document(server)
+        if report["stale"]:
+            services.enqueue_health(server.pk)  # a GET writes nothing; the worker re-judges
+        return Response(report)
 
 
 class SkuAcceptanceApi(APIView):
