@@ -198,7 +198,7 @@ def test_the_health_state_follows_the_stored_findings(reader: APIClient, a100_fl
 def test_the_server_detail_lists_the_stored_findings(reader: APIClient, a100_fleet: None) -> None:
     body = reader.get("/api/v1/servers/a100-02/").json()
     assert body["findings_count"] == 1
-    assert [(f["code"], f["severity"]) for f in body["findings"]] == [
+    assert [(f["kind"], f["severity"]) for f in body["findings"]] == [
         ("downtrained_pcie", "critical")
     ]
     assert body["findings"][0]["message"] == "GPU5 PCIe link runs at Gen3 x8, capable of Gen4 x16"

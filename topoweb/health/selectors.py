@@ -11,7 +11,14 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 
 from topoweb.core.formats.nvml import NvmlFacts, read_nvml
-from topoweb.core.health import Figures, Thresholds, measured_figures, sku_distribution
+from topoweb.core.health import (
+    TOPOLOGY_DRIFT,
+    Figures,
+    Finding,
+    Thresholds,
+    measured_figures,
+    sku_distribution,
+)
 from topoweb.core.model import NcclRun, P2PResult, Topology
 from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
 from topoweb.fleet.selectors import usual_topology_class_id
@@ -264,18 +271,22 @@ def server_health(server: Server) -> str:
 
 
 def server_findings(server: Server) -> list[dict[str, Any]]:
-    """What is worth a look on this server: the health checks' findings once they ran, and
-    until then what ingest already knows (a wiring that differs from the SKU's)."""
+    """What is worth a look on this server, as findings of core.health's shape: the health
+    checks' findings once they ran, and until then what ingest already knows (a wiring that
+    differs from the usual one of its SKU)."""
     if getattr(server, "health", None) is not None:
-        return [f | {"code": f["kind"]} for f in health_findings(server)]
+        return health_findings(server)
     if not server.differs_from_sku:
         return []
     return [
-        {
-            "code": "topology-differs-from-sku",
-            "severity": "warning",
-            "message": f"wired differently from the usual topology of SKU {server.sku_name!r}",
-        }
+        Finding(
+            kind=TOPOLOGY_DRIFT,
+            severity="warning",
+            devices=(),
+            evidence={"against": "SKU"},
+            advice="Compare this server's matrix with a sibling of the same SKU.",
+            message=f"wired differently from the usual topology of SKU {server.sku_name!r}",
+        ).to_document()
     ]
 
 
