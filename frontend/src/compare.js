@@ -18,9 +18,9 @@ const analysed = (server) => server?.analysis?.status === "done" && server.analy
 
 // A name is a SKU when the SKU list knows it, otherwise a hostname.
 async function resolve(name, skus) {
-  const sku = skus.find((s) => s.sku_name === name);
+  const sku = skus.find((s) => s.sku === name);
   if (!sku) return { kind: "server", name, host: name, server: await getJSON(`${hostPath(name)}/`) };
-  const detail = await getJSON(`skus/${encodeURIComponent(sku.sku_name)}/`);
+  const detail = await getJSON(`skus/${encodeURIComponent(sku.sku)}/`);
   let first = null;
   for (const member of detail.servers) {
     const server = await getJSON(`${hostPath(member.hostname)}/`);
@@ -248,7 +248,7 @@ async function place(x, preset, asked) {
   const body = { tp: layout.tp, pp: layout.pp, dp: layout.dp };
   if (preset) body.model = preset;
   try {
-    x.placement = await postJSON(`${hostPath(x.host)}/placement`, body);
+    x.placement = await postJSON(`${hostPath(x.host)}/placement/`, body);
   } catch (err) {
     x.placementError = `not possible: ${err.message}`;
   }
@@ -257,7 +257,7 @@ async function place(x, preset, asked) {
 async function loadPresets() {
   const select = form.elements.model;
   try {
-    const presets = await getJSON("model-presets");
+    const presets = await getJSON("model-presets/");
     for (const p of presets) select.append(el("option", { value: p.key, text: p.name }));
   } catch (err) { /* the default preset still works */ }
   select.value = query.get("model") || "";
@@ -280,7 +280,7 @@ async function main() {
     const data = await getJSON("skus/", { page_size: 200 });
     skus = data.results || data;
     const options = $("compare-options");
-    for (const s of skus) options.append(el("option", { value: s.sku_name, label: `SKU · ${s.server_count} server${s.server_count === 1 ? "" : "s"}` }));
+    for (const s of skus) options.append(el("option", { value: s.sku, label: `SKU · ${s.server_count} server${s.server_count === 1 ? "" : "s"}` }));
   } catch (err) { showError($("compare-status"), err); }
   if (!names[0] || !names[1]) { $("compare-status").textContent = "Pick two SKUs or servers."; return; }
   let sides;

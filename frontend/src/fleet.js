@@ -15,7 +15,7 @@ const HEALTH_STATES = ["ok", "warning", "critical", "unknown"];
 let state = { page: 1, pageSize: null, ...pageData().query };
 state.page = Number(state.page) || 1;
 
-const skuOf = (s) => s.sku ?? s.sku_name ?? "";
+const skuOf = (s) => s.sku ?? "";
 
 function linkSummary(s) {
   if (s.link_summary) return s.link_summary;
@@ -112,7 +112,7 @@ async function loadFacets() {
     clear(skus);
     const select = form.elements.sku;
     for (const s of list) {
-      const name = s.name ?? s.sku_name ?? "";
+      const name = s.name ?? s.sku ?? "";
       if (!name) continue;
       const count = s.server_count ?? s.servers ?? "";
       skus.append(chip(name, count, () => setFilter("sku", name)));

@@ -16,7 +16,7 @@ let p2p = null;
 let presets = []; // model presets: [{key, name, layers, hidden, ...}]
 // GPU affinity (NUMA node, CPU list, nearest NICs) from the API, fetched once on first use.
 let affinityPromise = null;
-const affinityDoc = () => (affinityPromise ||= getJSON(`${base}/affinity`).catch(() => null));
+const affinityDoc = () => (affinityPromise ||= getJSON(`${base}/affinity/`).catch(() => null));
 // The graph is drawn before the detail arrives; device details wait for the topology.
 let topologyLoaded;
 const topologyReady = new Promise((resolve) => { topologyLoaded = resolve; });
@@ -220,13 +220,13 @@ function renderFindings(findings, hasTopology) {
   if (!findings || !findings.length) { ul.append(el("li", { class: "finding ok", text: "No findings: wiring matches expectations." })); return; }
   for (const f of findings) {
     const sev = f.severity || f.level || "info";
-    ul.append(el("li", { class: `finding sev-${sev}` }, el("span", { class: `badge sev-${sev}`, text: sev }), " ", el("span", { text: f.message || f.title || f.code || JSON.stringify(f) })));
+    ul.append(el("li", { class: `finding sev-${sev}` }, el("span", { class: `badge sev-${sev}`, text: sev }), " ", el("span", { text: f.message || f.kind || JSON.stringify(f) })));
   }
 }
 
 function renderSummary(s) {
   const parts = [];
-  const sku = s.sku ?? s.sku_name;
+  const sku = s.sku;
   if (sku) parts.push(`SKU ${sku}`);
   if (s.gpu_count != null) parts.push(s.gpu_model ? `${s.gpu_count}x ${s.gpu_model}` : `${s.gpu_count} GPUs (model not reported)`);
   if (s.nvlink_summary) parts.push(s.nvlink_summary);
@@ -266,7 +266,7 @@ async function loadBenchmarkTable() {
 // Bus bandwidth against message size: the cost model's all_reduce curve over all GPUs
 // (and its calibrated copy), with every measured nccl-tests sweep of this server.
 async function loadBenchmarkPlot() {
-  const doc = await getJSON(`${base}/costs`);
+  const doc = await getJSON(`${base}/cost-tables/`);
   const series = [];
   const add = (costs, label, dashed) => {
     const c = costs?.curves?.all_reduce;
@@ -303,7 +303,7 @@ async function loadHistory() {
       if (older.gpu_count !== s.gpu_count) changes.push(`GPUs ${older.gpu_count}→${s.gpu_count}`);
       if (older.nic_count !== s.nic_count) changes.push(`NICs ${older.nic_count}→${s.nic_count}`);
       if ((older.nvlink_summary || "") !== (s.nvlink_summary || "")) changes.push(`NVLink ${older.nvlink_summary || "none"}→${s.nvlink_summary || "none"}`);
-      if (older.topology_fingerprint && older.topology_fingerprint !== s.topology_fingerprint) changes.push("wiring changed");
+      if (older.fingerprint && older.fingerprint !== s.fingerprint) changes.push("wiring changed");
     }
     tbody.append(el("tr", {},
       el("td", { title: s.captured_at, text: fmtDate(s.captured_at) }),
@@ -318,7 +318,7 @@ async function loadHistory() {
 async function loadPresets() {
   const select = document.querySelector("#placement-form select[name=model]");
   try {
-    presets = await getJSON("model-presets");
+    presets = await getJSON("model-presets/");
   } catch { return; /* the API's default preset is used */ }
   for (const m of presets) {
     const shape = `${m.layers} layers, hidden ${m.hidden}`;
@@ -383,7 +383,7 @@ async function place(evt) {
   if (f.get("model")) body.model = f.get("model");
   out.append(el("p", { class: "muted", text: "Computing…" }));
   try {
-    renderPlacement(await postJSON(`${base}/placement`, body));
+    renderPlacement(await postJSON(`${base}/placement/`, body));
   } catch (err) {
     if (cy) colourGroups(cy, []);
     clear(out).append(el("p", { class: "error", role: "alert", id: "placement-error", text: `Cannot place this job: ${err.message}` }));

@@ -54,7 +54,7 @@ async function preview() {
   else body.append("text", source);
   $("preview-summary").textContent = "Parsing…";
   try {
-    const res = await postForm("uploads/preview", body);
+    const res = await postForm("uploads/preview/", body);
     $("preview-summary").textContent = res.summary;
     showWarnings(res.warnings || []);
     if (previewCy) previewCy.destroy();
@@ -85,7 +85,7 @@ async function save(evt) {
   else body.append("text", source);
   $("save-button").disabled = true;
   try {
-    const res = await postForm("uploads", body);
+    const res = await postForm("uploads/", body);
     window.location.assign(`/servers/${encodeURIComponent(res.hostname || hostname)}/`);
   } catch (err) {
     const hostProblem = err.body?.error?.details?.hostname;

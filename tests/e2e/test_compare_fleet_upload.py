@@ -160,7 +160,7 @@ def test_uploading_a_good_file_previews_then_creates_the_server(page: Page) -> N
     page.set_input_files(
         "#upload-file", str(FIXTURES / "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt")
     )
-    with page.expect_response(re.compile(r"/api/v1/uploads/preview$")) as answer:
+    with page.expect_response(re.compile(r"/api/v1/uploads/preview/$")) as answer:
         page.click("#preview-button")
     assert answer.value.status == 200
     wait_for_flag(page, "preview-ready")

@@ -150,7 +150,7 @@ def test_clicking_a_gpu_highlights_its_paths_and_shows_its_details(
 def placement_api(page: Page, hostname: str, body: dict) -> dict:  # type: ignore[type-arg]
     """The placement API's own answer, asked through the signed-in page's session."""
     return page.evaluate(
-        """([host, body]) => fetch(`/api/v1/servers/${encodeURIComponent(host)}/placement`, {
+        """([host, body]) => fetch(`/api/v1/servers/${encodeURIComponent(host)}/placement/`, {
           method: "POST", credentials: "same-origin",
           headers: {"Content-Type": "application/json", "X-CSRFToken":
             document.cookie.match(/csrftoken=([^;]+)/)[1]},

@@ -290,7 +290,7 @@ def test_stored_costs_carry_calibrated_tables_and_the_measured_sweep(reader: API
     analysis = Analysis.objects.get(topology_class=ingested.server.topology_class)
     assert analysis_services.run_analysis(analysis.pk) == "done"
 
-    doc = reader.get("/api/v1/servers/a100-01/costs").json()
+    doc = reader.get("/api/v1/servers/a100-01/cost-tables/").json()
     assert doc["analysis_status"] == "done"
     assert doc["costs"]["calibrated"] is False
     assert doc["calibrated_costs"]["calibrated"] is True
@@ -329,7 +329,7 @@ def test_the_workers_analysis_stores_structure_cost_tables_and_every_layout(
     assert len(result["p2p_prediction"]["unidirectional_gbps"]) == 8
     assert result["calibration"]["applied"] is False
 
-    stored = reader.get("/api/v1/servers/gpu-a01/costs").json()
+    stored = reader.get("/api/v1/servers/gpu-a01/cost-tables/").json()
     assert stored["costs"] == costs
     assert stored["measured"] == []
 

@@ -198,7 +198,7 @@ def test_the_health_state_follows_the_stored_findings(reader: APIClient, a100_fl
 def test_the_server_detail_lists_the_stored_findings(reader: APIClient, a100_fleet: None) -> None:
     body = reader.get("/api/v1/servers/a100-02/").json()
     assert body["findings_count"] == 1
-    assert [(f["code"], f["severity"]) for f in body["findings"]] == [
+    assert [(f["kind"], f["severity"]) for f in body["findings"]] == [
         ("downtrained_pcie", "critical")
     ]
     assert body["findings"][0]["message"] == "GPU5 PCIe link runs at Gen3 x8, capable of Gen4 x16"
@@ -235,6 +235,26 @@ def test_the_acceptance_report_compares_measured_with_expected(
     assert allreduce_row(failed)["median_ratio"] == 0.704
 
 
+def test_a_server_never_evaluated_gets_a_pending_report_and_its_evaluation_queued(
+    reader: APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queued: list[int] = []
+    monkeypatch.setattr("topoweb.health.services.enqueue_health", queued.append)
+    ingest_report(
+        hostname="h200-09",
+        topo_text=fixture_text(H200),
+        captured_at=START,
+        source=Source.COLLECTOR,
+    )
+
+    body = reader.get("/api/v1/servers/h200-09/acceptance").json()
+
+    assert (body["verdict"], body["stale"], body["computed_at"]) == ("pending", True, None)
+    assert body["rows"] == [] and body["findings"] == []
+    assert queued == [Server.objects.get(hostname="h200-09").pk]
+    assert not ServerHealth.objects.exists()
+
+
 def test_acceptance_of_an_unknown_server_is_the_json_404(reader: APIClient) -> None:
     response = reader.get("/api/v1/servers/nope/acceptance")
     assert response.status_code == 404
@@ -254,7 +274,7 @@ def test_the_sku_acceptance_names_the_outlier(reader: APIClient, a100_fleet: Non
 
 
 def test_staff_edit_of_the_expectations_bumps_the_version_and_rejudges(
-    admin_client: Client, reader: APIClient, a100_fleet: None
+    admin_client: Client, reader: APIClient, a100_fleet: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     expectation = SkuExpectation.objects.get(sku_name="DGX A100")
     response = admin_client.post(
@@ -273,8 +293,18 @@ def test_staff_edit_of_the_expectations_bumps_the_version_and_rejudges(
     assert response.status_code == 302, response.content
     expectation.refresh_from_db()
     assert expectation.version == 2
+    queued: list[int] = []
+    monkeypatch.setattr("topoweb.health.services.enqueue_health", queued.append)
+
+    before = reader.get("/api/v1/servers/a100-01/acceptance").json()
+
+    # The GET serves the stored report marked stale, queues a re-evaluation and writes nothing.
+    assert (before["stale"], before["expectation_version"]) == (True, 1)
+    assert queued == [Server.objects.get(hostname="a100-01").pk]
+    assert ServerHealth.objects.get(server__hostname="a100-01").expectation_version == 1
+    evaluate_server(queued[0])  # what the worker does with it
     body = reader.get("/api/v1/servers/a100-01/acceptance").json()
-    assert body["expectation_version"] == 2
+    assert (body["stale"], body["expectation_version"]) == (False, 2)
     assert body["verdict"] == "fail"
     assert allreduce_row(body)["ratio"] == 0.784
     assert ServerHealth.objects.get(server__hostname="a100-01").expectation_version == 2

@@ -46,6 +46,6 @@ def test_metrics_count_ingest_outcomes_and_analyses(client: Any, collector_clien
     assert after[("topoweb_analyses", (("status", "done"),))] == 0
     latency = (
         "topoweb_request_duration_seconds_count",
-        (("method", "POST"), ("route", "api/v1/reports")),
+        (("method", "POST"), ("route", "api/v1/reports/")),
     )
     assert after[latency] - before.get(latency, 0) == 3

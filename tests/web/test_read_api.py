@@ -72,7 +72,7 @@ def test_the_server_list_pages_and_carries_each_servers_summary(
         "nvlink_summary": "NV18 x28",
         "health": "ok",
         "findings_count": 0,
-        "topology_fingerprint": body["results"][1]["topology_fingerprint"],
+        "fingerprint": body["results"][1]["fingerprint"],
         "latest_snapshot_id": body["results"][0]["latest_snapshot_id"],
         "last_seen_at": body["results"][0]["last_seen_at"],
     }
@@ -180,8 +180,11 @@ def test_the_server_detail_has_the_topology_findings_and_analysis_status(
     assert body["health"] == "warning"
     assert body["findings"] == [
         {
-            "code": "topology-differs-from-sku",
+            "kind": "topology_drift",
             "severity": "warning",
+            "devices": [],
+            "evidence": {"against": "SKU"},
+            "advice": "Compare this server's matrix with a sibling of the same SKU.",
             "message": "wired differently from the usual topology of SKU 'DGX-1V'",
         }
     ]
@@ -239,8 +242,7 @@ def test_skus_and_topology_classes(reader: APIClient, fleet: None) -> None:
     skus = reader.get("/api/v1/skus/").json()["results"]
 
     assert {
-        s["sku_name"]: (s["server_count"], s["topology_class_count"], s["differing_count"])
-        for s in skus
+        s["sku"]: (s["server_count"], s["topology_class_count"], s["differing_count"]) for s in skus
     } == {"DGX-1V": (3, 2, 1), "ESC8000A": (1, 1, 0), "HGX H200": (2, 1, 0)}
     sku = reader.get("/api/v1/skus/DGX-1V/").json()
     assert [s["hostname"] for s in sku["servers"]] == ["v100-01", "v100-02", "v100-03"]
@@ -248,7 +250,7 @@ def test_skus_and_topology_classes(reader: APIClient, fleet: None) -> None:
 
     classes = reader.get("/api/v1/topology-classes/").json()
     assert classes["count"] == 4
-    h200 = next(c for c in classes["results"] if c["sku_name"] == "HGX H200")
+    h200 = next(c for c in classes["results"] if c["sku"] == "HGX H200")
     detail = reader.get(f"/api/v1/topology-classes/{h200['fingerprint']}/").json()
     assert [s["hostname"] for s in detail["servers"]] == ["h200-01", "h200-02"]
     assert detail["analysis"]["status"] == "pending"
@@ -331,10 +333,23 @@ def test_the_schema_and_docs_are_served_without_a_cdn(client: Any) -> None:
     docs = client.get("/api/docs/")
 
     assert schema.status_code == 200
-    assert "/api/v1/reports" in schema.json()["paths"]
+    assert "/api/v1/reports/" in schema.json()["paths"]
     assert docs.status_code == 200
     html = docs.content.decode()
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in html
     assert "cdn" not in html.lower() and "unpkg" not in html.lower()
     bundle = client.get("/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
     assert bundle.status_code == 200
+
+
+def test_every_api_route_ends_with_a_slash_and_answers_without_it_too(
+    client: Any, reader: APIClient, fleet: None
+) -> None:
+    paths = client.get("/api/schema/", {"format": "json"}).json()["paths"]
+
+    assert [p for p in paths if not p.endswith("/")] == []
+    with_slash = reader.get("/api/v1/servers/v100-03/affinity/")
+    without = reader.get("/api/v1/servers/v100-03/affinity")
+    assert with_slash.status_code == without.status_code == 200
+    assert with_slash.json() == without.json()
+    assert reader.get("/api/v1/servers/v100-03/nothing-here").status_code == 404

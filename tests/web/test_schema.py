@@ -10,6 +10,7 @@ import pytest
 import schemathesis
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
+from django.utils import timezone
 from hypothesis import HealthCheck, settings
 from schemathesis import checks
 
@@ -68,3 +69,46 @@ def test_the_api_answers_as_its_schema_says(
     case: Any, token: str, keep_test_connection: None
 ) -> None:
     case.call_and_validate(headers={"Authorization": f"Bearer {token}"}, checks=CHECKS)
+
+
+@pytest.mark.django_db
+def test_the_richest_documents_match_their_schema_once_computed(keep_test_connection: None) -> None:
+    """Generated examples rarely name a real server; these are the documents the pages read,
+    computed for real (analysis, health, acceptance) and checked against the schema."""
+    from tests.web.conftest import fixture_text
+    from topoweb.analysis import services as analysis_services
+    from topoweb.analysis.models import Analysis
+    from topoweb.fleet.models import Source
+    from topoweb.fleet.services import BenchmarkInput, create_api_token, ingest_report
+    from topoweb.health.services import evaluate_server
+
+    done = ingest_report(
+        hostname="a100-01",
+        topo_text=fixture_text("topo_26_dgx-a100-8gpu-nv12-12mlx5-named-cols.txt"),
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+        host={"product_name": "DGX A100"},
+        benchmarks=[
+            BenchmarkInput(
+                "nccl-tests",
+                fixture_text("nccl_06_a100-sxm4-40gb-8gpu-single-proc-g8-full-sweep.txt"),
+            )
+        ],
+    )
+    analysis = Analysis.objects.get()
+    assert analysis_services.run_analysis(analysis.pk) == "done"
+    assert evaluate_server(done.server.pk) is not None
+    fingerprint = analysis.topology_class.fingerprint
+    headers = {"Authorization": f"Bearer {create_api_token('pages')}"}
+
+    for path, parameters in [
+        ("/api/v1/servers/{hostname}/", {"hostname": "a100-01"}),
+        ("/api/v1/servers/{hostname}/cost-tables/", {"hostname": "a100-01"}),
+        ("/api/v1/servers/{hostname}/acceptance/", {"hostname": "a100-01"}),
+        ("/api/v1/skus/{sku_name}/acceptance/", {"sku_name": "DGX A100"}),
+        ("/api/v1/topology-classes/{fingerprint}/", {"fingerprint": fingerprint}),
+    ]:
+        operation = schema[path]["GET"]
+        response = operation.Case(path_parameters=parameters).call(headers=headers)
+        assert response.status_code == 200, (path, response.text)
+        operation.validate_response(response)

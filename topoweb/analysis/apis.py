@@ -13,6 +13,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from topoweb.analysis import selectors
+from topoweb.analysis.serializers import (
+    AffinityDocumentSerializer,
+    CostTablesSerializer,
+    PlacementDocumentSerializer,
+)
 from topoweb.config.api import (
     ERRORS,
     READ_ERRORS,
@@ -207,41 +212,6 @@ class ModelField(serializers.Field):
         return value
 
 
-class DimensionSerializer(serializers.Serializer):
-    dimension = serializers.CharField()
-    collective = serializers.CharField()
-    bytes = serializers.IntegerField()
-    count = serializers.IntegerField(help_text="per step")
-    each_us = serializers.FloatField()
-    total_us = serializers.FloatField()
-    bottleneck = serializers.CharField()
-    bottleneck_class = serializers.CharField()
-
-
-class LayoutSerializer(serializers.Serializer):
-    tp = serializers.IntegerField()
-    pp = serializers.IntegerField()
-    dp = serializers.IntegerField()
-    ep = serializers.IntegerField()
-
-
-class PlacementDocumentSerializer(serializers.Serializer):
-    layout = LayoutSerializer()
-    model = serializers.CharField(help_text="the model shape's name")
-    mapping = serializers.ListField(child=serializers.IntegerField(), help_text="GPU of each rank")
-    groups = serializers.DictField(
-        child=serializers.ListField(child=serializers.ListField(child=serializers.IntegerField())),
-        help_text="tp/dp/pp/ep -> the GPU groups of that dimension",
-    )
-    predicted_step_comm_us = serializers.FloatField()
-    naive_step_comm_us = serializers.FloatField(help_text="GPU index order, TP fastest")
-    improvement = serializers.FloatField(help_text="fraction of the naive time saved")
-    per_dimension = DimensionSerializer(many=True)
-    search = serializers.CharField()
-    calibrated = serializers.BooleanField()
-    assumption = serializers.CharField()
-
-
 class PlacementApi(APIView):
     """Rank-to-GPU mapping of a TP x PP x DP (x EP) job that minimises per-step communication."""
 
@@ -340,20 +310,8 @@ class SelectApi(APIView):
 # --- affinity, stored costs, presets -------------------------------------------------------
 
 
-class GpuAffinitySerializer(serializers.Serializer):
-    gpu = serializers.IntegerField()
-    numa_node = serializers.CharField()
-    cpu_list = serializers.CharField(allow_null=True)
-    nearest_nics = serializers.ListField(child=serializers.CharField())
-    nic_class = serializers.CharField(allow_null=True)
-    warning = serializers.CharField(allow_null=True)
-
-
-class AffinitySerializer(serializers.Serializer):
+class AffinitySerializer(AffinityDocumentSerializer):
     hostname = serializers.CharField()
-    gpus = GpuAffinitySerializer(many=True)
-    cuda_visible_devices = serializers.CharField()
-    binding_hints = serializers.ListField(child=serializers.CharField())
 
 
 class AffinityApi(APIView):
@@ -383,12 +341,12 @@ class StoredCostsSerializer(serializers.Serializer):
     hostname = serializers.CharField()
     analysis_status = serializers.CharField(allow_null=True)
     cost_model_version = serializers.IntegerField(allow_null=True)
-    costs = serializers.JSONField(
+    costs = CostTablesSerializer(
         allow_null=True,
         help_text="curves per collective over `sizes` on all GPUs, and `table` rows "
         "(`table_columns`) per group size at 1 MiB, 64 MiB and 1 GiB; null until analysed",
     )
-    calibrated_costs = serializers.JSONField(
+    calibrated_costs = CostTablesSerializer(
         allow_null=True, help_text="the same, with measured figures; null when none were measured"
     )
     measured = MeasuredCurveSerializer(many=True, help_text="this server's nccl-tests sweeps")

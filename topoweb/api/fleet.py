@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from topoweb.analysis import selectors as analysis_selectors
-from topoweb.analysis.models import Analysis
+from topoweb.analysis.serializers import AnalysisSerializer, FindingSerializer
 from topoweb.config.api import (
     ERRORS,
     READ_ERRORS,
@@ -305,12 +305,6 @@ class UploadPreviewApi(APIView):
 # --- read ------------------------------------------------------------------------------------
 
 
-class FindingSerializer(serializers.Serializer):
-    code = serializers.CharField()
-    severity = serializers.CharField()
-    message = serializers.CharField()
-
-
 class ServerSummarySerializer(serializers.Serializer):
     hostname = serializers.CharField()
     sku = serializers.CharField(source="sku_name")
@@ -322,9 +316,7 @@ class ServerSummarySerializer(serializers.Serializer):
     nvlink_summary = serializers.CharField(source="latest_snapshot.nvlink_summary", allow_null=True)
     health = serializers.SerializerMethodField()
     findings_count = serializers.SerializerMethodField()
-    topology_fingerprint = serializers.CharField(
-        source="topology_class.fingerprint", allow_null=True
-    )
+    fingerprint = serializers.CharField(source="topology_class.fingerprint", allow_null=True)
     latest_snapshot_id = serializers.IntegerField(allow_null=True)
     last_seen_at = serializers.DateTimeField(allow_null=True)
 
@@ -403,7 +395,7 @@ class SnapshotSummarySerializer(serializers.Serializer):
     has_nvlink = serializers.BooleanField()
     nvlink_summary = serializers.CharField()
     warning_count = serializers.IntegerField()
-    topology_fingerprint = serializers.CharField(source="topology_class.fingerprint")
+    fingerprint = serializers.CharField(source="topology_class.fingerprint")
 
 
 class SnapshotDetailSerializer(SnapshotSummarySerializer):
@@ -414,17 +406,9 @@ class SnapshotDetailSerializer(SnapshotSummarySerializer):
     host = serializers.JSONField(allow_null=True)
 
 
-class AnalysisSerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=Analysis.Status.choices)
-    cost_model_version = serializers.IntegerField()
-    error = serializers.CharField()
-    result = serializers.JSONField(allow_null=True)
-    finished_at = serializers.DateTimeField(allow_null=True)
-
-
 class TopologyClassSerializer(serializers.Serializer):
     fingerprint = serializers.CharField()
-    sku_name = serializers.CharField()
+    sku = serializers.CharField(source="sku_name")
     gpu_model = serializers.CharField()
     gpu_count = serializers.IntegerField()
     nic_count = serializers.IntegerField()
@@ -552,7 +536,7 @@ class BenchmarkDetailApi(APIView):
 
 
 class SkuSerializer(serializers.Serializer):
-    sku_name = serializers.CharField()
+    sku = serializers.CharField(source="sku_name")
     server_count = serializers.IntegerField()
     topology_class_count = serializers.IntegerField()
     differing_count = serializers.IntegerField()
@@ -569,7 +553,7 @@ class SkuListApi(APIView):
 
 
 class SkuDetailSerializer(serializers.Serializer):
-    sku_name = serializers.CharField()
+    sku = serializers.CharField()
     servers = ServerSummarySerializer(many=True)
     topology_classes = TopologyClassSerializer(many=True)
 
@@ -582,7 +566,7 @@ class SkuDetailApi(APIView):
         members = list(selectors.sku_members(sku_name))
         fingerprints = {s.topology_class.fingerprint for s in members if s.topology_class}
         classes = selectors.topology_class_list().filter(fingerprint__in=fingerprints)
-        body = {"sku_name": members[0].sku_name, "servers": members, "topology_classes": classes}
+        body = {"sku": members[0].sku_name, "servers": members, "topology_classes": classes}
         return Response(SkuDetailSerializer(body).data)
 
 
@@ -615,7 +599,10 @@ class TopologyClassDetailApi(APIView):
         )
         data = TopologyClassDetailSerializer(
             {
-                **{f: getattr(topology_class, f) for f in TopologyClassSerializer().fields},
+                **{
+                    f.source: getattr(topology_class, f.source)
+                    for f in TopologyClassSerializer().fields.values()
+                },
                 "document": topology_class.document,
                 "servers": topology_class.servers_list,  # type: ignore[attr-defined]
                 "analysis": analysis_selectors.current_analysis(topology_class.pk),

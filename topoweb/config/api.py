@@ -15,6 +15,7 @@ from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.validators import RegexValidator
 from django.db import DatabaseError, connection
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.urls import Resolver404, resolve
 from django.views.defaults import page_not_found, server_error
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions, serializers, status
@@ -115,6 +116,26 @@ class ApiNotFoundMiddleware:
         ):
             return JsonResponse(error_body("not_found", "No such API endpoint."), status=404)
         return response
+
+
+class ApiTrailingSlashMiddleware:
+    """Every API route is written with a trailing slash. The same path without it (as deployed
+    collectors post reports, and schedulers type questions by hand) reaches the same view for
+    every method, with no redirect that would drop a POST body."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        path = request.path_info
+        if path.startswith("/api/") and not path.endswith("/"):
+            try:
+                resolve(path + "/")
+            except Resolver404:
+                pass
+            else:
+                request.path_info = path + "/"
+        return self.get_response(request)
 
 
 class NulInPathMiddleware:

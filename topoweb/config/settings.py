@@ -34,7 +34,6 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
-    "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "topoweb.fleet",
@@ -47,6 +46,7 @@ MIDDLEWARE = [
     "topoweb.config.metrics.RequestLatencyMiddleware",
     "topoweb.config.api.ApiNotFoundMiddleware",
     "topoweb.config.api.NulInPathMiddleware",
+    "topoweb.config.api.ApiTrailingSlashMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -176,6 +176,11 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # One name per choice set where several fields are called `kind`.
+    "ENUM_NAME_OVERRIDES": {
+        "FindingKindEnum": "topoweb.core.health.KINDS",
+        "FigureKindEnum": ["p2p", "busbw"],
+    },
     # The docs pages load Swagger UI and Redoc from this app's static files, never a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -13,9 +13,9 @@ from topoweb.config.metrics import metrics_view
 from topoweb.health import urls as health_urls
 
 api_v1 = [
-    path("reports", apis.ReportApi.as_view(), name="reports"),
-    path("uploads", apis.UploadApi.as_view(), name="uploads"),
-    path("uploads/preview", apis.UploadPreviewApi.as_view(), name="upload-preview"),
+    path("reports/", apis.ReportApi.as_view(), name="reports"),
+    path("uploads/", apis.UploadApi.as_view(), name="uploads"),
+    path("uploads/preview/", apis.UploadPreviewApi.as_view(), name="upload-preview"),
     path("servers/", apis.ServerListApi.as_view(), name="server-list"),
     path("servers/<str:hostname>/", apis.ServerDetailApi.as_view(), name="server-detail"),
     path(
@@ -25,26 +25,28 @@ api_v1 = [
     ),
     path("servers/<str:hostname>/graph/", apis.ServerGraphApi.as_view(), name="server-graph"),
     path(
-        "servers/<str:hostname>/export/<str:fmt>",
+        "servers/<str:hostname>/export/<str:fmt>/",
         apis.ServerExportApi.as_view(),
         name="server-export",
     ),
-    path("servers/<str:hostname>/cost", analysis_apis.CostApi.as_view(), name="server-cost"),
+    path("servers/<str:hostname>/cost/", analysis_apis.CostApi.as_view(), name="server-cost"),
     path(
-        "servers/<str:hostname>/placement",
+        "servers/<str:hostname>/placement/",
         analysis_apis.PlacementApi.as_view(),
         name="server-placement",
     ),
     path(
-        "servers/<str:hostname>/affinity",
+        "servers/<str:hostname>/affinity/",
         analysis_apis.AffinityApi.as_view(),
         name="server-affinity",
     ),
     path(
-        "servers/<str:hostname>/costs", analysis_apis.StoredCostsApi.as_view(), name="server-costs"
+        "servers/<str:hostname>/cost-tables/",
+        analysis_apis.StoredCostsApi.as_view(),
+        name="server-cost-tables",
     ),
-    path("placement/select", analysis_apis.SelectApi.as_view(), name="placement-select"),
-    path("model-presets", analysis_apis.ModelPresetsApi.as_view(), name="model-presets"),
+    path("placement/select/", analysis_apis.SelectApi.as_view(), name="placement-select"),
+    path("model-presets/", analysis_apis.ModelPresetsApi.as_view(), name="model-presets"),
     path("snapshots/<int:snapshot_id>/", apis.SnapshotDetailApi.as_view(), name="snapshot-detail"),
     path("benchmarks/", apis.BenchmarkListApi.as_view(), name="benchmark-list"),
     path(
@@ -62,11 +64,11 @@ api_v1 = [
         name="topology-class-detail",
     ),
     path(
-        "topology-classes/<str:fingerprint>/export/<str:fmt>",
+        "topology-classes/<str:fingerprint>/export/<str:fmt>/",
         apis.TopologyClassExportApi.as_view(),
         name="topology-class-export",
     ),
-    path("exports/topology.conf", apis.TopologyConfApi.as_view(), name="topology-conf"),
+    path("exports/topology.conf/", apis.TopologyConfApi.as_view(), name="topology-conf"),
 ]
 
 urlpatterns = [

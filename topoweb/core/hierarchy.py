@@ -10,7 +10,8 @@ from typing import Any, Literal
 from topoweb.core.catalogue import infer_generation
 from topoweb.core.model import Topology, link_class_rank
 
-Severity = Literal["info", "warning", "error"]
+# Not a health finding (core.health): a remark on how the matrix nests, kept with the structure.
+NoteSeverity = Literal["info", "warning", "error"]
 NodeKind = Literal["numa", "host_bridge", "switch_tree", "switch"]
 
 # Cluster level -> the class two devices in one cluster of that level are nearer than.
@@ -25,9 +26,9 @@ _IMPLIED = {"numa": "NODE", "host_bridge": "PHB", "switch_tree": "PXB", "switch"
 
 
 @dataclass(frozen=True)
-class Finding:
+class StructureNote:
     kind: str  # nesting_violation, numa_affinity_conflict, nvlink_uneven, ...
-    severity: Severity
+    severity: NoteSeverity
     devices: tuple[str, ...]
     message: str
 
@@ -82,7 +83,7 @@ class Hierarchy:
     nodes: tuple[PcieNode, ...]
     parent: dict[str, str] = field(hash=False)  # device id -> the node it hangs off
     nvlink_domains: tuple[NvlinkDomain, ...]
-    findings: tuple[Finding, ...]
+    findings: tuple[StructureNote, ...]
 
     def node(self, node_id: str) -> PcieNode:
         for n in self.nodes:
@@ -165,7 +166,7 @@ def recover_hierarchy(
     for lnk in topo.links:
         if not lnk.is_nvlink:
             known.append((lnk.a, lnk.b, link_class_rank(lnk.link_class)))
-    findings: list[Finding] = []
+    findings: list[StructureNote] = []
 
     clusters: dict[NodeKind, list[tuple[str, ...]]] = {}
     for level_kind, bound in _LEVELS:
@@ -214,7 +215,7 @@ def recover_hierarchy(
         actual = topo.link_class(a, b)
         if link_class_rank(implied) != rank:
             findings.append(
-                Finding(
+                StructureNote(
                     "nesting_violation",
                     "warning",
                     (a, b),
@@ -241,7 +242,7 @@ def _label(topo: Topology, kind: NodeKind, n: int, members: tuple[str, ...]) -> 
 
 
 def _join_by_numa_affinity(
-    topo: Topology, uf: _Union, known: list[tuple[str, str, int]], findings: list[Finding]
+    topo: Topology, uf: _Union, known: list[tuple[str, str, int]], findings: list[StructureNote]
 ) -> None:
     """Devices the matrix leaves unplaced (all NVLink, no NIC) join by their NUMA column;
     where the column would put two devices the matrix holds SYS apart into one node, the
@@ -268,7 +269,7 @@ def _join_by_numa_affinity(
                     break
                 if earlier == members[0]:
                     findings.append(
-                        Finding(
+                        StructureNote(
                             "numa_affinity_conflict",
                             "warning",
                             (earlier, other),
@@ -280,7 +281,7 @@ def _join_by_numa_affinity(
 
 
 def _nvlink_domains(
-    topo: Topology, gpu_model: str | None, nvswitch: bool | None, findings: list[Finding]
+    topo: Topology, gpu_model: str | None, nvswitch: bool | None, findings: list[StructureNote]
 ) -> tuple[NvlinkDomain, ...]:
     gpu_ids = [g.id for g in topo.gpus]
     uf = _Union(gpu_ids)
@@ -324,7 +325,7 @@ def _nvlink_domains(
                 if topo.link(a, b).nvlinks < k
             ]
             findings.append(
-                Finding(
+                StructureNote(
                     "nvlink_uneven",
                     "warning",
                     members,

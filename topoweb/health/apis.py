@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -10,20 +9,24 @@ from rest_framework.views import APIView
 
 from topoweb.config.api import READ_ERRORS
 from topoweb.health import selectors, services
+from topoweb.health.serializers import AcceptanceSerializer, SkuAcceptanceSerializer
 
 
 class ServerAcceptanceApi(APIView):
     @extend_schema(
-        operation_id="servers_acceptance", responses={200: OpenApiTypes.OBJECT, **READ_ERRORS}
+        operation_id="servers_acceptance", responses={200: AcceptanceSerializer, **READ_ERRORS}
     )
     def get(self, request: Request, hostname: str) -> Response:
         server = selectors.server_with_health(hostname)
-        return Response(services.acceptance_document(server))
+        report = selectors.acceptance_document(server)
+        if report["stale"]:
+            services.enqueue_health(server.pk)  # a GET writes nothing; the worker re-judges
+        return Response(report)
 
 
 class SkuAcceptanceApi(APIView):
     @extend_schema(
-        operation_id="skus_acceptance", responses={200: OpenApiTypes.OBJECT, **READ_ERRORS}
+        operation_id="skus_acceptance", responses={200: SkuAcceptanceSerializer, **READ_ERRORS}
     )
     def get(self, request: Request, sku_name: str) -> Response:
         return Response(selectors.sku_acceptance(sku_name))

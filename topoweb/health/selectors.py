@@ -11,7 +11,14 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 
 from topoweb.core.formats.nvml import NvmlFacts, read_nvml
-from topoweb.core.health import Figures, Thresholds, measured_figures, sku_distribution
+from topoweb.core.health import (
+    TOPOLOGY_DRIFT,
+    Figures,
+    Finding,
+    Thresholds,
+    measured_figures,
+    sku_distribution,
+)
 from topoweb.core.model import NcclRun, P2PResult, Topology
 from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
 from topoweb.fleet.selectors import usual_topology_class_id
@@ -132,6 +139,46 @@ def health_findings(server: Server) -> list[dict[str, Any]]:
     return [f.to_document() for f in HealthFinding.objects.filter(server=server).order_by("id")]
 
 
+def acceptance_document(server: Server) -> dict[str, Any]:
+    """The acceptance report as last computed, read only: `stale` is true when the server has
+    a newer snapshot or its SKU's expectations changed since (the caller queues a
+    re-evaluation), and a server never evaluated gets a "pending" report of the same shape.
+    Http404 for a server with no topology yet."""
+    if server.latest_snapshot_id is None:
+        raise Http404(f"server {server.hostname!r} has no topology snapshot yet")
+    health = stored_health(server)
+    row = sku_expectation(server.sku_name)
+    version = row.version if row is not None else None
+    if health is None:
+        return {
+            "hostname": server.hostname,
+            "sku": server.sku_name,
+            "verdict": "pending",
+            "reasons": ["not evaluated yet: the evaluation is queued"],
+            "basis": "",
+            "thresholds": (row.thresholds() if row is not None else Thresholds()).to_document(),
+            "rows": [],
+            "not_measured": [],
+            "findings": [],
+            "summary": {
+                "critical": 0,
+                "warning": 0,
+                "info": 0,
+                "compared": 0,
+                "below": 0,
+                "not_measured": 0,
+            },
+            "expectation_version": version,
+            "computed_at": None,
+            "stale": True,
+        }
+    stale = health.snapshot_id != server.latest_snapshot_id or health.expectation_version != version
+    return dict(health.acceptance) | {
+        "computed_at": health.computed_at.isoformat(),
+        "stale": stale,
+    }
+
+
 def sku_acceptance(sku_name: str) -> dict[str, Any]:
     """Per-SKU view: each member's verdict and findings count, and the distribution of every
     figure measured across the SKU with its outliers named."""
@@ -224,18 +271,22 @@ def server_health(server: Server) -> str:
 
 
 def server_findings(server: Server) -> list[dict[str, Any]]:
-    """What is worth a look on this server: the health checks' findings once they ran, and
-    until then what ingest already knows (a wiring that differs from the SKU's)."""
+    """What is worth a look on this server, as findings of core.health's shape: the health
+    checks' findings once they ran, and until then what ingest already knows (a wiring that
+    differs from the usual one of its SKU)."""
     if getattr(server, "health", None) is not None:
-        return [f | {"code": f["kind"]} for f in health_findings(server)]
+        return health_findings(server)
     if not server.differs_from_sku:
         return []
     return [
-        {
-            "code": "topology-differs-from-sku",
-            "severity": "warning",
-            "message": f"wired differently from the usual topology of SKU {server.sku_name!r}",
-        }
+        Finding(
+            kind=TOPOLOGY_DRIFT,
+            severity="warning",
+            devices=(),
+            evidence={"against": "SKU"},
+            advice="Compare this server's matrix with a sibling of the same SKU.",
+            message=f"wired differently from the usual topology of SKU {server.sku_name!r}",
+        ).to_document()
     ]
 
 

@@ -3,12 +3,9 @@ transaction), enqueue that after an ingest commits, and save staff's SKU expecta
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import F
-from django.http import Http404
 from django.utils import timezone
 
 from topoweb.config.celery_app import enqueue
@@ -170,18 +167,3 @@ def save_expectation(
     for server in Server.objects.filter(sku_name=expectation.sku_name):
         request_health(server)
     return expectation
-
-
-def acceptance_document(server: Server) -> dict[str, Any]:
-    """The stored acceptance report, evaluating first when none is stored or it is stale."""
-    health = selectors.stored_health(server)
-    row = selectors.sku_expectation(server.sku_name)
-    if (
-        health is None
-        or health.snapshot_id != server.latest_snapshot_id
-        or health.expectation_version != (row.version if row is not None else None)
-    ):
-        health = evaluate_server(server.pk)
-    if health is None:
-        raise Http404(f"server {server.hostname!r} has no topology snapshot yet")
-    return dict(health.acceptance) | {"computed_at": health.computed_at.isoformat()}

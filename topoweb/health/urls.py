@@ -1,18 +1,17 @@
 """Routes of the health app: `api_urls` go under /api/v1/, `page_urls` at the site root."""
 
-from django.urls import path, re_path
+from django.urls import path
 
 from topoweb.health import apis, views
 
-# With or without the trailing slash: schedulers type these by hand.
 api_urls = [
-    re_path(
-        r"^servers/(?P<hostname>[^/]+)/acceptance/?$",
+    path(
+        "servers/<str:hostname>/acceptance/",
         apis.ServerAcceptanceApi.as_view(),
         name="server-acceptance",
     ),
-    re_path(
-        r"^skus/(?P<sku_name>.+)/acceptance/?$",
+    path(
+        "skus/<path:sku_name>/acceptance/",
         apis.SkuAcceptanceApi.as_view(),
         name="sku-acceptance",
     ),

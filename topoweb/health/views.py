@@ -23,8 +23,10 @@ def server_acceptance_page(request: HttpRequest, hostname: str) -> HttpResponse:
     if server.latest_snapshot_id is None:
         # A host known only by its benchmarks: say what is missing rather than answer 404.
         return render(request, "health/server_acceptance_empty.html", {"server": server})
-    report = services.acceptance_document(server)
-    computed_at = datetime.fromisoformat(report["computed_at"])
+    report = selectors.acceptance_document(server)
+    if report["stale"]:
+        services.enqueue_health(server.pk)  # a GET writes nothing; the worker re-judges
+    computed_at = datetime.fromisoformat(report["computed_at"]) if report["computed_at"] else None
     context = {"server": server, "report": report, "computed_at": computed_at}
     return render(request, "health/server_acceptance.html", context)
 
