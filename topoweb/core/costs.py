@@ -54,6 +54,8 @@ RING_SEARCH_NODES = 20_000
 # At most this many rings over an NVLink mesh (NCCL builds up to 16-32 channels; a DGX-1
 # mesh needs 4-6 distinct rings to fill its bundles).
 MAX_RINGS = 8
+# Subsets larger than this get the hierarchy's order as their ring, without a search.
+BIG_RING = 64
 CALIBRATION_CLASSES = ("nvlink", "pcie", "socket")
 P2PMode = Literal["auto", "on", "off"]
 
@@ -540,6 +542,13 @@ class CostModel:
             return self._ring_cache[key]
         if len(key) < 2:
             raise ValueError("a collective needs at least two GPUs")
+        if len(key) > BIG_RING:
+            # Past a few dozen GPUs an exact search is out of reach and a greedy one costs
+            # O(n^2) routes: follow the hierarchy (NVLink domain, NUMA node, PCIe tree),
+            # which is what NCCL's own search settles on for such fabrics.
+            big: tuple[tuple[tuple[int, ...], float], ...] = ((self._hierarchy_ring(key), 1.0),)
+            self._ring_cache[key] = big
+            return big
         for f in ((a, b) for a in key for b in key if a != b):
             self.path(f)  # every resource exists before the search reads capacities
         caps = [r.capacity_gbps for r in self.resources]
@@ -566,6 +575,15 @@ class CostModel:
         result = tuple((o, x / total) for o, x in channels)
         self._ring_cache[key] = result
         return result
+
+    def _hierarchy_ring(self, key: tuple[int, ...]) -> tuple[int, ...]:
+        def place(g: int) -> tuple[Any, ...]:
+            gid = self.gpu_ids[g]
+            domain = self._domain.get(gid)
+            first = min(domain.gpus) if domain else gid
+            return (self._socket_key[gid], first, self.chain(gid)[::-1], g)
+
+        return tuple(sorted(key, key=place))
 
     def _residual(self, caps: list[float], ring: tuple[int, ...], rate: float) -> list[float]:
         out = list(caps)
