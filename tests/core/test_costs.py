@@ -379,3 +379,13 @@ def test_narrow_pcie_links_are_priced_by_width(width: int, gbps: float) -> None:
     cost = collective_cost(model, "all_reduce", [0, 1], 1 << 30, algorithm="ring")
     # NCCL: width x 60 / 80 on Gen3; the PIX pair's ring is bound by one GPU's own link.
     assert cost.bandwidth_gbps == pytest.approx(gbps)
+
+
+def test_h100_nodes_use_nccls_nvls_tree_bounded_by_their_nics() -> None:
+    one = build_model(T.h100_nv18_no_nic(), "NVIDIA H100 80GB HBM3", nodes=4, nic_gbits=400)
+    cost = collective_cost(one, "all_reduce", range(32), 8 << 30)
+    # Four or more nodes: the NICs (8 x 400 Gb/s x 0.92 = 368 GB/s a node) set the pace.
+    assert cost.algorithm == "nvls_tree"
+    assert cost.bandwidth_gbps == pytest.approx(8 * 50 * 0.92)
+    assert cost.bottleneck_class == "network"
+    assert any("no NICs in the capture" in a for a in cost.assumed)

@@ -28,7 +28,7 @@ from topoweb.fleet.selectors import server_by_hostname
 
 MAX_GPUS = 4096
 MAX_BYTES = 1 << 40  # 1 TiB: past any message a collective is sent with
-ALGORITHMS = ("ring", "tree", "nvls", "p2p", "pairwise", "copy")
+ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "p2p", "pairwise", "copy")
 QUERY_ERRORS = {
     **READ_ERRORS,
     400: OpenApiResponse(

@@ -71,6 +71,9 @@ HOP_LATENCY_US: dict[str, dict[str, tuple[float, float, float]]] = {
     "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)},
 }
 NVLS_LATENCY_US = {"nvlink": 25.0, "net": 18.0}
+NVLS_TREE_NET_LATENCY_US = 20.9
+# NVLS tree bus bandwidth cap per channel (GB/s): 2 nodes, more nodes.
+NVLS_TREE_PER_CHANNEL = {"Hopper": (57.7, 45.5), "Blackwell": (96.0, 80.0)}
 # Ring LL bus bandwidth cap (GB/s): one node by GPU arch; several nodes by CPU vendor and
 # node count (2 nodes, more).
 LL_MAX_BW_ONE_NODE = {"Volta": 39.0, "Ampere": 87.7, "Hopper": 141.0, "Blackwell": 282.0}
@@ -1068,34 +1071,47 @@ def _nvls_variant(
     launch: float,
 ) -> _Variant | None:
     """NVLink SHARP on NVSwitch gen3+: the switch reduces and multicasts. NCCL's model: 16
-    channels at the ladder speed the port fits, x its NVLS efficiency, x2 for all_reduce."""
+    channels at the ladder speed the port fits, x its NVLS efficiency, x2 for all_reduce.
+    Across nodes (all_reduce only) NCCL's NVLS tree: NVLS inside each node, trees between
+    them, bounded by the NICs (twice their rate with two nodes) and a per-channel cap."""
     hw = model.hardware
     gen = hw.generation
-    if (
-        not gen.nvls
-        or len(s.parts) > 1
-        or collective not in ("all_reduce", "reduce_scatter", "all_gather")
-    ):
+    nn = len(s.parts)
+    if not gen.nvls or collective not in ("all_reduce", "reduce_scatter", "all_gather"):
         return None
-    ids = [model.gpu_ids[g] for g in key]
+    if nn > 1 and collective != "all_reduce":
+        return None
+    local = tuple(sorted(_largest(s.parts)))
+    if len(local) < 2:
+        return None
+    ids = [model.gpu_ids[g] for g in local]
     domain = model._domain.get(ids[0])
     if domain is None or domain.fabric != "nvswitch" or not all(g in domain.gpus for g in ids):
         return None
-    p = len(key)
+    p, ppn = len(key), len(local)
     port = domain.port_links * hw.nvlink_per_link_gbps * model.calibration.scale.get("nvlink", 1.0)
     ladder = SPEED_LADDER.get(gen.arch, SPEED_LADDER["Hopper"])
     speed = next((x for x in ladder if x * NVLS_CHANNELS <= port), ladder[-1])
     ch = NVLS_CHANNELS
     per = speed * gen.nvls_efficiency * (ch - 1) / ch
-    per *= 2.0 if collective == "all_reduce" else (p - 1) / p
+    per *= 2.0 if collective == "all_reduce" else (ppn - 1) / ppn
     busbw = ch * per
     if rate is not None and math.isfinite(s.intra.gbps):
-        solo = model.solo_rate(model._channel_load(model.ring_channels(tuple(sorted(key)))))
+        solo = model.solo_rate(model._channel_load(model.ring_channels(local)))
         busbw *= min(1.0, rate.gbps / solo.gbps)
-    algbw = busbw * p / _nsteps(collective, p)
+    neck = model.path((local[0], local[1]))[0][0]
     lat = launch + NVLS_LATENCY_US["nvlink"]
-    neck = model.path((key[0], key[1]))[0][0]
-    return _Variant("nvls", lat + _us(n, algbw), s.order, busbw, lat, neck, "Simple")
+    name = "nvls"
+    if nn > 1:
+        name = "nvls_tree"
+        net_cap = s.net * (2.0 if nn == 2 else 1.0)
+        if net_cap < busbw:
+            busbw, neck = net_cap, s.nic
+        busbw = min(busbw, ch * NVLS_TREE_PER_CHANNEL.get(gen.arch, (57.7, 45.5))[nn > 2])
+        inter = HOP_LATENCY_US["net"]["tree"][2] if ppn == 1 else NVLS_TREE_NET_LATENCY_US
+        lat += 2 * math.log2(nn) * inter
+    algbw = busbw * p / _nsteps(collective, p)
+    return _Variant(name, lat + _us(n, algbw), s.order, busbw, lat, neck, "Simple")
 
 
 def _calibrated_ring(
