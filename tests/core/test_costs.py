@@ -389,3 +389,16 @@ def test_h100_nodes_use_nccls_nvls_tree_bounded_by_their_nics() -> None:
     assert cost.bandwidth_gbps == pytest.approx(8 * 50 * 0.92)
     assert cost.bottleneck_class == "network"
     assert any("no NICs in the capture" in a for a in cost.assumed)
+
+
+def test_gb200_trays_of_one_nvlink_clique_talk_over_nvlink_not_their_nics() -> None:
+    tray = T.from_function(4, lambda i, j: "NV18", lambda i: i // 2)  # one GB200 compute tray
+    over_nics = build_model(tray, "NVIDIA GB200", nodes=18, nic_gbits=400)
+    rack = build_model(tray, "NVIDIA GB200", nodes=18, nvlink_nodes=True)
+    by_nic = collective_cost(over_nics, "all_reduce", range(72), 1 << 30)
+    by_nvlink = collective_cost(rack, "all_reduce", range(72), 1 << 30)
+    assert by_nic.bottleneck_class == "network"
+    assert by_nvlink.bottleneck_class == "nvlink"
+    assert by_nvlink.algorithm == "nvls"  # one NVSwitch domain of 72 GPUs
+    assert by_nvlink.time_us < by_nic.time_us / 2
+    assert by_nvlink.transports[0] == "GPU0->GPU1 NVLink NV18"

@@ -110,6 +110,9 @@ class CostApi(APIView):
         nodes = serializers.IntegerField(min_value=1, max_value=4096, default=1)
         nic_gbps = serializers.FloatField(min_value=0.001, max_value=1e5, required=False)
         nics_per_node = serializers.IntegerField(min_value=1, max_value=1024, required=False)
+        nvlink_nodes = serializers.BooleanField(
+            default=False, help_text="the nodes share one NVLink domain (NVL72 fabric clique)"
+        )
 
     @extend_schema(
         operation_id="servers_cost_create",
@@ -132,6 +135,7 @@ class CostApi(APIView):
             nodes=q["nodes"],
             nic_gbps=q.get("nic_gbps"),
             nics_per_node=q.get("nics_per_node"),
+            nvlink_nodes=q["nvlink_nodes"],
             bidirectional=q["bidirectional"],
         )
         return Response(CostDocumentSerializer(doc).data)

@@ -23,7 +23,7 @@ from topoweb.core.catalogue import (
 )
 from topoweb.core.formats.nvml import HostFacts, NvmlFacts
 from topoweb.core.hierarchy import Hierarchy, recover_hierarchy
-from topoweb.core.model import NcclRun, P2PResult, Topology
+from topoweb.core.model import Device, Link, NcclRun, P2PResult, Topology
 
 COLLECTIVES: tuple[str, ...] = (
     "all_reduce",
@@ -771,15 +771,21 @@ def build_model(
     nodes: int = 1,
     nic_gbits: float | None = None,
     nics_per_node: int | None = None,
+    nvlink_nodes: bool = False,
 ) -> CostModel:
     """A cost model for one server, or for a job over `nodes` servers wired like it.
 
+    `nvlink_nodes`: the servers share one NVLink domain (NVL72-style trays of one NVML fabric
+    clique), so GPUs of different nodes talk through the NVSwitch trays, not the NICs.
     `gpu_model` is the NVML name where known; `p2p` auto infers per pair whether NCCL and
     the driver use P2P (`p2p_status`: `nvidia-smi topo -p2p r` or NVML, per ordered pair),
     on/off force it; `nic_gbits` is one NIC's rate (Gb/s) and `nics_per_node` their count
     (default: the NICs of the capture, else one per GPU)."""
     if not topo.gpus:
         raise ValueError("the topology has no GPUs")
+    if nvlink_nodes and nodes > 1:
+        topo = nvlink_domain(topo, nodes)
+        nodes = 1
     hw = resolve_hardware(
         topo,
         gpu_model,
@@ -800,6 +806,55 @@ def build_model(
     )
 
 
+def nvlink_domain(topo: Topology, nodes: int) -> Topology:
+    """`nodes` copies of one server whose NVSwitch-attached GPUs form one NVLink domain across
+    them (GB200 NVL72: 18 trays of 4 GPUs); GPU indices run node-major. Each copy keeps its
+    own PCIe tree and NUMA nodes; everything between copies other than NVLink is SYS."""
+    if nodes > 64 or nodes * len(topo.devices) > 4096:
+        raise ValueError(
+            f"an NVLink domain of {nodes} nodes x {len(topo.devices)} devices is too big"
+        )
+    gpus = sorted(topo.gpus, key=lambda d: d.index)
+    bundles = {lnk.nvlinks for lnk in topo.gpu_links() if lnk.is_nvlink}
+    if not bundles:
+        raise ValueError("nodes cannot share an NVLink domain: this server's GPUs have no NVLink")
+    cross = f"NV{max(bundles)}"
+    numas = [int(v) for d in topo.devices if (v := (d.numa_affinity or "").strip()).isdigit()]
+    stride = max(numas, default=0) + 1
+    rename: dict[tuple[int, str], str] = {}
+    devices: list[Device] = []
+    for k in range(nodes):
+        for d in topo.devices:
+            if d.kind == "gpu":
+                new_id, index = f"GPU{k * len(gpus) + gpus.index(d)}", k * len(gpus) + gpus.index(d)
+            else:
+                new_id, index = f"n{k}:{d.id}", k * len(topo.nics) + d.index
+            numa = (d.numa_affinity or "").strip()
+            devices.append(
+                replace(
+                    d,
+                    id=new_id,
+                    index=index,
+                    numa_affinity=str(int(numa) + k * stride) if numa.isdigit() else numa or None,
+                )
+            )
+            rename[(k, d.id)] = new_id
+    links = [
+        Link(rename[(k, lnk.a)], rename[(k, lnk.b)], lnk.link_class)
+        for k in range(nodes)
+        for lnk in topo.links
+    ]
+    for k in range(nodes):
+        for m in range(k + 1, nodes):
+            for a in topo.devices:
+                for b in topo.devices:
+                    both_gpus = a.kind == b.kind == "gpu"
+                    links.append(
+                        Link(rename[(k, a.id)], rename[(m, b.id)], cross if both_gpus else "SYS")
+                    )
+    return Topology(tuple(devices), tuple(links), topo.warnings)
+
+
 def with_options(
     model: CostModel,
     *,
@@ -808,10 +863,20 @@ def with_options(
     nodes: int | None = None,
     nic_gbits: float | None = None,
     nics_per_node: int | None = None,
+    nvlink_nodes: bool = False,
 ) -> CostModel:
     """The same server (hierarchy, calibration) with other transport or job options: what a
     query asks of a cached model."""
     hw = model.hardware
+    if nvlink_nodes and (nodes or 1) > 1:
+        topo = nvlink_domain(model.topo, nodes or 1)
+        return CostModel(
+            topo,
+            replace(hw, warnings=hw.warnings),
+            recover_hierarchy(topo, None, True),
+            model.calibration,
+            p2p=p2p or model.p2p,
+        )
     if nic_gbits is not None:
         if not nic_gbits > 0:
             raise ValueError(f"the NIC rate must be positive, got {nic_gbits} Gb/s")
