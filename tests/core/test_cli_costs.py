@@ -138,3 +138,63 @@ def test_a_file_that_is_not_topo_output_exits_2(tmp_path: Path) -> None:
     out = _run("cost", str(path), "--collective", "all_reduce", "--gpus", "0,1", "--bytes", "8")
     assert out.returncode == 2
     assert "expected topology output" in out.stderr
+
+
+def test_cost_prices_a_peer_copy_both_ways_without_nccls_efficiency(h100: str) -> None:
+    out = _run(
+        "cost",
+        h100,
+        "--collective",
+        "copy",
+        "--gpus",
+        "0,1",
+        "--bytes",
+        str(1 << 30),
+        "--bidirectional",
+        "--gpu-model",
+        "NVIDIA H100 80GB HBM3",
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    # NV18 ports: 18 x 25 GB/s x 0.97 each way, both directions summed.
+    assert doc["algbw_gbps"] == pytest.approx(2 * 18 * 25 * 0.97, rel=0.01)
+    assert (doc["algorithm"], doc["transports"]) == ("copy", ["GPU0->GPU1 NVLink NV18"])
+
+
+def test_cost_says_when_p2p_is_off_and_prices_host_memory(tmp_path: Path) -> None:
+    path = tmp_path / "pcie.txt"
+    path.write_text(PCIE_TOPO)
+    args = ["cost", str(path), "--collective", "all_reduce", "--gpus", "0,1", "--bytes", "1048576"]
+    auto = json.loads(_run(*args, "--gpu-model", "NVIDIA L40S").stdout)
+    on = json.loads(_run(*args, "--gpu-model", "NVIDIA L40S", "--p2p", "on").stdout)
+    # A NODE pair: beyond NCCL's default P2P level (PXB), so through host memory unless forced.
+    assert auto["transports"] == ["GPU0->GPU1 host shared memory (NODE, no P2P)"]
+    assert on["transports"] == ["GPU0->GPU1 PCIe P2P (NODE)"]
+    assert on["time_us"] < auto["time_us"]
+
+
+def test_cost_over_two_nodes_is_set_by_the_given_nic_rate(h100: str) -> None:
+    args = ["cost", h100, "--collective", "all_reduce", "--gpus", ",".join(map(str, range(16)))]
+    slow = _run(*args, "--bytes", str(1 << 30), "--nodes", "2", "--nic-gbps", "100")
+    fast = _run(*args, "--bytes", str(1 << 30), "--nodes", "2", "--nic-gbps", "400")
+    assert slow.returncode == fast.returncode == 0, slow.stderr
+    slow_doc, fast_doc = json.loads(slow.stdout), json.loads(fast.stdout)
+    assert slow_doc["nodes"] == 2
+    assert "network" in slow_doc["bottleneck"]
+    assert slow_doc["time_us"] > 2 * fast_doc["time_us"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--nodes", "0"], "--nodes: must be at least 1"),
+        (["--nic-gbps", "-5"], "--nic-gbps: must be positive"),
+        (["--p2p", "maybe"], "invalid choice"),
+    ],
+)
+def test_bad_job_options_exit_2_naming_the_option(
+    h100: str, extra: list[str], message: str
+) -> None:
+    out = _run("cost", h100, "--collective", "all_reduce", "--gpus", "0,1", "--bytes", "8", *extra)
+    assert out.returncode == 2
+    assert message in out.stderr

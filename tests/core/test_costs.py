@@ -329,3 +329,76 @@ def test_calibrating_on_p2p_05_scales_pcie_to_the_measured_copies() -> None:
     matrix = p2p_matrix(tuned)["unidirectional_gbps"]
     assert matrix[0][1] == pytest.approx(26.32, abs=0.02)  # NODE pair: PCIe class
     assert matrix[0][2] == pytest.approx(26.32, abs=0.02)  # SYS pair: socket class
+
+
+def test_an_all_sys_box_shares_one_socket_link_per_numa_node_as_its_affinity_column_says() -> None:
+    # Eight PCIe cards printed SYS to one another (as on an 8x RTX 4090 box), four per NUMA
+    # node: the matrix alone would give every GPU its own socket link.
+    box = T.from_function(8, lambda i, j: "SYS", lambda i: i // 4)
+    model = build_model(box, "NVIDIA GeForce RTX 4090")
+    groups = [[0, 4], [1, 5], [2, 6], [3, 7]]
+    alone = collective_cost(model, "all_reduce", [0, 4], 256 * MiB)
+    together = concurrent_costs(model, "all_reduce", groups, 256 * MiB)
+    assert alone.transports == ("GPU0->GPU4 host shared memory (SYS, no P2P)",)
+    # Four pairs cross the one 24 GB/s xGMI link of NUMA node 0 at once: 6 GB/s each.
+    assert [c.bandwidth_gbps for c in together] == pytest.approx([6.0] * 4)
+    assert all("socket link" in c.bottleneck for c in together)
+
+
+def test_an_h800_capture_showing_nv18_is_followed_with_a_warning() -> None:
+    model = build_model(T.h100_nv18_no_nic(), "NVIDIA H800")
+    cost = collective_cost(model, "all_reduce", range(8), 1 << 30, algorithm="ring")
+    assert cost.bandwidth_gbps == pytest.approx(18 * 20.6)
+    assert any("8 NVLinks per GPU but the capture shows NV18" in a for a in cost.assumed)
+    nv8 = T.from_function(8, lambda i, j: "NV8", lambda i: i // 4)
+    plain = build_model(nv8, "NVIDIA H800")
+    assert not plain.hardware.warnings
+    assert collective_cost(plain, "broadcast", range(8), 1 << 30).bandwidth_gbps == pytest.approx(
+        8 * 20.6
+    )
+
+
+def test_a_turing_nvlink_bridge_is_p2p_although_its_pcie_is_not() -> None:
+    bridged = T.from_function(2, lambda i, j: "NV2", lambda i: 0)
+    model = build_model(bridged, "NVIDIA GeForce RTX 2080 Ti")
+    cost = collective_cost(model, "all_reduce", [0, 1], 1 << 30)
+    assert cost.transports == ("GPU0->GPU1 NVLink NV2",)
+    assert cost.bandwidth_gbps == pytest.approx(2 * 20.0)  # NCCL's sm75 (Volta) figure
+    assert not model.hardware.pcie_p2p
+
+
+def test_a_dgx1v_crosses_sockets_over_broadwell_qpi_and_dgx2_over_skylake_upi() -> None:
+    assert build_model(T.dgx1_v100_mesh(), "Tesla V100-SXM2-32GB").hardware.socket_gbps == 6.0
+    dgx2 = build_model(T.nvswitch_16gpu(), "Tesla V100-SXM3-32GB").hardware
+    assert (dgx2.socket_link, dgx2.socket_gbps) == ("Intel UPI (Skylake)", 10.0)
+
+
+@pytest.mark.parametrize(("width", "gbps"), [(1, 0.75), (4, 3.0), (8, 6.0), (16, 12.0)])
+def test_narrow_pcie_links_are_priced_by_width(width: int, gbps: float) -> None:
+    model = build_model(T.gtx1070_7gpu(), "GeForce GTX 1070", pcie_width=width)
+    cost = collective_cost(model, "all_reduce", [0, 1], 1 << 30, algorithm="ring")
+    # NCCL: width x 60 / 80 on Gen3; the PIX pair's ring is bound by one GPU's own link.
+    assert cost.bandwidth_gbps == pytest.approx(gbps)
+
+
+def test_h100_nodes_use_nccls_nvls_tree_bounded_by_their_nics() -> None:
+    one = build_model(T.h100_nv18_no_nic(), "NVIDIA H100 80GB HBM3", nodes=4, nic_gbits=400)
+    cost = collective_cost(one, "all_reduce", range(32), 8 << 30)
+    # Four or more nodes: the NICs (8 x 400 Gb/s x 0.92 = 368 GB/s a node) set the pace.
+    assert cost.algorithm == "nvls_tree"
+    assert cost.bandwidth_gbps == pytest.approx(8 * 50 * 0.92)
+    assert cost.bottleneck_class == "network"
+    assert any("no NICs in the capture" in a for a in cost.assumed)
+
+
+def test_gb200_trays_of_one_nvlink_clique_talk_over_nvlink_not_their_nics() -> None:
+    tray = T.from_function(4, lambda i, j: "NV18", lambda i: i // 2)  # one GB200 compute tray
+    over_nics = build_model(tray, "NVIDIA GB200", nodes=18, nic_gbits=400)
+    rack = build_model(tray, "NVIDIA GB200", nodes=18, nvlink_nodes=True)
+    by_nic = collective_cost(over_nics, "all_reduce", range(72), 1 << 30)
+    by_nvlink = collective_cost(rack, "all_reduce", range(72), 1 << 30)
+    assert by_nic.bottleneck_class == "network"
+    assert by_nvlink.bottleneck_class == "nvlink"
+    assert by_nvlink.algorithm == "nvls"  # one NVSwitch domain of 72 GPUs
+    assert by_nvlink.time_us < by_nic.time_us / 2
+    assert by_nvlink.transports[0] == "GPU0->GPU1 NVLink NV18"

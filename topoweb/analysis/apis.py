@@ -33,7 +33,7 @@ from topoweb.fleet.selectors import server_by_hostname
 
 MAX_GPUS = 4096
 MAX_BYTES = 1 << 40  # 1 TiB: past any message a collective is sent with
-ALGORITHMS = ("ring", "tree", "nvls", "p2p", "pairwise", "copy")
+ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "p2p", "pairwise", "copy")
 QUERY_ERRORS = {
     **READ_ERRORS,
     400: OpenApiResponse(
@@ -115,6 +115,9 @@ class CostApi(APIView):
         nodes = serializers.IntegerField(min_value=1, max_value=4096, default=1)
         nic_gbps = serializers.FloatField(min_value=0.001, max_value=1e5, required=False)
         nics_per_node = serializers.IntegerField(min_value=1, max_value=1024, required=False)
+        nvlink_nodes = serializers.BooleanField(
+            default=False, help_text="the nodes share one NVLink domain (NVL72 fabric clique)"
+        )
 
     @extend_schema(
         operation_id="servers_cost_create",
@@ -137,6 +140,7 @@ class CostApi(APIView):
             nodes=q["nodes"],
             nic_gbps=q.get("nic_gbps"),
             nics_per_node=q.get("nics_per_node"),
+            nvlink_nodes=q["nvlink_nodes"],
             bidirectional=q["bidirectional"],
         )
         return Response(CostDocumentSerializer(doc).data)

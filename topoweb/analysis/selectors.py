@@ -149,7 +149,8 @@ def cost_of(
 ) -> dict[str, Any]:
     """core.costs.collective_cost's document; ValueError (a 400) for GPUs the server lacks or
     an algorithm that does not apply. `options`: p2p, nodes, nic_gbps, nics_per_node,
-    bidirectional; the server's own facts (P2P status, NICs) fill what the query leaves out."""
+    nvlink_nodes, bidirectional; the server's own facts (P2P status, NICs) fill what the query
+    leaves out."""
     model = server_cost_model(server)
     facts = _facts_options(server.latest_snapshot)
     nic = options.get("nic_gbps") or facts.get("nic_gbits")
@@ -160,6 +161,7 @@ def cost_of(
         nodes=options.get("nodes") or 1,
         nic_gbits=nic,
         nics_per_node=options.get("nics_per_node") or facts.get("nics_per_node"),
+        nvlink_nodes=bool(options.get("nvlink_nodes")),
     )
     return collective_cost(
         model,

@@ -118,6 +118,7 @@ def cmd_cost(args: argparse.Namespace) -> dict[str, Any]:
             nodes=args.nodes,
             nic_gbits=args.nic_gbps,
             nics_per_node=args.nics_per_node,
+            nvlink_nodes=args.nvlink_nodes,
         )
         cost = collective_cost(
             model,
@@ -245,6 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="servers wired like FILE; GPU indices then run 0..N*g-1, node-major",
     )
     c.add_argument("--nic-gbps", type=_positive_float, help="one NIC's rate in Gb/s")
+    c.add_argument(
+        "--nvlink-nodes",
+        action="store_true",
+        help="the nodes share one NVLink domain (NVL72 trays of one fabric clique)",
+    )
     c.add_argument(
         "--nics-per-node",
         type=_positive_int,

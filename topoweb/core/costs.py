@@ -23,7 +23,7 @@ from topoweb.core.catalogue import (
 )
 from topoweb.core.formats.nvml import HostFacts, NvmlFacts
 from topoweb.core.hierarchy import Hierarchy, recover_hierarchy
-from topoweb.core.model import NcclRun, P2PResult, Topology
+from topoweb.core.model import Device, Link, NcclRun, P2PResult, Topology
 
 COLLECTIVES: tuple[str, ...] = (
     "all_reduce",
@@ -54,6 +54,8 @@ RING_SEARCH_NODES = 20_000
 # At most this many rings over an NVLink mesh (NCCL builds up to 16-32 channels; a DGX-1
 # mesh needs 4-6 distinct rings to fill its bundles).
 MAX_RINGS = 8
+# Subsets larger than this get the hierarchy's order as their ring, without a search.
+BIG_RING = 64
 CALIBRATION_CLASSES = ("nvlink", "pcie", "socket")
 P2PMode = Literal["auto", "on", "off"]
 
@@ -69,6 +71,9 @@ HOP_LATENCY_US: dict[str, dict[str, tuple[float, float, float]]] = {
     "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)},
 }
 NVLS_LATENCY_US = {"nvlink": 25.0, "net": 18.0}
+NVLS_TREE_NET_LATENCY_US = 20.9
+# NVLS tree bus bandwidth cap per channel (GB/s): 2 nodes, more nodes.
+NVLS_TREE_PER_CHANNEL = {"Hopper": (57.7, 45.5), "Blackwell": (96.0, 80.0)}
 # Ring LL bus bandwidth cap (GB/s): one node by GPU arch; several nodes by CPU vendor and
 # node count (2 nodes, more).
 LL_MAX_BW_ONE_NODE = {"Volta": 39.0, "Ampere": 87.7, "Hopper": 141.0, "Blackwell": 282.0}
@@ -540,6 +545,13 @@ class CostModel:
             return self._ring_cache[key]
         if len(key) < 2:
             raise ValueError("a collective needs at least two GPUs")
+        if len(key) > BIG_RING:
+            # Past a few dozen GPUs an exact search is out of reach and a greedy one costs
+            # O(n^2) routes: follow the hierarchy (NVLink domain, NUMA node, PCIe tree),
+            # which is what NCCL's own search settles on for such fabrics.
+            big: tuple[tuple[tuple[int, ...], float], ...] = ((self._hierarchy_ring(key), 1.0),)
+            self._ring_cache[key] = big
+            return big
         for f in ((a, b) for a in key for b in key if a != b):
             self.path(f)  # every resource exists before the search reads capacities
         caps = [r.capacity_gbps for r in self.resources]
@@ -566,6 +578,15 @@ class CostModel:
         result = tuple((o, x / total) for o, x in channels)
         self._ring_cache[key] = result
         return result
+
+    def _hierarchy_ring(self, key: tuple[int, ...]) -> tuple[int, ...]:
+        def place(g: int) -> tuple[Any, ...]:
+            gid = self.gpu_ids[g]
+            domain = self._domain.get(gid)
+            first = min(domain.gpus) if domain else gid
+            return (self._socket_key[gid], first, self.chain(gid)[::-1], g)
+
+        return tuple(sorted(key, key=place))
 
     def _residual(self, caps: list[float], ring: tuple[int, ...], rate: float) -> list[float]:
         out = list(caps)
@@ -750,15 +771,21 @@ def build_model(
     nodes: int = 1,
     nic_gbits: float | None = None,
     nics_per_node: int | None = None,
+    nvlink_nodes: bool = False,
 ) -> CostModel:
     """A cost model for one server, or for a job over `nodes` servers wired like it.
 
+    `nvlink_nodes`: the servers share one NVLink domain (NVL72-style trays of one NVML fabric
+    clique), so GPUs of different nodes talk through the NVSwitch trays, not the NICs.
     `gpu_model` is the NVML name where known; `p2p` auto infers per pair whether NCCL and
     the driver use P2P (`p2p_status`: `nvidia-smi topo -p2p r` or NVML, per ordered pair),
     on/off force it; `nic_gbits` is one NIC's rate (Gb/s) and `nics_per_node` their count
     (default: the NICs of the capture, else one per GPU)."""
     if not topo.gpus:
         raise ValueError("the topology has no GPUs")
+    if nvlink_nodes and nodes > 1:
+        topo = nvlink_domain(topo, nodes)
+        nodes = 1
     hw = resolve_hardware(
         topo,
         gpu_model,
@@ -779,6 +806,55 @@ def build_model(
     )
 
 
+def nvlink_domain(topo: Topology, nodes: int) -> Topology:
+    """`nodes` copies of one server whose NVSwitch-attached GPUs form one NVLink domain across
+    them (GB200 NVL72: 18 trays of 4 GPUs); GPU indices run node-major. Each copy keeps its
+    own PCIe tree and NUMA nodes; everything between copies other than NVLink is SYS."""
+    if nodes > 64 or nodes * len(topo.devices) > 4096:
+        raise ValueError(
+            f"an NVLink domain of {nodes} nodes x {len(topo.devices)} devices is too big"
+        )
+    gpus = sorted(topo.gpus, key=lambda d: d.index)
+    bundles = {lnk.nvlinks for lnk in topo.gpu_links() if lnk.is_nvlink}
+    if not bundles:
+        raise ValueError("nodes cannot share an NVLink domain: this server's GPUs have no NVLink")
+    cross = f"NV{max(bundles)}"
+    numas = [int(v) for d in topo.devices if (v := (d.numa_affinity or "").strip()).isdigit()]
+    stride = max(numas, default=0) + 1
+    rename: dict[tuple[int, str], str] = {}
+    devices: list[Device] = []
+    for k in range(nodes):
+        for d in topo.devices:
+            if d.kind == "gpu":
+                new_id, index = f"GPU{k * len(gpus) + gpus.index(d)}", k * len(gpus) + gpus.index(d)
+            else:
+                new_id, index = f"n{k}:{d.id}", k * len(topo.nics) + d.index
+            numa = (d.numa_affinity or "").strip()
+            devices.append(
+                replace(
+                    d,
+                    id=new_id,
+                    index=index,
+                    numa_affinity=str(int(numa) + k * stride) if numa.isdigit() else numa or None,
+                )
+            )
+            rename[(k, d.id)] = new_id
+    links = [
+        Link(rename[(k, lnk.a)], rename[(k, lnk.b)], lnk.link_class)
+        for k in range(nodes)
+        for lnk in topo.links
+    ]
+    for k in range(nodes):
+        for m in range(k + 1, nodes):
+            for a in topo.devices:
+                for b in topo.devices:
+                    both_gpus = a.kind == b.kind == "gpu"
+                    links.append(
+                        Link(rename[(k, a.id)], rename[(m, b.id)], cross if both_gpus else "SYS")
+                    )
+    return Topology(tuple(devices), tuple(links), topo.warnings)
+
+
 def with_options(
     model: CostModel,
     *,
@@ -787,10 +863,20 @@ def with_options(
     nodes: int | None = None,
     nic_gbits: float | None = None,
     nics_per_node: int | None = None,
+    nvlink_nodes: bool = False,
 ) -> CostModel:
     """The same server (hierarchy, calibration) with other transport or job options: what a
     query asks of a cached model."""
     hw = model.hardware
+    if nvlink_nodes and (nodes or 1) > 1:
+        topo = nvlink_domain(model.topo, nodes or 1)
+        return CostModel(
+            topo,
+            replace(hw, warnings=hw.warnings),
+            recover_hierarchy(topo, None, True),
+            model.calibration,
+            p2p=p2p or model.p2p,
+        )
     if nic_gbits is not None:
         if not nic_gbits > 0:
             raise ValueError(f"the NIC rate must be positive, got {nic_gbits} Gb/s")
@@ -1050,34 +1136,47 @@ def _nvls_variant(
     launch: float,
 ) -> _Variant | None:
     """NVLink SHARP on NVSwitch gen3+: the switch reduces and multicasts. NCCL's model: 16
-    channels at the ladder speed the port fits, x its NVLS efficiency, x2 for all_reduce."""
+    channels at the ladder speed the port fits, x its NVLS efficiency, x2 for all_reduce.
+    Across nodes (all_reduce only) NCCL's NVLS tree: NVLS inside each node, trees between
+    them, bounded by the NICs (twice their rate with two nodes) and a per-channel cap."""
     hw = model.hardware
     gen = hw.generation
-    if (
-        not gen.nvls
-        or len(s.parts) > 1
-        or collective not in ("all_reduce", "reduce_scatter", "all_gather")
-    ):
+    nn = len(s.parts)
+    if not gen.nvls or collective not in ("all_reduce", "reduce_scatter", "all_gather"):
         return None
-    ids = [model.gpu_ids[g] for g in key]
+    if nn > 1 and collective != "all_reduce":
+        return None
+    local = tuple(sorted(_largest(s.parts)))
+    if len(local) < 2:
+        return None
+    ids = [model.gpu_ids[g] for g in local]
     domain = model._domain.get(ids[0])
     if domain is None or domain.fabric != "nvswitch" or not all(g in domain.gpus for g in ids):
         return None
-    p = len(key)
+    p, ppn = len(key), len(local)
     port = domain.port_links * hw.nvlink_per_link_gbps * model.calibration.scale.get("nvlink", 1.0)
     ladder = SPEED_LADDER.get(gen.arch, SPEED_LADDER["Hopper"])
     speed = next((x for x in ladder if x * NVLS_CHANNELS <= port), ladder[-1])
     ch = NVLS_CHANNELS
     per = speed * gen.nvls_efficiency * (ch - 1) / ch
-    per *= 2.0 if collective == "all_reduce" else (p - 1) / p
+    per *= 2.0 if collective == "all_reduce" else (ppn - 1) / ppn
     busbw = ch * per
     if rate is not None and math.isfinite(s.intra.gbps):
-        solo = model.solo_rate(model._channel_load(model.ring_channels(tuple(sorted(key)))))
+        solo = model.solo_rate(model._channel_load(model.ring_channels(local)))
         busbw *= min(1.0, rate.gbps / solo.gbps)
-    algbw = busbw * p / _nsteps(collective, p)
+    neck = model.path((local[0], local[1]))[0][0]
     lat = launch + NVLS_LATENCY_US["nvlink"]
-    neck = model.path((key[0], key[1]))[0][0]
-    return _Variant("nvls", lat + _us(n, algbw), s.order, busbw, lat, neck, "Simple")
+    name = "nvls"
+    if nn > 1:
+        name = "nvls_tree"
+        net_cap = s.net * (2.0 if nn == 2 else 1.0)
+        if net_cap < busbw:
+            busbw, neck = net_cap, s.nic
+        busbw = min(busbw, ch * NVLS_TREE_PER_CHANNEL.get(gen.arch, (57.7, 45.5))[nn > 2])
+        inter = HOP_LATENCY_US["net"]["tree"][2] if ppn == 1 else NVLS_TREE_NET_LATENCY_US
+        lat += 2 * math.log2(nn) * inter
+    algbw = busbw * p / _nsteps(collective, p)
+    return _Variant(name, lat + _us(n, algbw), s.order, busbw, lat, neck, "Simple")
 
 
 def _calibrated_ring(

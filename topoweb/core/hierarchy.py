@@ -4,11 +4,12 @@ the NVLink fabric (NVSwitch or point-to-point). Contradictions become findings."
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from topoweb.core.catalogue import infer_generation
-from topoweb.core.model import Topology, link_class_rank
+from topoweb.core.model import LINK_CLASS_ORDER, Topology, link_class_rank, nvlink_count
 
 # Not a health finding (core.health): a remark on how the matrix nests, kept with the structure.
 NoteSeverity = Literal["info", "warning", "error"]
@@ -85,19 +86,28 @@ class Hierarchy:
     nvlink_domains: tuple[NvlinkDomain, ...]
     findings: tuple[StructureNote, ...]
 
+    @functools.cached_property
+    def _by_id(self) -> dict[str, PcieNode]:
+        return {n.id: n for n in self.nodes}
+
+    @functools.cached_property
+    def _chains(self) -> dict[str, tuple[str, ...]]:
+        return {}
+
     def node(self, node_id: str) -> PcieNode:
-        for n in self.nodes:
-            if n.id == node_id:
-                return n
-        raise KeyError(node_id)
+        return self._by_id[node_id]
 
     def chain(self, device: str) -> tuple[str, ...]:
-        """Nodes from the device's parent up to its NUMA node."""
-        out = [self.parent[device]]
-        by_id = {n.id: n for n in self.nodes}
-        while by_id[out[-1]].parent is not None:
-            out.append(by_id[out[-1]].parent)  # type: ignore[arg-type]
-        return tuple(out)
+        """Nodes from the device's parent up to its NUMA node (memoised: building a cost
+        model asks it for every device pair)."""
+        got = self._chains.get(device)
+        if got is None:
+            by_id = self._by_id
+            out = [self.parent[device]]
+            while (up := by_id[out[-1]].parent) is not None:
+                out.append(up)
+            got = self._chains[device] = tuple(out)
+        return got
 
     def numa_of(self, device: str) -> str:
         return self.chain(device)[-1]
@@ -137,7 +147,9 @@ class _Union:
         return x
 
     def join(self, a: str, b: str) -> None:
-        self.up[self.find(a)] = self.find(b)
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.up[ra] = rb
 
     def groups(self, order: list[str]) -> list[tuple[str, ...]]:
         seen: dict[str, list[str]] = {}
@@ -163,21 +175,35 @@ def recover_hierarchy(
     SWITCH) where the collector had it; it overrides the inference from link counts."""
     ids = [d.id for d in topo.devices]
     known: list[tuple[str, str, int]] = []
+    rank_of: dict[str, int] = {}  # a matrix repeats a handful of classes; -1 for NVLink
     for lnk in topo.links:
-        if not lnk.is_nvlink:
-            known.append((lnk.a, lnk.b, link_class_rank(lnk.link_class)))
+        rank = rank_of.get(lnk.link_class)
+        if rank is None:
+            c = lnk.link_class
+            rank = rank_of[c] = -1 if nvlink_count(c) else link_class_rank(c)
+        if rank >= 0:
+            known.append((lnk.a, lnk.b, rank))
     findings: list[StructureNote] = []
 
+    # The levels nest, so one union-find grows from the finest (PIX) to the NUMA level,
+    # taking each level's clusters on the way: one pass over the links, not one per level.
     clusters: dict[NodeKind, list[tuple[str, ...]]] = {}
-    for level_kind, bound in _LEVELS:
-        uf = _Union(ids)
+    roots: dict[NodeKind, dict[str, str]] = {}
+    by_rank: dict[int, list[tuple[str, str, int]]] = {}
+    for item in known:
+        by_rank.setdefault(item[2], []).append(item)
+    uf = _Union(ids)
+    joined = -1  # every rank up to this one is joined
+    for level_kind, bound in reversed(_LEVELS):
         limit = link_class_rank(bound)
-        for a, b, rank in known:
-            if rank < limit:
+        for rank in range(joined + 1, limit):
+            for a, b, _ in by_rank.get(rank, ()):
                 uf.join(a, b)
+        joined = limit - 1
         if level_kind == "numa":
             _join_by_numa_affinity(topo, uf, known, findings)
         clusters[level_kind] = uf.groups(ids)
+        roots[level_kind] = {d: uf.find(d) for d in ids}
 
     # A set that clusters at several levels (a PIX pair is also its own switch tree and host
     # bridge group) is one node, of the finest kind: the others add no shared resource.
@@ -188,6 +214,7 @@ def recover_hierarchy(
             if len(members) >= 2:
                 finest_kind[members] = level_kind
     nodes: list[PcieNode] = []
+    numa_of = {d.id: d.numa_affinity for d in topo.devices}
     owner: dict[str, str] = {}  # device -> finest node created so far
     counters: dict[str, int] = {}
     prefixes = {"numa": "numa", "host_bridge": "hb", "switch_tree": "tree", "switch": "sw"}
@@ -204,16 +231,32 @@ def recover_hierarchy(
             counters[kind] = n + 1
             node_id = f"{prefixes[kind]}{n}"
             up = owner.get(members[0]) if level != "numa" else None
-            nodes.append(PcieNode(node_id, kind, up, members, _label(topo, kind, n, members)))
+            label = _label(topo, kind, n, members, numa_of)
+            nodes.append(PcieNode(node_id, kind, up, members, label))
             for m in members:
                 owner[m] = node_id
     parent = {d: owner[d] for d in ids}
 
-    hierarchy = Hierarchy(tuple(nodes), parent, (), ())
+    # The class two devices' finest shared cluster implies (as Hierarchy.implied_class
+    # reads it from the nodes), against the class the matrix prints.
+    sw, tree, hb, numa = (roots[k] for k in ("switch", "switch_tree", "host_bridge", "numa"))
+    pix, pxb, phb, node, sys_rank = (
+        link_class_rank(c) for c in ("PIX", "PXB", "PHB", "NODE", "SYS")
+    )
     for a, b, rank in known:
-        implied = hierarchy.implied_class(a, b)
-        actual = topo.link_class(a, b)
-        if link_class_rank(implied) != rank:
+        if sw[a] == sw[b]:
+            implied_rank = pix
+        elif tree[a] == tree[b]:
+            implied_rank = pxb
+        elif hb[a] == hb[b]:
+            implied_rank = phb
+        elif numa[a] == numa[b]:
+            implied_rank = node
+        else:
+            implied_rank = sys_rank
+        if implied_rank != rank:
+            implied = LINK_CLASS_ORDER[implied_rank]
+            actual = topo.link_class(a, b)
             findings.append(
                 StructureNote(
                     "nesting_violation",
@@ -227,9 +270,17 @@ def recover_hierarchy(
     return Hierarchy(tuple(nodes), parent, domains, tuple(findings))
 
 
-def _label(topo: Topology, kind: NodeKind, n: int, members: tuple[str, ...]) -> str:
+def _label(
+    topo: Topology,
+    kind: NodeKind,
+    n: int,
+    members: tuple[str, ...],
+    numa_of: dict[str, str | None] | None = None,
+) -> str:
     if kind == "numa":
-        values = {_numa_value(topo.device(m).numa_affinity) for m in members} - {None}
+        if numa_of is None:
+            numa_of = {d.id: d.numa_affinity for d in topo.devices}
+        values = {_numa_value(numa_of[m]) for m in members} - {None}
         if len(values) == 1:
             return f"NUMA node {values.pop()}"
         return f"NUMA group {n} (inferred from the matrix)"
@@ -247,27 +298,45 @@ def _join_by_numa_affinity(
     """Devices the matrix leaves unplaced (all NVLink, no NIC) join by their NUMA column;
     where the column would put two devices the matrix holds SYS apart into one node, the
     matrix wins and the disagreement is a finding."""
-    sys_rank = link_class_rank("SYS")
-    sys_pairs = [(a, b) for a, b, r in known if r == sys_rank]
     by_value: dict[str, list[str]] = {}
     for d in topo.devices:
         value = _numa_value(d.numa_affinity)
         if value is not None:
             by_value.setdefault(value, []).append(d.id)
+    if all(len({uf.find(m) for m in members}) == 1 for members in by_value.values()):
+        return  # the matrix already groups every NUMA value: nothing to join
+    sys_rank = link_class_rank("SYS")
+    sys_pairs = [(a, b) for a, b, r in known if r == sys_rank]
+    # Which current clusters the matrix holds SYS apart, kept up to date as clusters join.
+    apart: dict[str, set[str]] = {}
+    root = {d.id: uf.find(d.id) for d in topo.devices}
+    for a, b in sys_pairs:
+        ra, rb = root[a], root[b]
+        if ra != rb:
+            apart.setdefault(ra, set()).add(rb)
+            apart.setdefault(rb, set()).add(ra)
     for value, members in by_value.items():
         for i, other in enumerate(members[1:], start=1):
             for earlier in members[:i]:
                 first, second = uf.find(earlier), uf.find(other)
                 if first == second:
                     break
-                clash = next(
-                    ((a, b) for a, b in sys_pairs if {uf.find(a), uf.find(b)} == {first, second}),
-                    None,
-                )
-                if clash is None:
+                if second not in apart.get(first, ()):
                     uf.join(earlier, other)
+                    merged = uf.find(earlier)
+                    both = apart.pop(first, set()) | apart.pop(second, set())
+                    for x in both:
+                        peers = apart[x]
+                        peers.discard(first)
+                        peers.discard(second)
+                        peers.add(merged)
+                    if both:
+                        apart[merged] = both
                     break
                 if earlier == members[0]:
+                    clash = next(
+                        (a, b) for a, b in sys_pairs if {uf.find(a), uf.find(b)} == {first, second}
+                    )
                     findings.append(
                         StructureNote(
                             "numa_affinity_conflict",
@@ -289,13 +358,20 @@ def _nvlink_domains(
     for lnk in nv:
         uf.join(lnk.a, lnk.b)
     links_per_gpu = infer_generation(topo, gpu_model).generation.links_per_gpu
+    bundles: dict[str, set[int]] = {}
+    pairs: dict[str, int] = {}
+    for lnk in nv:
+        root = uf.find(lnk.a)
+        bundles.setdefault(root, set()).add(lnk.nvlinks)
+        pairs[root] = pairs.get(root, 0) + 1
     domains = []
     for members in uf.groups(gpu_ids):
         if len(members) < 2:
             continue
-        counts = sorted(
-            {topo.link(a, b).nvlinks for i, a in enumerate(members) for b in members[i + 1 :]}
-        )
+        root = uf.find(members[0])
+        m = len(members)
+        # A pair of the domain without NVLink counts as NV0.
+        counts = sorted(bundles[root] | ({0} if pairs[root] < m * (m - 1) // 2 else set()))
         complete = 0 not in counts
         k = counts[-1]
         if nvswitch is not None:

@@ -39,12 +39,14 @@ def normalise_link_class(token: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=256)
 def nvlink_count(link_class: str) -> int:
     """How many NVLinks a class names: 18 for NV18, 0 for any PCIe class."""
     match = _NV_RE.match(link_class)
     return int(match.group(1)) if match else 0
 
 
+@functools.lru_cache(maxsize=256)
 def link_class_rank(link_class: str) -> int:
     """Position in nearest-to-farthest order; every NV<k> shares the NVLink rank."""
     return LINK_CLASS_ORDER.index("NV" if nvlink_count(link_class) else link_class)
@@ -164,8 +166,13 @@ class Topology:
         return "X" if a == b else self._by_pair[frozenset((a, b))].link_class
 
     def gpu_links(self) -> Iterator[Link]:
+        return iter(self._gpu_links)
+
+    @functools.cached_property
+    def _gpu_links(self) -> tuple[Link, ...]:
+        # Asked for by every cost model and catalogue look-up; a 576-GPU rack has 660k links.
         gpu_ids = {d.id for d in self.gpus}
-        return (lnk for lnk in self.links if lnk.a in gpu_ids and lnk.b in gpu_ids)
+        return tuple(lnk for lnk in self.links if lnk.a in gpu_ids and lnk.b in gpu_ids)
 
     def to_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
