@@ -22,16 +22,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.live import live_server, request  # noqa: E402
 from tests.core import topologies as T  # noqa: E402
+from topoweb.core import placement as placement_module  # noqa: E402
 from topoweb.core.costs import build_model  # noqa: E402
-from topoweb.core.ledger import Layout  # noqa: E402
-from topoweb.core.placement import place  # noqa: E402
+from topoweb.core.ledger import PRESETS, Layout  # noqa: E402
+from topoweb.core.placement import place, recommend  # noqa: E402
+from topoweb.core.steptime import gpu_spec  # noqa: E402
+
+
+def _pcie_72() -> object:
+    """72 PCIe GPUs: 9 sockets... no such server exists; 8 switches of 9 under 2 sockets is
+    the shape of the largest PCIe boxes scaled up, to time the search, not to advise."""
+    return T.from_function(
+        72,
+        lambda i, j: "SYS" if i // 36 != j // 36 else ("PIX" if i // 9 == j // 9 else "PXB"),
+        lambda i: i // 36,
+    )
+
 
 CASES: list[tuple[str, Callable[[], object], str | None, Layout]] = [
+    ("8 GPU NVSwitch H200, TP2 PP2 DP2", T.h200_nv18_12nic, "NVIDIA H200", Layout(2, 2, 2)),
     ("8 GPU DGX-1 mesh, TP4 PP2", T.dgx1_v100_mesh, "Tesla V100-SXM2-32GB", Layout(4, 2, 1)),
+    ("8 GPU DGX-1 mesh, TP2 PP2 DP2", T.dgx1_v100_mesh, "Tesla V100-SXM2-32GB", Layout(2, 2, 2)),
     ("8 GPU PCIe box, TP2 DP4", T.pcie_only_8gpu, "NVIDIA H100 PCIe", Layout(2, 1, 4)),
     ("16 GPU PCIe + NV4 pairs, TP2 PP2 DP4", T.pcie_nv4_pairs_16gpu, None, Layout(2, 2, 4)),
     ("16 GPU NVSwitch (NV6), TP8 DP2", T.nvswitch_16gpu, "Tesla V100-SXM3-32GB", Layout(8, 1, 2)),
     ("72 GPU NVL72, TP8 PP9", T.nvl72, "NVIDIA GB200", Layout(8, 9, 1)),
+    ("72 GPU PCIe (synthetic), TP2 PP4 DP9", _pcie_72, "NVIDIA L40S", Layout(2, 4, 9)),
 ]
 
 
@@ -40,16 +56,61 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def bench_core(repeats: int = 7) -> list[tuple[str, float, float]]:
+def bench_core(repeats: int = 7) -> list[tuple[str, float, float, float, str]]:
+    """Per case: cold p50/p95 (a fresh cost model and no cached structures: the first question
+    about a topology class) and warm p50 (the class's model asked again, as the API does)."""
     rows = []
     for name, build, gpu, layout in CASES:
-        times = []
+        times, search = [], ""
+        spec = gpu_spec(gpu, None)
         for _ in range(repeats):
+            placement_module._structures.cache_clear()
             model = build_model(build(), gpu)  # type: ignore[arg-type]  # a fresh model: no warm caches
             start = time.perf_counter()
-            place(model, layout)
+            search = place(model, layout, spec=spec).search
             times.append((time.perf_counter() - start) * 1e3)
-        rows.append((name, statistics.median(times), _percentile(times, 0.95)))
+        warm = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            place(model, layout, spec=spec)
+            warm.append((time.perf_counter() - start) * 1e3)
+        rows.append(
+            (
+                name,
+                statistics.median(times),
+                _percentile(times, 0.95),
+                statistics.median(warm),
+                search,
+            )
+        )
+    return rows
+
+
+def bench_recommend() -> list[tuple[str, str, float, float, str]]:
+    """Every layout of each preset ranked (what the analysis stores per class): cold, warm."""
+    rows = []
+    for name, build, gpu in (
+        ("8 GPU NVSwitch H200", T.h200_nv18_12nic, "NVIDIA H200"),
+        ("8 GPU DGX-1 mesh", T.dgx1_v100_mesh, "Tesla V100-SXM2-32GB"),
+        ("8 GPU PCIe box", T.pcie_only_8gpu, "NVIDIA H100 PCIe"),
+    ):
+        spec = gpu_spec(gpu, None)
+        for key, shape in PRESETS.items():
+            placement_module._structures.cache_clear()
+            model = build_model(build(), gpu)
+            start = time.perf_counter()
+            rec = recommend(model, shape, spec=spec)
+            cold = (time.perf_counter() - start) * 1e3
+            start = time.perf_counter()
+            recommend(model, shape, spec=spec)
+            warm = (time.perf_counter() - start) * 1e3
+            best = rec.best
+            answer = (
+                f"TP{best.layout.tp} PP{best.layout.pp} DP{best.layout.dp} EP{best.layout.ep}"
+                if best
+                else "fits no layout"
+            )
+            rows.append((name, key, cold, warm, answer))
     return rows
 
 
@@ -127,10 +188,14 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
     args = parser.parse_args()
-    print("placement search (core, cold model per run)")
-    print(f"{'case':44} {'p50 ms':>8} {'p95 ms':>8}")
-    for name, p50, p95 in bench_core():
-        print(f"{name:44} {p50:8.1f} {p95:8.1f}")
+    print("placement search by predicted step time (core; cold: fresh model, warm: asked again)")
+    print(f"{'case':40} {'cold p50':>9} {'cold p95':>9} {'warm p50':>9}  search")
+    for name, p50, p95, warm, search in bench_core():
+        print(f"{name:40} {p50:9.1f} {p95:9.1f} {warm:9.2f}  {search}")
+    print("\nevery layout of a preset ranked, ms (the analysis does this per class and preset)")
+    print(f"{'server':22} {'preset':14} {'cold':>8} {'warm':>8}  recommended")
+    for name, key, cold, warm, answer in bench_recommend():
+        print(f"{name:22} {key:14} {cold:8.1f} {warm:8.1f}  {answer}")
     if args.core_only:
         return
     rows = bench_http(args.requests, args.concurrency, args.workers)

@@ -52,11 +52,6 @@ function busbwAt(costs, gpuCount, nbytes) {
 
 const layoutText = (l) => `TP${l.tp} × PP${l.pp} × DP${l.dp}`;
 
-function bestStoredLayout(result) {
-  const layouts = result?.layouts || [];
-  return layouts.reduce((best, l) => (!best || l.predicted_step_comm_us < best.predicted_step_comm_us ? l : best), null);
-}
-
 function nicClasses(summary) {
   const counts = {};
   for (const cls of Object.values(summary.nearest_nic_class || {})) if (cls) counts[cls] = (counts[cls] || 0) + 1;
@@ -114,11 +109,18 @@ function facts(x) {
     }),
     { label: "Best layout", text: x.placement ? layoutText(x.placement.layout) : x.placementError ? "–" : null },
     {
+      label: "Step time",
+      text: x.placement ? fmtTime(x.placement.predicted_step_time_us) : x.placementError,
+      value: x.placement?.predicted_step_time_us,
+      better: -1,
+    },
+    {
       label: "Comm time per step",
-      text: x.placement ? fmtTime(x.placement.predicted_step_comm_us) : x.placementError,
+      text: x.placement ? fmtTime(x.placement.predicted_step_comm_us) : x.placementError ? "–" : null,
       value: x.placement?.predicted_step_comm_us,
       better: -1,
     },
+    { label: "Fits in memory", text: x.placement ? (x.placement.fits ? "yes" : "no") : x.placementError ? "no" : null },
     { label: "Findings", text: s.findings ? String(s.findings.length) : null, value: s.findings?.length, better: -1 },
   ];
   return rows;
@@ -239,16 +241,19 @@ function curve(x) {
   return costs.sizes.map((n, i) => [n, busbw[i]]);
 }
 
-// The per-step comm time of the chosen preset on each side: the tp x pp x dp asked for, or
-// the layout the stored analysis ranks first.
+// The predicted step time of the chosen preset on each side: the tp x pp x dp asked for, or
+// the layout the API recommends (fastest that fits in memory; none when nothing fits).
 async function place(x, preset, asked) {
-  const best = bestStoredLayout(analysed(x.server));
-  const layout = asked || best?.layout;
-  if (!x.host || !layout) return;
-  const body = { tp: layout.tp, pp: layout.pp, dp: layout.dp };
-  if (preset) body.model = preset;
+  if (!x.host) return;
+  const body = preset ? { model: preset } : {};
   try {
-    x.placement = await postJSON(`${hostPath(x.host)}/placement/`, body);
+    if (asked) {
+      x.placement = await postJSON(`${hostPath(x.host)}/placement/`, { ...body, tp: asked.tp, pp: asked.pp, dp: asked.dp });
+    } else {
+      const rec = await postJSON(`${hostPath(x.host)}/recommendation/`, body);
+      if (rec.recommended) x.placement = rec.recommended;
+      else x.placementError = rec.no_fit?.message || "fits no layout";
+    }
   } catch (err) {
     x.placementError = `not possible: ${err.message}`;
   }
@@ -299,7 +304,7 @@ async function main() {
   const presetName = a.placement?.model || b.placement?.model || "default preset";
   $("layout-note").textContent = asked
     ? `Layout ${layoutText(asked)} as asked, for ${presetName}.`
-    : `Best layout: the lowest per-step communication of the stored analysis (communication only: pipeline bubbles and memory are not modelled); comm time for ${presetName}.`;
+    : `Best layout: the lowest predicted step time that fits in memory (compute, exposed communication and pipeline bubble), for ${presetName}.`;
   renderTable(a, b);
 
   const [cyA, cyB] = await Promise.all([drawSide(a, $("graph-a"), "title-a"), drawSide(b, $("graph-b"), "title-b")]);

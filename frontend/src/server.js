@@ -328,6 +328,31 @@ async function loadPresets() {
 
 const dimensionName = { tp: "TP", pp: "PP", dp: "DP", ep: "EP" };
 
+// Where the predicted step time goes: compute, communication left exposed per dimension, the
+// pipeline bubble (all figures from the API; nothing is computed here).
+function stepBreakdown(b) {
+  const table = el("table", { class: "grid compact step-breakdown", "aria-label": "Step time breakdown" });
+  const body = el("tbody");
+  const row = (label, us, title) => body.append(el("tr", { dataset: { part: label } }, el("td", { text: label, title: title || "" }), el("td", { class: "num", text: fmtTime(us) })));
+  row("compute", b.compute_us, `${b.micro_batches} micro-batches`);
+  for (const [dim, us] of Object.entries(b.exposed_comm_us || {})) {
+    row(`${dimensionName[dim] || dim} exposed`, us, dim === "dp" ? `${fmtTime(b.dp_hidden_us)} of ${fmtTime(b.dp_reduction_us)} hidden behind the backward pass` : "");
+  }
+  row("pipeline bubble", b.bubble_us);
+  table.append(el("thead", {}, el("tr", {}, el("th", { text: "Step part" }), el("th", { text: "Time" }))), body);
+  return table;
+}
+
+// Per-GPU memory of the layout against what the GPU offers, with a fits / does not fit badge.
+function memoryFit(m, gpu) {
+  const box = el("div", { class: "memory-fit", dataset: { fits: String(m.fits) } });
+  const badge = el("span", { class: `badge ${m.fits ? "health-ok" : "sev-critical"}`, text: m.fits ? "fits" : "does not fit" });
+  const gb = (x) => `${fmtNumber(x, 1)} GB`;
+  box.append(el("p", { class: "small" }, badge, ` ${gb(m.total_gb)} of ${gb(m.usable_gb)} usable per GPU${gpu ? ` (${gpu.name})` : ""}: `,
+    `weights ${gb(m.weights_gb)}, gradients ${gb(m.gradients_gb)}, optimizer ${gb(m.optimizer_gb)} (ZeRO-${m.zero}), activations ${gb(m.activations_gb)}`));
+  return box;
+}
+
 // Draws one placement answer (from the API or a stored layout): TP groups coloured and
 // labelled on the graph, the groups listed, the times and the per-dimension costs.
 function renderPlacement(res) {
@@ -349,13 +374,21 @@ function renderPlacement(res) {
     out.append(el("p", { class: "muted small other-groups" }, `${dimensionName[k]} groups: `, groups[k].map((g) => `{${g.join(",")}}`).join(" ")));
   }
   const dl = el("dl", { class: "kv" });
-  const improvement = res.improvement > 0 ? `${fmtNumber(res.improvement * 100, 1)} % less than the naive order` : "none: every order costs the same here";
-  for (const [k, v] of [
-    ["Predicted comm / step", fmtTime(res.predicted_step_comm_us)],
-    ["Naive order (0..n-1)", fmtTime(res.naive_step_comm_us)],
+  const improvement = res.improvement > 0
+    ? `${fmtNumber(res.improvement * 100, 1)} % faster than the naive order`
+    : res.uniform ? "none: every order costs the same here" : "none: GPU index order is already the best here";
+  const rows = [
+    ["Predicted step time", fmtTime(res.predicted_step_time_us)],
+    ["Naive order (0..n-1)", fmtTime(res.naive_step_time_us)],
     ["Improvement", improvement],
-  ]) dl.append(el("dt", { text: k }), el("dd", { text: v }));
+  ];
+  if (res.leftover && res.free && res.free.length > res.gpus.length) {
+    rows.push(["GPUs taken", res.gpus.map((g) => `GPU${g}`).join(", ")], ["Left free", res.leftover.map((g) => `GPU${g}`).join(", ") || "none"]);
+  }
+  for (const [k, v] of rows) dl.append(el("dt", { text: k }), el("dd", { text: v }));
   out.append(dl);
+  if (res.breakdown) out.append(stepBreakdown(res.breakdown));
+  if (res.memory) out.append(memoryFit(res.memory, res.gpu));
   const table = el("table", { class: "grid compact per-dimension" });
   table.append(el("thead", {}, el("tr", {}, ...["Dim", "Each × count", "Total", "Limit"].map((t) => el("th", { text: t })))));
   const body = el("tbody");
@@ -379,8 +412,9 @@ async function place(evt) {
   const out = clear($("placement-result"));
   const f = new FormData(evt.target);
   const body = {};
-  for (const k of ["tp", "pp", "dp", "ep"]) if (f.get(k) !== "" && f.get(k) !== null) body[k] = Number(f.get(k));
+  for (const k of ["tp", "pp", "dp", "ep", "seq", "global_batch", "micro_batch", "zero"]) if (f.get(k) !== "" && f.get(k) !== null) body[k] = Number(f.get(k));
   if (f.get("model")) body.model = f.get("model");
+  if (f.get("free")) body.free = String(f.get("free")).split(",").map((x) => Number(x.trim())).filter((x) => Number.isInteger(x));
   out.append(el("p", { class: "muted", text: "Computing…" }));
   try {
     renderPlacement(await postJSON(`${base}/placement/`, body));
@@ -391,10 +425,13 @@ async function place(evt) {
   }
 }
 
-// The stored layouts of the default preset, fastest first; a click shows that placement.
+// The stored layouts of the default preset, fitting ones first, fastest first; a click shows
+// that placement. Below: each preset's recommendation, or why it fits on no layout here.
 function renderBestLayouts() {
   const box = clear($("best-layouts"));
-  const layouts = [...(detail?.analysis?.result?.layouts || [])].sort((a, b) => a.predicted_step_comm_us - b.predicted_step_comm_us);
+  const result = detail?.analysis?.result || {};
+  const stepOf = (d) => d.predicted_step_time_us ?? d.predicted_step_comm_us;
+  const layouts = [...(result.layouts || [])].sort((a, b) => (b.fits !== false) - (a.fits !== false) || stepOf(a) - stepOf(b));
   if (!layouts.length) {
     const status = detail?.analysis?.status;
     const why = !detail?.latest_snapshot_id ? "Placement needs this server's topology: none captured yet."
@@ -404,8 +441,8 @@ function renderBestLayouts() {
     box.append(el("p", { class: "muted small", id: "best-layouts-empty", text: why }));
     return;
   }
-  box.append(el("h3", { text: `Least communication for ${layouts[0].model}` }));
-  box.append(el("p", { class: "muted small", text: "Per-step communication only: pipeline bubbles and memory are not modelled." }));
+  box.append(el("h3", { text: `Fastest layouts for ${layouts[0].model}` }));
+  if (result.step_assumptions) box.append(el("p", { class: "muted small", text: `Predicted step time: ${result.step_assumptions}.` }));
   const list = el("ol", { class: "best-layouts" });
   for (const doc of layouts.slice(0, 5)) {
     const { tp, pp, dp } = doc.layout;
@@ -417,9 +454,22 @@ function renderBestLayouts() {
       renderPlacement(doc);
     };
     list.append(el("li", {}, el("button", { type: "button", class: "link-button", dataset: { layout: `${tp}x${pp}x${dp}` }, onclick: apply },
-      el("strong", { text: `TP${tp} · PP${pp} · DP${dp}` }), " ", el("span", { class: "muted", text: fmtTime(doc.predicted_step_comm_us) }))));
+      el("strong", { text: `TP${tp} · PP${pp} · DP${dp}` }), " ", el("span", { class: "muted", text: fmtTime(stepOf(doc)) }),
+      doc.fits === false ? el("span", { class: "badge sev-critical", text: "does not fit" }) : "")));
   }
   box.append(list);
+  const recs = result.recommendations || {};
+  if (Object.keys(recs).length) {
+    const ul = el("ul", { class: "recommendations small", "aria-label": "Recommended layout per preset" });
+    for (const [key, rec] of Object.entries(recs)) {
+      const r = rec.recommended;
+      const text = r
+        ? `TP${r.layout.tp} · PP${r.layout.pp} · DP${r.layout.dp}${r.layout.ep > 1 ? ` · EP${r.layout.ep}` : ""}, ${fmtTime(r.predicted_step_time_us)} per step`
+        : (rec.no_fit?.message || "fits no layout");
+      ul.append(el("li", { dataset: { preset: key } }, el("strong", { text: `${rec.model?.name || key}: ` }), text));
+    }
+    box.append(el("h3", { text: "Recommended per model" }), ul);
+  }
 }
 
 // What the topo -m reader had to guess or repair in this capture, listed where people look.

@@ -86,8 +86,9 @@ def test_place_prints_groups_and_both_step_times(tmp_path: Path) -> None:
     out = _run("place", str(path), "--tp", "2", "--pp", "1", "--dp", "2")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert list(doc) == ["groups", "predicted_step_comm_us", "naive_step_comm_us"]
     assert doc["groups"]["tp"] == [[0, 1], [2, 3]]
+    assert doc["predicted_step_time_us"] <= doc["naive_step_time_us"]
+    assert set(doc["breakdown"]["exposed_comm_us"]) == {"tp", "dp"}
     assert doc["groups"]["dp"] == [[0, 2], [1, 3]]
     assert doc["predicted_step_comm_us"] <= doc["naive_step_comm_us"]
 
@@ -95,7 +96,7 @@ def test_place_prints_groups_and_both_step_times(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["place", "{f}", "--tp", "4", "--pp", "2", "--dp", "2"], "does not match the 8 free"),
+        (["place", "{f}", "--tp", "4", "--pp", "2", "--dp", "2"], "needs more than the 8 free"),
         (
             ["place", "{f}", "--tp", "2", "--pp", "1", "--dp", "1", "--free", "0,9"],
             "unknown GPU index 9",
@@ -198,3 +199,39 @@ def test_bad_job_options_exit_2_naming_the_option(
     out = _run("cost", h100, "--collective", "all_reduce", "--gpus", "0,1", "--bytes", "8", *extra)
     assert out.returncode == 2
     assert message in out.stderr
+
+
+def test_place_with_more_free_gpus_than_the_job_picks_the_nvlink_pair(tmp_path: Path) -> None:
+    # Three RTX A6000s, GPU0 and GPU2 bridged by NVLink (rows as nvidia-smi prints them).
+    path = tmp_path / "three.txt"
+    path.write_text(
+        "\tGPU0\tGPU1\tGPU2\tCPU Affinity\tNUMA Affinity\n"
+        "GPU0\t X \tSYS\tNV4\t0-15\t0\n"
+        "GPU1\tSYS\t X \tSYS\t16-31\t1\n"
+        "GPU2\tNV4\tSYS\t X \t0-15\t0\n"
+    )
+    out = _run(
+        "place", str(path), "--tp", "2", "--pp", "1", "--dp", "1", "--free", "0,1,2",
+        "--gpu-model", "NVIDIA RTX A6000",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["gpus"] == [0, 2]
+    assert doc["leftover"] == [1]
+    assert doc["groups"]["tp"] == [[0, 2]]
+
+
+def test_place_ep_needs_an_moe_model_and_gives_ep_groups_with_one(tmp_path: Path) -> None:
+    path = tmp_path / "pcie.txt"
+    path.write_text(PCIE_TOPO)
+    out = _run("place", str(path), "--tp", "1", "--pp", "1", "--dp", "4", "--ep", "2")
+    assert out.returncode == 2
+    assert "has no MoE layers" in out.stderr and "mixtral-8x7b" in out.stderr
+    out = _run(
+        "place", str(path), "--tp", "1", "--pp", "1", "--dp", "4", "--ep", "2",
+        "--model", "mixtral-8x7b",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert len(doc["groups"]["ep"]) == 2 and all(len(g) == 2 for g in doc["groups"]["ep"])
+    assert doc["breakdown"]["exposed_comm_us"]["ep"] > 0

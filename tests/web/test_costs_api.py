@@ -14,7 +14,10 @@ from topoweb.analysis import services as analysis_services
 from topoweb.analysis.models import Analysis
 from topoweb.core.costs import build_model, collective_cost
 from topoweb.core.formats import parse_text
+from topoweb.core.ledger import Layout
 from topoweb.core.model import Topology
+from topoweb.core.placement import StepCost, place
+from topoweb.core.steptime import gpu_spec
 from topoweb.fleet.models import Source
 from topoweb.fleet.services import BenchmarkInput, ingest_report
 
@@ -163,7 +166,8 @@ class TestSynchronousQueries:
             format="json",
         ).json()
         assert (ring["bandwidth_gbps_per_direction"], ring["bottleneck_class"]) == (80.0, "nvlink")
-        assert tp["count"] == 4 * 16 * 8  # 4 per layer, 16 layers per stage, 8 micro-batches
+        # 4 per layer, 16 layers per stage, 256 micro-batches (global batch 256, DP 1)
+        assert tp["count"] == 4 * 16 * 256
         assert doc["predicted_step_comm_us"] <= doc["naive_step_comm_us"]
         assert doc["search"] == "exact"
 
@@ -194,7 +198,7 @@ class TestSynchronousQueries:
         assert response.json() == {
             "error": {
                 "code": "invalid_query",
-                "message": "TP x PP x DP = 4 x 2 x 1 = 8 does not match the 4 free GPUs",
+                "message": "TP x PP x DP = 4 x 2 x 1 = 8 needs more than the 4 free GPUs",
                 "line": None,
                 "details": None,
             }
@@ -261,7 +265,8 @@ class TestSynchronousQueries:
 
     def test_model_presets_list_the_ledgers_shapes(self, reader: APIClient) -> None:
         presets = {p["key"]: p for p in reader.get("/api/v1/model-presets").json()}
-        assert set(presets) == {"gpt3-175b", "llama-7b", "llama-70b"}
+        assert set(presets) == {"gpt3-175b", "llama-7b", "llama-13b", "llama-70b", "mixtral-8x7b"}
+        assert presets["mixtral-8x7b"]["experts"] == 8
         assert (presets["gpt3-175b"]["layers"], presets["gpt3-175b"]["hidden"]) == (96, 12288)
 
 
@@ -352,3 +357,136 @@ def test_questions_are_throttled_per_caller(reader: APIClient, settings: Any) ->
     throttled = reader.post("/api/v1/servers/h200-01/cost", question, format="json").json()
     assert throttled["error"]["code"] == "throttled"
     cache.clear()
+
+
+def relabel_topo_text(text: str, relabel: list[int]) -> str:
+    """The capture of a sibling server whose GPU i is the original's GPU relabel[i]... written
+    back as nvidia-smi prints it: rows and columns of the GPUs permuted, the rest untouched."""
+    lines = text.splitlines()
+    header_at = next(i for i, line in enumerate(lines) if line.split()[:1] == ["GPU0"])
+    n = len(relabel)
+    rows = {}
+    for i in range(header_at + 1, header_at + 1 + n):
+        cells = lines[i].split()
+        rows[int(cells[0][3:])] = cells
+    inverse = {relabel[i]: i for i in range(n)}  # new index -> old index
+    out = lines[: header_at + 1]
+    for new in range(n):
+        old = rows[inverse[new]]
+        cells = [f"GPU{new}"] + [old[1 + inverse[j]] for j in range(n)] + old[1 + n :]
+        out.append("  " + "\t".join(cells))
+    for line in lines[header_at + 1 + n :]:
+        cells = line.split()
+        if cells and not cells[0].startswith("GPU") and len(cells) > n:
+            cells = [cells[0]] + [cells[1 + inverse[j]] for j in range(n)] + cells[1 + n :]
+            line = "  " + "\t".join(cells)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.django_db
+def test_a_relabelled_sibling_gets_its_own_best_tp_groups_from_the_stored_analysis(
+    reader: APIClient,
+) -> None:
+    relabel = [5, 2, 7, 0, 3, 6, 1, 4]
+    first = add("dgx1-a", DGX1)
+    sibling_text = relabel_topo_text(fixture_text(DGX1), relabel)
+    sibling = ingest_report(
+        hostname="dgx1-b",
+        topo_text=sibling_text,
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+        gpu_model_hint=MODELS[DGX1],
+    )
+    assert sibling.server.topology_class_id == first.server.topology_class_id
+    analysis = Analysis.objects.get(topology_class=first.server.topology_class)
+    assert analysis_services.run_analysis(analysis.pk) == "done"
+
+    for host, text in (("dgx1-a", fixture_text(DGX1)), ("dgx1-b", sibling_text)):
+        stored = reader.get(f"/api/v1/servers/{host}/").json()["analysis"]["result"]
+        assert stored["gpu_numbering"] == "server"
+        topo = parse_text(text, expected="topology")
+        assert isinstance(topo, Topology)
+        model = build_model(topo, MODELS[DGX1])
+        spec = gpu_spec(MODELS[DGX1])
+        for doc in stored["layouts"]:
+            layout = Layout(**doc["layout"])
+            own = place(model, layout, spec=spec)
+            served = StepCost(model, layout, spec=spec)(doc["mapping"])
+            assert served == pytest.approx(own.step_us, rel=1e-9), (host, layout)
+            live = reader.post(
+                f"/api/v1/servers/{host}/placement", doc["layout"], format="json"
+            ).json()
+            assert live["predicted_step_time_us"] == pytest.approx(
+                doc["predicted_step_time_us"], rel=1e-6
+            )
+    a = reader.get("/api/v1/servers/dgx1-a/").json()["analysis"]["result"]["layouts"]
+    b = reader.get("/api/v1/servers/dgx1-b/").json()["analysis"]["result"]["layouts"]
+    tp4 = [(x["groups"]["tp"], y["groups"]["tp"]) for x, y in zip(a, b, strict=True)]
+    assert any(ga != gb for ga, gb in tp4)  # the sibling's numbering, not the first server's
+
+
+@pytest.mark.django_db
+def test_the_recommendation_endpoint_ranks_fitting_layouts_and_explains_a_misfit(
+    reader: APIClient,
+) -> None:
+    add("h200-r", H200)
+    doc = reader.post(
+        "/api/v1/servers/h200-r/recommendation",
+        {"model": "llama-7b", "seq": 2048, "global_batch": 128},
+        format="json",
+    ).json()
+    assert doc["fits"] is True and doc["model"]["seq"] == 2048
+    best = doc["recommended"]
+    assert best["fits"] and best["layout"]["pp"] == 1
+    fitting = [x["predicted_step_time_us"] for x in doc["layouts"] if x["fits"]]
+    assert best["predicted_step_time_us"] == min(fitting)
+    big = reader.post(
+        "/api/v1/servers/h200-r/recommendation", {"model": "gpt3-175b"}, format="json"
+    ).json()
+    assert big["recommended"] is None and "fits no layout" in big["no_fit"]["message"]
+    smaller = reader.post(
+        "/api/v1/servers/h200-r/placement",
+        {"tp": 2, "pp": 1, "dp": 2, "free": [0, 1, 2, 3, 4]},
+        format="json",
+    ).json()
+    assert len(smaller["gpus"]) == 4 and len(smaller["leftover"]) == 1
+
+
+@pytest.mark.django_db
+def test_a_scheduler_places_a_job_on_one_server_or_over_two_naming_gpus_and_nics(
+    reader: APIClient,
+) -> None:
+    add("gpu-a01", H200)
+    add("gpu-a02", H200)
+    one = reader.post(
+        "/api/v1/placement/job",
+        {
+            "tp": 2, "pp": 1, "dp": 2, "model": "llama-7b",
+            "servers": [{"hostname": "gpu-a01", "free": [0, 1, 2, 3, 4]}],
+        },
+        format="json",
+    )  # fmt: skip
+    assert one.status_code == 200, one.json()
+    (single, *_rest) = one.json()["selections"]
+    assert single["server_count"] == 1 and len(single["servers"][0]["gpus"]) == 4
+    assert single["predicted"] == "step time" and single["fits"] is True
+    two = reader.post(
+        "/api/v1/placement/job",
+        {
+            "k": 8,
+            "servers": [
+                {"hostname": "gpu-a01", "free": [0, 1, 2, 3]},
+                {"hostname": "gpu-a02", "free": [4, 5, 6, 7]},
+            ],
+        },
+        format="json",
+    )
+    assert two.status_code == 200, two.json()
+    best = two.json()["selections"][0]
+    assert [s["server"] for s in best["servers"]] == ["gpu-a01", "gpu-a02"]
+    assert best["servers"][1]["gpus"] == [4, 5, 6, 7]
+    assert best["servers"][0]["nics"] and best["same_rails"] is True
+    assert best["inter_node_us"] > 0
+    bad = reader.post("/api/v1/placement/job", {"k": 4, "tp": 2, "pp": 1, "dp": 2}, format="json")
+    assert bad.status_code == 400

@@ -16,6 +16,7 @@ from topoweb.analysis import selectors
 from topoweb.analysis.serializers import (
     AffinityDocumentSerializer,
     CostTablesSerializer,
+    LayoutSerializer,
     PlacementDocumentSerializer,
 )
 from topoweb.config.api import (
@@ -161,6 +162,10 @@ class ModelShapeSerializer(serializers.Serializer):
     moe_layers = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
     top_k = serializers.IntegerField(min_value=1, max_value=1024, default=1)
     sequence_parallel = serializers.BooleanField(default=False)
+    global_batch = serializers.IntegerField(min_value=0, max_value=100_000_000, default=0)
+    vocab = serializers.IntegerField(min_value=0, max_value=10_000_000, default=0)
+    experts = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
+    expert_params = serializers.FloatField(min_value=0, max_value=1e15, default=0.0)
 
 
 @extend_schema_field(
@@ -182,6 +187,10 @@ class ModelShapeSerializer(serializers.Serializer):
                     "moe_layers": {"type": "integer", "minimum": 0, "maximum": 100000},
                     "top_k": {"type": "integer", "minimum": 1, "maximum": 1024},
                     "sequence_parallel": {"type": "boolean"},
+                    "global_batch": {"type": "integer", "minimum": 0},
+                    "vocab": {"type": "integer", "minimum": 0},
+                    "experts": {"type": "integer", "minimum": 0},
+                    "expert_params": {"type": "number", "minimum": 0},
                 },
                 "required": [
                     "name",
@@ -230,6 +239,10 @@ class PlacementApi(APIView):
         ep = serializers.IntegerField(min_value=1, max_value=MAX_GPUS, default=1)
         free = _gpu_list(required=False, help_text="free GPU indices (default: all)")
         model = ModelField(required=False, help_text="preset key or shape (default llama-7b)")
+        seq = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
+        global_batch = serializers.IntegerField(min_value=1, max_value=100_000_000, required=False)
+        micro_batch = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
+        zero = serializers.IntegerField(min_value=0, max_value=2, default=1)
 
     @extend_schema(
         operation_id="servers_placement_create",
@@ -242,9 +255,57 @@ class PlacementApi(APIView):
         q = data.validated_data
         server = server_by_hostname(hostname)
         layout = _answer(Layout, q["tp"], q["pp"], q["dp"], q["ep"])
-        shape = _answer(selectors.resolve_shape, q.get("model"))
-        doc = _answer(selectors.placement_for, server, layout, q.get("free"), shape)
+        shape = _answer(selectors.resolve_shape, q.get("model"), _overrides(q))
+        doc = _answer(selectors.placement_for, server, layout, q.get("free"), shape, q["zero"])
         return Response(PlacementDocumentSerializer(doc).data)
+
+
+def _overrides(q: dict[str, Any]) -> dict[str, Any]:
+    return {k: q[k] for k in ("seq", "global_batch", "micro_batch") if k in q}
+
+
+class RecommendationSerializer(serializers.Serializer):
+    hostname = serializers.CharField()
+    model = serializers.JSONField(help_text="the model shape used")
+    gpu = serializers.JSONField()
+    zero = serializers.IntegerField()
+    achieved_fraction_of_peak = serializers.FloatField()
+    fits = serializers.BooleanField(help_text="some layout fits in memory")
+    recommended = PlacementDocumentSerializer(allow_null=True)
+    no_fit = serializers.JSONField(allow_null=True, help_text="the smallest shape that would fit")
+    layouts = PlacementDocumentSerializer(many=True, help_text="fitting first, fastest first")
+    assumptions = serializers.CharField()
+
+
+class RecommendationApi(APIView):
+    """Every TP x PP x DP (x EP) layout of a model on the server's (free) GPUs, ranked by
+    predicted step time; the recommendation fits in memory, or the answer says why none does."""
+
+    permission_classes = [CanQuery]
+    throttle_classes = [QueryThrottle]
+    parser_classes = [JSONParser]
+
+    class RecommendationInputSerializer(serializers.Serializer):
+        free = _gpu_list(required=False, help_text="free GPU indices (default: all)")
+        model = ModelField(required=False, help_text="preset key or shape (default llama-7b)")
+        seq = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
+        global_batch = serializers.IntegerField(min_value=1, max_value=100_000_000, required=False)
+        micro_batch = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
+        zero = serializers.IntegerField(min_value=0, max_value=2, default=1)
+
+    @extend_schema(
+        operation_id="servers_recommendation_create",
+        request=RecommendationInputSerializer,
+        responses={200: RecommendationSerializer, **QUERY_ERRORS},
+    )
+    def post(self, request: Request, hostname: str) -> Response:
+        data = self.RecommendationInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        q = data.validated_data
+        server = server_by_hostname(hostname)
+        shape = _answer(selectors.resolve_shape, q.get("model"), _overrides(q))
+        doc = _answer(selectors.recommendation_for, server, q.get("free"), shape, q["zero"])
+        return Response(RecommendationSerializer(doc).data)
 
 
 # --- k-GPU selection -----------------------------------------------------------------------
@@ -309,6 +370,81 @@ class SelectApi(APIView):
         wanted = [(s["hostname"], s.get("free")) for s in q["servers"]] if "servers" in q else None
         doc = _answer(selectors.selection, q["k"], wanted, q["collective"])
         return Response(SelectionResultSerializer(doc).data)
+
+
+class ServerPartSerializer(serializers.Serializer):
+    server = serializers.CharField()
+    gpus = serializers.ListField(child=serializers.IntegerField())
+    nics = serializers.ListField(child=serializers.CharField(), help_text="nearest NICs")
+
+
+class JobSelectionSerializer(serializers.Serializer):
+    servers = ServerPartSerializer(many=True)
+    server_count = serializers.IntegerField()
+    same_rails = serializers.BooleanField(help_text="all servers in one rail group")
+    predicted_us = serializers.FloatField()
+    predicted = serializers.CharField(help_text="what predicted_us times")
+    inter_node_us = serializers.FloatField(help_text="the part spent between servers")
+    layout = LayoutSerializer(allow_null=True)
+    fits = serializers.BooleanField(help_text="fits in GPU memory")
+    reason = serializers.CharField()
+
+
+class JobResultSerializer(serializers.Serializer):
+    k = serializers.IntegerField()
+    layout = LayoutSerializer(allow_null=True)
+    selections = JobSelectionSerializer(many=True)
+
+
+class JobApi(APIView):
+    """Where a job of k GPUs, or a TP x PP x DP (x EP) layout, should run over several servers
+    with free masks: one server when any can hold it; otherwise the fewest servers, one rail
+    group first, TP and PP kept inside each server."""
+
+    permission_classes = [CanQuery]
+    throttle_classes = [QueryThrottle]
+    parser_classes = [JSONParser]
+
+    class JobInputSerializer(serializers.Serializer):
+        k = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
+        tp = serializers.IntegerField(min_value=1, max_value=MAX_GPUS, required=False)
+        pp = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
+        dp = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
+        ep = serializers.IntegerField(min_value=1, max_value=MAX_GPUS, default=1)
+        servers = ServerFreeSerializer(
+            many=True,
+            required=False,
+            min_length=1,
+            max_length=1000,
+            help_text="omitted: every server with a topology, all GPUs free",
+        )
+        model = ModelField(required=False, help_text="preset key or shape (default llama-7b)")
+
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            layout = [attrs.get(x) for x in ("tp", "pp", "dp")]
+            if ("k" in attrs) == any(v is not None for v in layout):
+                raise serializers.ValidationError("Send k, or tp, pp and dp (not both).")
+            if "k" not in attrs and not all(v is not None for v in layout):
+                raise serializers.ValidationError("tp, pp and dp go together.")
+            names = [item["hostname"] for item in attrs.get("servers", [])]
+            if len(set(names)) != len(names):
+                raise serializers.ValidationError("Name each server once.")
+            return attrs
+
+    @extend_schema(
+        operation_id="placement_job_create",
+        request=JobInputSerializer,
+        responses={200: JobResultSerializer, **QUERY_ERRORS},
+    )
+    def post(self, request: Request) -> Response:
+        data = self.JobInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        q = data.validated_data
+        wanted = [(s["hostname"], s.get("free")) for s in q["servers"]] if "servers" in q else None
+        layout = _answer(Layout, q["tp"], q["pp"], q["dp"], q["ep"]) if "tp" in q else None
+        shape = _answer(selectors.resolve_shape, q.get("model"))
+        doc = _answer(selectors.job_selection, wanted, q.get("k"), layout, shape)
+        return Response(JobResultSerializer(doc).data)
 
 
 # --- affinity, stored costs, presets -------------------------------------------------------

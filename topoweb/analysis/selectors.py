@@ -4,6 +4,7 @@ API gives from it and from the stored analysis of the server's topology class.""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,17 @@ from topoweb.core.costs import (
 from topoweb.core.formats.nvml import NvmlFactsError, read_host, read_nvml
 from topoweb.core.ledger import PRESETS, Layout, ModelShape
 from topoweb.core.model import NcclRun, P2PResult, Topology
-from topoweb.core.placement import SELECTION_BYTES, affinity, place, select_gpus
+from topoweb.core.numbering import canonical_gpus, in_server_order
+from topoweb.core.placement import (
+    SELECTION_BYTES,
+    ServerPool,
+    affinity,
+    place,
+    recommend,
+    select_gpus,
+    select_job,
+)
+from topoweb.core.steptime import GpuSpec, gpu_spec
 from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
 
 MODEL_CACHE_SIZE = 256
@@ -187,17 +198,41 @@ def _facts_options(snapshot: Snapshot | None) -> dict[str, Any]:
     return options_from_facts(nvml, host_facts, text if isinstance(text, str) else None)
 
 
-def resolve_shape(model: str | dict[str, Any] | None) -> ModelShape | None:
-    """A preset name or a full shape; None for the default preset."""
-    if model is None:
+def resolve_shape(
+    model: str | dict[str, Any] | None, overrides: dict[str, Any] | None = None
+) -> ModelShape | None:
+    """A preset name or a full shape, with seq / global_batch / micro_batch overrides; None
+    for the default preset without overrides."""
+    if model is None and not overrides:
         return None
+    if model is None:
+        model = "llama-7b"
     if isinstance(model, str):
         if model not in PRESETS:
             raise ValueError(
                 f"unknown model preset {model!r}; expected one of {', '.join(sorted(PRESETS))}"
             )
-        return PRESETS[model]
-    return ModelShape(**model)
+        shape = PRESETS[model]
+    else:
+        shape = ModelShape(**model)
+    return dataclasses.replace(shape, **overrides) if overrides else shape
+
+
+def server_gpu_spec(server: Server, model: CostModel) -> GpuSpec:
+    """Peak and memory of the server's GPUs: its GPU model's catalogue entry, NVML's memory
+    total where the collector sent one."""
+    snapshot = server.latest_snapshot
+    name = snapshot.gpu_model if snapshot is not None else ""
+    memory = None
+    nvml = getattr(snapshot, "nvml", None) if snapshot is not None else None
+    if isinstance(nvml, dict):
+        totals = [
+            g.get("memory_total_bytes")
+            for g in nvml.get("gpus", [])
+            if isinstance(g, dict) and isinstance(g.get("memory_total_bytes"), int)
+        ]
+        memory = min(totals) if totals else None
+    return gpu_spec(name or None, model.hardware.generation.name, memory)
 
 
 def placement_for(
@@ -205,10 +240,63 @@ def placement_for(
     layout: Layout,
     free: Sequence[int] | None,
     shape: ModelShape | None,
+    zero: int = 1,
 ) -> dict[str, Any]:
+    model = server_cost_model(server)
     return place(
-        server_cost_model(server), layout, free, shape, time_budget_s=PLACEMENT_BUDGET_S
+        model,
+        layout,
+        free,
+        shape,
+        time_budget_s=PLACEMENT_BUDGET_S,
+        spec=server_gpu_spec(server, model),
+        zero=zero,
     ).to_document()
+
+
+def recommendation_for(
+    server: Server, free: Sequence[int] | None, shape: ModelShape | None, zero: int = 1
+) -> dict[str, Any]:
+    model = server_cost_model(server)
+    doc = recommend(
+        model,
+        shape,
+        free,
+        spec=server_gpu_spec(server, model),
+        zero=zero,
+        time_budget_s=PLACEMENT_BUDGET_S,
+    ).to_document()
+    return {"hostname": server.hostname, **doc}
+
+
+@functools.lru_cache(maxsize=4096)
+def _gpu_order(content_sha256: str, load: Callable[[], Topology]) -> tuple[int, ...]:
+    return canonical_gpus(load())
+
+
+def snapshot_gpu_order(snapshot: Snapshot) -> tuple[int, ...]:
+    """The snapshot's GPU indices in its class's canonical order, computed once per content
+    (a few milliseconds each: not on every page view)."""
+    return _gpu_order(snapshot.content_sha256, _Loader(snapshot))
+
+
+@dataclass(frozen=True)
+class _Loader:
+    """Loads a snapshot's topology on a cache miss; equal for every snapshot (the cache key
+    is the content hash beside it)."""
+
+    snapshot: Snapshot = field(compare=False, hash=False)
+
+    def __call__(self) -> Topology:
+        return self.snapshot.to_domain()
+
+
+def analysis_result_for(server: Server, result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A class's stored result in this server's own GPU numbering."""
+    snapshot = server.latest_snapshot
+    if not result or snapshot is None:
+        return result
+    return in_server_order(result, snapshot_gpu_order(snapshot))
 
 
 def selection(
@@ -254,6 +342,48 @@ def selection(
     }
 
 
+def rail_group(server: Server) -> str:
+    """Servers whose NIC i sits on the same leaf switch: the `rail_group` label (or `pod`)
+    where the fleet sets one, else servers of one topology class are taken as cabled alike."""
+    labels = server.labels if isinstance(server.labels, dict) else {}
+    for key in ("rail_group", "pod"):
+        if labels.get(key):
+            return f"{key}={labels[key]}"
+    fingerprint = server.topology_class.fingerprint if server.topology_class else ""
+    return f"class={fingerprint[:12]}"
+
+
+def job_selection(
+    wanted: Sequence[tuple[str, Sequence[int] | None]] | None,
+    k: int | None,
+    layout: Layout | None,
+    shape: ModelShape | None,
+) -> dict[str, Any]:
+    """Where a job of k GPUs or a TP x PP x DP layout runs over the named servers (free
+    masks) or the whole fleet: one server if any can hold it, else the fewest servers of one
+    rail group; each answer names servers, GPUs, NICs and the predicted cost."""
+    if wanted is None:
+        chosen = [(s, None) for s in servers_with_topology()]
+    else:
+        found = servers_by_hostname([name for name, _ in wanted])
+        chosen = [(found[name], free) for name, free in wanted]
+    pools = {}
+    for server, free in chosen:
+        model = server_cost_model(server)
+        pools[server.hostname] = ServerPool(
+            model,
+            tuple(sorted(model.check_gpus(free if free is not None else sorted(model.gpu_ids)))),
+            rail_group(server),
+            server_gpu_spec(server, model),
+        )
+    picks = select_job(pools, k=k, layout=layout, shape=shape)
+    return {
+        "k": k if layout is None else layout.size,
+        "layout": layout.__dict__ if layout else None,
+        "selections": [p.to_document() for p in picks],
+    }
+
+
 def affinity_of(server: Server) -> dict[str, Any]:
     return {"hostname": server.hostname, **affinity(server_cost_model(server)).to_document()}
 
@@ -274,6 +404,7 @@ def stored_costs(server: Server) -> dict[str, Any]:
     server's own nccl-tests curves beside them."""
     analysis = current_analysis(server.topology_class_id)
     result = analysis.result if analysis is not None and analysis.result else {}
+    result = analysis_result_for(server, result) or {}
     measured = []
     for b in Benchmark.objects.filter(server=server, kind=Benchmark.Kind.NCCL).order_by(
         "captured_at", "id"

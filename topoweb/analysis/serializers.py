@@ -59,6 +59,25 @@ class LayoutAdviceSerializer(serializers.Serializer):
 
     layout = LayoutSerializer()
     model = serializers.CharField(help_text="the model shape's name")
+    gpus = serializers.ListField(child=serializers.IntegerField(), help_text="the GPUs taken")
+    predicted_step_time_us = serializers.FloatField(help_text="compute + exposed comm + bubble")
+    naive_step_time_us = serializers.FloatField(help_text="GPU index order, TP fastest")
+    breakdown = serializers.JSONField(
+        help_text="compute_us, exposed_comm_us per dimension, dp_reduction_us, dp_hidden_us, "
+        "bubble_us, micro_batches"
+    )
+    memory = serializers.JSONField(help_text="per GPU: weights, gradients, optimizer, activations")
+    fits = serializers.BooleanField(help_text="fits in GPU memory")
+    gpu = serializers.JSONField(help_text="peak TFLOP/s and memory used, with their source")
+    uniform = serializers.BooleanField(help_text="every mapping of these GPUs costs the same")
+    free = serializers.ListField(child=serializers.IntegerField())
+    leftover = serializers.ListField(
+        child=serializers.IntegerField(), help_text="free GPUs the job leaves"
+    )
+    leftover_busbw_gbps = serializers.FloatField()
+    choice = serializers.CharField(
+        allow_blank=True, help_text="why these GPUs, for a job smaller than the free set"
+    )
     mapping = serializers.ListField(child=serializers.IntegerField(), help_text="GPU of each rank")
     groups = serializers.DictField(
         child=serializers.ListField(child=serializers.ListField(child=serializers.IntegerField())),
@@ -194,6 +213,17 @@ class AnalysisResultSerializer(CoreDocumentSerializer):
     calibration = CalibrationSerializer()
     calibrated_costs = CostTablesSerializer(required=False, help_text="when runs were measured")
     calibrated_p2p_prediction = P2PPredictionSerializer(required=False)
+    recommendations = serializers.DictField(
+        child=serializers.JSONField(),
+        required=False,
+        help_text="per model preset: the recommended layout by step time, or why none fits",
+    )
+    step_assumptions = serializers.CharField(required=False)
+    gpu_numbering = serializers.ChoiceField(
+        choices=["canonical", "server"],
+        required=False,
+        help_text="GPU indices in the class's canonical order (stored) or this server's own",
+    )
 
 
 class AnalysisSerializer(serializers.Serializer):

@@ -432,7 +432,14 @@ class ServerDetailSerializer(ServerSummarySerializer):
     @extend_schema_field(AnalysisSerializer(allow_null=True))
     def get_analysis(self, server: Server) -> dict[str, Any] | None:
         analysis = analysis_selectors.current_analysis(server.topology_class_id)
-        return AnalysisSerializer(analysis).data if analysis is not None else None
+        if analysis is None:
+            return None
+        data = dict(AnalysisSerializer(analysis).data)
+        snapshot = server.latest_snapshot
+        if data.get("result") and snapshot is not None:
+            # Stored in the class's canonical GPU order: served in this server's own.
+            data["result"] = analysis_selectors.analysis_result_for(server, data["result"])
+        return data
 
 
 class ServerDetailApi(APIView):

@@ -36,6 +36,11 @@ api_v1 = [
         name="server-placement",
     ),
     path(
+        "servers/<str:hostname>/recommendation/",
+        analysis_apis.RecommendationApi.as_view(),
+        name="server-recommendation",
+    ),
+    path(
         "servers/<str:hostname>/affinity/",
         analysis_apis.AffinityApi.as_view(),
         name="server-affinity",
@@ -46,6 +51,7 @@ api_v1 = [
         name="server-cost-tables",
     ),
     path("placement/select/", analysis_apis.SelectApi.as_view(), name="placement-select"),
+    path("placement/job/", analysis_apis.JobApi.as_view(), name="placement-job"),
     path("model-presets/", analysis_apis.ModelPresetsApi.as_view(), name="model-presets"),
     path("snapshots/<int:snapshot_id>/", apis.SnapshotDetailApi.as_view(), name="snapshot-detail"),
     path("benchmarks/", apis.BenchmarkListApi.as_view(), name="benchmark-list"),

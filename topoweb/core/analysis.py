@@ -24,20 +24,27 @@ from topoweb.core.costs import (
 )
 from topoweb.core.fingerprint import describe_links
 from topoweb.core.health import Finding, check_health
-from topoweb.core.ledger import Layout
+from topoweb.core.ledger import PRESETS, Layout
 from topoweb.core.model import NcclRun, P2PResult, Topology, link_class_rank
-from topoweb.core.placement import affinity, best_group, place
+from topoweb.core.numbering import canonical_gpus, in_canonical_order
+from topoweb.core.placement import (
+    DEFAULT_SHAPE,
+    Recommendation,
+    affinity,
+    best_group,
+    recommend,
+)
+from topoweb.core.steptime import GpuSpec, gpu_spec
 
 # Bump when `analyse` computes something new: every topology class then gets a fresh analysis
 # from the sweep, and the old result stays readable until the new one is done.
-COST_MODEL_VERSION = 2
+COST_MODEL_VERSION = 3
 
 # Message sizes of the per-group cost tables (the full set gets a curve over STANDARD_SIZES).
 TABLE_SIZES = (1 << 20, 64 << 20, 1 << 30)
 # Wall-clock budget of all layout searches of one analysis together: a 72-GPU class has 60
 # factorisations, and the worker's soft limit is 120 s.
 LAYOUT_BUDGET_S = 12.0
-LAYOUT_SEARCH_MAX_S = 0.3
 
 # A benchmark to calibrate from: the topology it was measured on (its own GPU numbering), that
 # server's GPU model, and the parsed run.
@@ -62,6 +69,12 @@ class Analysis:
     # Present only when a benchmark calibrated the model.
     calibrated_costs: dict[str, Any] | None = None
     calibrated_p2p_prediction: dict[str, Any] | None = None
+    # Per preset: the recommended layout by step time, or why none fits.
+    recommendations: dict[str, Any] | None = None
+    step_assumptions: str = ""
+    # The analysed topology's GPU indices in canonical order: to_document() stores every GPU
+    # index in that order, and each server of the class reads it back in its own numbering.
+    gpu_order: tuple[int, ...] = ()
 
     def to_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -79,7 +92,10 @@ class Analysis:
         if self.calibrated_costs is not None:
             doc["calibrated_costs"] = self.calibrated_costs
             doc["calibrated_p2p_prediction"] = self.calibrated_p2p_prediction
-        return doc
+        if self.recommendations is not None:
+            doc["recommendations"] = self.recommendations
+            doc["step_assumptions"] = self.step_assumptions
+        return in_canonical_order(doc, self.gpu_order) if self.gpu_order else doc
 
 
 def analyse(
@@ -90,6 +106,8 @@ def analyse(
     catalogue's link speeds); `benchmarks` are the measured runs of the class's servers, for
     calibrated figures."""
     model = build_model(topology, gpu_model or None)
+    spec = gpu_spec(gpu_model or None, model.hardware.generation.name)
+    default = recommend(model, DEFAULT_SHAPE, spec=spec, time_budget_s=_each_budget())
     calibration, notes = calibration_from(benchmarks)
     measured = calibrated(model, calibration) if calibration is not None else None
     return Analysis(
@@ -99,7 +117,7 @@ def analyse(
         structure=model.hierarchy.to_document(),
         hardware=model.hardware.describe(),
         costs=cost_tables(model),
-        layouts=tuple(layout_advice(model)),
+        layouts=tuple(layout_advice(default)),
         affinity=affinity(model).to_document(),
         p2p_prediction=p2p_matrix(model),
         calibration={
@@ -113,6 +131,9 @@ def analyse(
         },
         calibrated_costs=cost_tables(measured) if measured is not None else None,
         calibrated_p2p_prediction=p2p_matrix(measured) if measured is not None else None,
+        recommendations=recommendations(model, spec),
+        step_assumptions=default.to_document()["assumptions"],
+        gpu_order=canonical_gpus(topology),
     )
 
 
@@ -231,13 +252,25 @@ def cost_tables(model: CostModel) -> dict[str, Any]:
     }
 
 
-def layout_advice(model: CostModel, budget_s: float = LAYOUT_BUDGET_S) -> list[dict[str, Any]]:
-    """Placement of the default model preset for every factorisation of the GPU count."""
-    layouts = factorisations(len(model.gpu_ids))
-    each = min(LAYOUT_SEARCH_MAX_S, budget_s / max(1, len(layouts)))
+def _each_budget() -> float:
+    return LAYOUT_BUDGET_S / (len(PRESETS) + 1)
+
+
+def layout_advice(default: Recommendation) -> list[dict[str, Any]]:
+    """Every layout of the default preset, fitting ones first, by predicted step time."""
     out = []
-    for layout in layouts:
-        doc = place(model, layout, time_budget_s=each).to_document()
+    for placement in default.placements:
+        doc = placement.to_document()
         doc.pop("assumption")  # stored once, with the hardware
         out.append(doc)
+    return out
+
+
+def recommendations(model: CostModel, spec: GpuSpec) -> dict[str, Any]:
+    """Per preset: the recommended layout (or why none fits), without the full ranking."""
+    out = {}
+    for key, shape in PRESETS.items():
+        doc = recommend(model, shape, spec=spec, time_budget_s=_each_budget()).to_document()
+        doc.pop("layouts")
+        out[key] = doc
     return out

@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -16,10 +17,11 @@ from topoweb.core.analysis import CalibrationInput, analyse
 from topoweb.core.costs import OPERATIONS, build_model, collective_cost, p2p_status_from_text
 from topoweb.core.ecosystem import EXPORT_FORMATS, render_export
 from topoweb.core.formats import ParseError, parse_text
-from topoweb.core.ledger import Layout
+from topoweb.core.ledger import PRESETS, Layout, ModelShape
 from topoweb.core.model import NcclRun, P2PResult, Topology
-from topoweb.core.placement import place
+from topoweb.core.placement import place, recommend
 from topoweb.core.scheduling import topology_conf
+from topoweb.core.steptime import gpu_spec
 
 EXIT_BAD_INPUT = 2
 
@@ -166,21 +168,48 @@ def _positive_float(value: str) -> float:
     return out
 
 
+def _shape(args: argparse.Namespace) -> ModelShape:
+    """The preset named by --model with --seq, --global-batch and --micro-batch applied."""
+    shape = PRESETS[args.model]
+    changes = {
+        k: v
+        for k, v in (
+            ("seq", args.seq),
+            ("global_batch", args.global_batch),
+            ("micro_batch", args.micro_batch),
+        )
+        if v is not None
+    }
+    try:
+        return replace(shape, **changes)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
 def cmd_place(args: argparse.Namespace) -> dict[str, Any]:
     topo = _topology(args.file)
     free = _index_list(args.free, "--free") if args.free is not None else None
+    shape = _shape(args)
+    given = [x is not None for x in (args.tp, args.pp, args.dp)]
+    if any(given) and not all(given):
+        raise UsageError("--tp, --pp and --dp go together (or leave all three out to rank layouts)")
+    if args.ep > 1 and not shape.moe_layers:
+        raise UsageError(
+            f"--ep {args.ep}: {shape.name} has no MoE layers; pick an MoE model "
+            f"({', '.join(k for k, v in PRESETS.items() if v.moe_layers)})"
+        )
     try:
         model = build_model(topo, args.gpu_model)
+        spec = gpu_spec(args.gpu_model, model.hardware.generation.name)
+        if not any(given):
+            return recommend(model, shape, free, spec=spec, zero=args.zero).to_document()
         layout = Layout(args.tp, args.pp, args.dp, args.ep)
-        result = place(model, layout, free)
+        result = place(model, layout, free, shape, spec=spec, zero=args.zero)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    groups = {k: [list(g) for g in v] for k, v in result.groups.items() if k != "ep" or args.ep > 1}
-    return {
-        "groups": groups,
-        "predicted_step_comm_us": round(result.step_comm_us, 3),
-        "naive_step_comm_us": round(result.naive_step_comm_us, 3),
-    }
+    doc = result.to_document()
+    doc["groups"] = {k: v for k, v in doc["groups"].items() if k != "ep" or args.ep > 1}
+    return doc
 
 
 def cmd_analyse(args: argparse.Namespace) -> dict[str, Any]:
@@ -197,6 +226,7 @@ def cmd_analyse(args: argparse.Namespace) -> dict[str, Any]:
             )
         benchmarks.append((topo, args.gpu_model or "", run))
     try:
+        # As stored: GPU indices in the class's canonical order (see "gpu_numbering").
         return analyse(topo, args.gpu_model or "", benchmarks).to_document()
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -264,13 +294,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.set_defaults(handler=cmd_cost)
 
-    pl = sub.add_parser("place", help="best rank-to-GPU mapping for a TP x PP x DP job")
+    pl = sub.add_parser(
+        "place",
+        help="best GPUs and rank-to-GPU mapping for a TP x PP x DP (x EP) job by predicted "
+        "step time; without --tp/--pp/--dp, every layout ranked",
+    )
     pl.add_argument("file", help="nvidia-smi topo -m output, or - for standard input")
     for flag in ("--tp", "--pp", "--dp"):
-        pl.add_argument(flag, type=int, required=True)
-    pl.add_argument("--ep", type=int, default=1)
+        pl.add_argument(flag, type=int)
+    pl.add_argument("--ep", type=int, default=1, help="expert parallel (MoE models)")
     pl.add_argument("--free", help="comma-separated free GPU indices (default: all)")
     pl.add_argument("--gpu-model", help="NVML GPU name")
+    pl.add_argument("--model", choices=sorted(PRESETS), default="llama-7b")
+    pl.add_argument("--seq", type=int, help="sequence length (default: the preset's)")
+    pl.add_argument("--global-batch", type=int, help="sequences per step")
+    pl.add_argument("--micro-batch", type=int, help="sequences per micro-batch")
+    pl.add_argument("--zero", type=int, choices=(0, 1, 2), default=1, help="ZeRO stage over DP")
     pl.set_defaults(handler=cmd_place)
 
     a = sub.add_parser("analyse", help="everything the service stores for a topology class")

@@ -17,12 +17,16 @@ class ModelShape:
     hidden: int
     seq: int
     micro_batch: int
-    micro_batches: int  # per step
+    micro_batches: int  # per step per replica, for the ledger; step time uses global_batch
     params: float
     bytes_per_elem: int = 2  # bf16
     moe_layers: int = 0
     top_k: int = 1
     sequence_parallel: bool = False
+    global_batch: int = 0  # sequences per step; 0: micro_batch x micro_batches
+    vocab: int = 0  # for the logits' memory; 0: not counted
+    experts: int = 0  # per MoE layer; 0: a dense model
+    expert_params: float = 0.0  # parameters in all experts of all MoE layers
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "seq", "micro_batch", "micro_batches", "bytes_per_elem"):
@@ -30,6 +34,15 @@ class ModelShape:
                 raise ValueError(f"{name} must be at least 1")
         if self.params <= 0:
             raise ValueError("params must be positive")
+        if not 0 <= self.expert_params < self.params:
+            raise ValueError("expert_params must be at least 0 and below params")
+        if self.experts and self.top_k > self.experts:
+            raise ValueError(f"top_k {self.top_k} exceeds the {self.experts} experts")
+        if self.expert_params and not (self.experts and self.moe_layers):
+            raise ValueError("expert_params needs experts and moe_layers")
+        for name in ("global_batch", "vocab", "experts", "moe_layers"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} cannot be negative")
 
     @property
     def activation_bytes(self) -> int:
@@ -41,10 +54,46 @@ class ModelShape:
 
 
 PRESETS: dict[str, ModelShape] = {
-    # DOMAIN.md s4 worked example: 201 MB per TP AllReduce, 384 of them per step.
-    "gpt3-175b": ModelShape("GPT-3 175B", 96, 12288, 2048, 4, 1, 175e9),
-    "llama-7b": ModelShape("Llama-style 7B", 32, 4096, 4096, 1, 8, 6.7e9),
-    "llama-70b": ModelShape("Llama-style 70B", 80, 8192, 4096, 1, 8, 70e9),
+    # DOMAIN.md s4 worked example: 201 MB per TP AllReduce, 384 of them per step (the ledger
+    # at one micro-batch); the step-time model uses GPT-3's global batch of 1536 sequences.
+    "gpt3-175b": ModelShape(
+        "GPT-3 175B", 96, 12288, 2048, 4, 1, 175e9, global_batch=1536, vocab=50257
+    ),
+    "llama-7b": ModelShape(
+        "Llama-style 7B", 32, 4096, 4096, 1, 8, 6.7e9, global_batch=256, vocab=32000
+    ),
+    "llama-13b": ModelShape(
+        "Llama-style 13B", 40, 5120, 4096, 1, 8, 13e9, global_batch=256, vocab=32000
+    ),
+    # Sequence parallel, as Megatron runs models this size with TP.
+    "llama-70b": ModelShape(
+        "Llama-style 70B",
+        80,
+        8192,
+        4096,
+        1,
+        8,
+        70e9,
+        sequence_parallel=True,
+        global_batch=256,
+        vocab=32000,
+    ),
+    # 8 experts of 3 x 4096 x 14336 in each of 32 layers: 45.1 B of the 46.7 B parameters.
+    "mixtral-8x7b": ModelShape(
+        "Mixtral-style 8x7B MoE",
+        32,
+        4096,
+        4096,
+        1,
+        8,
+        46.7e9,
+        moe_layers=32,
+        top_k=2,
+        global_batch=256,
+        vocab=32000,
+        experts=8,
+        expert_params=45.1e9,
+    ),
 }
 
 
@@ -131,7 +180,10 @@ def ledger(shape: ModelShape, layout: Layout) -> tuple[LedgerEntry, ...]:
             )
         )
     if layout.dp > 1:
-        grad = int(shape.params * shape.bytes_per_elem / (layout.tp * layout.pp))
+        # Expert gradients are split over EP too (reduced over the DP group: an upper bound
+        # on the DP / EP replicas that really share each expert shard).
+        params = shape.params - shape.expert_params + shape.expert_params / layout.ep
+        grad = int(params * shape.bytes_per_elem / (layout.tp * layout.pp))
         out.append(LedgerEntry("dp", "all_reduce", grad, 1, "gradient AllReduce once per step"))
     if layout.ep > 1 and shape.moe_layers:
         tokens_bytes = act * shape.top_k

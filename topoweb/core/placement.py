@@ -1,24 +1,42 @@
-"""Placement advice: the rank->GPU mapping that minimises a job's per-step communication,
-the best k GPUs for a scheduler (fragmentation-aware), and per-GPU NIC/NUMA affinity."""
+"""Placement advice: the layout and rank->GPU mapping with the lowest predicted step time
+that fits in memory (core/steptime.py), which free GPUs a smaller job should take
+(fragmentation-aware), the best k GPUs over servers, and per-GPU NIC/NUMA affinity."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
 import time
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from topoweb.core.costs import CostModel, collective_cost, slowest_group_us
-from topoweb.core.ledger import PRESETS, Layout, LedgerEntry, ModelShape, ledger, price
+from topoweb.core.costs import CostModel, collective_cost, slowest_group_us, with_options
+from topoweb.core.ledger import PRESETS, Layout, LedgerEntry, ModelShape, price
 from topoweb.core.model import Device, link_class_rank
+from topoweb.core.steptime import (
+    ACHIEVED_FRACTION,
+    GpuSpec,
+    MemoryFit,
+    NoFit,
+    StepPlan,
+    StepTime,
+    gpu_spec,
+    layouts_for,
+    memory_fit,
+    smallest_fit,
+    step_plan,
+)
 
 EXACT_LIMIT = 8  # GPUs up to which the mapping search is exhaustive
 DEFAULT_SHAPE = PRESETS["llama-7b"]
 SELECTION_BYTES = 256 << 20  # the all_reduce size k-GPU selection ranks by
 DIMENSIONS = ("tp", "ep", "dp", "pp")
+SUBSET_LIMIT = 256  # free-GPU subsets tried exhaustively; past it, hierarchy windows
+TIE = 1e-6  # relative step-time difference below which two answers are equal
 
 Groups = dict[str, list[tuple[int, ...]]]
 
@@ -50,42 +68,92 @@ def rank_groups(
     return out
 
 
+def _key(dimension: str, groups: Sequence[tuple[int, ...]]) -> Any:
+    """What a dimension's cost depends on: its groups as sets (a pipeline chain up to
+    reading it backwards)."""
+    if dimension == "pp":
+        return frozenset(min(g, g[::-1]) for g in groups)
+    return frozenset(frozenset(g) for g in groups)
+
+
+# Collective times per cost model, shared by every layout and shape asked of that model.
+_TIMES: weakref.WeakKeyDictionary[CostModel, dict[tuple[Any, ...], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 class StepCost:
-    """Per-step communication time (us) of a mapping (GPU of each rank): what `place`
-    minimises. Memoised per dimension's group structure, since many mappings share their TP
-    partition, their DP partition..."""
+    """Predicted step time (us) of a mapping (GPU of each rank): what `place` minimises.
+    Collective times are memoised per dimension's group structure and message size, since
+    many mappings share their TP partition, their DP partition..."""
 
-    def __init__(self, model: CostModel, layout: Layout, shape: ModelShape | None = None):
+    def __init__(
+        self,
+        model: CostModel,
+        layout: Layout,
+        shape: ModelShape | None = None,
+        spec: GpuSpec | None = None,
+        achieved: float = ACHIEVED_FRACTION,
+    ):
         self.model = model
-        self.entries = ledger(shape or DEFAULT_SHAPE, layout)
         self.layout = layout
-        self.memo: dict[tuple[Any, ...], float] = {}
-        self.dimensions = frozenset(e.dimension for e in self.entries)
+        self.shape = shape or DEFAULT_SHAPE
+        self.spec = spec or gpu_spec(None, model.hardware.generation.name)
+        self.plan: StepPlan = step_plan(self.shape, layout, self.spec, achieved)
+        self.memo = _TIMES.setdefault(model, {})
+        self.dimensions = frozenset(d for d, *_ in self.plan.collectives)
 
-    def dimension_us(self, entry: LedgerEntry, groups: list[tuple[int, ...]]) -> float:
-        if not groups or len(groups[0]) < 2:
-            return 0.0
-        if entry.dimension == "pp":
-            key: Any = frozenset(min(g, g[::-1]) for g in groups)
-        else:
-            key = frozenset(frozenset(g) for g in groups)
-        memo_key = (entry.dimension, entry.collective, entry.bytes, key)
-        if memo_key not in self.memo:
-            self.memo[memo_key] = entry.count * slowest_group_us(
-                self.model, entry.collective, groups, entry.bytes, entry.dimension == "pp"
+    def each_us(self, dimension: str, collective: str, nbytes: int, key: Any, groups: Any) -> float:
+        memo_key = (dimension, collective, nbytes, key)
+        t = self.memo.get(memo_key)
+        if t is None:
+            gs = [g for g in groups if len(g) > 1]
+            t = (
+                slowest_group_us(self.model, collective, gs, nbytes, dimension == "pp")
+                if gs
+                else 0.0
             )
-        return self.memo[memo_key]
+            self.memo[memo_key] = t
+        return t
+
+    def solo_us(
+        self, dimension: str, collective: str, nbytes: int, group: tuple[int, ...]
+    ) -> float:
+        """One group's time with nothing else running: a lower bound of its time in company."""
+        if len(group) < 2:
+            return 0.0
+        chain = dimension == "pp"
+        key = min(group, group[::-1]) if chain else frozenset(group)
+        memo_key = ("solo", collective, nbytes, chain, key)
+        t = self.memo.get(memo_key)
+        if t is None:
+            t = slowest_group_us(self.model, collective, [group], nbytes, chain)
+            self.memo[memo_key] = t
+        return t
+
+    def times(self, groups: Groups) -> dict[tuple[str, str], float]:
+        out = {}
+        for dim, coll, nbytes, _count in self.plan.collectives:
+            gs = groups[dim]
+            out[(dim, coll)] = self.each_us(dim, coll, nbytes, _key(dim, gs), gs)
+        return out
+
+    def step(self, mapping: Sequence[int]) -> StepTime:
+        return self.plan.step(self.times(rank_groups(mapping, self.layout, self.dimensions)))
 
     def __call__(self, mapping: Sequence[int]) -> float:
-        groups = rank_groups(mapping, self.layout, self.dimensions)
-        return sum(self.dimension_us(e, groups[e.dimension]) for e in self.entries)
+        return self.step(mapping).total_us
 
     def uniform(self, gpus: Sequence[int]) -> bool:
         """True when every mapping costs the same: all GPUs behind one NVSwitch domain."""
-        h = self.model.hierarchy
-        domains = {h.domain_of(self.model.gpu_ids[g]) for g in gpus}
-        only = next(iter(domains))
-        return len(domains) == 1 and only is not None and only.fabric == "nvswitch"
+        return _uniform(self.model, gpus)
+
+
+def _uniform(model: CostModel, gpus: Sequence[int]) -> bool:
+    h = model.hierarchy
+    domains = {h.domain_of(model.gpu_ids[g]) for g in gpus}
+    only = next(iter(domains))
+    return len(domains) == 1 and only is not None and only.fabric == "nvswitch"
 
 
 @dataclass(frozen=True)
@@ -109,34 +177,74 @@ class Placement:
     shape: ModelShape
     mapping: tuple[int, ...]  # GPU of each rank
     groups: Groups = field(hash=False)
-    step_comm_us: float
+    step_comm_us: float  # every collective of the step, before any overlap
     naive_step_comm_us: float
     per_dimension: tuple[DimensionResult, ...]
     search: str  # "exact" or "local search (n evaluations)"
     calibrated: bool
     assumption: str
+    step: StepTime
+    naive_step_us: float  # the step time of GPU index order
+    memory: MemoryFit
+    spec: GpuSpec
+    uniform: bool  # every mapping of these GPUs costs the same
+    free: tuple[int, ...] = ()  # the free GPUs asked about
+    leftover: tuple[int, ...] = ()  # free GPUs this job leaves
+    leftover_busbw_gbps: float = 0.0  # what they still reach together (all_reduce, 256 MiB)
+    choice: str = ""  # why these GPUs, when the job is smaller than the free set
+
+    @property
+    def step_us(self) -> float:
+        return self.step.total_us
 
     @property
     def improvement(self) -> float:
-        """Fraction of the naive order's step communication saved."""
-        if self.naive_step_comm_us <= 0:
+        """Fraction of the naive order's step time saved."""
+        if self.naive_step_us <= 0:
             return 0.0
-        return 1 - self.step_comm_us / self.naive_step_comm_us
+        return max(0.0, 1 - self.step_us / self.naive_step_us)
+
+    @property
+    def gpus(self) -> tuple[int, ...]:
+        return tuple(sorted(self.mapping))
 
     def to_document(self) -> dict[str, Any]:
         return {
             "layout": self.layout.__dict__,
             "model": self.shape.name,
+            "gpus": list(self.gpus),
             "mapping": list(self.mapping),
             "groups": {k: [list(g) for g in v] for k, v in self.groups.items()},
+            "predicted_step_time_us": round(self.step_us, 1),
+            "naive_step_time_us": round(self.naive_step_us, 1),
+            "breakdown": self.step.to_document(),
+            "memory": self.memory.to_document(),
+            "fits": self.memory.fits,
+            "gpu": self.spec.to_document(),
             "predicted_step_comm_us": round(self.step_comm_us, 3),
             "naive_step_comm_us": round(self.naive_step_comm_us, 3),
             "improvement": round(self.improvement, 4),
+            "uniform": self.uniform,
             "per_dimension": [d.to_document() for d in self.per_dimension],
             "search": self.search,
             "calibrated": self.calibrated,
             "assumption": self.assumption,
+            "free": list(self.free),
+            "leftover": list(self.leftover),
+            "leftover_busbw_gbps": round(self.leftover_busbw_gbps, 3),
+            "choice": self.choice,
         }
+
+
+def _comm_us(objective: StepCost, mapping: Sequence[int]) -> float:
+    """Every collective of the step (count x time), no overlap: the ledger's total."""
+    groups = rank_groups(mapping, objective.layout, objective.dimensions)
+    times = objective.times(groups)
+    m = objective.plan.micro_batches
+    return sum(
+        times[(d, c)] * count * (1 if d == "dp" else m)
+        for d, c, _b, count in objective.plan.collectives
+    )
 
 
 def place(
@@ -146,35 +254,53 @@ def place(
     shape: ModelShape | None = None,
     time_budget_s: float = 0.3,
     seed: int = 0,
+    *,
+    spec: GpuSpec | None = None,
+    zero: int = 1,
+    achieved: float = ACHIEVED_FRACTION,
 ) -> Placement:
-    """Best rank->GPU mapping for a TP x PP x DP (x EP) job on `free` GPUs (default all).
+    """Best rank->GPU mapping for a TP x PP x DP (x EP) job on `free` GPUs (default all),
+    by predicted step time. A job smaller than the free set takes the subset with the lowest
+    step time; among equals, the one that leaves the other free GPUs best connected.
 
-    Exact for up to EXACT_LIMIT GPUs (every mapping, modulo relabelling TP positions and DP
-    replicas, which changes no group); beyond, a swap local search from the naive order and
-    a hierarchy-ordered start, bounded by `time_budget_s`, never worse than naive."""
+    Exact for up to EXACT_LIMIT GPUs (every distinct group structure, modulo relabelling TP
+    positions, DP replicas and reading the pipeline backwards, which changes no cost); beyond,
+    a swap local search from the naive order and a hierarchy-ordered start, bounded by
+    `time_budget_s`, never worse than naive."""
     shape = shape or DEFAULT_SHAPE
-    gpus = sorted(model.check_gpus(free if free is not None else sorted(model.gpu_ids)))
-    if layout.size != len(gpus):
+    spec = spec or gpu_spec(None, model.hardware.generation.name)
+    pool = tuple(sorted(model.check_gpus(free if free is not None else sorted(model.gpu_ids))))
+    if layout.size > len(pool):
         raise ValueError(
             f"TP x PP x DP = {layout.tp} x {layout.pp} x {layout.dp} = "
-            f"{layout.size} does not match the {len(gpus)} free GPUs"
+            f"{layout.size} needs more than the {len(pool)} free GPUs"
         )
-    objective = StepCost(model, layout, shape)
-    entries = objective.entries
+    objective = StepCost(model, layout, shape, spec, achieved)
+    choice = ""
+    if layout.size < len(pool):
+        gpus, choice = _choose_subset(objective, pool, time_budget_s, seed)
+    else:
+        gpus = pool
     naive = tuple(gpus)
     naive_us = objective(naive)
-    if objective.uniform(gpus):
+    uniform = objective.uniform(gpus)
+    if uniform:
         best, best_us = naive, naive_us
         search = "exact (one NVSwitch domain: every mapping costs the same)"
     elif len(gpus) <= EXACT_LIMIT:
-        best, best_us = _exact(objective, gpus, layout)
+        best, best_us = _exact_cached(objective, gpus)
         search = "exact"
     else:
-        best, best_us, evals = _local_search(objective, model, gpus, time_budget_s, seed)
+        best, best_us, evals = _local_search(objective, model, list(gpus), time_budget_s, seed)
         search = f"local search ({evals} evaluations)"
     if best_us > naive_us:  # only rounding can do this; never advise worse than naive
         best, best_us = naive, naive_us
     groups = {k: v for k, v in rank_groups(best, layout).items() if v and len(v[0]) > 1}
+    m = objective.plan.micro_batches
+    entries = [
+        LedgerEntry(d, c, b, count * (1 if d == "dp" else m), "")
+        for d, c, b, count in objective.plan.collectives
+    ]
     per_dim = tuple(
         DimensionResult(
             p.entry.dimension,
@@ -188,37 +314,257 @@ def place(
         )
         for p in price(model, entries, groups)
     )
+    leftover = tuple(g for g in pool if g not in set(best))
+    left_bw = _quality(model, leftover)[0] if len(leftover) >= 2 else 0.0
     return Placement(
         layout,
         shape,
         best,
         rank_groups(best, layout),
-        best_us,
-        naive_us,
+        _comm_us(objective, best),
+        _comm_us(objective, naive),
         per_dim,
         search,
         any(model.is_calibrated(d.bottleneck_class) for d in per_dim),
         model.hardware.assumption,
+        objective.step(best),
+        naive_us,
+        memory_fit(shape, layout, spec.memory_bytes, zero),
+        spec,
+        uniform,
+        pool,
+        leftover,
+        left_bw,
+        choice,
     )
 
 
-def _exact(objective: StepCost, gpus: list[int], layout: Layout) -> tuple[tuple[int, ...], float]:
-    tp, dp, ep = layout.tp, layout.dp, layout.ep
+def _choose_subset(
+    objective: StepCost, pool: tuple[int, ...], budget_s: float, seed: int
+) -> tuple[tuple[int, ...], str]:
+    """The k free GPUs where the job runs fastest; among equals (within TIE), the choice whose
+    remaining free GPUs reach the highest all_reduce bandwidth (fragmentation-aware)."""
+    model, k = objective.model, objective.layout.size
+    if math.comb(len(pool), k) <= SUBSET_LIMIT:
+        candidates = list(itertools.combinations(pool, k))
+    else:
+        candidates = _candidate_subsets(model, pool, k)
+    scored = []
+    for subset in candidates:
+        if _uniform(model, subset) or k == 1:
+            us = objective(subset)
+        elif k <= EXACT_LIMIT:
+            us = _exact_cached(objective, subset)[1]
+        else:
+            us = _local_search(objective, model, list(subset), budget_s / 8, seed)[1]
+        scored.append((us, subset))
+    best_us = min(us for us, _ in scored)
+    tied = [s for us, s in scored if us <= best_us * (1 + TIE)]
+    ranked = []
+    for subset in tied[:LEFTOVER_CANDIDATES]:
+        left = tuple(g for g in pool if g not in subset)
+        ranked.append((-(_quality(model, left)[0] if len(left) >= 2 else 0.0), subset))
+    ranked.sort()
+    chosen = ranked[0][1]
+    why = (
+        f"{len(candidates)} choices of {k} of the {len(pool)} free GPUs tried; "
+        f"{len(tied)} tie on step time"
+        + ("; the one leaving the remaining free GPUs best connected" if len(tied) > 1 else "")
+    )
+    return chosen, why
+
+
+@dataclass(frozen=True)
+class _Structures:
+    """Every distinct group structure of a layout on some GPUs, interned: per dimension the
+    distinct group sets (with one list of groups each), and per structure the index of its
+    group set in each dimension and one mapping that has it."""
+
+    keys: dict[str, list[tuple[Any, list[tuple[int, ...]]]]]
+    structures: list[tuple[tuple[int, ...], tuple[int, ...]]]
+
+
+@functools.lru_cache(maxsize=512)
+def _structures(gpus: tuple[int, ...], layout: Layout) -> _Structures:
+    """Mappings come from a DFS over ranks in order that fixes the relabellings which change
+    no group: TP positions of stage 0's first row and DP replicas of its first column
+    ascending, a pipeline read forwards (stage 0 starts below the last stage)."""
+    index: dict[str, dict[Any, int]] = {d: {} for d in DIMENSIONS}
+    keys: dict[str, list[tuple[Any, list[tuple[int, ...]]]]] = {d: [] for d in DIMENSIONS}
+    seen: dict[tuple[int, ...], tuple[int, ...]] = {}
+    dims = frozenset(DIMENSIONS)
+    for mapping in _canonical_mappings(gpus, layout):
+        groups = rank_groups(mapping, layout, dims)
+        idx = []
+        for d in DIMENSIONS:
+            k = _key(d, groups[d])
+            i = index[d].get(k)
+            if i is None:
+                i = index[d][k] = len(keys[d])
+                keys[d].append((k, groups[d]))
+            idx.append(i)
+        seen.setdefault(tuple(idx), mapping)
+    return _Structures(keys, list(seen.items()))
+
+
+def _canonical_mappings(gpus: tuple[int, ...], layout: Layout) -> Iterator[tuple[int, ...]]:
+    tp, dp, ep, pp = layout.tp, layout.dp, layout.ep, layout.pp
+    n = len(gpus)
+    last_stage_first = tp * dp * (pp - 1)
+    mapping: list[int] = []
+    used = [False] * n
+
+    def ok(r: int, g: int) -> bool:
+        if 0 < r < tp and g < mapping[r - 1]:
+            return False  # TP positions of the first group ascending
+        if ep == 1 and 0 < r < tp * dp and r % tp == 0 and g < mapping[r - tp]:
+            return False  # DP replicas of stage 0 ascending by their first GPU
+        if pp > 1 and r == last_stage_first and g < mapping[0]:
+            return False  # a pipeline read backwards costs the same
+        return True
+
+    def dfs(r: int) -> Iterator[tuple[int, ...]]:
+        if r == n:
+            yield tuple(mapping)
+            return
+        for i in range(n):
+            if used[i] or not ok(r, gpus[i]):
+                continue
+            used[i] = True
+            mapping.append(gpus[i])
+            yield from dfs(r + 1)
+            mapping.pop()
+            used[i] = False
+
+    yield from dfs(0)
+
+
+def _exact_cached(objective: StepCost, gpus: Sequence[int]) -> tuple[tuple[int, ...], float]:
+    """`_exact`, remembered per cost model: the same question about a class answers at once."""
+    plan = objective.plan
+    key = ("exact", tuple(sorted(gpus)), plan.layout, plan.collectives, plan.compute_mb_us,
+           plan.micro_batches)  # fmt: skip
+    hit = objective.memo.get(key)
+    if hit is None:
+        hit = objective.memo[key] = _exact(objective, gpus)
+    found: tuple[tuple[int, ...], float] = hit
+    return found
+
+
+def _exact(objective: StepCost, gpus: Sequence[int]) -> tuple[tuple[int, ...], float]:
+    """Branch and bound over every distinct structure. A group's time alone is a lower bound
+    of its time beside the other groups of its dimension (sharing only slows it), and the step
+    time is monotone in each dimension's time: structures are visited by that bound, and the
+    search stops at the first whose bound reaches the best step found. Group sets are priced
+    with contention only when reached, once per cost model and message size."""
+    found = _structures(tuple(sorted(gpus)), objective.layout)
+    plan = objective.plan
+    wanted = {d: [(c, b, n) for dd, c, b, n in plan.collectives if dd == d] for d in DIMENSIONS}
+    lower: dict[str, list[float]] = {}
+    for d in DIMENSIONS:
+        lower[d] = [
+            sum(n * max(objective.solo_us(d, c, b, g) for g in gs) for c, b, n in wanted[d])
+            if wanted[d]
+            else 0.0
+            for _k, gs in found.keys[d]
+        ]
+    exact_of: dict[str, dict[int, float]] = {d: {} for d in DIMENSIONS}
+
+    def exact(d: str, i: int) -> float:
+        t = exact_of[d].get(i)
+        if t is None:
+            k, gs = found.keys[d][i]
+            t = sum(n * objective.each_us(d, c, b, k, gs) for c, b, n in wanted[d])
+            exact_of[d][i] = t
+        return t
+
+    lb_tp, lb_ep, lb_dp, lb_pp = (lower[d] for d in DIMENSIONS)
+    total = plan.total_us
+    bounds = [
+        total(lb_tp[i] + lb_ep[j] + lb_pp[m], lb_dp[k]) for (i, j, k, m), _ in found.structures
+    ]
     best: tuple[int, ...] = tuple(gpus)
     best_us = objective(best)
-    for perm in itertools.permutations(gpus):
-        # Relabelling TP positions or DP replicas of a mapping changes no group, so one
-        # representative per relabelling: stage 0's first row and first column ascending.
-        if any(perm[t] > perm[t + 1] for t in range(tp - 1)):
+    # The most promising structure first, so that the bound prunes the rest at once.
+    first = min(range(len(bounds)), key=bounds.__getitem__, default=None)
+    for n in itertools.chain([first] if first is not None else [], range(len(bounds))):
+        if bounds[n] >= best_us * (1 - 1e-9):
             continue
-        if ep == 1 and any(perm[tp * d] > perm[tp * (d + 1)] for d in range(dp - 1)):
-            continue
-        if tp * dp == 1 and perm[0] > perm[-1]:
-            continue  # a lone pipeline read backwards costs the same
-        us = objective(perm)
+        (i, j, k, m), mapping = found.structures[n]
+        us = total(exact("tp", i) + exact("ep", j) + exact("pp", m), exact("dp", k))
         if us < best_us * (1 - 1e-12):
-            best, best_us = perm, us
+            best, best_us = mapping, us
     return best, best_us
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """Every layout of a shape on some GPUs, fastest first; the best fitting one, or why none
+    fits and the smallest shape that would."""
+
+    shape: ModelShape
+    spec: GpuSpec
+    placements: tuple[Placement, ...]  # by predicted step time, fitting ones first
+    no_fit: NoFit | None
+    zero: int
+    achieved: float
+
+    @property
+    def best(self) -> Placement | None:
+        return self.placements[0] if self.placements and self.placements[0].memory.fits else None
+
+    def to_document(self) -> dict[str, Any]:
+        n = len(self.placements[0].mapping) if self.placements else 0
+        best = self.best
+        return {
+            "model": self.shape.to_document(),
+            "gpu": self.spec.to_document(),
+            "zero": self.zero,
+            "achieved_fraction_of_peak": self.achieved,
+            "recommended": best.to_document() if best else None,
+            "fits": best is not None,
+            "no_fit": self.no_fit.to_document(self.spec, n) if self.no_fit else None,
+            "layouts": [p.to_document() for p in self.placements],
+            "assumptions": STEP_ASSUMPTIONS,
+        }
+
+
+STEP_ASSUMPTIONS = (
+    "1F1B pipeline, m = global batch / (micro-batch x DP) micro-batches; compute at the "
+    "stated fraction of the GPU's dense bf16 peak; TP, EP and pipeline sends not overlapped; "
+    "the DP gradient reduction overlaps the last micro-batch's backward pass (2/3 of its "
+    "compute), at least 10 % exposed; memory: bf16 weights and grads, 12 bytes of Adam state "
+    "per parameter (ZeRO shards it over DP), flash-attention activations, 8 % reserved"
+)
+
+
+def recommend(
+    model: CostModel,
+    shape: ModelShape | None = None,
+    free: Sequence[int] | None = None,
+    *,
+    spec: GpuSpec | None = None,
+    zero: int = 1,
+    achieved: float = ACHIEVED_FRACTION,
+    time_budget_s: float = 0.3,
+) -> Recommendation:
+    """Every layout of `shape` on all `free` GPUs (default all) placed at its best mapping and
+    ranked by predicted step time; layouts that do not fit in memory rank after every one
+    that does and are never recommended."""
+    shape = shape or DEFAULT_SHAPE
+    spec = spec or gpu_spec(None, model.hardware.generation.name)
+    pool = tuple(sorted(model.check_gpus(free if free is not None else sorted(model.gpu_ids))))
+    layouts = layouts_for(shape, len(pool))
+    each = time_budget_s / max(1, len(layouts))
+    found = [
+        place(model, lay, pool, shape, each, spec=spec, zero=zero, achieved=achieved)
+        for lay in layouts
+    ]
+    found.sort(key=lambda p: (not p.memory.fits, p.step_us, p.layout.pp, -p.layout.tp))
+    no_fit = None
+    if not any(p.memory.fits for p in found):
+        no_fit = smallest_fit(shape, spec, len(pool), zero)
+    return Recommendation(shape, spec, tuple(found), no_fit, zero, achieved)
 
 
 def _hierarchy_order(model: CostModel, gpus: list[int]) -> list[int]:
@@ -360,6 +706,259 @@ def _candidate_subsets(model: CostModel, free: tuple[int, ...], k: int) -> list[
     # Too many: windows of k over the hierarchy order (neighbours share switches, domains).
     order = _hierarchy_order(model, list(free))
     return sorted({tuple(sorted(order[i : i + k])) for i in range(len(order) - k + 1)})
+
+
+# --- jobs over several servers --------------------------------------------------------------
+
+# What a network transfer reaches of the NICs' line rate, and how much less crossing the spine
+# between rail groups gets (a 2:1 oversubscribed spine): stated assumptions, used until the
+# costs model's multi-node option prices these hops itself.
+NET_EFFICIENCY = 0.92
+SPINE_OVERSUBSCRIPTION = 2.0
+
+
+@dataclass(frozen=True)
+class ServerPool:
+    """One server a job may use: its cost model, free GPUs and rail group (the servers whose
+    NIC i sits on the same leaf switch i; by default the topology class)."""
+
+    model: CostModel
+    free: tuple[int, ...]
+    rail_group: str
+    spec: GpuSpec | None = None
+
+
+@dataclass(frozen=True)
+class ServerPart:
+    server: str
+    gpus: tuple[int, ...]
+    nics: tuple[str, ...]  # nearest NICs of those GPUs: what the job's traffic leaves through
+
+    def to_document(self) -> dict[str, Any]:
+        return {"server": self.server, "gpus": list(self.gpus), "nics": list(self.nics)}
+
+
+@dataclass(frozen=True)
+class JobSelection:
+    parts: tuple[ServerPart, ...]
+    same_rails: bool
+    predicted_us: float  # the all_reduce of `nbytes` (k GPUs) or the step time (a layout)
+    what: str  # what predicted_us is
+    layout: Layout | None
+    inter_node_us: float  # the part of it spent between servers
+    fits: bool
+    reason: str
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "servers": [p.to_document() for p in self.parts],
+            "server_count": len(self.parts),
+            "same_rails": self.same_rails,
+            "predicted_us": round(self.predicted_us, 3),
+            "predicted": self.what,
+            "inter_node_us": round(self.inter_node_us, 3),
+            "layout": self.layout.__dict__ if self.layout else None,
+            "fits": self.fits,
+            "reason": self.reason,
+        }
+
+
+def _nics_of(model: CostModel, gpus: Sequence[int]) -> tuple[str, ...]:
+    near = {g.gpu: g.nearest_nics for g in affinity(model).gpus}
+    return tuple(sorted({n for g in gpus for n in near.get(g, ())}))
+
+
+def inter_node_all_reduce_us(
+    parts: Sequence[tuple[CostModel, int, int]], nbytes: float, same_rails: bool
+) -> float:
+    """All-reduce of `nbytes` between servers after each reduced it inside (hierarchical, as
+    NCCL does over nodes): a ring over the servers, each carrying its share over the NICs of
+    the GPUs it uses. `parts`: (model, GPUs used, NICs used) per server. The seam where the
+    costs model's multi-node pricing plugs in."""
+    n = len(parts)
+    if n < 2:
+        return 0.0
+    per_node = min(max(1, nics) * m.hardware.nic_gbps * NET_EFFICIENCY for m, _g, nics in parts)
+    if not same_rails:
+        per_node /= SPINE_OVERSUBSCRIPTION
+    alpha = dict(parts[0][0].hardware.latency_us).get("network", 3.0)
+    return 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes / (per_node * 1e3)
+
+
+def _multi_node_all_reduce_us(
+    servers: Mapping[str, ServerPool], parts: Sequence[ServerPart], nbytes: int
+) -> float | None:
+    """The all_reduce over several servers from the cost model's multi-node option, when
+    every server is numbered and wired like the first (one model serves them all); None
+    otherwise."""
+    first = servers[parts[0].server].model
+    if any(servers[p.server].model.topo != first.topo for p in parts[1:]):
+        return None
+    g = len(first.gpu_ids)
+    local = sorted(first.gpu_ids)
+    try:
+        job = with_options(first, nodes=len(parts))
+        gpus = [n * g + local.index(x) for n, p in enumerate(parts) for x in p.gpus]
+        return collective_cost(job, "all_reduce", gpus, nbytes).time_us
+    except ValueError:
+        return None
+
+
+def select_job(
+    servers: Mapping[str, ServerPool],
+    k: int | None = None,
+    layout: Layout | None = None,
+    shape: ModelShape | None = None,
+    nbytes: int = SELECTION_BYTES,
+    top: int = 5,
+) -> list[JobSelection]:
+    """Where a job of k GPUs (or a TP x PP x DP layout) should run: on one server when any
+    has enough free GPUs (best first, see `select_gpus` and `place`); otherwise over the
+    fewest servers, those of one rail group first, each part the best-connected of that
+    server's free GPUs. A layout keeps TP and PP inside a server and spans servers with DP."""
+    if (k is None) == (layout is None):
+        raise ValueError("ask for k GPUs or for a TP x PP x DP layout, not both")
+    size = layout.size if layout else int(k or 0)
+    if size < 1:
+        raise ValueError("k must be at least 1")
+    shape = shape or DEFAULT_SHAPE
+    single = [name for name, pool in servers.items() if len(pool.free) >= size]
+    if single:
+        return sorted(
+            (_one_server(name, servers[name], size, layout, shape, nbytes) for name in single),
+            key=lambda j: (not j.fits, j.predicted_us, j.parts[0].server),
+        )[:top]
+    unit = layout.tp * layout.pp * layout.ep if layout else 1
+    groups: dict[str, list[str]] = {}
+    for name, pool in servers.items():
+        groups.setdefault(pool.rail_group, []).append(name)
+    found = []
+    plans = [*groups.values(), list(servers)]  # one rail group first, then any servers
+    seen: set[tuple[str, ...]] = set()
+    for names in plans:
+        picked = _fewest_servers(servers, names, size, unit)
+        if picked is None or tuple(sorted(picked)) in seen:
+            continue
+        seen.add(tuple(sorted(picked)))
+        same_rails = len({servers[n].rail_group for n in picked}) == 1
+        found.append(_over_servers(servers, picked, size, unit, layout, shape, nbytes, same_rails))
+    if not found:
+        total = sum(len(p.free) // unit * unit for p in servers.values())
+        raise ValueError(
+            f"the servers have {total} usable free GPUs"
+            + (f" in whole TP x PP x EP blocks of {unit}" if unit > 1 else "")
+            + f"; the job needs {size}"
+        )
+    found.sort(key=lambda j: (len(j.parts), not j.same_rails, not j.fits, j.predicted_us))
+    return found[:top]
+
+
+def _one_server(
+    name: str,
+    pool: ServerPool,
+    size: int,
+    layout: Layout | None,
+    shape: ModelShape,
+    nbytes: int,
+) -> JobSelection:
+    model = pool.model
+    if layout is not None:
+        placed = place(model, layout, pool.free, shape, spec=pool.spec)
+        part = ServerPart(name, placed.gpus, _nics_of(model, placed.gpus))
+        return JobSelection(
+            (part,), True, placed.step_us, "step time", layout, 0.0, placed.memory.fits,
+            f"one server; {placed.choice or 'all its free GPUs'}",
+        )  # fmt: skip
+    best = select_gpus({name: (model, pool.free)}, size, top=1)[0]
+    us = collective_cost(model, "all_reduce", best.gpus, nbytes).time_us if size >= 2 else 0.0
+    part = ServerPart(name, best.gpus, _nics_of(model, best.gpus))
+    return JobSelection(
+        (part,), True, us, f"all_reduce of {nbytes} bytes", None, 0.0, True,
+        "one server; " + best.reason,
+    )  # fmt: skip
+
+
+def _fewest_servers(
+    servers: Mapping[str, ServerPool], names: Sequence[str], size: int, unit: int
+) -> list[str] | None:
+    """Servers with the most usable free GPUs first, until the job fits."""
+    ranked = sorted(names, key=lambda n: (-(len(servers[n].free) // unit), n))
+    picked, have = [], 0
+    for n in ranked:
+        usable = len(servers[n].free) // unit * unit
+        if not usable:
+            continue
+        picked.append(n)
+        have += usable
+        if have >= size:
+            return picked
+    return None
+
+
+def _over_servers(
+    servers: Mapping[str, ServerPool],
+    picked: Sequence[str],
+    size: int,
+    unit: int,
+    layout: Layout | None,
+    shape: ModelShape,
+    nbytes: int,
+    same_rails: bool,
+) -> JobSelection:
+    left = size
+    counts = []
+    for n in picked:
+        take = min(left, len(servers[n].free) // unit * unit)
+        counts.append(take)
+        left -= take
+    parts, inter_parts = [], []
+    local_us, fits = 0.0, True
+    each: dict[tuple[str, str], float] = {}
+    for n, take in zip(picked, counts, strict=True):
+        model, pool = servers[n].model, servers[n]
+        if layout is not None:
+            sub = Layout(layout.tp, layout.pp, take // (layout.tp * layout.pp), layout.ep)
+            placed = place(model, sub, pool.free, shape, spec=pool.spec)
+            gpus = placed.gpus
+            fits = fits and memory_fit(shape, layout, placed.spec.memory_bytes).fits
+            for d in placed.per_dimension:
+                key = (d.dimension, d.collective)
+                each[key] = max(each.get(key, 0.0), d.each_us)
+        else:
+            gpus = best_group(model, take, pool.free) if take < len(pool.free) else pool.free
+            if take >= 2:
+                local = collective_cost(model, "reduce_scatter", gpus, nbytes).time_us
+                local_us = max(local_us, 2 * local)  # reduce-scatter, then all-gather
+        nics = _nics_of(model, gpus)
+        parts.append(ServerPart(n, tuple(gpus), nics))
+        inter_parts.append((model, len(gpus), len(nics) or len(gpus)))
+    rails = "the same rail group" if same_rails else "different rail groups (through the spine)"
+    if layout is None:
+        total = _multi_node_all_reduce_us(servers, parts, nbytes) if same_rails else None
+        if total is not None:  # the cost model prices the job over servers wired alike
+            inter, how = max(0.0, total - local_us), "priced by the multi-node cost model"
+        else:
+            inter = inter_node_all_reduce_us(inter_parts, nbytes / max(counts), same_rails)
+            total, how = local_us + inter, "inside each server, then a ring over their NICs"
+        return JobSelection(
+            tuple(parts), same_rails, total, f"all_reduce of {nbytes} bytes",
+            None, inter, True,
+            f"no server has {size} free GPUs: {len(parts)} servers on {rails}; {how}",
+        )  # fmt: skip
+    # Gradients: reduced inside each server over its DP replicas, then between servers.
+    first = servers[picked[0]]
+    spec = first.spec or gpu_spec(None, first.model.hardware.generation.name)
+    plan = step_plan(shape, layout, spec)
+    grad = next((b for d, _c, b, _n in plan.collectives if d == "dp"), 0)
+    local_per_gpu = max(counts) // (layout.tp * layout.pp)
+    inter = inter_node_all_reduce_us(inter_parts, grad / max(1, local_per_gpu), same_rails)
+    each[("dp", "all_reduce")] = each.get(("dp", "all_reduce"), 0.0) + inter
+    step = plan.step(each)
+    return JobSelection(
+        tuple(parts), same_rails, step.total_us, "step time", layout, inter, fits,
+        f"no server has {size} free GPUs: TP and PP inside each server, DP over "
+        f"{len(parts)} servers on {rails}",
+    )  # fmt: skip
 
 
 # --- affinity ------------------------------------------------------------------------------
