@@ -5,6 +5,7 @@ API gives from it and from the stored analysis of the server's topology class.""
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,8 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from topoweb.analysis.models import Analysis
+from topoweb.config import limits
+from topoweb.config.limits import LimitExceeded
 from topoweb.core.analysis import COST_MODEL_VERSION, CalibrationInput, calibration_from
 from topoweb.core.costs import (
     CostModel,
@@ -27,6 +30,8 @@ from topoweb.core.ledger import PRESETS, Layout, ModelShape
 from topoweb.core.model import NcclRun, P2PResult, Topology
 from topoweb.core.placement import SELECTION_BYTES, affinity, place, select_gpus
 from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
+
+log = logging.getLogger(__name__)
 
 MODEL_CACHE_SIZE = 256
 PLACEMENT_BUDGET_S = 0.3  # the synchronous search's budget for servers beyond the exact limit
@@ -102,6 +107,7 @@ def server_cost_model(server: Server) -> CostModel:
     snapshot: Snapshot | None = server.latest_snapshot
     if snapshot is None:
         raise Http404(f"{server.hostname!r} has no topology yet")
+    limits.check_query_gpus(server.hostname, snapshot.gpu_count)
     benchmarks = server_benchmarks(server)
     ids = tuple(benchmarks.values_list("id", "content_sha256"))
 
@@ -218,18 +224,29 @@ def selection(
     (all GPUs free), ranked by predicted bus bandwidth of `collective` at 256 MiB. The core
     ranks by all_reduce with a fragmentation tie-break; another collective re-ranks its
     shortlist."""
+    skipped: list[dict[str, str]] = []
+    pools: dict[str, tuple[CostModel, Sequence[int]]] = {}
     if wanted is None:
-        servers = servers_with_topology()
-        pools: dict[str, tuple[CostModel, Sequence[int]]] = {}
-        for s in servers:
-            model = server_cost_model(s)
-            pools[s.hostname] = (model, sorted(model.gpu_ids))
+        candidates = [(s, None) for s in servers_with_topology()]
     else:
         found = servers_by_hostname([name for name, _ in wanted])
-        pools = {}
-        for name, free in wanted:
-            model = server_cost_model(found[name])
-            pools[name] = (model, sorted(model.gpu_ids) if free is None else free)
+        candidates = [(found[name], free) for name, free in wanted]
+    for server, free in candidates:
+        # One server whose model cannot be built (too large, bad stored data) is reported and
+        # left out; it never breaks the answer about the others.
+        try:
+            model = server_cost_model(server)
+        except LimitExceeded as exc:
+            skipped.append({"hostname": server.hostname, "reason": exc.message})
+            continue
+        except Http404 as exc:
+            skipped.append({"hostname": server.hostname, "reason": str(exc)})
+            continue
+        except Exception as exc:
+            log.exception("selection: the cost model of %s failed", server.hostname)
+            skipped.append({"hostname": server.hostname, "reason": f"its cost model failed: {exc}"})
+            continue
+        pools[server.hostname] = (model, sorted(model.gpu_ids) if free is None else free)
     shortlist = select_gpus(
         pools, k, top=SELECT_TOP * 4 if collective != "all_reduce" else SELECT_TOP
     )
@@ -251,6 +268,7 @@ def selection(
         "collective": collective,
         "bytes": SELECTION_BYTES,
         "selections": [doc for _, _, doc in ranked[:SELECT_TOP]],
+        "skipped": skipped,
     }
 
 

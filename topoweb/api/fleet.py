@@ -76,7 +76,8 @@ def _check_size(request: Request) -> None:
         length = 0
     if length > settings.TOPOWEB_MAX_REPORT_BYTES:
         raise PayloadTooLarge(
-            f"The request has {length} bytes; the limit is {settings.TOPOWEB_MAX_REPORT_BYTES}."
+            f"The request has {length} bytes; the limit is {settings.TOPOWEB_MAX_REPORT_BYTES} "
+            "(TOPOWEB_MAX_REPORT_BYTES)."
         )
 
 
@@ -221,7 +222,10 @@ def _uploaded_text(request: Request, serializer: type[UploadTextSerializer]) -> 
         return payload["text"], payload
     upload = payload["file"]
     if upload.size > settings.TOPOWEB_MAX_REPORT_BYTES:
-        raise PayloadTooLarge()
+        raise PayloadTooLarge(
+            f"The file has {upload.size} bytes; the limit is {settings.TOPOWEB_MAX_REPORT_BYTES} "
+            "(TOPOWEB_MAX_REPORT_BYTES)."
+        )
     raw = upload.read()
     try:
         text = raw.decode("utf-8")

@@ -25,6 +25,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from topoweb.config.limits import LimitExceeded
 from topoweb.core.formats import ParseError
 
 hostname_field = RegexValidator(
@@ -72,6 +73,8 @@ def error_body(
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ParseError):
         return Response(error_body("parse_error", exc.message, exc.line), status=400)
+    if isinstance(exc, LimitExceeded):
+        return Response(error_body("too_large", exc.message), status=413)
     if isinstance(exc, RequestDataTooBig):
         exc = PayloadTooLarge()
     elif isinstance(exc, Http404):

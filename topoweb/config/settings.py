@@ -191,6 +191,13 @@ SPECTACULAR_SETTINGS = {
 TOPOWEB_PUBLIC_READ = env.bool("TOPOWEB_PUBLIC_READ", default=False)
 TOPOWEB_MAX_REPORT_BYTES = env.int("TOPOWEB_MAX_REPORT_BYTES", default=4 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = TOPOWEB_MAX_REPORT_BYTES + 1024 * 1024
+# Bounded work (topoweb.config.limits): past the largest real machines, refused with 413.
+TOPOWEB_MAX_GPUS = env.int("TOPOWEB_MAX_GPUS", default=576)
+TOPOWEB_MAX_DEVICES = env.int("TOPOWEB_MAX_DEVICES", default=640)
+TOPOWEB_MAX_BENCHMARK_BYTES = env.int("TOPOWEB_MAX_BENCHMARK_BYTES", default=256 * 1024)
+TOPOWEB_MAX_BENCHMARK_ROWS = env.int("TOPOWEB_MAX_BENCHMARK_ROWS", default=1000)
+TOPOWEB_MAX_BENCHMARKS_PER_REPORT = env.int("TOPOWEB_MAX_BENCHMARKS_PER_REPORT", default=32)
+TOPOWEB_MAX_QUERY_GPUS = env.int("TOPOWEB_MAX_QUERY_GPUS", default=256)
 TOPOWEB_INGEST_RATE = env.str("TOPOWEB_INGEST_RATE", default="600/min")
 # Cost, placement and selection questions run the cost model on each call.
 TOPOWEB_QUERY_RATE = env.str("TOPOWEB_QUERY_RATE", default="600/min")

@@ -17,6 +17,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from topoweb.config import limits
 from topoweb.core.fingerprint import describe_links, topology_fingerprint
 from topoweb.core.formats import ParseError, detect_format, parse_text
 from topoweb.core.formats.nvbandwidth import to_p2p
@@ -156,8 +157,10 @@ def ingest_report(
     the snapshot holds the merge of both (contradictions listed for health). Everything is
     parsed before anything is written, so bad input raises ParseError (message and line from
     the core; for NVML facts, the place in them) with nothing stored."""
+    limits.check_benchmark_count(len(benchmarks))
     topology = parse_text(topo_text, expected="topology")
     assert isinstance(topology, Topology)
+    limits.check_topology(topology)
     if nccl_xml:
         try:
             xml = parse_text(nccl_xml, expected="nccl-topology-xml")
@@ -359,11 +362,13 @@ def _parse_benchmark(index: int | None, item: BenchmarkInput) -> ParsedBenchmark
     where = f"benchmarks[{index}] ({item.kind}): " if index is not None else ""
     if item.kind not in BENCHMARK_KINDS:
         raise ParseError(f"{where}unknown benchmark kind; expected one of {list(BENCHMARK_KINDS)}")
+    limits.check_benchmark_text(item.text, where)
     try:
         parsed = parse_text(item.text, expected=item.kind)
     except ParseError as exc:
         raise ParseError(where + exc.message, exc.line) from exc
     assert isinstance(parsed, NcclRun | P2PResult | NvbandwidthRun)
+    limits.check_benchmark(parsed, where)
     return parsed
 
 
