@@ -11,7 +11,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from tests import synthetic
-from tests.web.conftest import fixture_text, report
+from tests.web.conftest import fixture_text, report, uploader
 from topoweb.fleet.models import Benchmark, Server, Snapshot
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +22,7 @@ A100_NCCL = synthetic.NCCL_SWEEP
 
 @pytest.fixture
 def person(django_user_model: Any) -> APIClient:
-    user = django_user_model.objects.create_user("ana", password="pw-for-tests")
+    user = uploader(django_user_model.objects.create_user("ana", password="pw-for-tests"))
     client = APIClient()
     client.force_login(user)
     return client

@@ -13,7 +13,6 @@ from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import exceptions, parsers, serializers, status
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -34,7 +33,11 @@ from topoweb.core.ecosystem import Export
 from topoweb.core.formats import ParseError
 from topoweb.core.health import KINDS, SEVERITIES
 from topoweb.fleet import selectors, services
-from topoweb.fleet.authentication import CollectorTokenAuthentication, HasCollectorToken
+from topoweb.fleet.authentication import (
+    CanUpload,
+    CollectorTokenAuthentication,
+    HasCollectorToken,
+)
 from topoweb.fleet.models import CollectorToken, Server, Source
 from topoweb.health import selectors as health_selectors
 
@@ -153,6 +156,7 @@ class ReportApi(_CountedIngest):
 
     @extend_schema(
         operation_id="reports_create",
+        description="Only a collector token, and only for its own hostname (403 otherwise).",
         request=ReportInputSerializer,
         responses={200: IngestedSerializer, 201: IngestedSerializer, **ERRORS},
     )
@@ -242,12 +246,15 @@ class UploadApi(_CountedIngest):
     """A person's upload for a host: topo -m, an NCCL topology XML, nccl-tests,
     p2pBandwidthLatencyTest or nvbandwidth output."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [CanUpload]
     throttle_classes = [IngestThrottle]
     parser_classes = [parsers.MultiPartParser, parsers.FormParser, JSONParser]
 
     @extend_schema(
         operation_id="uploads_create",
+        description="Needs an API token made with `--scope upload`, or a signed-in session of "
+        "a user with the fleet.upload_files permission. The upload becomes the host's current "
+        "topology when it is the newest capture.",
         request={
             "multipart/form-data": UploadInputSerializer,
             "application/json": UploadInputSerializer,
@@ -287,11 +294,13 @@ class UploadPreviewApi(APIView):
     """What an upload would read, without storing anything: the upload page's preview.
     Same sign-in and size rules as the upload itself; a parse error names the line."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [CanUpload]
     parser_classes = [parsers.MultiPartParser, parsers.FormParser, JSONParser]
 
     @extend_schema(
         operation_id="uploads_preview",
+        description="The same credentials as an upload: an API token with the upload scope, "
+        "or a session with the fleet.upload_files permission.",
         request={
             "multipart/form-data": UploadTextSerializer,
             "application/json": UploadTextSerializer,

@@ -100,14 +100,19 @@ def revoke_collector_token(token: CollectorToken) -> None:
     token.save(update_fields=["revoked_at"])
 
 
-def create_api_token(username: str) -> str:
-    """A new API token for the user, created (without a usable password) if it does not exist."""
+def create_api_token(username: str, scope: str = ApiToken.Scope.READ) -> str:
+    """A new API token for the user, created (without a usable password) if it does not exist.
+    Read only unless `scope` is "upload"."""
+    if scope not in ApiToken.Scope.values:
+        raise ValueError(f"unknown scope {scope!r}; expected one of {ApiToken.Scope.values}")
     user, created = get_user_model().objects.get_or_create(username=username)
     if created:
         user.set_unusable_password()
         user.save(update_fields=["password"])
     token = "twa_" + secrets.token_urlsafe(32)
-    ApiToken.objects.create(user=user, token_sha256=hash_token(token), prefix=token[:12])
+    ApiToken.objects.create(
+        user=user, token_sha256=hash_token(token), prefix=token[:12], scope=scope
+    )
     return token
 
 
