@@ -111,10 +111,10 @@ def test_the_schema_names_the_scheme_of_each_endpoint(client: Any) -> None:
     def security(path: str, method: str) -> list[str]:
         return sorted(k for item in paths[path][method]["security"] for k in item)
 
-    assert security("/api/v1/reports", "post") == ["collectorToken"]
-    assert security("/api/v1/uploads", "post") == ["apiToken", "cookieAuth"]
+    assert security("/api/v1/reports/", "post") == ["collectorToken"]
+    assert security("/api/v1/uploads/", "post") == ["apiToken", "cookieAuth"]
     assert security("/api/v1/servers/", "get") == ["apiToken", "cookieAuth"]
-    assert "--scope upload" in paths["/api/v1/uploads"]["post"]["description"]
+    assert "--scope upload" in paths["/api/v1/uploads/"]["post"]["description"]
     schemes = schema["components"]["securitySchemes"]
     assert "one host" in schemes["collectorToken"]["description"]
     assert "--scope upload" in schemes["apiToken"]["description"]

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpResponse
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import exceptions, parsers, serializers, status
@@ -32,7 +34,7 @@ from topoweb.config.parsers import JSONParser
 from topoweb.core.ecosystem import Export
 from topoweb.core.formats import ParseError
 from topoweb.core.health import KINDS, SEVERITIES
-from topoweb.fleet import selectors, services
+from topoweb.fleet import facts, selectors, services
 from topoweb.fleet.authentication import (
     CanUpload,
     CollectorTokenAuthentication,
@@ -84,6 +86,22 @@ def _check_size(request: Request) -> None:
         )
 
 
+def _facts(check: Any) -> Any:
+    """A field validator from a reader of structured facts: the message names the wrong
+    value's place inside the field, e.g. `gpus[2].pcie.max_width ... expected an integer`."""
+
+    def validate(value: Any) -> None:
+        _storable_json(value)
+        if value is None:
+            return
+        try:
+            check(value)
+        except facts.FactsError as exc:
+            raise serializers.ValidationError(str(exc)) from exc
+
+    return validate
+
+
 # --- ingest ----------------------------------------------------------------------------------
 
 
@@ -106,9 +124,24 @@ class ReportInputSerializer(serializers.Serializer):
         default="",
         help_text="The host's NCCL topology XML (NCCL_TOPO_DUMP_FILE), merged with topo_text",
     )
+    # NVML facts are read (and refused, naming the place) by core.formats.nvml at ingest.
     nvml = serializers.DictField(required=False, allow_null=True, validators=[_storable_json])
-    host = serializers.DictField(required=False, allow_null=True, validators=[_storable_json])
+    host = serializers.DictField(
+        required=False, allow_null=True, validators=[_facts(facts.check_host)]
+    )
     benchmarks = BenchmarkInputSerializer(many=True, required=False)
+
+    def validate_captured_at(self, value: datetime) -> datetime:
+        """A capture from the future would stay the server's newest for ever and hide every
+        genuine report after it: refused past TOPOWEB_MAX_CLOCK_SKEW_S of this server's clock."""
+        ahead = (value - timezone.now()).total_seconds()
+        if ahead > settings.TOPOWEB_MAX_CLOCK_SKEW_S:
+            raise serializers.ValidationError(
+                f"{value.isoformat()} is {ahead:.0f} s ahead of this server's clock; at most "
+                f"{settings.TOPOWEB_MAX_CLOCK_SKEW_S} s are allowed (TOPOWEB_MAX_CLOCK_SKEW_S). "
+                "Check the host's clock (NTP)."
+            )
+        return value
 
 
 class IngestedSerializer(serializers.Serializer):

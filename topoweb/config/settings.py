@@ -198,6 +198,8 @@ TOPOWEB_MAX_BENCHMARK_BYTES = env.int("TOPOWEB_MAX_BENCHMARK_BYTES", default=256
 TOPOWEB_MAX_BENCHMARK_ROWS = env.int("TOPOWEB_MAX_BENCHMARK_ROWS", default=1000)
 TOPOWEB_MAX_BENCHMARKS_PER_REPORT = env.int("TOPOWEB_MAX_BENCHMARKS_PER_REPORT", default=32)
 TOPOWEB_MAX_QUERY_GPUS = env.int("TOPOWEB_MAX_QUERY_GPUS", default=256)
+# A report captured further ahead of this server's clock is refused (400 naming captured_at).
+TOPOWEB_MAX_CLOCK_SKEW_S = env.int("TOPOWEB_MAX_CLOCK_SKEW_S", default=300)
 TOPOWEB_INGEST_RATE = env.str("TOPOWEB_INGEST_RATE", default="600/min")
 # Cost, placement and selection questions run the cost model on each call.
 TOPOWEB_QUERY_RATE = env.str("TOPOWEB_QUERY_RATE", default="600/min")
