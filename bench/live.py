@@ -112,7 +112,7 @@ def _wait_until_up(base: str) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            urllib.request.urlopen(f"{base}/metrics", timeout=2).read()
+            urllib.request.urlopen(f"{base}/healthz", timeout=2).read()
             return
         except OSError:
             time.sleep(0.2)

@@ -235,6 +235,8 @@ def selection(
         # One server whose model cannot be built (too large, bad stored data) is reported and
         # left out; it never breaks the answer about the others.
         try:
+            if server.latest_snapshot is not None:
+                limits.check_select_gpus(server.hostname, server.latest_snapshot.gpu_count)
             model = server_cost_model(server)
         except LimitExceeded as exc:
             skipped.append({"hostname": server.hostname, "reason": exc.message})

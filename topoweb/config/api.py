@@ -7,6 +7,7 @@ Every error answers `{"error": {"code": str, "message": str, "line": int | null,
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -56,6 +57,8 @@ ERRORS = {
     )
 }
 READ_ERRORS = {k: ERRORS[k] for k in (400, 401, 403, 404)}
+
+log = logging.getLogger(__name__)
 
 
 class PayloadTooLarge(exceptions.APIException):
@@ -188,7 +191,15 @@ class SettingRateThrottle(SimpleRateThrottle):
         # The rate is read per request so that a settings change applies without a restart.
         self.rate = self.get_rate()
         self.num_requests, self.duration = self.parse_rate(self.rate)
-        return super().allow_request(request, view)
+        try:
+            # The history lives in the cache (Redis when configured), so every worker process
+            # counts against the same budget.
+            return super().allow_request(request, view)
+        except Exception:
+            # A cache that is down must not turn reports away: they are worth more than the
+            # limit. The failure is logged; the budget applies again once the cache is back.
+            log.warning("throttle %s not applied: the cache is unreachable", self.scope)
+            return True
 
     def get_cache_key(self, request: Request, view: Any) -> str | None:
         if request.auth is not None and hasattr(request.auth, "pk"):

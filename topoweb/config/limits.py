@@ -83,3 +83,14 @@ def check_query_gpus(hostname: str, gpus: int) -> None:
             "(TOPOWEB_MAX_QUERY_GPUS). Its stored analysis is at /api/v1/servers/"
             f"{hostname}/costs."
         )
+
+
+def check_select_gpus(hostname: str, gpus: int) -> None:
+    """The k-GPU search over a server grows quickly with its GPU count (an NVL72 rack takes
+    seconds today): past TOPOWEB_MAX_SELECT_GPUS a server is left out of selections, reported
+    with this reason."""
+    if gpus > settings.TOPOWEB_MAX_SELECT_GPUS:
+        raise LimitExceeded(
+            f"{hostname!r} has {gpus} GPUs; GPU selection searches servers of up to "
+            f"{settings.TOPOWEB_MAX_SELECT_GPUS} GPUs (TOPOWEB_MAX_SELECT_GPUS)."
+        )
