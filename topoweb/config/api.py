@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.validators import RegexValidator
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import Resolver404, resolve
 from django.views.defaults import page_not_found, server_error
@@ -76,6 +76,15 @@ def error_body(
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ParseError):
         return Response(error_body("parse_error", exc.message, exc.line), status=400)
+    if isinstance(exc, OperationalError | InterfaceError):
+        # The database is down or unreachable: nothing was stored, and a collector keeps the
+        # report in its spool and sends it again after Retry-After.
+        log.warning("answering 503: the database is unavailable (%s)", exc)
+        response = Response(
+            error_body("unavailable", "The database is unavailable; retry later."), status=503
+        )
+        response["Retry-After"] = "30"
+        return response
     if isinstance(exc, LimitExceeded):
         return Response(error_body("too_large", exc.message), status=413)
     if isinstance(exc, RequestDataTooBig):
