@@ -18,6 +18,7 @@ from topoweb.config import limits
 from topoweb.config.limits import LimitExceeded
 from topoweb.core.analysis import COST_MODEL_VERSION, CalibrationInput, calibration_from
 from topoweb.core.costs import (
+    Calibration,
     CostModel,
     build_model,
     calibrated,
@@ -88,17 +89,36 @@ class _ModelKey:
     content_sha256: str
     gpu_model: str
     benchmarks: tuple[tuple[int, str], ...]
-    load: Callable[[], tuple[Topology, list[CalibrationInput]]] = field(
+    load: Callable[[], tuple[Topology, Calibration | None]] = field(
         compare=False, hash=False, repr=False
     )
 
 
 @functools.lru_cache(maxsize=MODEL_CACHE_SIZE)
 def _cached_model(key: _ModelKey) -> CostModel:
-    topology, runs = key.load()
+    topology, calibration = key.load()
     model = build_model(topology, key.gpu_model or None)
-    calibration, _notes = calibration_from(runs)
     return calibrated(model, calibration) if calibration is not None else model
+
+
+def stored_calibration(benchmarks: QuerySet[Benchmark]) -> Calibration | None:
+    """The runs' calibrations merged in order (later ones win), from the reduced form each
+    benchmark stored at ingest; only rows stored without one are parsed and fitted here."""
+    found: Calibration | None = None
+    for pk, document in benchmarks.values_list("pk", "calibration"):
+        if document is None:
+            cal, _ = calibration_from(calibration_inputs(benchmarks.filter(pk=pk)))
+        elif "scale" in document:
+            cal = Calibration(
+                dict(document["scale"]),
+                dict(document.get("alpha_us", {})),
+                tuple(document.get("sources", ())),
+            )
+        else:
+            cal = None  # {"skipped": why}: this run cannot calibrate
+        if cal is not None:
+            found = cal if found is None else found.merged(cal)
+    return found
 
 
 def server_cost_model(server: Server) -> CostModel:
@@ -111,8 +131,8 @@ def server_cost_model(server: Server) -> CostModel:
     benchmarks = server_benchmarks(server)
     ids = tuple(benchmarks.values_list("id", "content_sha256"))
 
-    def load() -> tuple[Topology, list[CalibrationInput]]:
-        return snapshot.to_domain(), calibration_inputs(benchmarks)
+    def load() -> tuple[Topology, Calibration | None]:
+        return snapshot.to_domain(), stored_calibration(benchmarks)
 
     fingerprint = server.topology_class.fingerprint if server.topology_class else ""
     return _cached_model(

@@ -133,6 +133,10 @@ class Benchmark(models.Model):
     collective = models.CharField(max_length=64, blank=True)
     avg_busbw_gbps = models.FloatField(null=True, blank=True)
     gpu_count = models.PositiveIntegerField(null=True, blank=True)
+    # What the cost model takes from this run, fitted once at ingest on the topology it ran
+    # on (core.costs.Calibration's document, or {"skipped": why}); null for rows stored before
+    # this existed, or before their server had a topology: those are fitted when read.
+    calibration = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-captured_at", "-id"]
