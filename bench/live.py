@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextmanager
-def live_server(workers: int = 4) -> Iterator[str]:
-    """Yield the base URL of a fresh server; SystemExit(2) when DATABASE_URL is not postgres."""
+def live_server(workers: int = 4, port: int | None = None, **settings: str) -> Iterator[str]:
+    """Yield the base URL of a fresh server; SystemExit(2) when DATABASE_URL is not postgres.
+    `settings` are extra environment variables for the server (e.g. TOPOWEB_INGEST_RATE)."""
     database_url = os.environ.setdefault(
         "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/topoweb"
     )
@@ -39,6 +40,7 @@ def live_server(workers: int = 4) -> Iterator[str]:
         "TOPOWEB_INGEST_RATE": "100000/min",
         "LOG_LEVEL": "WARNING",
         "STATICFILES_BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage",
+        **settings,
     }
     _recreate_database(bench_url)
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
@@ -48,7 +50,7 @@ def live_server(workers: int = 4) -> Iterator[str]:
     import django
 
     django.setup()
-    port = _free_port()
+    port = port or _free_port()
     server = subprocess.Popen(
         [
             sys.executable,
@@ -112,7 +114,7 @@ def _wait_until_up(base: str) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            urllib.request.urlopen(f"{base}/metrics", timeout=2).read()
+            urllib.request.urlopen(f"{base}/healthz", timeout=2).read()
             return
         except OSError:
             time.sleep(0.2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.core import topologies as T
 from topoweb.core.hierarchy import recover_hierarchy
 from topoweb.core.model import Device, Link, Topology
@@ -130,3 +132,32 @@ def test_a_numa_column_the_matrix_contradicts_is_a_finding_and_the_matrix_wins()
     assert kinds == {"numa_affinity_conflict"}
     assert h.findings[0].message.startswith("GPU0 and GPU2 both report NUMA affinity 0")
     assert "GPU0-NIC2 is SYS" in h.findings[0].message
+
+
+def test_a_ring_of_96_gpus_is_recovered_with_quadratic_work_and_one_conflict_per_far_gpu(
+    monkeypatch: Any,
+) -> None:
+    """The ring the issue measured (neighbours NV1, the rest SYS, one NUMA column) once took
+    ~2,000 union-find steps per GPU pair; bounded work keeps it to a few per pair."""
+    from tests import synthetic
+    from topoweb.core import hierarchy
+    from topoweb.core.formats import parse_text
+
+    topo = parse_text(synthetic.gpu_ring(96), expected="topology")
+    assert isinstance(topo, Topology)
+    steps = 0
+    find = hierarchy._Union.find
+
+    def counted(self: Any, x: str) -> str:
+        nonlocal steps
+        steps += 1
+        return find(self, x)
+
+    monkeypatch.setattr(hierarchy._Union, "find", counted)
+    h = recover_hierarchy(topo)
+
+    assert steps <= 4 * 96 * 96
+    conflicts = [f for f in h.findings if f.kind == "numa_affinity_conflict"]
+    assert len(conflicts) == 96 - 2  # every GPU but GPU0's two NVLink neighbours
+    assert conflicts[0].message.startswith("GPU0 and GPU2 both report NUMA affinity 0")
+    assert "(GPU0-GPU2 is SYS)" in conflicts[0].message

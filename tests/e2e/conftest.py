@@ -97,8 +97,11 @@ def demo_fleet(transactional_db: None) -> None:
 @pytest.fixture
 def user(transactional_db: None):  # type: ignore[no-untyped-def]
     from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
 
-    return get_user_model().objects.create_user("operator", password=PASSWORD)
+    operator = get_user_model().objects.create_user("operator", password=PASSWORD)
+    operator.user_permissions.add(Permission.objects.get(codename="upload_files"))  # uploads
+    return operator
 
 
 @pytest.fixture

@@ -123,3 +123,11 @@ def reader() -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_api_token('scheduler')}")
     return client
+
+
+def uploader(user: Any) -> Any:
+    """Give a person the permission staff grant to those who upload files; returns the user."""
+    from django.contrib.auth.models import Permission
+
+    user.user_permissions.add(Permission.objects.get(codename="upload_files"))
+    return type(user).objects.get(pk=user.pk)  # a fresh object: permissions are cached

@@ -16,7 +16,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from tests.core.topo_fixtures import glued_h200
-from tests.web.conftest import fixture_text, report
+from tests.web.conftest import fixture_text, report, uploader
 from topoweb.analysis.models import Analysis
 from topoweb.fleet.models import Benchmark, CollectorToken, Server, Snapshot, Source, TopologyClass
 from topoweb.fleet.services import (
@@ -211,7 +211,7 @@ def test_a_body_nested_past_the_parsers_depth_answers_400_and_stores_nothing(
     client = collector_client("gpu-a01")
     if url == "/api/v1/uploads":
         client = APIClient()
-        client.force_authenticate(django_user_model.objects.create_user("uploader"))
+        client.force_authenticate(uploader(django_user_model.objects.create_user("uploader")))
     client.raise_request_exception = False
     deep = "[" * 100_000 + "]" * 100_000
     body = json.dumps(report("gpu-a01", H200))[:-1] + f', "nvml": {deep}}}'
@@ -359,7 +359,7 @@ def test_ingest_is_throttled_per_token(collector_client: Any, settings: Any) -> 
 
 @pytest.fixture
 def person(django_user_model: Any) -> APIClient:
-    user = django_user_model.objects.create_user("ana", password="pw-for-tests")
+    user = uploader(django_user_model.objects.create_user("ana", password="pw-for-tests"))
     client = APIClient()
     client.force_login(user)
     return client

@@ -1,4 +1,5 @@
-"""/metrics in Prometheus text format: ingest outcomes, analyses by status, request latency."""
+"""/metrics in Prometheus text format: ingest outcomes, analyses by status (as the sweep
+publishes them), request latency."""
 
 from __future__ import annotations
 
@@ -8,12 +9,21 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.web.conftest import report
+from topoweb.analysis.services import publish_analysis_counts
 
 pytestmark = pytest.mark.django_db
 
 
+TOKEN = "metrics-token-for-tests"
+
+
+@pytest.fixture(autouse=True)
+def metrics_token(settings: Any) -> None:
+    settings.TOPOWEB_METRICS_TOKEN = TOKEN
+
+
 def scrape(client: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    response = client.get("/metrics")
+    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")
     return {
@@ -35,6 +45,7 @@ def test_metrics_count_ingest_outcomes_and_analyses(client: Any, collector_clien
     api.post("/api/v1/reports", report("gpu-a01"), format="json")
     api.post("/api/v1/reports", report("gpu-a01"), format="json")
     api.post("/api/v1/reports", report("gpu-b01"), format="json")  # another host: rejected
+    publish_analysis_counts()  # what the beat's analysis sweep does every minute
     after = scrape(client)
 
     def delta(outcome: str) -> float:

@@ -78,7 +78,8 @@ def test_the_upload_page_carries_a_csrf_token(signed_in: Client) -> None:
     assert 'name="csrfmiddlewaretoken"' in html
 
 
-def test_the_api_docs_keep_working_without_the_dashboard_policy(signed_in: Client) -> None:
+def test_the_api_docs_keep_working_under_a_policy_of_their_own(signed_in: Client) -> None:
     response = signed_in.get("/api/docs/")
     assert response.status_code == 200
-    assert "Content-Security-Policy" not in response
+    # Swagger UI bootstraps inline; the docs show no stored data, so only they allow it.
+    assert "script-src 'self' 'unsafe-inline'" in response["Content-Security-Policy"]

@@ -9,7 +9,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from tests.core.topo_fixtures import glued_h200
-from tests.web.conftest import fixture_text
+from tests.web.conftest import fixture_text, uploader
 from topoweb.fleet.models import Benchmark, Server, Snapshot
 
 pytestmark = pytest.mark.django_db
@@ -24,7 +24,7 @@ NCCL_A100 = "nccl_06_a100-sxm4-40gb-8gpu-single-proc-g8-full-sweep.txt"
 @pytest.fixture
 def person(django_user_model: Any) -> APIClient:
     client = APIClient()
-    client.force_login(django_user_model.objects.create_user("ana", password="pw-for-tests"))
+    client.force_login(uploader(django_user_model.objects.create_user("ana", password="pw")))
     return client
 
 

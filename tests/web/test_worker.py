@@ -75,8 +75,9 @@ def test_running_a_task_again_keeps_one_result(celery_worker: Any, collector_cli
 
     assert services.run_analysis(first.pk) == "skipped"  # a duplicate message changes nothing
     # A worker killed mid-task leaves the row running under an old claim: the sweep re-runs it.
+    an_hour_ago = timezone.now() - timedelta(hours=1)
     Analysis.objects.filter(pk=first.pk).update(
-        status="running", result=None, claimed_at=timezone.now() - timedelta(hours=1)
+        status="running", result=None, claimed_at=an_hour_ago, heartbeat_at=an_hour_ago
     )
     sweep.delay()
 

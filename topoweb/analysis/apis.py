@@ -322,11 +322,19 @@ class SelectionSerializer(serializers.Serializer):
     cost = CostDocumentSerializer(allow_null=True, help_text="the requested collective")
 
 
+class SkippedServerSerializer(serializers.Serializer):
+    hostname = serializers.CharField()
+    reason = serializers.CharField()
+
+
 class SelectionResultSerializer(serializers.Serializer):
     k = serializers.IntegerField()
     collective = serializers.CharField()
     bytes = serializers.IntegerField()
     selections = SelectionSerializer(many=True)
+    skipped = SkippedServerSerializer(
+        many=True, help_text="servers left out of the answer, each with the reason"
+    )
 
 
 class ServerFreeSerializer(serializers.Serializer):

@@ -27,6 +27,10 @@ class Analysis(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     claimed_at = models.DateTimeField(null=True, blank=True)  # set by the worker that runs it
+    # Renewed by the running worker every TOPOWEB_ANALYSIS_HEARTBEAT_S: a claim whose heartbeat
+    # (or, before the first beat, whose claim) is older than TOPOWEB_STALE_CLAIM_AFTER_S lost
+    # its worker, and is taken over.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_s = models.FloatField(null=True, blank=True)
 

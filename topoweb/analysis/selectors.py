@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,8 +15,11 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from topoweb.analysis.models import Analysis
+from topoweb.config import limits
+from topoweb.config.limits import LimitExceeded
 from topoweb.core.analysis import COST_MODEL_VERSION, CalibrationInput, calibration_from
 from topoweb.core.costs import (
+    Calibration,
     CostModel,
     build_model,
     calibrated,
@@ -38,6 +42,8 @@ from topoweb.core.placement import (
 )
 from topoweb.core.steptime import GpuSpec, gpu_spec
 from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
+
+log = logging.getLogger(__name__)
 
 MODEL_CACHE_SIZE = 256
 PLACEMENT_BUDGET_S = 0.3  # the synchronous search's budget for servers beyond the exact limit
@@ -94,17 +100,36 @@ class _ModelKey:
     content_sha256: str
     gpu_model: str
     benchmarks: tuple[tuple[int, str], ...]
-    load: Callable[[], tuple[Topology, list[CalibrationInput]]] = field(
+    load: Callable[[], tuple[Topology, Calibration | None]] = field(
         compare=False, hash=False, repr=False
     )
 
 
 @functools.lru_cache(maxsize=MODEL_CACHE_SIZE)
 def _cached_model(key: _ModelKey) -> CostModel:
-    topology, runs = key.load()
+    topology, calibration = key.load()
     model = build_model(topology, key.gpu_model or None)
-    calibration, _notes = calibration_from(runs)
     return calibrated(model, calibration) if calibration is not None else model
+
+
+def stored_calibration(benchmarks: QuerySet[Benchmark]) -> Calibration | None:
+    """The runs' calibrations merged in order (later ones win), from the reduced form each
+    benchmark stored at ingest; only rows stored without one are parsed and fitted here."""
+    found: Calibration | None = None
+    for pk, document in benchmarks.values_list("pk", "calibration"):
+        if document is None:
+            cal, _ = calibration_from(calibration_inputs(benchmarks.filter(pk=pk)))
+        elif "scale" in document:
+            cal = Calibration(
+                dict(document["scale"]),
+                dict(document.get("alpha_us", {})),
+                tuple(document.get("sources", ())),
+            )
+        else:
+            cal = None  # {"skipped": why}: this run cannot calibrate
+        if cal is not None:
+            found = cal if found is None else found.merged(cal)
+    return found
 
 
 def server_cost_model(server: Server) -> CostModel:
@@ -113,11 +138,12 @@ def server_cost_model(server: Server) -> CostModel:
     snapshot: Snapshot | None = server.latest_snapshot
     if snapshot is None:
         raise Http404(f"{server.hostname!r} has no topology yet")
+    limits.check_query_gpus(server.hostname, snapshot.gpu_count)
     benchmarks = server_benchmarks(server)
     ids = tuple(benchmarks.values_list("id", "content_sha256"))
 
-    def load() -> tuple[Topology, list[CalibrationInput]]:
-        return snapshot.to_domain(), calibration_inputs(benchmarks)
+    def load() -> tuple[Topology, Calibration | None]:
+        return snapshot.to_domain(), stored_calibration(benchmarks)
 
     fingerprint = server.topology_class.fingerprint if server.topology_class else ""
     return _cached_model(
@@ -306,18 +332,31 @@ def selection(
     (all GPUs free), ranked by predicted bus bandwidth of `collective` at 256 MiB. The core
     ranks by all_reduce with a fragmentation tie-break; another collective re-ranks its
     shortlist."""
+    skipped: list[dict[str, str]] = []
+    pools: dict[str, tuple[CostModel, Sequence[int]]] = {}
     if wanted is None:
-        servers = servers_with_topology()
-        pools: dict[str, tuple[CostModel, Sequence[int]]] = {}
-        for s in servers:
-            model = server_cost_model(s)
-            pools[s.hostname] = (model, sorted(model.gpu_ids))
+        candidates = [(s, None) for s in servers_with_topology()]
     else:
         found = servers_by_hostname([name for name, _ in wanted])
-        pools = {}
-        for name, free in wanted:
-            model = server_cost_model(found[name])
-            pools[name] = (model, sorted(model.gpu_ids) if free is None else free)
+        candidates = [(found[name], free) for name, free in wanted]
+    for server, free in candidates:
+        # One server whose model cannot be built (too large, bad stored data) is reported and
+        # left out; it never breaks the answer about the others.
+        try:
+            if server.latest_snapshot is not None:
+                limits.check_select_gpus(server.hostname, server.latest_snapshot.gpu_count)
+            model = server_cost_model(server)
+        except LimitExceeded as exc:
+            skipped.append({"hostname": server.hostname, "reason": exc.message})
+            continue
+        except Http404 as exc:
+            skipped.append({"hostname": server.hostname, "reason": str(exc)})
+            continue
+        except Exception as exc:
+            log.exception("selection: the cost model of %s failed", server.hostname)
+            skipped.append({"hostname": server.hostname, "reason": f"its cost model failed: {exc}"})
+            continue
+        pools[server.hostname] = (model, sorted(model.gpu_ids) if free is None else free)
     shortlist = select_gpus(
         pools, k, top=SELECT_TOP * 4 if collective != "all_reduce" else SELECT_TOP
     )
@@ -339,6 +378,7 @@ def selection(
         "collective": collective,
         "bytes": SELECTION_BYTES,
         "selections": [doc for _, _, doc in ranked[:SELECT_TOP]],
+        "skipped": skipped,
     }
 
 

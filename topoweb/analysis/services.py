@@ -5,20 +5,27 @@ What is computed is `topoweb.core.analysis.analyse`; this module only claims, ca
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F, QuerySet
+from django.db import DatabaseError, connections, transaction
+from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
 from topoweb.analysis import selectors
 from topoweb.analysis.models import Analysis
+from topoweb.config import metrics
 from topoweb.config.celery_app import enqueue
 from topoweb.core.analysis import COST_MODEL_VERSION, analyse
 from topoweb.core.model import DocumentError
 from topoweb.fleet.models import Server, Snapshot, TopologyClass
+
+log = logging.getLogger(__name__)
 
 
 def current_analysis_for(topology_class: TopologyClass) -> Analysis:
@@ -50,35 +57,88 @@ def on_new_snapshot(server: Server, snapshot: Snapshot) -> None:
         request_analysis(snapshot.topology_class)
 
 
+def _stale_claims(now: datetime) -> Q:
+    """Running work whose worker stopped beating (killed, or its host gone)."""
+    before = now - timedelta(seconds=settings.TOPOWEB_STALE_CLAIM_AFTER_S)
+    return Q(status=Analysis.Status.RUNNING) & (
+        Q(heartbeat_at__lt=before) | Q(heartbeat_at__isnull=True, claimed_at__lt=before)
+    )
+
+
 def claim_analysis(analysis_id: int) -> datetime | None:
-    """Take pending work for this worker; None when someone else has it or it is finished."""
+    """Take pending work for this worker, or running work whose worker died (its heartbeat
+    stopped); None when someone else has it or it is finished."""
     now = timezone.now()
-    claimed = Analysis.objects.filter(pk=analysis_id, status=Analysis.Status.PENDING).update(
-        status=Analysis.Status.RUNNING, claimed_at=now, updated_at=now, attempts=F("attempts") + 1
+    claimed = (
+        Analysis.objects.filter(pk=analysis_id)
+        .filter(Q(status=Analysis.Status.PENDING) | _stale_claims(now))
+        .update(
+            status=Analysis.Status.RUNNING,
+            claimed_at=now,
+            heartbeat_at=now,
+            updated_at=now,
+            attempts=F("attempts") + 1,
+        )
     )
     return now if claimed else None
 
 
+@contextmanager
+def _heartbeat(analysis_id: int, claimed_at: datetime) -> Iterator[None]:
+    """While the body runs, renew the claim's heartbeat from a thread of this process: a
+    worker killed mid-task stops beating, and its claim goes stale within
+    TOPOWEB_STALE_CLAIM_AFTER_S instead of waiting for a time limit."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        try:
+            while not stop.wait(settings.TOPOWEB_ANALYSIS_HEARTBEAT_S):
+                try:
+                    Analysis.objects.filter(
+                        pk=analysis_id, status=Analysis.Status.RUNNING, claimed_at=claimed_at
+                    ).update(heartbeat_at=timezone.now())
+                except DatabaseError:
+                    log.warning("analysis %s: heartbeat not written", analysis_id, exc_info=True)
+        finally:
+            connections.close_all()  # this thread's own connection
+
+    thread = threading.Thread(target=beat, name=f"analysis-{analysis_id}-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
 def run_analysis(analysis_id: int) -> str:
-    """Compute one analysis if it is still pending. Returns what happened, for logs and tests.
+    """Compute one analysis if it is still pending (or its worker died). Returns what happened,
+    for logs and tests: "busy" when another live worker has it.
 
     The result is written by one conditional UPDATE, so a worker killed before it leaves the
-    row `running` with no result, and the sweep hands it out again."""
+    row `running` with no result; its heartbeat stops, and a redelivered message (acks late)
+    or the sweep hands it out again."""
     claimed_at = claim_analysis(analysis_id)
     if claimed_at is None:
-        return "skipped"
+        running = Analysis.objects.filter(pk=analysis_id, status=Analysis.Status.RUNNING)
+        return "busy" if running.exists() else "skipped"
     analysis = Analysis.objects.select_related("topology_class").get(pk=analysis_id)
     started = time.monotonic()
     mine = Analysis.objects.filter(
         pk=analysis_id, status=Analysis.Status.RUNNING, claimed_at=claimed_at
     )
+    if analysis.attempts > settings.TOPOWEB_ANALYSIS_MAX_ATTEMPTS:
+        # Taken over from workers that died on it every time (killed for memory, say).
+        _mark_failed(mine, "gave up: the worker stopped before finishing on every attempt", started)
+        return "failed"
     try:
         topology_class = analysis.topology_class
-        result = analyse(
-            topology_class.to_domain(),
-            topology_class.gpu_model,
-            selectors.calibration_inputs(selectors.class_benchmarks(topology_class)),
-        ).to_document()
+        with _heartbeat(analysis_id, claimed_at):
+            result = analyse(
+                topology_class.to_domain(),
+                topology_class.gpu_model,
+                selectors.calibration_inputs(selectors.class_benchmarks(topology_class)),
+            ).to_document()
     except (DocumentError, ValueError, KeyError) as exc:
         # Bad stored data will not get better by retrying.
         _mark_failed(mine, f"{type(exc).__name__}: {exc}", started)
@@ -121,16 +181,13 @@ def sweep(now: datetime | None = None) -> list[int]:
     create analyses for classes without one at the current cost-model version."""
     now = now or timezone.now()
     pending_after = timedelta(seconds=settings.TOPOWEB_SWEEP_PENDING_AFTER_S)
-    stale_after = timedelta(seconds=settings.TOPOWEB_STALE_CLAIM_AFTER_S)
     created = [
         current_analysis_for(topology_class).pk
         for topology_class in TopologyClass.objects.exclude(
             analyses__cost_model_version=COST_MODEL_VERSION
         )
     ]
-    stale = Analysis.objects.filter(
-        status=Analysis.Status.RUNNING, claimed_at__lt=now - stale_after
-    )
+    stale = Analysis.objects.filter(_stale_claims(now))
     # A worker that died on it every time (killed for memory, say) has had its tries.
     stale.filter(attempts__gte=settings.TOPOWEB_ANALYSIS_MAX_ATTEMPTS).update(
         status=Analysis.Status.FAILED,
@@ -147,3 +204,16 @@ def sweep(now: datetime | None = None) -> list[int]:
     # Touch before sending, so that the next sweep does not send the same work again at once.
     Analysis.objects.filter(pk__in=due).update(updated_at=now)
     return [pk for pk in due if enqueue_analysis(pk)]
+
+
+def publish_analysis_counts() -> dict[str, int]:
+    """Count analyses by status for /metrics (which reads them from the cache, never the
+    database). A cache that is down costs the figures, never the sweep."""
+    counts = dict(
+        Analysis.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n")
+    )
+    try:
+        metrics.publish_analysis_counts(counts)
+    except Exception:
+        log.warning("the analysis counts were not published for /metrics", exc_info=True)
+    return counts

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+from celery import Task, shared_task
+from django.conf import settings
 from django.db import DatabaseError
 
 from topoweb.analysis import services
@@ -10,6 +11,7 @@ from topoweb.analysis import services
 
 @shared_task(
     name="analysis.run",
+    bind=True,
     autoretry_for=(DatabaseError,),
     retry_backoff=True,
     retry_backoff_max=300,
@@ -17,10 +19,18 @@ from topoweb.analysis import services
     soft_time_limit=120,
     time_limit=150,
 )
-def run_analysis(analysis_id: int) -> str:
-    return services.run_analysis(analysis_id)
+def run_analysis(self: Task, analysis_id: int) -> str:
+    outcome = services.run_analysis(analysis_id)
+    if outcome == "busy" and not self.request.is_eager:
+        # Another claim is running: a live worker (then the retry finds it done and skips) or
+        # one killed mid-task, whose message came back here (acks late, rejected on worker
+        # loss). Its heartbeat stops, so the retry takes the work over once the claim is stale.
+        raise self.retry(countdown=settings.TOPOWEB_STALE_CLAIM_AFTER_S + 5)
+    return outcome
 
 
 @shared_task(name="analysis.sweep", soft_time_limit=120, time_limit=150)
 def sweep() -> list[int]:
-    return services.sweep()
+    sent = services.sweep()
+    services.publish_analysis_counts()
+    return sent

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpResponse
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import exceptions, parsers, serializers, status
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -33,8 +34,12 @@ from topoweb.config.parsers import JSONParser
 from topoweb.core.ecosystem import Export
 from topoweb.core.formats import ParseError
 from topoweb.core.health import KINDS, SEVERITIES
-from topoweb.fleet import selectors, services
-from topoweb.fleet.authentication import CollectorTokenAuthentication, HasCollectorToken
+from topoweb.fleet import facts, selectors, services
+from topoweb.fleet.authentication import (
+    CanUpload,
+    CollectorTokenAuthentication,
+    HasCollectorToken,
+)
 from topoweb.fleet.models import CollectorToken, Server, Source
 from topoweb.health import selectors as health_selectors
 
@@ -76,8 +81,25 @@ def _check_size(request: Request) -> None:
         length = 0
     if length > settings.TOPOWEB_MAX_REPORT_BYTES:
         raise PayloadTooLarge(
-            f"The request has {length} bytes; the limit is {settings.TOPOWEB_MAX_REPORT_BYTES}."
+            f"The request has {length} bytes; the limit is {settings.TOPOWEB_MAX_REPORT_BYTES} "
+            "(TOPOWEB_MAX_REPORT_BYTES)."
         )
+
+
+def _facts(check: Any) -> Any:
+    """A field validator from a reader of structured facts: the message names the wrong
+    value's place inside the field, e.g. `gpus[2].pcie.max_width ... expected an integer`."""
+
+    def validate(value: Any) -> None:
+        _storable_json(value)
+        if value is None:
+            return
+        try:
+            check(value)
+        except facts.FactsError as exc:
+            raise serializers.ValidationError(str(exc)) from exc
+
+    return validate
 
 
 # --- ingest ----------------------------------------------------------------------------------
@@ -102,9 +124,24 @@ class ReportInputSerializer(serializers.Serializer):
         default="",
         help_text="The host's NCCL topology XML (NCCL_TOPO_DUMP_FILE), merged with topo_text",
     )
+    # NVML facts are read (and refused, naming the place) by core.formats.nvml at ingest.
     nvml = serializers.DictField(required=False, allow_null=True, validators=[_storable_json])
-    host = serializers.DictField(required=False, allow_null=True, validators=[_storable_json])
+    host = serializers.DictField(
+        required=False, allow_null=True, validators=[_facts(facts.check_host)]
+    )
     benchmarks = BenchmarkInputSerializer(many=True, required=False)
+
+    def validate_captured_at(self, value: datetime) -> datetime:
+        """A capture from the future would stay the server's newest for ever and hide every
+        genuine report after it: refused past TOPOWEB_MAX_CLOCK_SKEW_S of this server's clock."""
+        ahead = (value - timezone.now()).total_seconds()
+        if ahead > settings.TOPOWEB_MAX_CLOCK_SKEW_S:
+            raise serializers.ValidationError(
+                f"{value.isoformat()} is {ahead:.0f} s ahead of this server's clock; at most "
+                f"{settings.TOPOWEB_MAX_CLOCK_SKEW_S} s are allowed (TOPOWEB_MAX_CLOCK_SKEW_S). "
+                "Check the host's clock (NTP)."
+            )
+        return value
 
 
 class IngestedSerializer(serializers.Serializer):
@@ -152,6 +189,7 @@ class ReportApi(_CountedIngest):
 
     @extend_schema(
         operation_id="reports_create",
+        description="Only a collector token, and only for its own hostname (403 otherwise).",
         request=ReportInputSerializer,
         responses={200: IngestedSerializer, 201: IngestedSerializer, **ERRORS},
     )
@@ -221,7 +259,10 @@ def _uploaded_text(request: Request, serializer: type[UploadTextSerializer]) -> 
         return payload["text"], payload
     upload = payload["file"]
     if upload.size > settings.TOPOWEB_MAX_REPORT_BYTES:
-        raise PayloadTooLarge()
+        raise PayloadTooLarge(
+            f"The file has {upload.size} bytes; the limit is {settings.TOPOWEB_MAX_REPORT_BYTES} "
+            "(TOPOWEB_MAX_REPORT_BYTES)."
+        )
     raw = upload.read()
     try:
         text = raw.decode("utf-8")
@@ -238,12 +279,15 @@ class UploadApi(_CountedIngest):
     """A person's upload for a host: topo -m, an NCCL topology XML, nccl-tests,
     p2pBandwidthLatencyTest or nvbandwidth output."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [CanUpload]
     throttle_classes = [IngestThrottle]
     parser_classes = [parsers.MultiPartParser, parsers.FormParser, JSONParser]
 
     @extend_schema(
         operation_id="uploads_create",
+        description="Needs an API token made with `--scope upload`, or a signed-in session of "
+        "a user with the fleet.upload_files permission. The upload becomes the host's current "
+        "topology when it is the newest capture.",
         request={
             "multipart/form-data": UploadInputSerializer,
             "application/json": UploadInputSerializer,
@@ -283,11 +327,13 @@ class UploadPreviewApi(APIView):
     """What an upload would read, without storing anything: the upload page's preview.
     Same sign-in and size rules as the upload itself; a parse error names the line."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [CanUpload]
     parser_classes = [parsers.MultiPartParser, parsers.FormParser, JSONParser]
 
     @extend_schema(
         operation_id="uploads_preview",
+        description="The same credentials as an upload: an API token with the upload scope, "
+        "or a session with the fleet.upload_files permission.",
         request={
             "multipart/form-data": UploadTextSerializer,
             "application/json": UploadTextSerializer,

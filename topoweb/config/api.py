@@ -7,13 +7,14 @@ Every error answers `{"error": {"code": str, "message": str, "line": int | null,
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.validators import RegexValidator
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import Resolver404, resolve
 from django.views.defaults import page_not_found, server_error
@@ -25,6 +26,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from topoweb.config.limits import LimitExceeded
 from topoweb.core.formats import ParseError
 
 hostname_field = RegexValidator(
@@ -56,6 +58,8 @@ ERRORS = {
 }
 READ_ERRORS = {k: ERRORS[k] for k in (400, 401, 403, 404)}
 
+log = logging.getLogger(__name__)
+
 
 class PayloadTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
@@ -72,6 +76,17 @@ def error_body(
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ParseError):
         return Response(error_body("parse_error", exc.message, exc.line), status=400)
+    if isinstance(exc, OperationalError | InterfaceError):
+        # The database is down or unreachable: nothing was stored, and a collector keeps the
+        # report in its spool and sends it again after Retry-After.
+        log.warning("answering 503: the database is unavailable (%s)", exc)
+        response = Response(
+            error_body("unavailable", "The database is unavailable; retry later."), status=503
+        )
+        response["Retry-After"] = "30"
+        return response
+    if isinstance(exc, LimitExceeded):
+        return Response(error_body("too_large", exc.message), status=413)
     if isinstance(exc, RequestDataTooBig):
         exc = PayloadTooLarge()
     elif isinstance(exc, Http404):
@@ -185,7 +200,15 @@ class SettingRateThrottle(SimpleRateThrottle):
         # The rate is read per request so that a settings change applies without a restart.
         self.rate = self.get_rate()
         self.num_requests, self.duration = self.parse_rate(self.rate)
-        return super().allow_request(request, view)
+        try:
+            # The history lives in the cache (Redis when configured), so every worker process
+            # counts against the same budget.
+            return super().allow_request(request, view)
+        except Exception:
+            # A cache that is down must not turn reports away: they are worth more than the
+            # limit. The failure is logged; the budget applies again once the cache is back.
+            log.warning("throttle %s not applied: the cache is unreachable", self.scope)
+            return True
 
     def get_cache_key(self, request: Request, view: Any) -> str | None:
         if request.auth is not None and hasattr(request.auth, "pk"):

@@ -1,25 +1,39 @@
-"""Prometheus metrics: ingest outcomes and request latency counted in-process, analysis states
-and durations read from the database at scrape time (so the worker processes need no exporter)."""
+"""Prometheus metrics: ingest outcomes and request latency counted where they happen, and the
+analyses by status as the worker's sweep last published them (in the cache). A scrape never
+touches the database, so it answers while the database is down.
+
+Under gunicorn set PROMETHEUS_MULTIPROC_DIR (an empty directory, wiped at start by
+topoweb/config/gunicorn.py): every worker process writes its counters there and a scrape sums
+them, so consecutive scrapes never go backwards whichever worker answers. Labels come from
+fixed sets: the HTTP method (or "other") and the URL pattern that matched (or "unmatched").
+
+/metrics answers only to `Authorization: Bearer $TOPOWEB_METRICS_TOKEN`; without a token set
+it is not served on the application's address at all, and `manage.py serve_metrics` serves the
+same figures on a separate (internal) bind address."""
 
 from __future__ import annotations
 
+import hmac
+import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from django.db.models import Count, Sum
-from django.http import HttpRequest, HttpResponse
+from django.conf import settings
+from django.http import Http404, HttpRequest, HttpResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Histogram,
     generate_latest,
+    multiprocess,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from topoweb.analysis.models import Analysis
+log = logging.getLogger(__name__)
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -38,45 +52,74 @@ REQUEST_SECONDS = Histogram(
     ["method", "route"],
     registry=REGISTRY,
 )
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+# The analysis sweep (a worker) publishes the counts here; a scrape reads them back.
+ANALYSES_CACHE_KEY = "topoweb:metrics:analyses"
+ANALYSIS_STATUSES = ("pending", "running", "done", "failed")
+
+
+def publish_analysis_counts(counts: dict[str, int]) -> None:
+    """Called by the analysis sweep with the number of analyses in each status."""
+    from django.core.cache import cache
+
+    cache.set(ANALYSES_CACHE_KEY, {"counts": counts, "at": time.time()}, timeout=None)
 
 
 class AnalysisCollector(Collector):
+    """The analyses by status as last published, and when: from the cache, never the
+    database; nothing at all when the cache cannot be read."""
+
     def describe(self) -> Iterator[Metric]:
-        # Named here so that registering at import time never queries the database.
-        yield GaugeMetricFamily("topoweb_analyses", "Analyses by status.", labels=["status"])
-        yield GaugeMetricFamily("topoweb_analysis_duration_seconds_sum", "")
-        yield GaugeMetricFamily("topoweb_analysis_duration_seconds_count", "")
+        return iter(())  # registering must not read the cache
 
     def collect(self) -> Iterator[Metric]:
-        by_status = GaugeMetricFamily("topoweb_analyses", "Analyses by status.", labels=["status"])
-        counts = dict(
-            Analysis.objects.values_list("status")
-            .annotate(n=Count("id"))
-            .values_list("status", "n")
+        from django.core.cache import cache
+
+        try:
+            published = cache.get(ANALYSES_CACHE_KEY)
+        except Exception:  # the cache (Redis) is down: the other figures still answer
+            log.warning("metrics: the analysis counts could not be read", exc_info=True)
+            return
+        if not published:
+            return
+        by_status = GaugeMetricFamily(
+            "topoweb_analyses", "Analyses by status, as the last sweep counted.", labels=["status"]
         )
-        for status in Analysis.Status.values:
-            by_status.add_metric([status], counts.get(status, 0))
+        for status in ANALYSIS_STATUSES:
+            by_status.add_metric([status], published["counts"].get(status, 0))
         yield by_status
-        done = Analysis.objects.filter(duration_s__isnull=False).aggregate(
-            total=Sum("duration_s"), n=Count("id")
-        )
         yield GaugeMetricFamily(
-            "topoweb_analysis_duration_seconds_sum",
-            "Total seconds spent computing finished analyses.",
-            value=done["total"] or 0.0,
-        )
-        yield GaugeMetricFamily(
-            "topoweb_analysis_duration_seconds_count",
-            "Number of finished analyses with a recorded duration.",
-            value=done["n"],
+            "topoweb_analyses_counted_at_seconds",
+            "When the sweep last counted the analyses (Unix time).",
+            value=published["at"],
         )
 
 
 REGISTRY.register(AnalysisCollector())
 
 
+def exposition() -> bytes:
+    """The text a scrape gets: every process's counters in multiprocess mode, else this one's."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        registry.register(AnalysisCollector())
+        return generate_latest(registry)
+    return generate_latest(REGISTRY)
+
+
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+    token = settings.TOPOWEB_METRICS_TOKEN
+    if not token:
+        raise Http404("Metrics are not served here (set TOPOWEB_METRICS_TOKEN).")
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), token):
+        response = HttpResponse("A metrics token is required.\n", status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="topoweb metrics"'
+        return response
+    return HttpResponse(exposition(), content_type=CONTENT_TYPE_LATEST)
 
 
 class RequestLatencyMiddleware:
@@ -87,9 +130,11 @@ class RequestLatencyMiddleware:
         started = time.perf_counter()
         response = self.get_response(request)
         match = getattr(request, "resolver_match", None)
-        # The route pattern, not the path: hostnames in URLs would explode the label set.
+        # The route pattern, not the path: hostnames in URLs would explode the label set; and
+        # a method from the fixed set, so made-up methods cannot grow it either.
         route = match.route if match is not None else "unmatched"
-        REQUEST_SECONDS.labels(request.method or "", route).observe(time.perf_counter() - started)
+        method = request.method if request.method in METHODS else "other"
+        REQUEST_SECONDS.labels(method, route).observe(time.perf_counter() - started)
         return response
 
 

@@ -138,7 +138,12 @@ CELERY_TASK_ACKS_LATE = True  # a worker killed mid-task leaves the message to b
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# A message a worker took but never acknowledged (its host died with it) is handed out again
+# after this long. Above the longest a message may wait unacknowledged in a live worker: a
+# retry's countdown (at most 300 s of backoff) plus the task's time limit (150 s).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env.int("TOPOWEB_VISIBILITY_TIMEOUT_S", default=600)
+}
 # A broker that is down must not hold an ingest request for long: the sweep resends later.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2}
 CELERY_BEAT_SCHEDULE = {
@@ -151,6 +156,22 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env.float("TOPOWEB_SWEEP_EVERY_S", default=60.0),
     },
 }
+
+# --- cache --------------------------------------------------------------------------------
+# Throttle counters (shared by every gunicorn worker) and the analysis counts /metrics serves
+# live here: Redis when configured (CACHE_URL, else REDIS_URL), per process otherwise.
+CACHE_URL = env.str("CACHE_URL", default=REDIS_URL)
+if CACHE_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": CACHE_URL,
+            "KEY_PREFIX": "topoweb",
+            # A Redis that is down must cost a request a second at most (throttles then
+            # let requests through, see topoweb.config.api).
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+        }
+    }
 
 # --- API ----------------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -191,13 +212,29 @@ SPECTACULAR_SETTINGS = {
 TOPOWEB_PUBLIC_READ = env.bool("TOPOWEB_PUBLIC_READ", default=False)
 TOPOWEB_MAX_REPORT_BYTES = env.int("TOPOWEB_MAX_REPORT_BYTES", default=4 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = TOPOWEB_MAX_REPORT_BYTES + 1024 * 1024
+# Bounded work (topoweb.config.limits): past the largest real machines, refused with 413.
+TOPOWEB_MAX_GPUS = env.int("TOPOWEB_MAX_GPUS", default=576)
+TOPOWEB_MAX_DEVICES = env.int("TOPOWEB_MAX_DEVICES", default=640)
+TOPOWEB_MAX_BENCHMARK_BYTES = env.int("TOPOWEB_MAX_BENCHMARK_BYTES", default=256 * 1024)
+TOPOWEB_MAX_BENCHMARK_ROWS = env.int("TOPOWEB_MAX_BENCHMARK_ROWS", default=1000)
+TOPOWEB_MAX_BENCHMARKS_PER_REPORT = env.int("TOPOWEB_MAX_BENCHMARKS_PER_REPORT", default=32)
+TOPOWEB_MAX_QUERY_GPUS = env.int("TOPOWEB_MAX_QUERY_GPUS", default=256)
+TOPOWEB_MAX_SELECT_GPUS = env.int("TOPOWEB_MAX_SELECT_GPUS", default=72)
+# /metrics answers only with `Authorization: Bearer <this>`; unset, it is not served on the
+# application's address (`manage.py serve_metrics` serves it on an internal one).
+TOPOWEB_METRICS_TOKEN = env.str("TOPOWEB_METRICS_TOKEN", default="")
+# A report captured further ahead of this server's clock is refused (400 naming captured_at).
+TOPOWEB_MAX_CLOCK_SKEW_S = env.int("TOPOWEB_MAX_CLOCK_SKEW_S", default=300)
 TOPOWEB_INGEST_RATE = env.str("TOPOWEB_INGEST_RATE", default="600/min")
 # Cost, placement and selection questions run the cost model on each call.
 TOPOWEB_QUERY_RATE = env.str("TOPOWEB_QUERY_RATE", default="600/min")
-# Pending work is re-sent once it has waited this long (the broker was down when it was made);
-# running work whose claim is older than this is taken to have lost its worker.
+# Pending work is re-sent once it has waited this long (the broker was down when it was made).
 TOPOWEB_SWEEP_PENDING_AFTER_S = env.int("TOPOWEB_SWEEP_PENDING_AFTER_S", default=300)
-TOPOWEB_STALE_CLAIM_AFTER_S = env.int("TOPOWEB_STALE_CLAIM_AFTER_S", default=900)
+# A running analysis renews its heartbeat this often; one whose heartbeat is older than
+# TOPOWEB_STALE_CLAIM_AFTER_S lost its worker and is taken over (by the redelivered message or
+# the sweep): a killed worker's analysis is running again within about a minute or two.
+TOPOWEB_ANALYSIS_HEARTBEAT_S = env.float("TOPOWEB_ANALYSIS_HEARTBEAT_S", default=10.0)
+TOPOWEB_STALE_CLAIM_AFTER_S = env.int("TOPOWEB_STALE_CLAIM_AFTER_S", default=45)
 # An analysis that hits its time limit (or loses its worker) this many times is marked failed.
 TOPOWEB_ANALYSIS_MAX_ATTEMPTS = env.int("TOPOWEB_ANALYSIS_MAX_ATTEMPTS", default=3)
 

@@ -44,5 +44,5 @@ class CollectorTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ("prefix", "user", "created_at", "last_used_at", "revoked_at")
+    list_display = ("prefix", "user", "scope", "created_at", "last_used_at", "revoked_at")
     readonly_fields = ("token_sha256", "prefix", "created_at", "last_used_at")

@@ -1,5 +1,6 @@
 """DRF authentication and permissions by Bearer token: collector tokens (write one host's
-reports) and API tokens (read as a user). The read rule itself is config.api.may_read."""
+reports) and API tokens (read as a user; upload too when made with the upload scope),
+and the upload rule. The read rule itself is config.api.may_read."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
 from topoweb.fleet import selectors
-from topoweb.fleet.models import CollectorToken
+from topoweb.fleet.models import ApiToken, CollectorToken
+
+UPLOAD_PERMISSION = "fleet.upload_files"
 
 
 def _bearer(request: Request) -> str | None:
@@ -63,12 +66,41 @@ class HasCollectorToken(permissions.BasePermission):
         return isinstance(request.auth, CollectorToken)
 
 
+class CanUpload(permissions.BasePermission):
+    """Uploads write a host's current topology: an API token needs the upload scope, a signed-in
+    person the fleet.upload_files permission (staff grant it in the admin; superusers have it).
+    Anonymous callers get 401, the others 403 saying what is missing."""
+
+    message = "Uploading needs an API token with the upload scope or the upload permission."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if not request.user or not request.user.is_authenticated:
+            return False
+        if isinstance(request.auth, ApiToken):
+            if request.auth.scope != ApiToken.Scope.UPLOAD:
+                self.message = (
+                    "This API token reads only; create one with "
+                    "`manage.py create_api_token USER --scope upload` to upload."
+                )
+                return False
+            return True
+        if request.user.has_perm(UPLOAD_PERMISSION):
+            return True
+        self.message = f"Uploading needs the {UPLOAD_PERMISSION} permission; ask staff to grant it."
+        return False
+
+
 class _BearerScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
     target_class = "topoweb.fleet.authentication.ApiTokenAuthentication"
     name = "apiToken"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
-        return {"type": "http", "scheme": "bearer"}
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API token (`manage.py create_api_token USER`): reads the API and "
+            "asks questions. Uploads need one made with `--scope upload`.",
+        }
 
 
 class _CollectorScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
@@ -76,4 +108,9 @@ class _CollectorScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyp
     name = "collectorToken"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
-        return {"type": "http", "scheme": "bearer"}
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A collector token (`manage.py create_collector_token HOST`): "
+            "writes reports for that one host, and nothing else.",
+        }

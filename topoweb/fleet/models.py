@@ -98,6 +98,9 @@ class Snapshot(models.Model):
                 fields=["server", "content_sha256"], name="snapshot_unique_content_per_server"
             )
         ]
+        # Signed-in people upload only with this (staff grant it in the admin): an upload
+        # becomes the host's current topology, so it is a write like a collector's.
+        permissions = [("upload_files", "Can upload topology and benchmark files for any host")]
 
     def __str__(self) -> str:
         return f"{self.server_id}@{self.captured_at:%Y-%m-%dT%H:%M}"
@@ -130,6 +133,10 @@ class Benchmark(models.Model):
     collective = models.CharField(max_length=64, blank=True)
     avg_busbw_gbps = models.FloatField(null=True, blank=True)
     gpu_count = models.PositiveIntegerField(null=True, blank=True)
+    # What the cost model takes from this run, fitted once at ingest on the topology it ran
+    # on (core.costs.Calibration's document, or {"skipped": why}); null for rows stored before
+    # this existed, or before their server had a topology: those are fitted when read.
+    calibration = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-captured_at", "-id"]
@@ -165,11 +172,17 @@ class CollectorToken(models.Model):
 
 
 class ApiToken(models.Model):
-    """A secret with which a scheduler or script reads the API as one user; hash only."""
+    """A secret with which a scheduler or script reads the API as one user; hash only. A token
+    made with the upload scope also uploads files, as a person with the upload permission."""
+
+    class Scope(models.TextChoices):
+        READ = "read", "read"
+        UPLOAD = "upload", "read and upload"
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
     )
+    scope = models.CharField(max_length=16, choices=Scope.choices, default=Scope.READ)
     token_sha256 = models.CharField(max_length=64, unique=True)
     prefix = models.CharField(max_length=12)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -12,9 +12,10 @@ from django.db.models import Count, F, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
+from topoweb.config import limits
 from topoweb.core.ecosystem import EXPORT_FORMATS, Export, render_export
 from topoweb.core.export import cytoscape_elements
-from topoweb.core.formats import parse_text
+from topoweb.core.formats import TOPOLOGY_FORMATS, detect_format, parse_text
 from topoweb.core.model import NcclRun, NvbandwidthRun, Topology
 from topoweb.core.scheduling import nvlink_domain_of, topology_conf
 from topoweb.fleet.models import (
@@ -234,8 +235,11 @@ def upload_preview(text: str) -> dict[str, Any]:
     """What an upload of `text` would store, read but not stored: its kind, a one-line
     summary and, for a topology, the graph the server page will draw. ParseError (with its
     line) when the text is none of the formats."""
+    if detect_format(text) not in TOPOLOGY_FORMATS:
+        limits.check_benchmark_text(text)
     parsed = parse_text(text)
     if isinstance(parsed, Topology):
+        limits.check_topology(parsed)
         nv = sorted({lnk.link_class for lnk in parsed.gpu_links() if lnk.is_nvlink})
         source = "NCCL topology XML" if parsed.details else "nvidia-smi topo -m"
         summary = f"{source}: {len(parsed.gpus)} GPUs, {len(parsed.nics)} NICs, " + (
@@ -250,6 +254,7 @@ def upload_preview(text: str) -> dict[str, Any]:
             "warnings": list(parsed.warnings),
             "elements": cytoscape_elements(parsed),
         }
+    limits.check_benchmark(parsed)
     if isinstance(parsed, NcclRun):
         summary = f"nccl-tests {parsed.collective or ''}: {len(parsed.rows)} sizes"
         if parsed.avg_busbw_gbps is not None:

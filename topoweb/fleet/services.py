@@ -12,11 +12,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from topoweb.config import limits
+from topoweb.core.costs import build_model, calibrate_from_nccl, calibrate_from_p2p
 from topoweb.core.fingerprint import describe_links, topology_fingerprint
 from topoweb.core.formats import ParseError, detect_format, parse_text
 from topoweb.core.formats.nvbandwidth import to_p2p
@@ -99,14 +102,19 @@ def revoke_collector_token(token: CollectorToken) -> None:
     token.save(update_fields=["revoked_at"])
 
 
-def create_api_token(username: str) -> str:
-    """A new API token for the user, created (without a usable password) if it does not exist."""
+def create_api_token(username: str, scope: str = ApiToken.Scope.READ) -> str:
+    """A new API token for the user, created (without a usable password) if it does not exist.
+    Read only unless `scope` is "upload"."""
+    if scope not in ApiToken.Scope.values:
+        raise ValueError(f"unknown scope {scope!r}; expected one of {ApiToken.Scope.values}")
     user, created = get_user_model().objects.get_or_create(username=username)
     if created:
         user.set_unusable_password()
         user.save(update_fields=["password"])
     token = "twa_" + secrets.token_urlsafe(32)
-    ApiToken.objects.create(user=user, token_sha256=hash_token(token), prefix=token[:12])
+    ApiToken.objects.create(
+        user=user, token_sha256=hash_token(token), prefix=token[:12], scope=scope
+    )
     return token
 
 
@@ -156,8 +164,10 @@ def ingest_report(
     the snapshot holds the merge of both (contradictions listed for health). Everything is
     parsed before anything is written, so bad input raises ParseError (message and line from
     the core; for NVML facts, the place in them) with nothing stored."""
+    limits.check_benchmark_count(len(benchmarks))
     topology = parse_text(topo_text, expected="topology")
     assert isinstance(topology, Topology)
+    limits.check_topology(topology)
     if nccl_xml:
         try:
             xml = parse_text(nccl_xml, expected="nccl-topology-xml")
@@ -211,7 +221,15 @@ def ingest_report(
             return Ingested(server=server, created=False, snapshot=snapshot)
         for item, parsed in zip(benchmarks, parsed_benchmarks, strict=True):
             _store_benchmark(
-                server, snapshot, item.kind, item.text, parsed, source, uploaded_by, captured_at
+                server,
+                snapshot,
+                item.kind,
+                item.text,
+                parsed,
+                source,
+                uploaded_by,
+                captured_at,
+                topology,
             )
         latest = server.latest_snapshot
         update_fields = ["last_seen_at", "sku_name"]
@@ -359,11 +377,13 @@ def _parse_benchmark(index: int | None, item: BenchmarkInput) -> ParsedBenchmark
     where = f"benchmarks[{index}] ({item.kind}): " if index is not None else ""
     if item.kind not in BENCHMARK_KINDS:
         raise ParseError(f"{where}unknown benchmark kind; expected one of {list(BENCHMARK_KINDS)}")
+    limits.check_benchmark_text(item.text, where)
     try:
         parsed = parse_text(item.text, expected=item.kind)
     except ParseError as exc:
         raise ParseError(where + exc.message, exc.line) from exc
     assert isinstance(parsed, NcclRun | P2PResult | NvbandwidthRun)
+    limits.check_benchmark(parsed, where)
     return parsed
 
 
@@ -376,6 +396,7 @@ def _store_benchmark(
     source: str,
     uploaded_by: AbstractBaseUser | None,
     captured_at: datetime,
+    topology: Topology | None = None,
 ) -> tuple[Benchmark, bool]:
     if isinstance(parsed, NcclRun):
         extra: dict[str, Any] = {
@@ -391,6 +412,7 @@ def _store_benchmark(
         server=server,
         content_sha256=hashlib.sha256(text.encode()).hexdigest(),
         defaults={
+            "calibration": calibration_document(snapshot, parsed, topology),
             "snapshot": snapshot,
             "kind": kind,
             "raw_text": text,
@@ -401,6 +423,29 @@ def _store_benchmark(
             **extra,
         },
     )
+
+
+def calibration_document(
+    snapshot: Snapshot | None, parsed: ParsedBenchmark, topology: Topology | None = None
+) -> dict[str, Any] | None:
+    """The run reduced to what the cost model takes from it (a Calibration: per-class scale
+    and latency), fitted once on the topology it ran on, so that no request parses the run
+    again; {"skipped": why} when it cannot calibrate; None without a topology to fit on."""
+    if snapshot is None:
+        return None
+    if isinstance(parsed, NvbandwidthRun):
+        parsed = to_p2p(parsed)
+    if snapshot.gpu_count > settings.TOPOWEB_MAX_QUERY_GPUS:
+        return {"skipped": "no cost questions are answered for this many GPUs"}
+    try:
+        base = build_model(topology or snapshot.to_domain(), snapshot.gpu_model or None)
+        if isinstance(parsed, NcclRun):
+            calibration = calibrate_from_nccl(base, parsed)
+        else:
+            calibration = calibrate_from_p2p(base, parsed)
+    except ValueError as exc:
+        return {"skipped": str(exc)}
+    return calibration.to_document()
 
 
 def _touch(server: Server, now: datetime) -> None:

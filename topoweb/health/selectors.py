@@ -10,7 +10,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
-from topoweb.core.formats.nvml import NvmlFacts, read_nvml
+from topoweb.core.formats.nvml import NvmlFacts, NvmlFactsError, read_nvml
 from topoweb.core.health import (
     TOPOLOGY_DRIFT,
     Figures,
@@ -42,6 +42,9 @@ class HealthInputs:
     nvml: NvmlFacts | None
     p2p: P2PResult | None
     nccl_runs: tuple[NcclRun, ...]
+    # Stored facts that could not be read (stored before ingest checked their shape): the
+    # server is judged on everything else, and the acceptance report says what was left out.
+    unread_facts: tuple[str, ...] = ()
 
 
 def usual_topology_class(sku_name: str) -> TopologyClass | None:
@@ -87,15 +90,22 @@ def health_inputs(server: Server) -> HealthInputs | None:
     usual = usual_topology_class(server.sku_name)
     differs = usual is not None and usual.pk != snapshot.topology_class_id
     p2p, runs = current_benchmarks(_newest_benchmarks([server.pk])[server.pk])
+    nvml: NvmlFacts | None = None
+    unread: tuple[str, ...] = ()
+    try:
+        nvml = read_nvml(snapshot.nvml) if snapshot.nvml is not None else None
+    except NvmlFactsError as exc:
+        unread = (f"NVML facts not read: {exc}",)
     return HealthInputs(
         topology=snapshot.to_domain(),
         previous=previous.to_domain() if previous is not None else None,
         sku_reference=usual.to_domain() if differs and usual is not None else None,
         fingerprint=snapshot.topology_class.fingerprint,
         sku_fingerprint=usual.fingerprint if usual is not None else None,
-        nvml=read_nvml(snapshot.nvml) if snapshot.nvml is not None else None,
+        nvml=nvml,
         p2p=p2p,
         nccl_runs=runs,
+        unread_facts=unread,
     )
 
 

@@ -71,6 +71,7 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
     report["hostname"] = server.hostname
     report["sku"] = server.sku_name
     report["expectation_version"] = row.version if row is not None else None
+    report["unread_facts"] = list(inputs.unread_facts)
     with transaction.atomic():
         health, _ = ServerHealth.objects.update_or_create(
             server=server,

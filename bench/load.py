@@ -1,0 +1,212 @@
+"""Mixed load on the running service for a fixed time: reads (server list, detail, graph,
+affinity), questions (collective cost, GPU selection) and ingests (new and repeated collector
+reports), from several client threads at once. Prints throughput, p50/p95/p99 per kind and
+overall, errors, and reports lost (answered 2xx but not stored).
+
+The fleet is seeded first, through the API: servers of the real fixtures, a 160-GPU NVLink
+ring (neighbours NV1, the rest SYS) and a DGX A100 class whose six servers carry 36 large
+nccl-tests outputs (900 rows each). Starts gunicorn with 2 workers on its own database
+(`<DATABASE_URL's name>_bench`, recreated) and the Redis in REDIS_URL:
+
+    .venv/bin/python bench/load.py [--seconds 60 --clients 8 --workers 2 --port 18190]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import statistics
+import sys
+import threading
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.live import live_server, request  # noqa: E402
+from tests import synthetic  # noqa: E402
+
+FIXTURES = ROOT / "tests" / "fixtures"
+A100 = "topo_26_dgx-a100-8gpu-nv12-12mlx5-named-cols.txt"
+FLEET = [
+    "topo_01_h200-8gpu-12nic-numaid.txt",
+    "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt",
+    "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt",
+    "topo_36_l40s-4gpu-node-sys-2nic-redacted-email-prompt.txt",
+]
+# (kind, weight): what a scheduler, a dashboard and a fleet of collectors send together.
+MIX = [("read", 5), ("query", 3), ("ingest", 2)]
+
+
+def text(name: str) -> str:
+    return (FIXTURES / name).read_text(encoding="utf-8")
+
+
+def report(host: str, topo: str, **extra: object) -> bytes:
+    body = {
+        "hostname": host,
+        "captured_at": "2026-11-29T10:00:00Z",
+        "collector_version": "bench",
+        "topo_text": topo,
+        **extra,
+    }
+    return json.dumps(body).encode()
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--clients", type=int, default=8, help="client threads")
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
+    parser.add_argument("--port", type=int, default=None, help="default: a free port")
+    parser.add_argument("--large-benchmarks", type=int, default=36)
+    args = parser.parse_args()
+    rates = {"TOPOWEB_INGEST_RATE": "1000000/min", "TOPOWEB_QUERY_RATE": "1000000/min"}
+    with live_server(args.workers, args.port, **rates) as base:
+        from topoweb.fleet.models import Snapshot
+        from topoweb.fleet.services import create_api_token, create_collector_token
+
+        reader = create_api_token("bench-load")
+        started = time.perf_counter()
+        # --- the fleet -------------------------------------------------------------------
+        seeded: list[str] = []
+        for i, name in enumerate(FLEET * 3):
+            host = f"fleet-{i:02d}"
+            code = request(
+                f"{base}/api/v1/reports", create_collector_token(host), report(host, text(name))
+            )
+            assert code == 201, (host, code)
+            seeded.append(host)
+        ring = "ring-160"
+        code = request(
+            f"{base}/api/v1/reports",
+            create_collector_token(ring),
+            report(ring, synthetic.gpu_ring(160)),
+        )
+        assert code == 201, code
+        large = synthetic.long_nccl(900)
+        a100_hosts = [f"a100-{i:02d}" for i in range(6)]
+        per_host = max(1, args.large_benchmarks // len(a100_hosts))
+        for n, host in enumerate(a100_hosts):
+            # Each run differs by a comment line, so each is stored on its own.
+            runs = [
+                {"kind": "nccl-tests", "text": f"# run {n}-{k}\n" + large} for k in range(per_host)
+            ]
+            body = report(host, text(A100), benchmarks=runs)
+            code = request(f"{base}/api/v1/reports", create_collector_token(host), body)
+            assert code == 201, (host, code)
+        print(
+            f"seeded {len(seeded) + 1 + len(a100_hosts)} servers, "
+            f"{per_host * len(a100_hosts)} large benchmarks "
+            f"in {time.perf_counter() - started:.1f} s"
+        )
+        # --- the load ----------------------------------------------------------------------
+        new_hosts = iter(f"load-{i:05d}" for i in itertools.count())
+        tokens_lock = threading.Lock()
+        ingested: list[tuple[str, int]] = []
+        everyone = seeded + [ring] + a100_hosts
+
+        def read(rng: random.Random) -> int:
+            host = rng.choice(everyone)
+            path = rng.choice(
+                [
+                    "servers/",
+                    f"servers/{host}/",
+                    f"servers/{host}/graph/",
+                    f"servers/{host}/affinity",
+                ]
+            )
+            return request(f"{base}/api/v1/{path}", reader)
+
+        def query(rng: random.Random) -> int:
+            if rng.random() < 0.5:
+                host = rng.choice(a100_hosts)
+                body = {"collective": "all_reduce", "gpus": list(range(8)), "bytes": 1 << 28}
+                return request(
+                    f"{base}/api/v1/servers/{host}/cost", reader, json.dumps(body).encode()
+                )
+            names = rng.sample(seeded + a100_hosts, 3) + [ring]
+            body = {"k": 4, "servers": [{"hostname": h} for h in names]}
+            return request(f"{base}/api/v1/placement/select", reader, json.dumps(body).encode())
+
+        def ingest(rng: random.Random) -> int:
+            with tokens_lock:
+                repeat = ingested and rng.random() < 0.3
+                host = rng.choice(ingested)[0] if repeat else next(new_hosts)
+            token = create_collector_token(host) if not repeat else tokens[host]
+            tokens[host] = token
+            code = request(f"{base}/api/v1/reports", token, report(host, text(rng.choice(FLEET))))
+            with tokens_lock:
+                ingested.append((host, code))
+            return code
+
+        tokens: dict[str, str] = {}
+        calls = {"read": read, "query": query, "ingest": ingest}
+        kinds = [kind for kind, weight in MIX for _ in range(weight)]
+        latencies: dict[str, list[float]] = defaultdict(list)
+        errors: dict[str, int] = defaultdict(int)
+        deadline = time.monotonic() + args.seconds
+
+        def client(seed: int) -> None:
+            rng = random.Random(seed)
+            while time.monotonic() < deadline:
+                kind = rng.choice(kinds)
+                t0 = time.perf_counter()
+                try:
+                    code = calls[kind](rng)
+                except Exception:  # a dropped connection counts as an error
+                    code = 0
+                latencies[kind].append(time.perf_counter() - t0)
+                if not 200 <= code < 300:
+                    errors[kind] += 1
+
+        load_started = time.perf_counter()
+        with ThreadPoolExecutor(args.clients) as pool:
+            list(pool.map(client, range(args.clients)))
+        elapsed = time.perf_counter() - load_started
+        from django.db import connection
+
+        connection.close()
+        accepted = {host for host, code in ingested if 200 <= code < 300}
+        stored = set(
+            Snapshot.objects.filter(server__hostname__in=accepted).values_list(
+                "server__hostname", flat=True
+            )
+        )
+        lost = len(accepted - stored)
+        everything = [v for values in latencies.values() for v in values]
+        print(
+            f"{args.seconds:.0f} s of mixed load, {args.clients} clients, "
+            f"{args.workers} gunicorn workers"
+        )
+        print(
+            f"{'kind':<8} {'requests':>9} {'req/s':>7} {'p50 ms':>8} {'p95 ms':>8} "
+            f"{'p99 ms':>8} {'errors':>7}"
+        )
+        for kind in [k for k, _ in MIX] + ["all"]:
+            values = everything if kind == "all" else latencies[kind]
+            errs = sum(errors.values()) if kind == "all" else errors[kind]
+            print(
+                f"{kind:<8} {len(values):>9} {len(values) / elapsed:>7.1f} "
+                f"{percentile(values, 0.5) * 1000:>8.0f} {percentile(values, 0.95) * 1000:>8.0f} "
+                f"{percentile(values, 0.99) * 1000:>8.0f} {errs:>7}"
+            )
+        print(f"reports accepted: {len(accepted)} hosts; reports lost: {lost}")
+        print(f"mean latency {statistics.mean(everything) * 1000:.0f} ms" if everything else "")
+        return 1 if lost or sum(errors.values()) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

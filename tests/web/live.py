@@ -1,0 +1,177 @@
+"""Real processes for the fault tests: gunicorn (with the project's gunicorn settings) and a
+Celery worker, started over the test database and the test Redis, in this helper's port range.
+Only processes started here are signalled, by their ids."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+PORTS = range(int(os.environ.get("TOPOWEB_TEST_PORT_FIRST", "18180")), 18200)
+METRICS_TOKEN = "metrics-token-for-the-fault-tests"
+
+
+def database_url() -> str:
+    """The test database (the one pytest-django created), as a URL for another process."""
+    params = connection.settings_dict
+    auth = params["USER"] + (f":{params['PASSWORD']}" if params["PASSWORD"] else "")
+    where = f"{params['HOST'] or '127.0.0.1'}:{params['PORT'] or 5432}"
+    return f"postgres://{auth}@{where}/{params['NAME']}"
+
+
+def environment(**overrides: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "topoweb.config.settings",
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "DEBUG": "0",
+        "SECRET_KEY": "fault-tests-only",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "STATICFILES_BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage",
+        "TOPOWEB_METRICS_TOKEN": METRICS_TOKEN,
+        "LOG_LEVEL": "ERROR",
+    }
+    env.update(overrides)
+    return env
+
+
+def free_port() -> int:
+    for port in PORTS:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {PORTS}")
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found += [int(t) for t in text]
+    return found
+
+
+@contextmanager
+def gunicorn(workers: int = 2, **overrides: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The base URL of a gunicorn serving topoweb, and its master process."""
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "-c",
+            "python:topoweb.config.gunicorn",
+            "topoweb.config.wsgi:application",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            str(workers),
+            "--access-logfile",
+            "/dev/null",
+            "--log-level",
+            "error",
+            "--timeout",
+            "60",
+        ],
+        cwd=ROOT,
+        env=environment(**overrides),
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_up(base, workers, process.pid)
+        yield base, process
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def wait_until_up(base: str, workers: int, master: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(children(master)) >= workers:
+            try:
+                urllib.request.urlopen(f"{base}/metrics", timeout=2).read()
+            except urllib.error.HTTPError:
+                return  # it answers (401 without the token)
+            except OSError:
+                pass
+        time.sleep(0.2)
+    raise AssertionError(f"gunicorn at {base} did not come up within {timeout} s")
+
+
+@contextmanager
+def celery_worker(queue: str, **overrides: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A prefork worker with one child, consuming `queue` only (the session's own worker
+    thread consumes the default queue)."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "topoweb.config",
+            "worker",
+            "-Q",
+            queue,
+            "-c",
+            "1",
+            "--pool",
+            "prefork",
+            "-n",
+            f"{queue}@%h",
+            "--without-mingle",
+            "--without-gossip",
+            "-l",
+            "WARNING",
+        ],
+        cwd=ROOT,
+        env=environment(**overrides),
+    )
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def call(
+    url: str,
+    token: str | None = None,
+    body: Any = None,
+    method: str | None = None,
+    timeout: float = 60,
+) -> tuple[int, bytes, dict[str, str]]:
+    """Status, body and headers of one request (JSON body when given)."""
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status), response.read(), dict(response.headers)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read(), dict(exc.headers)
