@@ -172,4 +172,4 @@ def test_topology_conf_blocks_servers_sharing_an_nvlink_clique(
 def test_the_server_page_links_its_exports(person: APIClient) -> None:
     upload(person, "ws-ada", fixture_text(RTX6000))
     html = person.get("/servers/ws-ada/").content.decode()
-    assert 'href="/api/v1/servers/ws-ada/export/gres"' in html
+    assert 'href="/api/v1/servers/ws-ada/export/gres/"' in html
