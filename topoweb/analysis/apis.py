@@ -282,7 +282,7 @@ class SelectApi(APIView):
 
     class SelectInputSerializer(serializers.Serializer):
         k = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
-        servers = ServerFreeSerializer(
+        servers = ServerFreeSerializer(  # type: ignore[call-arg]  # many=True: a ListSerializer's
             many=True,
             required=False,
             min_length=1,
