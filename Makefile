@@ -43,12 +43,14 @@ lint: install
 	$(VENV)/bin/ruff check $(PY_SOURCES)
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)
 	$(VENV)/bin/mypy
+	cd frontend && node_modules/.bin/eslint --max-warnings 0 src
 
 test: install $(CHROMIUM)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check $(PY_SOURCES)
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)
 	$(VENV)/bin/mypy
+	cd frontend && node_modules/.bin/eslint --max-warnings 0 src
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
 		$(VENV)/bin/pytest $(PYTEST_ARGS)
 

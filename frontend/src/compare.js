@@ -264,7 +264,7 @@ async function loadPresets() {
   try {
     const presets = await getJSON("model-presets/");
     for (const p of presets) select.append(el("option", { value: p.key, text: p.name }));
-  } catch (err) { /* the default preset still works */ }
+  } catch { /* the default preset still works */ }
   select.value = query.get("model") || "";
 }
 

@@ -12,7 +12,7 @@ const next = document.getElementById("next-page");
 const FILTERS = ["search", "sku", "health", "has_nvlink", "ordering"];
 const HEALTH_STATES = ["ok", "warning", "critical", "unknown"];
 
-let state = { page: 1, pageSize: null, ...pageData().query };
+const state = { page: 1, pageSize: null, ...pageData().query };
 state.page = Number(state.page) || 1;
 
 const skuOf = (s) => s.sku ?? "";

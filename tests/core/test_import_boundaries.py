@@ -35,3 +35,28 @@ def test_importing_it_loads_no_web_framework(module: str) -> None:
     leaked = [m for m in loaded if m.split(".")[0] in FORBIDDEN]
     assert module in loaded
     assert leaked == []
+
+
+def test_no_module_imports_topoweb_inside_a_function_but_app_registration() -> None:
+    """Function-local imports are how cycles hide from import-linter's layers; the one place
+    Django wants them is AppConfig.ready(), where apps register their tasks and hooks."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    hidden = []
+    for path in sorted((root / "topoweb").rglob("*.py")):
+        if path.name == "apps.py" or "migrations" in path.parts:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for func in ast.walk(tree):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(func):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("topoweb"):
+                    hidden.append(f"{path.relative_to(root)}:{node.lineno} {node.module}")
+                if isinstance(node, ast.Import) and any(
+                    a.name.startswith("topoweb") for a in node.names
+                ):
+                    hidden.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert hidden == []

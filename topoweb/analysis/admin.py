@@ -6,6 +6,6 @@ from topoweb.analysis.models import Analysis
 
 
 @admin.register(Analysis)
-class AnalysisAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class AnalysisAdmin(admin.ModelAdmin):
     list_display = ("topology_class", "cost_model_version", "status", "attempts", "finished_at")
     list_filter = ("status",)

@@ -351,7 +351,7 @@ class SelectApi(APIView):
 
     class SelectInputSerializer(serializers.Serializer):
         k = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
-        servers = ServerFreeSerializer(
+        servers = ServerFreeSerializer(  # type: ignore[call-arg]  # many=True: a ListSerializer's
             many=True,
             required=False,
             min_length=1,
@@ -419,7 +419,7 @@ class JobApi(APIView):
         pp = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
         dp = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
         ep = serializers.IntegerField(min_value=1, max_value=MAX_GPUS, default=1)
-        servers = ServerFreeSerializer(
+        servers = ServerFreeSerializer(  # type: ignore[call-arg]  # many=True: a ListSerializer's
             many=True,
             required=False,
             min_length=1,

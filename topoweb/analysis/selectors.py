@@ -252,8 +252,8 @@ def server_gpu_spec(server: Server, model: CostModel) -> GpuSpec:
     memory = None
     nvml = getattr(snapshot, "nvml", None) if snapshot is not None else None
     if isinstance(nvml, dict):
-        totals = [
-            g.get("memory_total_bytes")
+        totals: list[int] = [
+            g["memory_total_bytes"]
             for g in nvml.get("gpus", [])
             if isinstance(g, dict) and isinstance(g.get("memory_total_bytes"), int)
         ]
@@ -334,6 +334,7 @@ def selection(
     shortlist."""
     skipped: list[dict[str, str]] = []
     pools: dict[str, tuple[CostModel, Sequence[int]]] = {}
+    candidates: list[tuple[Server, Sequence[int] | None]]
     if wanted is None:
         candidates = [(s, None) for s in servers_with_topology()]
     else:
@@ -402,6 +403,7 @@ def job_selection(
     """Where a job of k GPUs or a TP x PP x DP layout runs over the named servers (free
     masks) or the whole fleet: one server if any can hold it, else the fewest servers of one
     rail group; each answer names servers, GPUs, NICs and the predicted cost."""
+    chosen: list[tuple[Server, Sequence[int] | None]]
     if wanted is None:
         chosen = [(s, None) for s in servers_with_topology()]
     else:

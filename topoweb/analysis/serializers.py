@@ -145,9 +145,9 @@ class SummarySerializer(serializers.Serializer):
 class StructureNodeSerializer(serializers.Serializer):
     id = serializers.CharField()
     kind = serializers.CharField()
-    parent = serializers.CharField(allow_null=True)
+    parent = serializers.CharField(allow_null=True)  # type: ignore[assignment]  # a field
     devices = serializers.ListField(child=serializers.CharField())
-    label = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]  # a field, not Field.label
 
 
 class NvlinkDomainSerializer(serializers.Serializer):
@@ -161,7 +161,9 @@ class StructureSerializer(serializers.Serializer):
     """The PCIe/NUMA tree and NVLink fabric recovered from the matrix (core.hierarchy)."""
 
     nodes = StructureNodeSerializer(many=True)
-    parent = serializers.DictField(child=serializers.CharField(allow_null=True))
+    parent = serializers.DictField(  # type: ignore[assignment]  # a field, not Field.parent
+        child=serializers.CharField(allow_null=True)
+    )
     nvlink_domains = NvlinkDomainSerializer(many=True)
     findings = serializers.ListField(child=serializers.DictField())
 

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -240,12 +241,20 @@ class UploadInputSerializer(UploadTextSerializer):
         help_text="The GPU model, used when the text itself does not name it (NVML facts and "
         "benchmark headers come first)",
     )
-    create = serializers.BooleanField(
+    # A declared field: DRF's metaclass takes it out of the class, so Serializer.create stays.
+    create = serializers.BooleanField(  # type: ignore[assignment]
         required=False,
         default=False,
         help_text="Add the server if no server has this hostname; without it an unknown "
         "hostname answers 400 (a typo must not become a new server)",
     )
+
+
+def _signed_in(request: Request) -> User:
+    """The person behind a request that IsAuthenticated already let through."""
+    user = request.user
+    assert isinstance(user, User)
+    return user
 
 
 def _uploaded_text(request: Request, serializer: type[UploadTextSerializer]) -> tuple[str, Any]:
@@ -300,7 +309,7 @@ class UploadApi(_CountedIngest):
             result = services.ingest_upload(
                 hostname=payload["hostname"],
                 text=text,
-                uploaded_by=request.user,
+                uploaded_by=_signed_in(request),
                 gpu_model_hint=payload["gpu_model"],
                 create=payload["create"],
             )
@@ -432,7 +441,7 @@ class SnapshotSummarySerializer(serializers.Serializer):
     id = serializers.IntegerField()
     captured_at = serializers.DateTimeField()
     received_at = serializers.DateTimeField()
-    source = serializers.CharField()
+    source = serializers.CharField()  # type: ignore[assignment]  # a field, not Field.source
     collector_version = serializers.CharField()
     content_sha256 = serializers.CharField()
     gpu_count = serializers.IntegerField()
@@ -545,7 +554,7 @@ class BenchmarkSummarySerializer(serializers.Serializer):
     hostname = serializers.CharField(source="server.hostname")
     kind = serializers.CharField()
     snapshot_id = serializers.IntegerField(allow_null=True)
-    source = serializers.CharField()
+    source = serializers.CharField()  # type: ignore[assignment]  # a field, not Field.source
     captured_at = serializers.DateTimeField()
     received_at = serializers.DateTimeField()
     collective = serializers.CharField()
@@ -653,7 +662,7 @@ class TopologyClassDetailApi(APIView):
         data = TopologyClassDetailSerializer(
             {
                 **{
-                    f.source: getattr(topology_class, f.source)
+                    str(f.source): getattr(topology_class, str(f.source))
                     for f in TopologyClassSerializer().fields.values()
                 },
                 "document": topology_class.document,

@@ -93,18 +93,18 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = exceptions.NotFound(str(exc) or None)
     elif isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied(str(exc) or None)
-    response = drf_exception_handler(exc, context)
-    if response is None:
+    answer = drf_exception_handler(exc, context)
+    if answer is None:
         return None  # a real bug: Django's handler500 answers it (also as JSON under /api/)
     assert isinstance(exc, exceptions.APIException)
     if isinstance(exc, exceptions.ValidationError):
-        response.data = error_body("invalid", "The request is not valid.", details=exc.detail)
+        answer.data = error_body("invalid", "The request is not valid.", details=exc.detail)
     else:
         codes = exc.get_codes()
-        response.data = error_body(
+        answer.data = error_body(
             codes if isinstance(codes, str) else exc.default_code, str(exc.detail)
         )
-    return response
+    return answer
 
 
 def json_404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

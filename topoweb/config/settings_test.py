@@ -14,7 +14,7 @@ WHITENOISE_USE_FINDERS = True
 # Several checkouts may test against one PostgreSQL at once; a suffix keeps them apart.
 _suffix = env.str("TOPOWEB_TEST_DB_SUFFIX", default="")
 DATABASES["default"]["TEST"] = {"NAME": f"test_topoweb{_suffix}"}
-STATIC_ROOT = None  # nothing is collected in tests; whitenoise serves from the finders
+STATIC_ROOT = None  # type: ignore[assignment]  # nothing is collected in tests; whitenoise serves from the finders
 # Tests share one Redis database with the broker, and some clear the cache: keep the cache
 # in-process (tests of the shared throttle configure Redis themselves).
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

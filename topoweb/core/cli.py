@@ -18,6 +18,7 @@ from topoweb.core.costs import OPERATIONS, build_model, collective_cost, p2p_sta
 from topoweb.core.ecosystem import EXPORT_FORMATS, render_export
 from topoweb.core.formats import ParseError, parse_text
 from topoweb.core.ledger import PRESETS, Layout, ModelShape
+from topoweb.core.merge import merge_sources
 from topoweb.core.model import NcclRun, P2PResult, Topology
 from topoweb.core.placement import place, recommend
 from topoweb.core.scheduling import topology_conf
@@ -68,8 +69,6 @@ def cmd_export(args: argparse.Namespace) -> str:
     if topo is None:
         raise UsageError(f"--format {args.format} takes one topology file")
     if args.with_file:
-        from topoweb.core.merge import merge_sources
-
         other = _topology(args.with_file)
         topo = merge_sources(topo, other)
     name = args.name or Path(args.file[0]).stem

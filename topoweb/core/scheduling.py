@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from topoweb.core.formats.ncclxml import normalise_busid
 from topoweb.core.hierarchy import recover_hierarchy
 from topoweb.core.model import Topology
 
@@ -25,8 +26,6 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
 def _norm_bus(busid: str) -> str:
-    from topoweb.core.formats.ncclxml import normalise_busid
-
     return normalise_busid(busid)
 
 

@@ -13,36 +13,36 @@ from topoweb.fleet.models import (
 
 
 @admin.register(Server)
-class ServerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ServerAdmin(admin.ModelAdmin):
     list_display = ("hostname", "sku_name", "differs_from_sku", "last_seen_at")
     search_fields = ("hostname", "sku_name")
     raw_id_fields = ("latest_snapshot", "topology_class")
 
 
 @admin.register(Snapshot)
-class SnapshotAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class SnapshotAdmin(admin.ModelAdmin):
     list_display = ("server", "captured_at", "source", "gpu_count", "gpu_model", "nvlink_summary")
     raw_id_fields = ("server", "topology_class", "uploaded_by")
 
 
 @admin.register(Benchmark)
-class BenchmarkAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class BenchmarkAdmin(admin.ModelAdmin):
     list_display = ("server", "kind", "captured_at", "collective", "avg_busbw_gbps")
     raw_id_fields = ("server", "snapshot", "uploaded_by")
 
 
 @admin.register(TopologyClass)
-class TopologyClassAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class TopologyClassAdmin(admin.ModelAdmin):
     list_display = ("fingerprint", "sku_name", "gpu_model", "gpu_count", "nvlink_summary")
 
 
 @admin.register(CollectorToken)
-class CollectorTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class CollectorTokenAdmin(admin.ModelAdmin):
     list_display = ("prefix", "hostname", "created_at", "last_used_at", "revoked_at")
     readonly_fields = ("token_sha256", "prefix", "created_at", "last_used_at")
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ApiTokenAdmin(admin.ModelAdmin):
     list_display = ("prefix", "user", "scope", "created_at", "last_used_at", "revoked_at")
     readonly_fields = ("token_sha256", "prefix", "created_at", "last_used_at")

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
@@ -154,7 +154,7 @@ def ingest_report(
     nvml: dict[str, Any] | None = None,
     host: dict[str, Any] | None = None,
     benchmarks: Sequence[BenchmarkInput] = (),
-    uploaded_by: AbstractBaseUser | None = None,
+    uploaded_by: User | None = None,
     gpu_model_hint: str = "",
     nccl_xml: str = "",
 ) -> Ingested:
@@ -254,7 +254,7 @@ def ingest_benchmark(
     text: str,
     captured_at: datetime,
     source: str,
-    uploaded_by: AbstractBaseUser | None = None,
+    uploaded_by: User | None = None,
 ) -> Ingested:
     """Store one benchmark output for a server, linked to its current snapshot if it has one."""
     parsed = _parse_benchmark(None, BenchmarkInput(kind, text))
@@ -290,7 +290,7 @@ def ingest_upload(
     *,
     hostname: str,
     text: str,
-    uploaded_by: AbstractBaseUser | None,
+    uploaded_by: User | None,
     gpu_model_hint: str = "",
     create: bool = False,
 ) -> Ingested:
@@ -394,7 +394,7 @@ def _store_benchmark(
     text: str,
     parsed: ParsedBenchmark,
     source: str,
-    uploaded_by: AbstractBaseUser | None,
+    uploaded_by: User | None,
     captured_at: datetime,
     topology: Topology | None = None,
 ) -> tuple[Benchmark, bool]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.auth.models import User
 from django.http import HttpRequest
 
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
@@ -12,18 +13,19 @@ from topoweb.health.services import save_expectation
 
 
 @admin.register(SkuExpectation)
-class SkuExpectationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class SkuExpectationAdmin(admin.ModelAdmin):
     list_display = ("sku_name", "version", "bandwidth_ratio", "sku_median_ratio", "updated_at")
     readonly_fields = ("version", "updated_at", "updated_by")
     search_fields = ("sku_name",)
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         judged = set(form.changed_data) - {"notes"}
-        save_expectation(obj, changed=change and bool(judged), user=request.user)
+        user = request.user if isinstance(request.user, User) else None
+        save_expectation(obj, changed=change and bool(judged), user=user)
 
 
 @admin.register(ServerHealth)
-class ServerHealthAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ServerHealthAdmin(admin.ModelAdmin):
     list_display = ("server", "computed_at", "critical_count", "warning_count")
     raw_id_fields = ("server", "snapshot")
 
@@ -32,7 +34,7 @@ class ServerHealthAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(HealthFinding)
-class HealthFindingAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class HealthFindingAdmin(admin.ModelAdmin):
     list_display = ("server", "kind", "severity", "message")
     list_filter = ("kind", "severity")
     raw_id_fields = ("server",)

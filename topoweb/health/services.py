@@ -3,7 +3,7 @@ transaction), enqueue that after an ingest commits, and save staff's SKU expecta
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -139,19 +139,19 @@ def stale_servers() -> list[int]:
 
 
 def save_expectation(
-    expectation: SkuExpectation, *, changed: bool, user: AbstractBaseUser | None = None
+    expectation: SkuExpectation, *, changed: bool, user: User | None = None
 ) -> SkuExpectation:
     """Store staff's edit, bumping the version when a figure or threshold changed, and queue
     the SKU's servers for re-evaluation against it."""
     fields: list[str] = []
     if expectation.pk is None:
-        expectation.updated_by = user  # type: ignore[assignment]
+        expectation.updated_by = user
         expectation.save()
     else:
         if changed:
-            expectation.version = F("version") + 1  # type: ignore[assignment]
+            expectation.version = F("version") + 1
             fields.append("version")
-        expectation.updated_by = user  # type: ignore[assignment]
+        expectation.updated_by = user
         fields += [
             "bandwidth_ratio",
             "sku_median_ratio",

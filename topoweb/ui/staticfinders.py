@@ -41,7 +41,10 @@ class VendorFinder(BaseFinder):
             )
         ]
 
-    def find(self, path: str, find_all: bool = False, **kwargs: Any) -> str | list[str]:
+    # One body for both of BaseFinder.find's overloads (find_all, or `all` from older callers).
+    def find(  # type: ignore[override]
+        self, path: str, find_all: bool = False, **kwargs: Any
+    ) -> str | list[str]:
         src = VENDOR_FILES.get(path)
         found = str(node_modules() / src) if src and (node_modules() / src).is_file() else None
         if find_all or kwargs.get("all"):

@@ -5,16 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from topoweb.core.formats import nccl, ncclxml, nvbandwidth, p2p, topo
+from topoweb.core.formats.errors import ParseError
 from topoweb.core.model import Parsed
 
-
-class ParseError(ValueError):
-    """Input that a reader cannot turn into a model object. `line` is 1-based where known."""
-
-    def __init__(self, message: str, line: int | None = None) -> None:
-        self.message = message
-        self.line = line
-        super().__init__(f"line {line}: {message}" if line is not None else message)
+__all__ = ["FORMATS", "TOPOLOGY_FORMATS", "ParseError", "detect_format", "parse_text"]
 
 
 FORMATS = ("topology", "nccl-tests", "p2p-bandwidth-latency", "nccl-topology-xml", "nvbandwidth")
@@ -65,8 +60,6 @@ def detect_format(text: str) -> str:
 
 def parse_text(text: str, expected: str | None = None) -> Parsed:
     """Parse any supported output; with `expected`, insist on that format."""
-    from topoweb.core.formats import nccl, ncclxml, nvbandwidth, p2p, topo
-
     kind = detect_format(text)
     if expected == "topology" and kind in TOPOLOGY_FORMATS:
         pass  # either source gives a Topology

@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from topoweb.core.formats import ParseError
+from topoweb.core.formats.errors import ParseError
 from topoweb.core.model import NcclMeasurement, NcclRank, NcclRow, NcclRun
 
 # Header lines. Pasted into markdown the leading "# " often loses its space ("#nThread"), so

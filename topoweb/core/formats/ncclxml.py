@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from xml.parsers import expat
 
-from topoweb.core.formats import ParseError
+from topoweb.core.catalogue import infer_generation
+from topoweb.core.formats.errors import ParseError
+from topoweb.core.hierarchy import recover_hierarchy
 from topoweb.core.model import Device, Link, Topology
 
 MAX_XML_CHARS = 4 * 2**20  # a 64-GPU dump is ~100 kB; NCCL itself stops at a few thousand nodes
@@ -560,9 +562,6 @@ def to_nccl_xml(topo: Topology, facts: HostFacts | None = None) -> tuple[str, li
 
 
 def _synthesise(topo: Topology, facts: HostFacts) -> tuple[str, list[str]]:
-    from topoweb.core.catalogue import infer_generation
-    from topoweb.core.hierarchy import recover_hierarchy
-
     h = recover_hierarchy(topo)
     generation = infer_generation(topo).generation
     warnings: list[str] = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 
-from topoweb.core.formats import ParseError
+from topoweb.core.formats.errors import ParseError
 from topoweb.core.model import NvbandwidthRun, NvbTestcase, P2PGpu, P2PResult
 
 _HEADER = {

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from topoweb.core.formats import ParseError
+from topoweb.core.formats.errors import ParseError
 
 _UNKNOWN_MARKERS = {"unsupported", "n/a", "unknown", "not supported", ""}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from topoweb.core.formats import ParseError
+from topoweb.core.formats.errors import ParseError
 from topoweb.core.model import P2P_MATRIX_NAMES, Matrix, P2PGpu, P2PResult
 
 _DEVICE_RE = re.compile(

@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import cast
 
-from topoweb.core.formats import ParseError
+from topoweb.core.formats.errors import ParseError
 from topoweb.core.model import Device, DocumentError, Link, Topology, normalise_link_class
 
 # One link class at the start of a run of glued cells; longest spellings first so that

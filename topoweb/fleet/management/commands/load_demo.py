@@ -107,6 +107,7 @@ class Command(BaseCommand):
                         Server.objects.filter(hostname=hostname, latest_snapshot=None).delete()
                         skipped += 1
                         break
+                assert result is not None  # nothing loaded breaks out above
                 created += result.created
         # Demo servers of an older naming scheme go, so a rerun leaves exactly this fleet.
         Server.objects.filter(labels__has_key="fixture").exclude(hostname__in=loaded).delete()
@@ -171,5 +172,5 @@ def _gpu_model(column: str) -> str:
         return note.group(1).strip() if note else ""
     counts = re.findall(r"(\d+)x\s+([^+]+)", model)
     if counts:
-        return max(counts, key=lambda c: int(c[0]))[1].strip()
+        return str(max(counts, key=lambda c: int(c[0]))[1]).strip()
     return model
