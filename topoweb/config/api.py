@@ -17,6 +17,7 @@ from django.core.validators import RegexValidator
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import Resolver404, resolve
+from django.views.decorators.csrf import csrf_exempt
 from django.views.defaults import page_not_found, server_error
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions, serializers, status
@@ -114,23 +115,12 @@ def json_404(request: HttpRequest, exception: Exception | None = None) -> HttpRe
     return page_not_found(request, exception or Http404())
 
 
-class ApiNotFoundMiddleware:
-    """Under /api/ a 404 is the JSON error shape whatever DEBUG says: handler404 only answers
-    when DEBUG is off, and Django's debug page is HTML. Outermost but for the metrics, so that
-    CommonMiddleware's slash redirects (not 404s) pass through unchanged."""
-
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        response = self.get_response(request)
-        if (
-            response.status_code == 404
-            and request.path.startswith("/api/")
-            and "json" not in response.get("Content-Type", "")
-        ):
-            return JsonResponse(error_body("not_found", "No such API endpoint."), status=404)
-        return response
+@csrf_exempt
+def api_not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """The last route under /api/: a path no endpoint matches answers the JSON error shape
+    whatever DEBUG says (handler404 answers only with DEBUG off; the debug page is HTML). A
+    route rather than one more middleware, so that a request's stack stays as deep as it was."""
+    return JsonResponse(error_body("not_found", "No such API endpoint."), status=404)
 
 
 class ApiTrailingSlashMiddleware:

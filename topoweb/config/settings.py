@@ -44,7 +44,6 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "topoweb.config.metrics.RequestLatencyMiddleware",
-    "topoweb.config.api.ApiNotFoundMiddleware",
     "topoweb.config.api.NulInPathMiddleware",
     "topoweb.config.api.ApiTrailingSlashMiddleware",
     "django.middleware.security.SecurityMiddleware",

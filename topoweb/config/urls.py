@@ -3,12 +3,12 @@ sign-in/out, and the dashboard pages."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from topoweb.analysis import apis as analysis_apis
 from topoweb.api import fleet as apis
-from topoweb.config.api import healthz
+from topoweb.config.api import api_not_found, healthz
 from topoweb.config.metrics import metrics_view
 from topoweb.health import urls as health_urls
 
@@ -85,6 +85,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
+    re_path(r"^api/(?P<rest>.*)$", api_not_found),  # after every API route: the JSON 404
     *health_urls.page_urls,
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
