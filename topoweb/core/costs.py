@@ -1435,7 +1435,7 @@ def _result(
     res = model.resources[best.bottleneck] if best.bottleneck >= 0 else None
     cap = (res.copy_gbps if copy else res.capacity_gbps) if res else math.inf
     order = best.order
-    ring = collective in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
+    ring = best.algorithm in ("ring", "nvls") and collective not in ("broadcast", "reduce")
     hops: list[Flow] = []
     if copy or collective == "sendrecv":
         hops = [(key[0], key[1])]
