@@ -30,7 +30,7 @@ from topoweb.core.placement import affinity, best_group, place
 
 # Bump when `analyse` computes something new: every topology class then gets a fresh analysis
 # from the sweep, and the old result stays readable until the new one is done.
-COST_MODEL_VERSION = 2
+COST_MODEL_VERSION = 3  # 3: NCCL protocols, P2P/SHM transport, mesh rings, copies
 
 # Message sizes of the per-group cost tables (the full set gets a curve over STANDARD_SIZES).
 TABLE_SIZES = (1 << 20, 64 << 20, 1 << 30)
