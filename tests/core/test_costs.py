@@ -402,3 +402,38 @@ def test_gb200_trays_of_one_nvlink_clique_talk_over_nvlink_not_their_nics() -> N
     assert by_nvlink.algorithm == "nvls"  # one NVSwitch domain of 72 GPUs
     assert by_nvlink.time_us < by_nic.time_us / 2
     assert by_nvlink.transports[0] == "GPU0->GPU1 NVLink NV18"
+
+
+def test_a_collectors_facts_set_p2p_pcie_and_nics_for_the_server() -> None:
+    from topoweb.core.costs import options_from_facts, with_options
+    from topoweb.core.formats.nvml import read_host, read_nvml
+
+    pcie = {"current_generation": 1, "max_generation": 4, "current_width": 8, "max_width": 16}
+    nvml = read_nvml(
+        {
+            "available": True,
+            "gpus": [{"index": i, "name": "NVIDIA L40S", "pcie": pcie} for i in range(4)],
+            "p2p": [
+                {"from": i, "to": j, "read": "OK" if {i, j} != {0, 1} else "CNS"}
+                for i in range(4)
+                for j in range(4)
+                if i != j
+            ],
+        }
+    )
+    host = read_host(
+        {
+            "rdma_nics": [
+                {"device": f"mlx5_{k}", "rate_gbps": 200, "state": "ACTIVE"} for k in (0, 1)
+            ]
+        }
+    )
+    options = options_from_facts(nvml, host)
+    # An idle link reports Gen1: the link's maximum generation counts, with its current width.
+    assert (options["pcie_gen"], options["pcie_width"]) == (4, 8)
+    assert options["p2p_status"][(0, 1)] is False and options["p2p_status"][(2, 3)] is True
+    assert (options["nic_gbits"], options["nics_per_node"]) == (200, 2)
+    model = with_options(build_model(T.l40s_4gpu(), "NVIDIA L40S"), **options, nodes=2)
+    assert model.hardware.nccl_pcie_gbps == 12.0  # Gen4 x8: 8 x 120 / 80
+    assert model.copy_transport((0, 1)) == "staged"
+    assert "PCIe Gen4 x16 assumed" not in model.hardware.assumption

@@ -186,8 +186,8 @@ def cost_of(
 ) -> dict[str, Any]:
     """core.costs.collective_cost's document; ValueError (a 400) for GPUs the server lacks or
     an algorithm that does not apply. `options`: p2p, nodes, nic_gbps, nics_per_node,
-    nvlink_nodes, bidirectional; the server's own facts (P2P status, NICs) fill what the query
-    leaves out."""
+    nvlink_nodes, bidirectional; the server's own facts (P2P status, PCIe, NICs) fill what the
+    query leaves out."""
     model = server_cost_model(server)
     facts = _facts_options(server.latest_snapshot)
     nic = options.get("nic_gbps") or facts.get("nic_gbits")
@@ -199,6 +199,8 @@ def cost_of(
         nic_gbits=nic,
         nics_per_node=options.get("nics_per_node") or facts.get("nics_per_node"),
         nvlink_nodes=bool(options.get("nvlink_nodes")),
+        pcie_gen=facts.get("pcie_gen"),
+        pcie_width=facts.get("pcie_width"),
     )
     return collective_cost(
         model,

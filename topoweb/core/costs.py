@@ -16,9 +16,14 @@ from topoweb.core.catalogue import (
     LAUNCH_US_PER_GPU,
     NET_EFFICIENCY,
     P2P_COPY_LATENCY_US,
+    P2P_PCIE_EFFICIENCY,
+    PCIE_GTS,
     SHM_READ_WEIGHT,
+    STAGED_COPY_EFFICIENCY,
     STAGED_COPY_LATENCY_US,
     Hardware,
+    nccl_pcie_gbps,
+    pcie_line_rate_gbps,
     resolve_hardware,
 )
 from topoweb.core.formats.nvml import HostFacts, NvmlFacts
@@ -235,6 +240,8 @@ class CostModel:
             {"PHB", "NODE", "SYS"} if vendor_amd and len(self.gpu_ids) == 2 else set()
         )
         self._ring_cache: dict[tuple[int, ...], tuple[tuple[tuple[int, ...], float], ...]] = {}
+        # Per local GPU set: ring order, solo ring rate, open-chain rate, all hops NVLink.
+        self._solo_shapes: dict[tuple[int, ...], tuple[tuple[int, ...], Rate, Rate, bool]] = {}
 
     # --- construction ----------------------------------------------------------------------
 
@@ -864,15 +871,31 @@ def with_options(
     nic_gbits: float | None = None,
     nics_per_node: int | None = None,
     nvlink_nodes: bool = False,
+    pcie_gen: int | None = None,
+    pcie_width: int | None = None,
 ) -> CostModel:
     """The same server (hierarchy, calibration) with other transport or job options: what a
-    query asks of a cached model."""
+    query asks of a cached model. `pcie_gen` / `pcie_width`: NVML's word on the GPUs' links."""
     hw = model.hardware
+    if pcie_gen is not None or pcie_width is not None:
+        gen, width = pcie_gen or hw.pcie_gen, pcie_width or hw.pcie_width
+        line = pcie_line_rate_gbps(gen, width)
+        hw = replace(
+            hw,
+            pcie_gen=gen,
+            pcie_width=width,
+            pcie_gbps=line * P2P_PCIE_EFFICIENCY,
+            nccl_pcie_gbps=nccl_pcie_gbps(gen, width),
+            staged_gbps=line * STAGED_COPY_EFFICIENCY,
+            assumption=hw.assumption.replace(
+                f"; PCIe Gen{hw.pcie_gen} x{hw.pcie_width} assumed from the generation", ""
+            ),
+        )
     if nvlink_nodes and (nodes or 1) > 1:
         topo = nvlink_domain(model.topo, nodes or 1)
         return CostModel(
             topo,
-            replace(hw, warnings=hw.warnings),
+            hw,
             recover_hierarchy(topo, None, True),
             model.calibration,
             p2p=p2p or model.p2p,
@@ -897,8 +920,17 @@ def options_from_facts(
     nvml: NvmlFacts | None, host: HostFacts | None, topo_p2p: str | None = None
 ) -> dict[str, Any]:
     """What a collector's facts tell the cost model: per-pair P2P status (`topo -p2p r`, else
-    NVML's read status), the NICs' count and rate (RDMA ports that are up)."""
+    NVML's read status), the GPUs' PCIe generation and width (the slowest GPU's: its link's
+    maximum generation, since an idle link drops its current one, and its current width), the
+    NICs' count and rate (RDMA ports that are up)."""
     out: dict[str, Any] = {}
+    if nvml is not None:
+        gens = [g.pcie.max_generation for g in nvml.gpus if g.pcie.max_generation]
+        widths = [g.pcie.current_width for g in nvml.gpus if g.pcie.current_width]
+        if gens and min(gens) in PCIE_GTS:
+            out["pcie_gen"] = min(gens)
+        if widths and min(widths) in (1, 2, 4, 8, 16, 32):
+            out["pcie_width"] = min(widths)
     status = p2p_status_from_text(topo_p2p) if topo_p2p else {}
     if not status and nvml is not None and nvml.p2p:
         for entry in nvml.p2p:
@@ -1007,17 +1039,23 @@ def _shape(model: CostModel, key: tuple[int, ...], rate: Rate | None) -> _Shape:
     local = _largest(parts)
     local = tuple(sorted(local))
     if len(local) >= 2:
-        channels = model.ring_channels(local)
-        order = channels[0][0]
-        intra = rate or model.solo_rate(model._channel_load(channels))
-        flows = [f for o, _ in channels for f in _ring_flows(o)]
-        nvlink = all(model.hop_class(f) == "nvlink" for f in flows)
-        open_flows = _ring_flows(order)[:-1]
-        chain = model.solo_rate(model.load((f, 1.0) for f in open_flows))
-        if rate is not None:
-            chain = Rate(
-                max(rate.gbps, chain.gbps * rate.gbps / max(intra.gbps, 1e-9)), rate.bottleneck
+        cached = model._solo_shapes.get(local)
+        if cached is None:
+            channels = model.ring_channels(local)
+            flows = [f for o, _ in channels for f in _ring_flows(o)]
+            open_flows = _ring_flows(channels[0][0])[:-1]
+            cached = model._solo_shapes[local] = (
+                channels[0][0],
+                model.solo_rate(model._channel_load(channels)),
+                model.solo_rate(model.load((f, 1.0) for f in open_flows)),
+                all(model.hop_class(f) == "nvlink" for f in flows),
             )
+        order, solo, chain, nvlink = cached
+        intra = rate or solo
+        if rate is not None:
+            # Contention slows the open chain (broadcast, reduce) as much as the ring.
+            scaled = chain.gbps * rate.gbps / max(solo.gbps, 1e-9)
+            chain = Rate(max(rate.gbps, scaled), rate.bottleneck)
     else:
         order, intra, chain, nvlink = local, Rate(math.inf, -1), Rate(math.inf, -1), True
     if len(parts) > 1:
@@ -1397,7 +1435,7 @@ def _result(
     res = model.resources[best.bottleneck] if best.bottleneck >= 0 else None
     cap = (res.copy_gbps if copy else res.capacity_gbps) if res else math.inf
     order = best.order
-    ring = collective in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
+    ring = best.algorithm in ("ring", "nvls") and collective not in ("broadcast", "reduce")
     hops: list[Flow] = []
     if copy or collective == "sendrecv":
         hops = [(key[0], key[1])]
