@@ -49,7 +49,7 @@ def main() -> int:
                 "collector_version": "bench",
                 "topo_text": texts[int(host[-5:]) % len(texts)],
             }
-            return request(f"{base}/api/v1/reports", tokens[host], json.dumps(body).encode())
+            return request(f"{base}/api/v1/reports/", tokens[host], json.dumps(body).encode())
 
         for label, expect in (("new", 201), ("duplicate", 200)):
             started = time.perf_counter()

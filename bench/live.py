@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 @contextmanager
 def live_server(workers: int = 4, port: int | None = None, **settings: str) -> Iterator[str]:
     """Yield the base URL of a fresh server; SystemExit(2) when DATABASE_URL is not postgres.
-    `settings` are extra environment variables for the server (e.g. TOPOWEB_INGEST_RATE)."""
+    `settings` are extra environment variables for the server (e.g. TOPOWEB_INGEST_RATE). The
+    port is `port`, else BENCH_PORT, else any free one; TOPOWEB_TEST_DB_SUFFIX, as the test
+    settings read it, keeps several checkouts' bench databases apart."""
     database_url = os.environ.setdefault(
         "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/topoweb"
     )
@@ -31,13 +33,14 @@ def live_server(workers: int = 4, port: int | None = None, **settings: str) -> I
             "the benchmarks measure PostgreSQL: DATABASE_URL must be postgres://", file=sys.stderr
         )
         raise SystemExit(2)
-    bench_url = database_url.rstrip("/") + "_bench"
+    bench_url = database_url.rstrip("/") + "_bench" + os.environ.get("TOPOWEB_TEST_DB_SUFFIX", "")
     env = {
         **os.environ,
         "DATABASE_URL": bench_url,
         "DEBUG": "0",
         "SECRET_KEY": "bench-only",
         "TOPOWEB_INGEST_RATE": "100000/min",
+        "TOPOWEB_QUERY_RATE": "10000000/min",
         "LOG_LEVEL": "WARNING",
         "STATICFILES_BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage",
         **settings,
@@ -50,13 +53,26 @@ def live_server(workers: int = 4, port: int | None = None, **settings: str) -> I
     import django
 
     django.setup()
-    port = port or _free_port()
+    port = port or int(os.environ.get("BENCH_PORT", "0")) or _free_port()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with gunicorn("topoweb.config.wsgi", port, workers, env, f"{base}/healthz"):
+            yield base
+    finally:
+        from topoweb.config.celery_app import app
+
+        app.control.purge()  # no worker ran: drop the analyses the script's ingests enqueued
+
+
+@contextmanager
+def gunicorn(app: str, port: int, workers: int, env: dict[str, str], probe: str) -> Iterator[None]:
+    """gunicorn serving the WSGI `app` on loopback with sync workers, up once `probe` answers."""
     server = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "gunicorn",
-            "topoweb.config.wsgi",
+            app,
             "-b",
             f"127.0.0.1:{port}",
             "-w",
@@ -67,16 +83,12 @@ def live_server(workers: int = 4, port: int | None = None, **settings: str) -> I
         cwd=ROOT,
         env=env,
     )
-    base = f"http://127.0.0.1:{port}"
     try:
-        _wait_until_up(base)
-        yield base
+        _wait_until_up(probe)
+        yield
     finally:
         server.terminate()
         server.wait(timeout=20)
-        from topoweb.config.celery_app import app
-
-        app.control.purge()  # no worker ran: drop the analyses the script's ingests enqueued
 
 
 def request(url: str, token: str, body: bytes | None = None) -> int:
@@ -110,11 +122,11 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_until_up(base: str) -> None:
+def _wait_until_up(probe: str) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            urllib.request.urlopen(f"{base}/healthz", timeout=2).read()
+            urllib.request.urlopen(probe, timeout=2).read()
             return
         except OSError:
             time.sleep(0.2)

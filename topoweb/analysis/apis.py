@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import exceptions, serializers
 from rest_framework.request import Request
@@ -28,6 +29,7 @@ from topoweb.config.api import (
 )
 from topoweb.config.parsers import JSONParser
 from topoweb.config.permissions import CanQuery
+from topoweb.config.renderers import JSONRenderer
 from topoweb.core.costs import COLLECTIVES, OPERATIONS
 from topoweb.core.ledger import PRESETS, Layout
 from topoweb.fleet.selectors import server_by_hostname
@@ -129,7 +131,7 @@ class CostApi(APIView):
         data = self.CostInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         q = data.validated_data
-        server = server_by_hostname(hostname)
+        server = selectors.server_for_questions(hostname)
         doc = _answer(
             selectors.cost_of,
             server,
@@ -225,6 +227,15 @@ class ModelField(serializers.Field):
         return value
 
 
+def _placement_json(doc: dict[str, Any]) -> bytes:
+    """A placement as served: the form the selectors keep it in once computed."""
+    return JSONRenderer().render(PlacementDocumentSerializer(doc).data)
+
+
+def _json_response(body: bytes) -> HttpResponse:
+    return HttpResponse(body, content_type="application/json")
+
+
 class PlacementApi(APIView):
     """Rank-to-GPU mapping of a TP x PP x DP (x EP) job that minimises per-step communication."""
 
@@ -249,15 +260,23 @@ class PlacementApi(APIView):
         request=PlacementInputSerializer,
         responses={200: PlacementDocumentSerializer, **QUERY_ERRORS},
     )
-    def post(self, request: Request, hostname: str) -> Response:
+    def post(self, request: Request, hostname: str) -> HttpResponse:
         data = self.PlacementInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         q = data.validated_data
-        server = server_by_hostname(hostname)
+        server = selectors.server_for_questions(hostname)
         layout = _answer(Layout, q["tp"], q["pp"], q["dp"], q["ep"])
         shape = _answer(selectors.resolve_shape, q.get("model"), _overrides(q))
-        doc = _answer(selectors.placement_for, server, layout, q.get("free"), shape, q["zero"])
-        return Response(PlacementDocumentSerializer(doc).data)
+        body = _answer(
+            selectors.placement_for,
+            server,
+            layout,
+            q.get("free"),
+            shape,
+            q["zero"],
+            _placement_json,
+        )
+        return _json_response(body)
 
 
 def _overrides(q: dict[str, Any]) -> dict[str, Any]:
@@ -342,6 +361,11 @@ class ServerFreeSerializer(serializers.Serializer):
     free = _gpu_list(required=False, help_text="free GPU indices (default: all)")
 
 
+def _selection_json(doc: dict[str, Any]) -> bytes:
+    """A selection as served: the form the selectors keep it in once computed."""
+    return JSONRenderer().render(SelectionResultSerializer(doc).data)
+
+
 class SelectApi(APIView):
     """The best k GPUs for a job over one server or many (free masks), ranked, with reasons."""
 
@@ -371,13 +395,13 @@ class SelectApi(APIView):
         request=SelectInputSerializer,
         responses={200: SelectionResultSerializer, **QUERY_ERRORS},
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: Request) -> HttpResponse:
         data = self.SelectInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         q = data.validated_data
         wanted = [(s["hostname"], s.get("free")) for s in q["servers"]] if "servers" in q else None
-        doc = _answer(selectors.selection, q["k"], wanted, q["collective"])
-        return Response(SelectionResultSerializer(doc).data)
+        body = _answer(selectors.selection, q["k"], wanted, q["collective"], _selection_json)
+        return _json_response(body)
 
 
 class ServerPartSerializer(serializers.Serializer):
@@ -471,7 +495,7 @@ class AffinityApi(APIView):
     )
     def get(self, request: Request, hostname: str) -> Response:
         return Response(
-            AffinitySerializer(selectors.affinity_of(server_by_hostname(hostname))).data
+            AffinitySerializer(selectors.affinity_of(selectors.server_for_questions(hostname))).data
         )
 
 

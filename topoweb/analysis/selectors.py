@@ -7,15 +7,31 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
-from django.db.models import QuerySet
+from django.db import DEFAULT_DB_ALIAS
+from django.db.models import (
+    Case,
+    CharField,
+    Count,
+    Max,
+    OuterRef,
+    QuerySet,
+    Subquery,
+    Sum,
+    TextField,
+    Value,
+    When,
+)
+from django.db.models.functions import Cast, Coalesce, Concat
 from django.http import Http404
 
 from topoweb.analysis.models import Analysis
 from topoweb.config import limits
+from topoweb.config.compiled import CompiledQuery
 from topoweb.config.limits import LimitExceeded
 from topoweb.core.analysis import COST_MODEL_VERSION, CalibrationInput, calibration_from
 from topoweb.core.costs import (
@@ -41,13 +57,14 @@ from topoweb.core.placement import (
     select_job,
 )
 from topoweb.core.steptime import GpuSpec, gpu_spec
-from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
+from topoweb.fleet.models import LARGE_COLUMNS, Benchmark, Server, Snapshot, TopologyClass
 
 log = logging.getLogger(__name__)
 
 MODEL_CACHE_SIZE = 256
 PLACEMENT_BUDGET_S = 0.3  # the synchronous search's budget for servers beyond the exact limit
 SELECT_TOP = 5
+T = TypeVar("T")
 
 
 # --- calibration inputs ---------------------------------------------------------------------
@@ -99,7 +116,7 @@ class _ModelKey:
     fingerprint: str
     content_sha256: str
     gpu_model: str
-    benchmarks: tuple[tuple[int, str], ...]
+    benchmarks: str  # with_calibration's identity of the calibrating benchmarks
     load: Callable[[], tuple[Topology, Calibration | None]] = field(
         compare=False, hash=False, repr=False
     )
@@ -132,32 +149,138 @@ def stored_calibration(benchmarks: QuerySet[Benchmark]) -> Calibration | None:
     return found
 
 
-def server_cost_model(server: Server) -> CostModel:
-    """The server's latest topology as a cost model, calibrated by its benchmarks (or its
-    class's); 404 when the server has no topology yet."""
+def _benchmark_set(benchmarks: QuerySet[Benchmark, Any]) -> Subquery:
+    """Which benchmarks a group holds, as text: count, sum and largest of their ids. Ids only
+    grow and benchmarks are never edited, so any change to the group changes this."""
+    return Subquery(
+        benchmarks.order_by()
+        .annotate(
+            identity=Concat(
+                Cast(Count("id"), CharField()),
+                Value(":"),
+                Cast(Sum("id"), CharField()),
+                Value(":"),
+                Cast(Max("id"), CharField()),
+                output_field=CharField(),
+            )
+        )
+        .values("identity")[:1]
+    )
+
+
+def with_calibration(servers: QuerySet[Server]) -> QuerySet[Server]:
+    """Servers annotated with `calibration`: which benchmarks `server_benchmarks` would
+    calibrate each one's model with (its own, else its class's), without a query per server."""
+    own = Benchmark.objects.filter(server=OuterRef("pk")).values("server")
+    same_class = Benchmark.objects.filter(server__topology_class=OuterRef("topology_class")).values(
+        "server__topology_class"
+    )
+    return servers.annotate(
+        calibration=Coalesce(_benchmark_set(own), _benchmark_set(same_class), Value(""))
+    )
+
+
+_SERVER_FIELDS = ("id", "hostname", "topology_class_id", "latest_snapshot_id")
+_SNAPSHOT_FIELDS = ("id", "server_id", "content_sha256", "gpu_count", "gpu_model")
+_question_server = CompiledQuery(
+    lambda hostname: (
+        with_calibration(Server.objects.filter(hostname=hostname))
+        .order_by()
+        .values_list(
+            *_SERVER_FIELDS,
+            "latest_snapshot__content_sha256",
+            "latest_snapshot__gpu_count",
+            "latest_snapshot__gpu_model",
+            "topology_class__fingerprint",
+            "calibration",
+        )[:1]
+    )
+)
+
+
+def server_for_questions(hostname: str) -> Server:
+    """The server a cost or placement question names, with what identifies its model
+    (`model_key`), in one query compiled once: only the columns the key needs are loaded
+    (the rest, the topology document included, on first use). Http404 when there is none."""
+    rows = _question_server.rows(hostname)
+    if not rows:
+        raise Http404(f"no server named {hostname!r}")
+    pk, name, class_id, snapshot_id, digest, gpus, gpu_model, fingerprint, calibration = rows[0]
+    server = Server.from_db(DEFAULT_DB_ALIAS, _SERVER_FIELDS, (pk, name, class_id, snapshot_id))
+    if snapshot_id is not None:
+        server.latest_snapshot = Snapshot.from_db(
+            DEFAULT_DB_ALIAS, _SNAPSHOT_FIELDS, (snapshot_id, pk, digest, gpus, gpu_model)
+        )
+    if class_id is not None:
+        server.topology_class = TopologyClass.from_db(
+            DEFAULT_DB_ALIAS, ("id", "fingerprint"), (class_id, fingerprint)
+        )
+    server.calibration = calibration  # type: ignore[attr-defined]
+    return server
+
+
+def model_key(server: Server) -> _ModelKey:
+    """What identifies the server's cost model (see _ModelKey). The benchmarks come from the
+    server's `calibration` annotation when it has one (`with_calibration`), else from a query.
+    404 when the server has no topology yet."""
     snapshot: Snapshot | None = server.latest_snapshot
     if snapshot is None:
         raise Http404(f"{server.hostname!r} has no topology yet")
     limits.check_query_gpus(server.hostname, snapshot.gpu_count)
-    benchmarks = server_benchmarks(server)
-    ids = tuple(benchmarks.values_list("id", "content_sha256"))
+    calibration = getattr(server, "calibration", None)
+    if calibration is None:
+        calibration = with_calibration(Server.objects.filter(pk=server.pk)).values_list(
+            "calibration",  # type: ignore[misc]  # an annotation the plugin does not see
+            flat=True,
+        )[0]
 
     def load() -> tuple[Topology, Calibration | None]:
-        return snapshot.to_domain(), stored_calibration(benchmarks)
+        return snapshot.to_domain(), stored_calibration(server_benchmarks(server))
 
     fingerprint = server.topology_class.fingerprint if server.topology_class else ""
-    return _cached_model(
-        _ModelKey(fingerprint, snapshot.content_sha256, snapshot.gpu_model, ids, load)
-    )
+    return _ModelKey(fingerprint, snapshot.content_sha256, snapshot.gpu_model, calibration, load)
+
+
+def server_cost_model(server: Server) -> CostModel:
+    """The server's latest topology as a cost model, calibrated by its benchmarks (or its
+    class's); 404 when the server has no topology yet."""
+    return _cached_model(model_key(server))
+
+
+# --- answers computed once ------------------------------------------------------------------
+
+ANSWER_CACHE_SIZE = 1024
+_answers: OrderedDict[Hashable, Any] = OrderedDict()
+
+
+def answer_once(key: Hashable, compute: Callable[[], T]) -> T:
+    """The answer to a question that depends only on `key` (a model key and the question),
+    computed on the first ask and kept, least recently used first out, in this process."""
+    try:
+        _answers.move_to_end(key)
+        return cast(T, _answers[key])
+    except KeyError:
+        pass
+    answer = compute()
+    _answers[key] = answer
+    if len(_answers) > ANSWER_CACHE_SIZE:
+        _answers.popitem(last=False)
+    return answer
+
+
+def _as_is(doc: dict[str, Any]) -> Any:
+    return doc
 
 
 def servers_by_hostname(hostnames: Sequence[str]) -> dict[str, Server]:
     """The named servers (readers see the whole fleet); 404 naming the first unknown one."""
     found = {
         s.hostname: s
-        for s in Server.objects.select_related("latest_snapshot", "topology_class").filter(
-            hostname__in=hostnames
+        for s in with_calibration(
+            Server.objects.select_related("latest_snapshot", "topology_class")
         )
+        .defer(*LARGE_COLUMNS)
+        .filter(hostname__in=hostnames)
     }
     for name in hostnames:
         if name not in found:
@@ -167,7 +290,8 @@ def servers_by_hostname(hostnames: Sequence[str]) -> dict[str, Server]:
 
 def servers_with_topology() -> list[Server]:
     return list(
-        Server.objects.select_related("latest_snapshot", "topology_class")
+        with_calibration(Server.objects.select_related("latest_snapshot", "topology_class"))
+        .defer(*LARGE_COLUMNS)
         .filter(latest_snapshot__isnull=False)
         .order_by("hostname")
     )
@@ -269,17 +393,28 @@ def placement_for(
     free: Sequence[int] | None,
     shape: ModelShape | None,
     zero: int = 1,
-) -> dict[str, Any]:
-    model = server_cost_model(server)
-    return place(
-        model,
-        layout,
-        free,
-        shape,
-        time_budget_s=PLACEMENT_BUDGET_S,
-        spec=server_gpu_spec(server, model),
-        zero=zero,
-    ).to_document()
+    form: Callable[[dict[str, Any]], Any] = _as_is,
+) -> Any:
+    """The placement document, in the `form` the caller serves it (a module-level function:
+    it is part of the cache key), computed once per model and question."""
+    key = model_key(server)
+
+    def compute() -> Any:
+        model = _cached_model(key)
+        return form(
+            place(
+                model,
+                layout,
+                free,
+                shape,
+                time_budget_s=PLACEMENT_BUDGET_S,
+                spec=server_gpu_spec(server, model),
+                zero=zero,
+            ).to_document()
+        )
+
+    free_key = tuple(free) if free is not None else None
+    return answer_once(("placement", key, layout, free_key, shape, zero, form), compute)
 
 
 def recommendation_for(
@@ -328,38 +463,63 @@ def analysis_result_for(server: Server, result: dict[str, Any] | None) -> dict[s
 
 
 def selection(
-    k: int, wanted: Sequence[tuple[str, Sequence[int] | None]] | None, collective: str
-) -> dict[str, Any]:
+    k: int,
+    wanted: Sequence[tuple[str, Sequence[int] | None]] | None,
+    collective: str,
+    form: Callable[[dict[str, Any]], Any] = _as_is,
+) -> Any:
     """The best k GPUs over the named servers (free masks) or every server with a topology
-    (all GPUs free), ranked by predicted bus bandwidth of `collective` at 256 MiB. The core
+    (all GPUs free), ranked by predicted bus bandwidth of `collective` at 256 MiB, in the
+    `form` the caller serves it; computed once per servers' models and question. The core
     ranks by all_reduce with a fragmentation tie-break; another collective re-ranks its
     shortlist."""
-    skipped: list[dict[str, str]] = []
-    pools: dict[str, tuple[CostModel, Sequence[int]]] = {}
     candidates: list[tuple[Server, Sequence[int] | None]]
     if wanted is None:
         candidates = [(s, None) for s in servers_with_topology()]
+    elif len(wanted) == 1:
+        candidates = [(server_for_questions(wanted[0][0]), wanted[0][1])]
     else:
         found = servers_by_hostname([name for name, _ in wanted])
         candidates = [(found[name], free) for name, free in wanted]
+    # Each server's model key, or why it is left out (too large, no topology yet).
+    asked: list[tuple[str, _ModelKey | str, Sequence[int] | None]] = []
     for server, free in candidates:
-        # One server whose model cannot be built (too large, bad stored data) is reported and
-        # left out; it never breaks the answer about the others.
         try:
             if server.latest_snapshot is not None:
                 limits.check_select_gpus(server.hostname, server.latest_snapshot.gpu_count)
-            model = server_cost_model(server)
+            asked.append((server.hostname, model_key(server), free))
         except LimitExceeded as exc:
-            skipped.append({"hostname": server.hostname, "reason": exc.message})
-            continue
+            asked.append((server.hostname, exc.message, free))
         except Http404 as exc:
-            skipped.append({"hostname": server.hostname, "reason": str(exc)})
+            asked.append((server.hostname, str(exc), free))
+
+    def compute() -> Any:
+        return form(_select(asked, k, collective))
+
+    question = tuple(
+        (name, key, tuple(free) if free is not None else None) for name, key, free in asked
+    )
+    return answer_once(("selection", k, collective, question, form), compute)
+
+
+def _select(
+    asked: list[tuple[str, _ModelKey | str, Sequence[int] | None]], k: int, collective: str
+) -> dict[str, Any]:
+    skipped: list[dict[str, str]] = []
+    pools: dict[str, tuple[CostModel, Sequence[int]]] = {}
+    for hostname, key, free in asked:
+        if isinstance(key, str):
+            skipped.append({"hostname": hostname, "reason": key})
             continue
+        # One server whose model cannot be built (bad stored data) is reported and left out;
+        # it never breaks the answer about the others.
+        try:
+            model = _cached_model(key)
         except Exception as exc:
-            log.exception("selection: the cost model of %s failed", server.hostname)
-            skipped.append({"hostname": server.hostname, "reason": f"its cost model failed: {exc}"})
+            log.exception("selection: the cost model of %s failed", hostname)
+            skipped.append({"hostname": hostname, "reason": f"its cost model failed: {exc}"})
             continue
-        pools[server.hostname] = (model, sorted(model.gpu_ids) if free is None else free)
+        pools[hostname] = (model, sorted(model.gpu_ids) if free is None else free)
     shortlist = select_gpus(
         pools, k, top=SELECT_TOP * 4 if collective != "all_reduce" else SELECT_TOP
     )
@@ -432,15 +592,19 @@ def affinity_of(server: Server) -> dict[str, Any]:
     return {"hostname": server.hostname, **affinity(server_cost_model(server)).to_document()}
 
 
-def current_analysis(topology_class_id: int | None) -> Analysis | None:
-    """The analysis at the current cost-model version, or failing that the newest older one."""
+def current_analysis(
+    topology_class_id: int | None, *, result_as_text: bool = False
+) -> Analysis | None:
+    """The analysis at the current cost-model version, or failing that the newest other one,
+    in one query. With `result_as_text` the result is left undecoded, as `result_text`."""
     if topology_class_id is None:
         return None
-    analyses = Analysis.objects.filter(topology_class_id=topology_class_id)
-    return (
-        analyses.filter(cost_model_version=COST_MODEL_VERSION).first()
-        or analyses.order_by("-cost_model_version").first()
+    analyses = Analysis.objects.filter(topology_class_id=topology_class_id).annotate(
+        _not_current=Case(When(cost_model_version=COST_MODEL_VERSION, then=0), default=1)
     )
+    if result_as_text:
+        analyses = analyses.defer("result").annotate(result_text=Cast("result", TextField()))
+    return analyses.order_by("_not_current", "-cost_model_version").first()
 
 
 def stored_costs(server: Server) -> dict[str, Any]:

@@ -28,10 +28,12 @@ from topoweb.config.api import (
     IngestThrottle,
     Pagination,
     PayloadTooLarge,
+    WindowCountPagination,
     hostname_field,
 )
 from topoweb.config.metrics import count_report
 from topoweb.config.parsers import JSONParser
+from topoweb.config.renderers import RawJSON
 from topoweb.core.ecosystem import Export
 from topoweb.core.formats import ParseError
 from topoweb.core.health import KINDS, SEVERITIES
@@ -165,6 +167,12 @@ class _CountedIngest(APIView):
         return super().handle_exception(exc)
 
 
+def _warnings(result: services.Ingested) -> list[str]:
+    if result.warnings is not None:
+        return list(result.warnings)
+    return list(result.snapshot.document.get("warnings", [])) if result.snapshot else []
+
+
 def _ingested(result: services.Ingested) -> Response:
     count_report("new" if result.created else "duplicate")
     stored = result.snapshot or result.benchmark
@@ -175,7 +183,7 @@ def _ingested(result: services.Ingested) -> Response:
         "kind": kind,
         "hostname": result.server.hostname,
         "created": result.created,
-        "warnings": list(result.snapshot.document.get("warnings", [])) if result.snapshot else [],
+        "warnings": _warnings(result),
     }
     return Response(body, status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
 
@@ -383,6 +391,35 @@ class ServerSummarySerializer(serializers.Serializer):
         return health_selectors.findings_count(server)
 
 
+_DATETIME = serializers.DateTimeField()
+
+
+def _or_none(value: Any, convert: Any) -> Any:
+    return None if value is None else convert(value)
+
+
+def summary_from_row(row: dict[str, Any]) -> dict[str, Any]:
+    """What ServerSummarySerializer writes for a server, from its selectors.server_summaries
+    row: the same fields in the same order, without building model objects and fields."""
+    health, findings_count = health_selectors.summary_health(row)
+    labels = row["labels"]
+    return {
+        "hostname": row["hostname"],
+        "sku": row["sku_name"],
+        "labels": {str(k): v for k, v in labels.items()} if labels is not None else None,
+        "gpu_model": _or_none(row["latest_snapshot__gpu_model"], str),
+        "gpu_count": _or_none(row["latest_snapshot__gpu_count"], int),
+        "nic_count": _or_none(row["latest_snapshot__nic_count"], int),
+        "has_nvlink": _or_none(row["latest_snapshot__has_nvlink"], bool),
+        "nvlink_summary": _or_none(row["latest_snapshot__nvlink_summary"], str),
+        "health": health,
+        "findings_count": findings_count,
+        "fingerprint": _or_none(row["topology_class__fingerprint"], str),
+        "latest_snapshot_id": row["latest_snapshot_id"],
+        "last_seen_at": _DATETIME.to_representation(row["last_seen_at"]),
+    }
+
+
 class ServerFilterSerializer(serializers.Serializer):
     sku = serializers.CharField(required=False, default="")
     gpu_model = serializers.CharField(required=False, default="")
@@ -404,8 +441,14 @@ class ServerFilterSerializer(serializers.Serializer):
     )
 
 
-def _paginated(request: Request, view: APIView, queryset: Any, serializer: type) -> Response:
-    paginator = Pagination()
+def _paginated(
+    request: Request,
+    view: APIView,
+    queryset: Any,
+    serializer: type,
+    pagination: type[Pagination] = Pagination,
+) -> Response:
+    paginator = pagination()
     page = paginator.paginate_queryset(queryset, request, view=view)
     return paginator.get_paginated_response(serializer(page, many=True).data)
 
@@ -431,7 +474,11 @@ class ServerListApi(APIView):
         servers = health_selectors.filter_by_health(
             selectors.server_list(selectors.ServerFilters(**wanted)), **health
         )
-        return _paginated(request, self, servers, ServerSummarySerializer)
+        paginator = WindowCountPagination()
+        rows = selectors.server_summaries(servers)
+        page = paginator.paginate_queryset(rows, request, view=self)
+        assert page is not None
+        return paginator.get_paginated_response([summary_from_row(row) for row in page])
 
     # drf-spectacular reads pagination from here to describe the envelope.
     pagination_class = Pagination
@@ -502,9 +549,12 @@ class ServerDetailApi(APIView):
         operation_id="servers_retrieve", responses={200: ServerDetailSerializer, **READ_ERRORS}
     )
     def get(self, request: Request, hostname: str) -> Response:
-        server = selectors.server_by_hostname(hostname)
-        server.snapshot_count = server.snapshots.count()  # type: ignore[attr-defined]
-        server.benchmark_count = server.benchmarks.count()  # type: ignore[attr-defined]
+        server = selectors.server_detail(hostname)
+        snapshot = server.latest_snapshot
+        if snapshot is not None:
+            # The facts are served as stored: no decode and re-encode per request.
+            snapshot.nvml = RawJSON.or_none(server.nvml_text)  # type: ignore[attr-defined]
+            snapshot.host = RawJSON.or_none(server.host_text)  # type: ignore[attr-defined]
         return Response(ServerDetailSerializer(server).data)
 
 

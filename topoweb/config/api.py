@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.core.paginator import Page
+from django.core.paginator import Paginator as DjangoPaginator
 from django.core.validators import RegexValidator
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db.models import Count, QuerySet, Window
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import Resolver404, resolve
 from django.views.decorators.csrf import csrf_exempt
@@ -253,3 +256,32 @@ class QueryThrottle(SettingRateThrottle):
 
     scope = "query"
     rate_setting = "TOPOWEB_QUERY_RATE"
+
+
+class WindowCountPaginator(DjangoPaginator):
+    """Django's paginator over querysets (of models or values() dicts), except that a page
+    with rows brings the total with it (COUNT(*) OVER ()): one query per page instead of a
+    COUNT and then the page. An empty or unusual page (not a plain number, past the end) goes
+    Django's way."""
+
+    def page(self, number: Any) -> Page:
+        plain = isinstance(number, int) or (isinstance(number, str) and number.isdigit())
+        if plain and int(number) >= 1 and "count" not in self.__dict__:
+            bottom = (int(number) - 1) * self.per_page
+            rows = list(
+                cast(QuerySet[Any, Any], self.object_list).annotate(
+                    _window_total=Window(Count("pk"))
+                )[bottom : bottom + self.per_page]
+            )
+            if rows:
+                first = rows[0]
+                total = first["_window_total"] if isinstance(first, dict) else first._window_total
+                self.__dict__["count"] = total  # the cached property's slot
+                return Page(rows, int(number), self)
+        return super().page(number)
+
+
+class WindowCountPagination(Pagination):
+    """Pagination of model querysets in one query per page (WindowCountPaginator)."""
+
+    django_paginator_class = WindowCountPaginator

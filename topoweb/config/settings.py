@@ -76,6 +76,12 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
+# Each worker keeps its connection between requests: opening one per request costs PostgreSQL
+# a new backend process, more than the queries themselves. A connection that broke (database
+# restarted) fails one request and is then replaced; CONN_HEALTH_CHECKS=1 checks each one
+# before reuse instead, at the price of a round trip per request.
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=300)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("CONN_HEALTH_CHECKS", default=False)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The web process and a worker may write at once: WAL plus IMMEDIATE transactions avoid
     # "database is locked" on the embedded default.
@@ -180,7 +186,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["topoweb.config.permissions.CanRead"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["topoweb.config.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": [
         "topoweb.config.parsers.JSONParser",
         "rest_framework.parsers.FormParser",

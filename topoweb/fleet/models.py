@@ -109,6 +109,17 @@ class Snapshot(models.Model):
         return Topology.from_document(self.document)
 
 
+# The large columns of a server's latest snapshot and class, for reads of servers that leave
+# them out (`.defer(*LARGE_COLUMNS)`) and load them on first use only.
+LARGE_COLUMNS = (
+    "latest_snapshot__raw_text",
+    "latest_snapshot__document",
+    "latest_snapshot__nvml",
+    "latest_snapshot__host",
+    "topology_class__document",
+)
+
+
 class Benchmark(models.Model):
     class Kind(models.TextChoices):
         NCCL = "nccl-tests", "nccl-tests"

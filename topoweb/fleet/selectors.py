@@ -8,17 +8,31 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import Count, F, Q, QuerySet
+from django.contrib.auth import get_user_model
+from django.db import DEFAULT_DB_ALIAS
+from django.db.models import (
+    Count,
+    F,
+    Model,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    TextField,
+)
+from django.db.models.functions import Cast, Coalesce
 from django.http import Http404
 from django.utils import timezone
 
 from topoweb.config import limits
+from topoweb.config.compiled import CompiledQuery
 from topoweb.core.ecosystem import EXPORT_FORMATS, Export, render_export
 from topoweb.core.export import cytoscape_elements
 from topoweb.core.formats import TOPOLOGY_FORMATS, detect_format, parse_text
 from topoweb.core.model import NcclRun, NvbandwidthRun, Topology
 from topoweb.core.scheduling import nvlink_domain_of, topology_conf
 from topoweb.fleet.models import (
+    LARGE_COLUMNS,
     ApiToken,
     Benchmark,
     CollectorToken,
@@ -35,20 +49,45 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def _fields(model: type[Model]) -> list[str]:
+    return [f.attname for f in model._meta.concrete_fields]
+
+
+# The token lookups of every API request and every report: compiled once, one query each.
+_collector_token = CompiledQuery(
+    lambda digest: (
+        CollectorToken.objects.filter(token_sha256=digest, revoked_at__isnull=True)
+        .order_by()
+        .values_list(*_fields(CollectorToken))[:1]
+    )
+)
+_api_token = CompiledQuery(
+    lambda digest: (
+        ApiToken.objects.filter(token_sha256=digest, revoked_at__isnull=True, user__is_active=True)
+        .order_by()
+        .values_list(*_fields(ApiToken), *(f"user__{f}" for f in _fields(get_user_model())))[:1]
+    )
+)
+
+
 def active_collector_token(token: str) -> CollectorToken | None:
-    found = CollectorToken.objects.filter(
-        token_sha256=hash_token(token), revoked_at__isnull=True
-    ).first()
+    rows = _collector_token.rows(hash_token(token))
+    found = (
+        CollectorToken.from_db(DEFAULT_DB_ALIAS, _fields(CollectorToken), rows[0]) if rows else None
+    )
     _mark_used(found)
     return found
 
 
 def active_api_token(token: str) -> ApiToken | None:
-    found = (
-        ApiToken.objects.select_related("user")
-        .filter(token_sha256=hash_token(token), revoked_at__isnull=True, user__is_active=True)
-        .first()
-    )
+    """The token with its user, in one query."""
+    rows = _api_token.rows(hash_token(token))
+    if not rows:
+        return None
+    split = len(_fields(ApiToken))
+    found = ApiToken.from_db(DEFAULT_DB_ALIAS, _fields(ApiToken), rows[0][:split])
+    user_model = get_user_model()
+    found.user = user_model.from_db(DEFAULT_DB_ALIAS, _fields(user_model), rows[0][split:])
     _mark_used(found)
     return found
 
@@ -96,6 +135,37 @@ def server_list(filters: ServerFilters) -> QuerySet[Server]:
         "health__acceptance",
         "health__expectations",
     )
+    return _filtered(qs, filters)
+
+
+# What a server's summary shows, as server_summaries() reads it.
+SUMMARY_COLUMNS = (
+    "hostname",
+    "sku_name",
+    "labels",
+    "latest_snapshot_id",
+    "latest_snapshot__gpu_model",
+    "latest_snapshot__gpu_count",
+    "latest_snapshot__nic_count",
+    "latest_snapshot__has_nvlink",
+    "latest_snapshot__nvlink_summary",
+    "topology_class__fingerprint",
+    "health__id",
+    "health__critical_count",
+    "health__warning_count",
+    "differs_from_sku",
+    "last_seen_at",
+)
+
+
+def server_summaries(servers: QuerySet[Server]) -> QuerySet[Server, dict[str, Any]]:
+    """A (filtered) server list as rows of SUMMARY_COLUMNS, for the list a scheduler polls:
+    no model objects built (health.selectors.summary_health reads a row's health)."""
+    rows: QuerySet[Server, dict[str, Any]] = servers.values(*SUMMARY_COLUMNS)
+    return rows
+
+
+def _filtered(qs: QuerySet[Server, Any], filters: ServerFilters) -> QuerySet[Server, Any]:
     if filters.sku:
         qs = qs.filter(sku_name__iexact=filters.sku)
     if filters.gpu_model:
@@ -124,9 +194,12 @@ def _order_by(ordering: str) -> list[Any]:
 
 
 def server_by_hostname(hostname: str) -> Server:
-    """The server for a detail page; Http404 (answered as the JSON error) when there is none."""
+    """The server with its latest snapshot's columns and class, without their large columns
+    (documents, raw text, facts: read on first use); Http404 (answered as the JSON error) when
+    there is none."""
     server = (
         Server.objects.select_related("latest_snapshot", "topology_class")
+        .defer(*LARGE_COLUMNS)
         .filter(hostname=hostname)
         .first()
     )
@@ -149,6 +222,39 @@ def usual_topology_class_id(sku_name: str) -> int | None:
     if not ranked or (len(ranked) == 2 and ranked[0]["n"] == ranked[1]["n"]):
         return None
     return int(ranked[0]["topology_class"])
+
+
+def server_detail(hostname: str) -> Server:
+    """Everything the server detail answer shows but its findings and analysis, in one query:
+    the latest snapshot with its class, the health counts, how many snapshots and benchmarks
+    are stored, and the snapshot's facts as the text they are stored as (`nvml_text`,
+    `host_text`), since the answer serves them unchanged."""
+    snapshots = Snapshot.objects.filter(server=OuterRef("pk")).order_by().values("server")
+    benchmarks = Benchmark.objects.filter(server=OuterRef("pk")).order_by().values("server")
+    server = (
+        Server.objects.select_related("latest_snapshot__topology_class", "topology_class", "health")
+        .defer(
+            "latest_snapshot__nvml",
+            "latest_snapshot__host",
+            "latest_snapshot__topology_class__document",
+            "topology_class__document",
+            "health__acceptance",
+            "health__expectations",
+        )
+        .annotate(
+            snapshot_count=Coalesce(Subquery(snapshots.annotate(n=Count("id")).values("n")), 0),
+            benchmark_count=Coalesce(Subquery(benchmarks.annotate(n=Count("id")).values("n")), 0),
+            nvml_text=Cast("latest_snapshot__nvml", TextField()),
+            host_text=Cast("latest_snapshot__host", TextField()),
+        )
+        .filter(hostname=hostname)
+        .first()
+    )
+    if server is None:
+        raise Http404(f"no server named {hostname!r}")
+    if server.latest_snapshot is not None:
+        server.latest_snapshot.server = server  # the snapshot's hostname, without a query
+    return server
 
 
 def snapshot_history(server: Server) -> QuerySet[Snapshot]:

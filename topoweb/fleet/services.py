@@ -3,6 +3,7 @@ transaction, then tell the apps built on the fleet: after_new_snapshot), and cre
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import secrets
@@ -15,10 +16,11 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
-from django.db import IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
 from django.utils import timezone
 
 from topoweb.config import limits
+from topoweb.config.compiled import CompiledQuery
 from topoweb.core.costs import build_model, calibrate_from_nccl, calibrate_from_p2p
 from topoweb.core.fingerprint import describe_links, topology_fingerprint
 from topoweb.core.formats import ParseError, detect_format, parse_text
@@ -59,6 +61,7 @@ class Ingested:
     created: bool
     snapshot: Snapshot | None = None
     benchmark: Benchmark | None = None
+    warnings: tuple[str, ...] | None = None  # the snapshot's reader warnings, where known
 
 
 # --- what a stored report asks of the apps built on the fleet --------------------------------
@@ -163,8 +166,14 @@ def ingest_report(
     `topo_text` is `topo -m` output or an NCCL topology XML; with `nccl_xml` beside a matrix,
     the snapshot holds the merge of both (contradictions listed for health). Everything is
     parsed before anything is written, so bad input raises ParseError (message and line from
-    the core; for NVML facts, the place in them) with nothing stored."""
+    the core; for NVML facts, the place in them) with nothing stored. A report already stored
+    (the same content for the same host) is recognised first, before any parsing: most of a
+    fleet's reports are unchanged since the last one."""
     limits.check_benchmark_count(len(benchmarks))
+    digest = content_sha256(topo_text, nvml, host, benchmarks, nccl_xml)
+    stored = _stored_duplicate(hostname, digest)
+    if stored is not None:
+        return stored
     topology = parse_text(topo_text, expected="topology")
     assert isinstance(topology, Topology)
     limits.check_topology(topology)
@@ -177,14 +186,10 @@ def ingest_report(
         topology = merge_sources(topology, xml)
     facts = read_nvml(nvml) if nvml is not None else None
     parsed_benchmarks = [_parse_benchmark(i, b) for i, b in enumerate(benchmarks)]
-    digest = content_sha256(topo_text, nvml, host, benchmarks, nccl_xml)
     now = timezone.now()
     with transaction.atomic():
         server, _ = Server.objects.get_or_create(hostname=hostname)
-        existing = Snapshot.objects.filter(server=server, content_sha256=digest).first()
-        if existing is not None:
-            _touch(server, now)
-            return Ingested(server=server, created=False, snapshot=existing)
+        # Found stored above; one that raced in since is answered below (IntegrityError).
         gpu_model = _gpu_model(facts, gpu_model_hint, parsed_benchmarks)
         previous = server.latest_snapshot
         if not gpu_model and previous is not None and previous.gpu_count == len(topology.gpus):
@@ -245,6 +250,33 @@ def ingest_report(
         for snapshot_hook in _AFTER_SNAPSHOT:
             snapshot_hook(server, snapshot)
     return Ingested(server=server, created=True, snapshot=snapshot)
+
+
+_duplicate = CompiledQuery(
+    lambda hostname, digest: (
+        Snapshot.objects.filter(server__hostname=hostname, content_sha256=digest)
+        .order_by()
+        .values_list("id", "server_id", "document__warnings")[:1]
+    ),
+    arity=2,
+)
+
+
+def _stored_duplicate(hostname: str, digest: str) -> Ingested | None:
+    """The stored snapshot with this content for this host (its id, server and the reader's
+    warnings, what the answer shows), found in one query, its server marked seen; None when
+    the report is new."""
+    rows = _duplicate.rows(hostname, digest)
+    if not rows:
+        return None
+    snapshot_id, server_id, warnings = rows[0]
+    now = timezone.now()
+    Server.objects.filter(pk=server_id).update(last_seen_at=now)
+    server = Server.from_db(
+        DEFAULT_DB_ALIAS, ["id", "hostname", "last_seen_at"], [server_id, hostname, now]
+    )
+    snapshot = Snapshot.from_db(DEFAULT_DB_ALIAS, ["id", "server_id"], [snapshot_id, server_id])
+    return Ingested(server=server, created=False, snapshot=snapshot, warnings=tuple(warnings or ()))
 
 
 def ingest_benchmark(
@@ -501,9 +533,13 @@ def _sku_name(server: Server, host: dict[str, Any] | None) -> str:
     return server.sku_name
 
 
+# A fleet reports the same few wirings over and over: each one's fingerprint is worked out once.
+_fingerprint = functools.lru_cache(maxsize=1024)(topology_fingerprint)
+
+
 def _topology_class(topology: Topology, sku_name: str, gpu_model: str) -> TopologyClass:
     topology_class, created = TopologyClass.objects.get_or_create(
-        fingerprint=topology_fingerprint(topology),
+        fingerprint=_fingerprint(topology),
         defaults={
             "sku_name": sku_name,
             "document": topology.to_document(),

@@ -280,6 +280,22 @@ def server_health(server: Server) -> str:
     return "ok"
 
 
+def summary_health(row: dict[str, Any]) -> tuple[str, int]:
+    """`server_health` and `findings_count` of a fleet.selectors.SUMMARY_COLUMNS row."""
+    evaluated = row["health__id"] is not None
+    if row["latest_snapshot_id"] is None:
+        health = "unknown"
+    elif evaluated and row["health__critical_count"]:
+        health = "critical"
+    elif (evaluated and row["health__warning_count"]) or row["differs_from_sku"]:
+        health = "warning"
+    else:
+        health = "ok"
+    if not evaluated:
+        return health, int(row["differs_from_sku"])
+    return health, int(row["health__critical_count"] + row["health__warning_count"])
+
+
 def server_findings(server: Server) -> list[dict[str, Any]]:
     """What is worth a look on this server, as findings of core.health's shape: the health
     checks' findings once they ran, and until then what ingest already knows (a wiring that

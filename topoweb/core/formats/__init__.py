@@ -16,21 +16,46 @@ FORMATS = ("topology", "nccl-tests", "p2p-bandwidth-latency", "nccl-topology-xml
 # What each format parses into: the XML is a topology source beside `topo -m`.
 TOPOLOGY_FORMATS = ("topology", "nccl-topology-xml")
 
-_P2P_MARKERS = re.compile(
-    r"P2P Connectivity Matrix|P2P=(Enabled|Disabled)|p2pBandwidthLatencyTest|Peer-to-Peer \(P2P\)"
-    r"|^Device=\d+ CAN(NOT)? Access Peer Device=\d+|^Device: \d+, .*, pciBusID: ",
-    re.M,
+# Each marker: a literal it cannot match without, and the pattern (None: the literal itself).
+# Checking the literal first keeps detection to a few substring scans on text of another
+# format; one alternation of all patterns costs a regex attempt at every character.
+_Marker = tuple[str, "re.Pattern[str] | None"]
+_P2P_MARKERS: tuple[_Marker, ...] = (
+    ("P2P Connectivity Matrix", None),
+    ("P2P=", re.compile(r"P2P=(Enabled|Disabled)")),
+    ("p2pBandwidthLatencyTest", None),
+    ("Peer-to-Peer (P2P)", None),
+    ("Device=", re.compile(r"^Device=\d+ CAN(NOT)? Access Peer Device=\d+", re.M)),
+    ("Device: ", re.compile(r"^Device: \d+, .*, pciBusID: ", re.M)),
 )
-_NCCL_MARKERS = re.compile(
-    r"#\s*nThread\s+\d|#\s*out-of-place|#\s*Avg bus bandwidth|_perf\b|#\s*Using devices"
-    r"|#\s*size\s+count\s+type\s|#\s*Rank\s+\d+\s+(Group\s+\d+\s+)?Pid\s+\d|nccl-tests version"
-    r"|\bTest (CUDA |NCCL )?failure\b"
+_NCCL_MARKERS: tuple[_Marker, ...] = (
+    (
+        "#",
+        re.compile(
+            r"#\s*(?:nThread\s+\d|out-of-place|Avg bus bandwidth|Using devices"
+            r"|size\s+count\s+type\s|Rank\s+\d+\s+(Group\s+\d+\s+)?Pid\s+\d)"
+        ),
+    ),
+    ("_perf", re.compile(r"_perf\b")),
+    ("nccl-tests version", None),
+    ("failure", re.compile(r"\bTest (CUDA |NCCL )?failure\b")),
 )
-_NVBANDWIDTH_MARKERS = re.compile(
-    r"^nvbandwidth Version:|^SUM \w+_(ce|sm) [\d.]+|^Running \w+_(memcpy|latency)_\w*(ce|sm)\.$"
-    r'|"nvbandwidth"\s*:\s*\{|^memcpy (CE|SM) (CPU|GPU)\(row\)',
-    re.M,
+_NVBANDWIDTH_MARKERS: tuple[_Marker, ...] = (
+    ("nvbandwidth Version:", re.compile(r"^nvbandwidth Version:", re.M)),
+    ("SUM ", re.compile(r"^SUM \w+_(ce|sm) [\d.]+", re.M)),
+    ("Running ", re.compile(r"^Running \w+_(memcpy|latency)_\w*(ce|sm)\.$", re.M)),
+    ('"nvbandwidth"', re.compile(r'"nvbandwidth"\s*:\s*\{')),
+    ("memcpy ", re.compile(r"^memcpy (CE|SM) (CPU|GPU)\(row\)", re.M)),
 )
+
+
+def _has_marker(text: str, markers: tuple[_Marker, ...]) -> bool:
+    return any(
+        literal in text and (pattern is None or pattern.search(text) is not None)
+        for literal, pattern in markers
+    )
+
+
 _XML_START = re.compile(r"^\s*<(\?xml|system)\b")
 _TOPO_MARKERS = re.compile(r"GPU0\s*(GPU1|mlx|NIC|CPU|X\b)|\bGPU0\s+X\b|Legend:\s*$", re.M)
 
@@ -44,11 +69,11 @@ def detect_format(text: str) -> str:
         raise ParseError("the input is binary, not text", line=line)
     if _XML_START.match(text[:4096]):
         return "nccl-topology-xml"
-    if _NVBANDWIDTH_MARKERS.search(text):
+    if _has_marker(text, _NVBANDWIDTH_MARKERS):
         return "nvbandwidth"
-    if _P2P_MARKERS.search(text):
+    if _has_marker(text, _P2P_MARKERS):
         return "p2p-bandwidth-latency"
-    if _NCCL_MARKERS.search(text):
+    if _has_marker(text, _NCCL_MARKERS):
         return "nccl-tests"
     if _TOPO_MARKERS.search(text):
         return "topology"

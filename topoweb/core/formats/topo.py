@@ -27,6 +27,7 @@ How a real output is read, and why:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from dataclasses import dataclass, replace
@@ -523,6 +524,10 @@ def _read_nic_legend(lines: list[str], start: int) -> dict[str, str]:
     return names
 
 
+# Links are immutable and a fleet repeats the same few matrices: one object per distinct link.
+_link = functools.lru_cache(maxsize=1 << 16)(Link)
+
+
 def _build(
     rows: list[_Row],
     columns: tuple[_Column, ...],
@@ -550,7 +555,7 @@ def _build(
             nics.append((position, device))
     ordered = gpus + nics
     links = [
-        Link(a.id, b.id, rows[pa].cells[pb])
+        _link(a.id, b.id, rows[pa].cells[pb])
         for n, (pa, a) in enumerate(ordered)
         for (pb, b) in ordered[n + 1 :]
     ]

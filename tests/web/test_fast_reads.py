@@ -1,0 +1,201 @@
+"""The hot paths take shortcuts (rows instead of models, stored JSON served as stored, answers
+computed once per model, compiled token lookups, orjson, duplicate reports found before any
+parsing): each answers exactly what the plain path would, and sees every change that should
+change the answer."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from django.utils.translation import gettext_lazy
+from rest_framework.renderers import JSONRenderer as DrfJSONRenderer
+from rest_framework.test import APIClient
+
+from tests.web.conftest import fixture_text
+from topoweb.analysis import selectors as analysis_selectors
+from topoweb.api.fleet import ServerSummarySerializer
+from topoweb.config.renderers import JSONRenderer, RawJSON
+from topoweb.fleet import selectors
+from topoweb.fleet.models import ApiToken, Server, Snapshot, Source
+from topoweb.fleet.services import BenchmarkInput, create_api_token, ingest_report
+from topoweb.health.services import evaluate_server
+
+pytestmark = pytest.mark.django_db
+
+H200 = "topo_01_h200-8gpu-12nic-numaid.txt"
+V100 = "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt"
+V100_OTHER_MESH = "topo_31_v100-8gpu-alt-mesh-2mlx5-slurm-noise-lines.txt"
+RTX6000 = "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt"
+RTX6000_P2P = "p2p_05_rtx6000ada-4gpu-p2pwrites-gpu-cpu-latency.txt"
+
+
+def add(hostname: str, topo: str, sku: str = "", **extra: Any) -> Any:
+    return ingest_report(
+        hostname=hostname,
+        topo_text=fixture_text(topo),
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+        host={"product_name": sku} if sku else None,
+        **extra,
+    )
+
+
+@pytest.fixture
+def fleet() -> None:
+    add("h200-01", H200, "HGX H200")
+    add("v100-01", V100, "DGX-1V")
+    add("v100-02", V100, "DGX-1V")
+    add("v100-03", V100_OTHER_MESH, "DGX-1V")  # differs from its SKU
+    add("rtx-01", RTX6000, "ESC8000A")
+    evaluate_server(Server.objects.get(hostname="h200-01").pk)  # health checks ran on one
+    Server.objects.create(hostname="empty-01", labels={"rack": "r9"})  # no report yet
+
+
+def test_the_server_list_rows_read_exactly_as_the_summary_serializer_writes_them(
+    reader: APIClient, fleet: None
+) -> None:
+    Server.objects.filter(hostname="h200-01").update(labels={"rack": "r1", "sku": "HGX H200"})
+    response = reader.get("/api/v1/servers/", {"ordering": "-gpu_count"})
+
+    plain = ServerSummarySerializer(
+        selectors.server_list(selectors.ServerFilters(ordering="-gpu_count")), many=True
+    ).data
+    assert response.json()["results"] == json.loads(DrfJSONRenderer().render(plain))
+    assert response.json()["count"] == 6
+    assert {r["health"] for r in response.json()["results"]} >= {"unknown", "warning"}
+
+
+def test_a_page_past_the_end_still_answers_404_and_an_empty_filter_an_empty_page(
+    reader: APIClient, fleet: None
+) -> None:
+    assert reader.get("/api/v1/servers/", {"page": 9}).status_code == 404
+    empty = reader.get("/api/v1/servers/", {"sku": "no such sku"}).json()
+    assert (empty["count"], empty["results"]) == (0, [])
+
+
+def test_the_server_list_costs_the_token_lookup_and_one_query_for_the_page(
+    reader: APIClient, fleet: None, django_assert_max_num_queries: Any
+) -> None:
+    reader.get("/api/v1/servers/")  # the token's last use is written once a minute
+    with django_assert_max_num_queries(2):
+        assert reader.get("/api/v1/servers/", {"gpu_count": 8}).status_code == 200
+
+
+def test_the_server_detail_serves_the_stored_documents_unchanged(
+    reader: APIClient, fleet: None, django_assert_max_num_queries: Any
+) -> None:
+    snapshot = Snapshot.objects.get(server__hostname="h200-01")
+    with django_assert_max_num_queries(5):
+        body = reader.get("/api/v1/servers/h200-01/").json()
+
+    assert body["snapshot"]["document"] == snapshot.document
+    assert body["snapshot"]["hostname"] == "h200-01"
+    assert body["snapshot"]["fingerprint"] == snapshot.topology_class.fingerprint
+    assert (body["snapshot"]["nvml"], body["snapshot"]["host"]) == (None, snapshot.host)
+    assert (body["snapshot_count"], body["benchmark_count"]) == (1, 0)
+
+
+def test_a_repeated_placement_question_is_answered_from_the_answer_computed_once(
+    reader: APIClient, fleet: None, django_assert_max_num_queries: Any
+) -> None:
+    question = {"tp": 4, "pp": 2, "dp": 1}
+    first = reader.post("/api/v1/servers/h200-01/placement/", question, format="json")
+    with django_assert_max_num_queries(2):  # the token and the server
+        again = reader.post("/api/v1/servers/h200-01/placement/", question, format="json")
+    assert first.status_code == again.status_code == 200
+    assert again.json() == first.json()
+
+
+def test_a_new_benchmark_changes_the_model_the_answers_are_keyed_on(fleet: None) -> None:
+    before = analysis_selectors.server_for_questions("rtx-01")
+    add(
+        "rtx-01",
+        RTX6000,
+        "ESC8000A",
+        benchmarks=[BenchmarkInput("p2p-bandwidth-latency", fixture_text(RTX6000_P2P))],
+    )
+    after = analysis_selectors.server_for_questions("rtx-01")
+
+    assert analysis_selectors.model_key(after) != analysis_selectors.model_key(before)
+    assert analysis_selectors.server_cost_model(after) is not (
+        analysis_selectors.server_cost_model(before)
+    )
+
+
+def test_a_server_without_benchmarks_is_keyed_on_its_classs(fleet: None) -> None:
+    add("v100-04", V100, "DGX-1V")
+    add(
+        "v100-01",
+        V100,
+        "DGX-1V",
+        benchmarks=[BenchmarkInput("p2p-bandwidth-latency", fixture_text(RTX6000_P2P))],
+    )
+    keyed = analysis_selectors.server_for_questions("v100-04").calibration  # type: ignore[attr-defined]
+    own = analysis_selectors.server_for_questions("v100-01").calibration  # type: ignore[attr-defined]
+    assert keyed == own != ""
+    assert analysis_selectors.server_for_questions("h200-01").calibration == ""  # type: ignore[attr-defined]
+
+
+def test_a_revoked_token_or_a_deactivated_user_is_refused_at_once(fleet: None) -> None:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_api_token('sched')}")
+    assert client.get("/api/v1/servers/").status_code == 200
+
+    get_user_model().objects.filter(username="sched").update(is_active=False)
+    assert client.get("/api/v1/servers/").status_code == 401
+    get_user_model().objects.filter(username="sched").update(is_active=True)
+    ApiToken.objects.update(revoked_at=timezone.now())
+    assert client.get("/api/v1/servers/").status_code == 401
+
+
+def test_the_renderer_writes_what_drfs_writes() -> None:
+    data = {
+        "when": datetime.datetime(2026, 11, 29, 10, 0, tzinfo=datetime.UTC),
+        "day": datetime.date(2026, 11, 29),
+        "price": decimal.Decimal("1.5"),
+        "lazy": gettext_lazy("text"),
+        7: ("a", "b"),
+        "separators": "\u2028 and \u2029",
+        "nested": [{"x": 1.25, "y": None, "z": True}],
+    }
+    assert JSONRenderer().render(data) == DrfJSONRenderer().render(data)
+
+
+def test_the_renderer_falls_back_to_drfs_for_what_orjson_refuses_and_keeps_raw_json() -> None:
+    data = {"big": 2**70, "stored": RawJSON('{"a": [1, 2]}')}
+    assert json.loads(JSONRenderer().render(data)) == {"big": 2**70, "stored": {"a": [1, 2]}}
+    assert JSONRenderer().render({"stored": RawJSON('{"a": 1}')}) == b'{"stored":{"a": 1}}'
+
+
+def test_a_duplicate_report_is_recognised_before_any_parsing(
+    collector_client: Any, monkeypatch: pytest.MonkeyPatch, django_assert_max_num_queries: Any
+) -> None:
+    from tests.web.conftest import report
+    from topoweb.fleet import services
+
+    client = collector_client("h200-01")
+    body = report("h200-01", nvml={"gpus": []})
+    first = client.post("/api/v1/reports/", body, format="json")
+    seen = Server.objects.get(hostname="h200-01").last_seen_at
+
+    def no_parsing(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a duplicate must not be parsed")
+
+    monkeypatch.setattr(services, "parse_text", no_parsing)
+    with django_assert_max_num_queries(3):  # the token, the stored snapshot, last seen
+        again = client.post("/api/v1/reports/", body, format="json")
+
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["id"] == first.json()["id"]
+    assert again.json()["created"] is False
+    assert again.json()["warnings"] == first.json()["warnings"]
+    assert Server.objects.get(hostname="h200-01").last_seen_at > seen
+    changed = report("h200-01", nvml={"gpus": [{"name": "NVIDIA H200"}]})
+    with pytest.raises(AssertionError, match="must not be parsed"):
+        client.post("/api/v1/reports/", changed, format="json")  # new content is parsed

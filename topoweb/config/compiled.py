@@ -1,0 +1,69 @@
+"""Querysets compiled to SQL once per process and connection, then run with a new lookup value:
+for the few reads every scheduler question makes (its token, its server), where building and
+compiling the ORM query costs more CPU than the database spends answering it.
+
+The queryset is built once with a marker in place of the lookup value; the compiled SQL keeps
+the value as a bound parameter, so a request only swaps that parameter and runs the SQL. Rows
+come back as values_list() would give them (the same converters applied)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import QuerySet
+from django.db.models.sql.compiler import SQLCompiler
+
+
+def _marker(n: int) -> str:
+    return f"\x1ftopoweb-compiled-lookup-{n}\x1f"
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    sql: str
+    params: tuple[Any, ...]
+    slots: tuple[int, ...]
+    compiler: SQLCompiler
+    converters: dict[int, Any]
+
+
+class CompiledQuery:
+    """`build(*values)` gives a values_list() queryset filtering on `values` (strings, each
+    used once in the query); `rows(*values)` runs it for other values without rebuilding it."""
+
+    def __init__(self, build: Callable[..., QuerySet[Any, Any]], arity: int = 1) -> None:
+        self._build = build
+        self._arity = arity
+        self._compiled: dict[int, _Compiled] = {}
+
+    def _compile(self) -> _Compiled:
+        markers = [_marker(n) for n in range(self._arity)]
+        compiler = self._build(*markers).query.get_compiler(using=DEFAULT_DB_ALIAS)
+        sql, params = compiler.as_sql()
+        slots = []
+        for marker in markers:
+            found = [i for i, p in enumerate(params) if p == marker]
+            if len(found) != 1:
+                raise ValueError(f"each lookup value must be one parameter of the query: {sql}")
+            slots.append(found[0])
+        fields = [s[0] for s in compiler.select[0 : compiler.col_count]]
+        converters = compiler.get_converters(fields)
+        return _Compiled(sql, tuple(params), tuple(slots), compiler, converters)
+
+    def rows(self, *values: str) -> list[tuple[Any, ...]]:
+        connection = connections[DEFAULT_DB_ALIAS]
+        compiled = self._compiled.get(id(connection))
+        if compiled is None:
+            compiled = self._compiled[id(connection)] = self._compile()
+        params = list(compiled.params)
+        for slot, value in zip(compiled.slots, values, strict=True):
+            params[slot] = value
+        with connection.cursor() as cursor:
+            cursor.execute(compiled.sql, params)
+            rows: list[tuple[Any, ...]] = list(cursor.fetchall())
+        if compiled.converters:
+            rows = [tuple(r) for r in compiled.compiler.apply_converters(rows, compiled.converters)]
+        return rows
