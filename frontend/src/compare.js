@@ -11,8 +11,6 @@ const form = $("compare-form");
 const query = new URLSearchParams(window.location.search);
 const MiB = 1 << 20;
 const BUSBW_SIZES = [MiB, 64 * MiB, 1024 * MiB];
-// Rendered label height the graphs keep at the shared zoom, in screen pixels.
-const MIN_LABEL_PX = { node: 9, edge: 8, parent: 10 };
 
 const analysed = (server) => server?.analysis?.status === "done" && server.analysis.result;
 
@@ -153,85 +151,10 @@ function renderTable(a, b) {
   $("compare-status").textContent = `${differences} difference${differences === 1 ? "" : "s"}`;
 }
 
-// fcose may lay NUMA boxes over one another; lay the top-level boxes out on a grid instead,
-// keeping each box's inside as it was, and put what hangs between them (the NVSwitch fabric)
-// in the middle.
-function separateBoxes(cy) {
-  const boxes = cy.nodes(":parent").filter((n) => n.parent().empty());
-  if (boxes.length < 2) return;
-  const free = cy.nodes().filter((n) => n.parent().empty() && !n.isParent());
-  const freeWidth = free.reduce((w, n) => w + n.boundingBox().w + 20, 0);
-  const gap = Math.max(60, Math.min(freeWidth, 220) + 40);
-  const cols = Math.ceil(Math.sqrt(boxes.length));
-  const rows = Math.ceil(boxes.length / cols);
-  const cellW = Math.max(...boxes.map((n) => n.boundingBox().w)) + gap;
-  const cellH = Math.max(...boxes.map((n) => n.boundingBox().h)) + gap;
-  boxes.forEach((box, i) => {
-    const bb = box.boundingBox();
-    const cx = (i % cols) * cellW;
-    const cy0 = Math.floor(i / cols) * cellH;
-    box.descendants().filter((d) => !d.isParent()).shift({ x: cx - (bb.x1 + bb.w / 2), y: cy0 - (bb.y1 + bb.h / 2) });
-  });
-  const centre = { x: ((cols - 1) * cellW) / 2, y: ((rows - 1) * cellH) / 2 };
-  const width = free.reduce((w, n) => w + n.boundingBox().w + 20, -20);
-  let x = centre.x - width / 2;
-  free.forEach((n) => {
-    const w = n.boundingBox().w;
-    n.position({ x: x + w / 2, y: centre.y });
-    x += w + 20;
-  });
-}
-
-// The server page's layout spreads a graph over a large panel; two graphs side by side at one
-// scale need them tight, so a second pass from the first one's positions pulls them in.
-function compact(cy) {
-  if (!window.cytoscapeFcose) return Promise.resolve();
-  const layout = cy.layout({
-    name: "fcose",
-    quality: "proof",
-    randomize: false,
-    animate: false,
-    fit: false,
-    nodeDimensionsIncludeLabels: true,
-    nodeRepulsion: () => 3500,
-    idealEdgeLength: (edge) => (edge.data("nvlinks") > 0 ? 85 : 36),
-    edgeElasticity: () => 0.45,
-    nestingFactor: 0.1,
-    gravity: 0.9,
-    gravityCompound: 1.6,
-    gravityRangeCompound: 1.2,
-    nodeSeparation: 24,
-    numIter: 2500,
-    tile: true,
-    packComponents: true,
-  });
-  const done = new Promise((resolve) => layout.one("layoutstop", resolve));
-  layout.run();
-  return done;
-}
-
-// Labels keep a readable on-screen size at the shared zoom instead of vanishing.
-function readableLabels(cy, zoom) {
-  const px = (min, base) => Math.max(base, min / zoom);
-  cy.style()
-    .selector("node").style({ "font-size": px(MIN_LABEL_PX.node, 11), "min-zoomed-font-size": 0 })
-    .selector("node[kind = \"nic\"]").style({ "font-size": px(MIN_LABEL_PX.node - 1, 10) })
-    .selector("node[kind = \"switch\"], node[kind = \"switch_tree\"], node[kind = \"host_bridge\"], node[kind = \"nvswitch\"], node[kind = \"nvlink_fabric\"]")
-    .style({ "text-wrap": "wrap", "text-max-width": 70 })
-    // A box's title wraps within the box rather than running over its neighbour's.
-    .selector(":parent").style({ "font-size": px(MIN_LABEL_PX.parent, 12), "text-wrap": "wrap", "text-max-width": (n) => `${Math.max(80, n.width())}px` })
-    .selector("edge").style({ "font-size": px(MIN_LABEL_PX.edge, 9), "min-zoomed-font-size": 0 })
-    .update();
-}
-
 async function drawSide(x, container, title) {
   $(title).textContent = x.kind === "SKU" ? `SKU ${x.name} — e.g. ${x.host ?? "no server"}` : `Server ${x.name}`;
   if (!x.elements) { clear(container).append(el("p", { class: "muted", text: "No topology to draw." })); return null; }
-  const cy = await drawGraph(container, x.elements);
-  await compact(cy);
-  separateBoxes(cy);
-  cy.fit(undefined, 16);
-  return cy;
+  return drawGraph(container, x.graph);
 }
 
 function curve(x) {
@@ -293,7 +216,8 @@ async function main() {
     sides = await Promise.all(names.map((n) => resolve(n, skus)));
     await Promise.all(sides.map(async (x) => {
       if (!x.host) return;
-      x.elements = (await getJSON(`${hostPath(x.host)}/graph/`)).elements;
+      x.graph = await getJSON(`${hostPath(x.host)}/graph/`);
+      x.elements = x.graph.elements;
       x.nvlinks = nvlinksPerGpu(x.elements);
     }));
   } catch (err) { showError($("compare-status"), err); return; }
@@ -308,17 +232,14 @@ async function main() {
   renderTable(a, b);
 
   const [cyA, cyB] = await Promise.all([drawSide(a, $("graph-a"), "title-a"), drawSide(b, $("graph-b"), "title-b")]);
-  // The same scale on both sides: the smaller zoom of the two fitted graphs.
+  // Each graph fills its own panel; the scale note says so only when the two differ a lot.
   const drawn = [cyA, cyB].filter(Boolean);
-  const zoom = Math.min(...drawn.map((cy) => cy.zoom()));
   const tooltip = document.body.appendChild(el("div", { class: "tooltip", hidden: true }));
-  for (const cy of drawn) {
-    cy.zoom(zoom);
-    cy.center();
-    readableLabels(cy, zoom);
-    attachTooltips(cy, tooltip);
-  }
-  $("scale-note").textContent = drawn.length === 2 ? `Both graphs at the same scale (${Math.round(zoom * 100)}%).` : "";
+  for (const cy of drawn) attachTooltips(cy, tooltip);
+  const zooms = drawn.map((cy) => cy.zoom());
+  $("scale-note").textContent = drawn.length === 2 && Math.max(...zooms) > 1.5 * Math.min(...zooms)
+    ? `Each graph is fitted to its panel: A at ${Math.round(zooms[0] * 100)} %, B at ${Math.round(zooms[1] * 100)} % of its size.`
+    : "";
   window.topowebCompare = { a: cyA, b: cyB };
 
   const series = [];

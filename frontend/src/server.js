@@ -99,9 +99,8 @@ async function loadGraph() {
   const status = $("graph-status");
   status.textContent = "Laying out…";
   const data = await getJSON(`${base}/graph/`);
-  const elements = Array.isArray(data) ? data : data.elements || [...(data.nodes || []), ...(data.edges || [])];
   const t0 = performance.now();
-  cy = await drawGraph($("graph"), elements);
+  cy = await drawGraph($("graph"), data);
   window.topowebCy = cy; // the e2e tests and bench/ui.py read the drawn graph here
   attachTooltips(cy, $("tooltip"));
   cy.on("tap", "node", (evt) => {
