@@ -100,11 +100,11 @@ def test_numa_boxes_sit_side_by_side_in_numa_order_under_distinct_titles(name: s
 def test_the_dgx_a100_boxes_follow_the_numa_numbers_not_the_matrix_order() -> None:
     drawn = nodes(graph_document(topology(DGX_A100)), "expanded")
     cpus = sorted((d for d in drawn.values() if d["kind"] == "cpu"), key=lambda d: d["x"])
-    assert [c["label"].split("\n")[0] for c in cpus[:4]] == [
-        "CPU · NUMA node 1",
-        "CPU · NUMA node 3",
-        "CPU · NUMA node 5",
-        "CPU · NUMA node 7",
+    assert [c["label"].split("\n")[1] for c in cpus[:4]] == [
+        "NUMA node 1",
+        "NUMA node 3",
+        "NUMA node 5",
+        "NUMA node 7",
     ]
 
 
@@ -112,9 +112,9 @@ def test_a_numa_node_the_matrix_splits_gets_two_distinct_titles() -> None:
     drawn = nodes(graph_document(topology(A100_SPLIT)), "expanded")
     titles = sorted(d["label"] for d in drawn.values() if d["kind"] == "cpu")
     assert titles == [
-        "CPU · NUMA node 0 (part 1 of 2)",
-        "CPU · NUMA node 0 (part 2 of 2)",
-        "CPU · NUMA node 1",
+        "CPU\nNUMA node 0 (part 1 of 2)",
+        "CPU\nNUMA node 0 (part 2 of 2)",
+        "CPU\nNUMA node 1",
     ]
 
 
@@ -203,7 +203,8 @@ def test_the_svg_export_draws_the_same_nodes_at_the_same_places() -> None:
     assert svg.count('class="node gpu"') == 8
     assert svg.count('class="edge"') == sum(1 for e in doc["elements"] if e["group"] == "edges")
     gpu0 = next(e for e in doc["elements"] if e["data"]["id"] == "GPU0")
-    assert f'x="{gpu0["position"]["x"] - 38:g}"' in svg
+    left = gpu0["position"]["x"] - gpu0["data"]["width"] / 2
+    assert f'<rect x="{left:g}"' in svg
     assert graph_svg(doc, title="dgx1") == svg
 
 

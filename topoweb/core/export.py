@@ -3,6 +3,8 @@ a device x device class matrix for the heatmap."""
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 from typing import Any
 
@@ -130,8 +132,9 @@ def graph_document(
 
     for n in numas:
         node({"id": n, "label": box_label[n], "kind": "numa"})
-        title = box_label[n].replace(" (inferred from the matrix)", "\n(inferred from the matrix)")
-        labels[cpu_id(n)] = ("cpu", f"CPU · {title}")
+        # The box's full title stays in its data; on the CPU node the inference is one word.
+        title = box_label[n].replace(" (inferred from the matrix)", "\n(inferred)")
+        labels[cpu_id(n)] = ("cpu", f"CPU\n{title}")
         node({"id": cpu_id(n), "label": labels[cpu_id(n)][1], "kind": "cpu", "parent": n})
     for pn in h.nodes:
         if pn.kind != "numa":
@@ -415,3 +418,126 @@ def matrix_view(topo: Topology) -> dict[str, Any]:
     """Device ids and the class of every ordered pair ("X" on the diagonal), for a heatmap."""
     ids = [d.id for d in topo.devices]
     return {"devices": ids, "classes": [[topo.link_class(a, b) for b in ids] for a in ids]}
+
+
+_P2P_KEYS = {
+    "uni": ("unidirectional_p2p_enabled_gbps", "unidirectional_gbps"),
+    "bi": ("bidirectional_p2p_enabled_gbps", "bidirectional_gbps"),
+}
+GOOD_RATIO, FAIR_RATIO = 0.8, 0.5  # measured / expected: at least good, at least fair, else poor
+
+
+def matrix_document(
+    topo: Topology, p2p: dict[str, Any] | None = None, prediction: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Everything the matrix view shows, per ordered device pair: the link class, and per
+    direction ("uni", "bi") that a p2pBandwidthLatencyTest document measured, the measured
+    GB/s, the cost model's expectation, their ratio and its grade (good >= 80 %, fair >= 50 %,
+    else poor). Cells that are not a GPU pair are None."""
+    ids = [d.id for d in topo.devices]
+    labels = [_nic_label(topo, i) for i in ids]
+    index = {d.id: d.index for d in topo.gpus}
+    out: dict[str, Any] = {
+        "devices": ids,
+        "labels": labels,
+        "classes": [[topo.link_class(a, b) for b in ids] for a in ids],
+        "directions": {},
+    }
+    matrices = (p2p or {}).get("matrices") or {}
+    for direction, (measured_key, predicted_key) in _P2P_KEYS.items():
+        measured = matrices.get(measured_key)
+        if not measured:
+            continue
+        expected = (prediction or {}).get(predicted_key)
+
+        def cell(grid: Any, a: str, b: str) -> float | None:
+            i, j = index.get(a), index.get(b)
+            if grid is None or i is None or j is None or a == b:
+                return None
+            if i >= len(grid) or j >= len(grid[i]) or grid[i][j] is None:
+                return None
+            return float(grid[i][j])
+
+        got = [[cell(measured, a, b) for b in ids] for a in ids]
+        want = [[cell(expected, a, b) for b in ids] for a in ids]
+        ratio = [
+            [round(g / w, 3) if g is not None and w else None for g, w in zip(gr, wr, strict=True)]
+            for gr, wr in zip(got, want, strict=True)
+        ]
+        grade = [
+            [
+                None
+                if r is None
+                else "good"
+                if r >= GOOD_RATIO
+                else "fair"
+                if r >= FAIR_RATIO
+                else "poor"
+                for r in row
+            ]
+            for row in ratio
+        ]
+        values = [v for row in got for v in row if v is not None]
+        out["directions"][direction] = {
+            "measured_gbps": got,
+            "expected_gbps": want if expected else None,
+            "ratio": ratio if expected else None,
+            "grade": grade if expected else None,
+            "max_measured_gbps": max(values) if values else None,
+        }
+    return out
+
+
+def matrix_csv(doc: dict[str, Any], mode: str = "class", direction: str = "uni") -> str:
+    """One matrix of a matrix_document as CSV: link classes, or measured GB/s or the
+    measured/expected ratio of one direction (empty where not measured)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    labels = doc["labels"]
+    writer.writerow(["", *labels])
+    grid: list[list[Any]] = doc["classes"]
+    if mode != "class":
+        found = doc["directions"].get(direction)
+        key = "measured_gbps" if mode == "measured" else "ratio"
+        grid = (found or {}).get(key) or [[None] * len(labels) for _ in labels]
+    for label, row in zip(labels, grid, strict=True):
+        writer.writerow([label, *("" if v is None else v for v in row)])
+    return buf.getvalue()
+
+
+def device_details(topo: Topology, affinity: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """What the selection panel shows for each device: rows of (name, value), and for a GPU
+    its affinity warning and binding hint. The nearest NICs come from the affinity advice."""
+    gpus = {g["gpu"]: (i, g) for i, g in enumerate((affinity or {}).get("gpus") or [])}
+    hints = (affinity or {}).get("binding_hints") or []
+    out: dict[str, dict[str, Any]] = {}
+    for d in topo.devices:
+        rows: list[list[str]] = [["Device", _nic_label(topo, d.id)], ["Kind", d.kind]]
+        found = gpus.get(d.index) if d.kind == "gpu" else None
+        aff = found[1] if found else None
+        rows.append(["NUMA node", str((aff or {}).get("numa_node") or d.numa_affinity or "–")])
+        rows.append(["CPU list", str((aff or {}).get("cpu_list") or d.cpu_affinity or "–")])
+        if d.gpu_numa_id:
+            rows.append(["GPU NUMA ID", d.gpu_numa_id])
+        entry: dict[str, Any] = {"rows": rows, "warning": None, "hint": None}
+        if d.kind == "gpu":
+            if aff is not None:
+                nics = aff.get("nearest_nics") or []
+                nearest = ", ".join(f"{n} ({aff.get('nic_class')})" for n in nics) or "none"
+            else:
+                nearest = "–"
+            rows.append(["Nearest NIC", nearest])
+            by_class: dict[str, int] = {}
+            for other in topo.gpus:
+                if other.id != d.id:
+                    cls = topo.link_class(d.id, other.id)
+                    by_class[cls] = by_class.get(cls, 0) + 1
+            peers = sorted(by_class.items(), key=lambda kv: link_class_rank(kv[0]))
+            rows.append(["GPU peers", " · ".join(f"{c}: {n}" for c, n in peers) or "–"])
+            if aff is not None:
+                entry["warning"] = aff.get("warning")
+                i = found[0] if found else -1
+                if 0 <= i < len(hints):
+                    entry["hint"] = re.sub(r"^GPU\d+:\s*", "", hints[i])
+        out[d.id] = entry
+    return out

@@ -21,7 +21,7 @@ GAP = 18.0  # between neighbouring boxes in a row
 VGAP = 16.0  # between the rows of a column
 INDENT = 16.0  # a child's left edge right of its parent's trunk
 COLUMN_GAP = 26.0  # between the columns of a NUMA box
-BOX_GAP = 90.0  # between NUMA boxes
+BOX_GAP = 50.0  # between NUMA boxes
 MAX_COLUMNS = 3  # columns in one row of a NUMA box; more wrap
 TRUNK_GUTTER = 18.0  # room for the trunk to wrapped rows, on the box's left  # between NUMA boxes
 BLOCK_GAP = 64.0  # between the two rows of a quad
@@ -30,7 +30,7 @@ COLLAPSE_FROM = 16  # NICs in the server from which groups start collapsed
 NIC_GRID_COLUMNS = 3
 MARGIN = 8.0  # clearance an edge keeps from an unrelated node
 
-FONT = {"gpu": 16.0, "nic": 13.0, "cpu": 13.0, "pcie": 12.0, "nvswitch": 15.0, "group": 13.0}
+FONT = {"gpu": 17.0, "nic": 13.0, "cpu": 13.0, "pcie": 12.0, "nvswitch": 15.0, "group": 13.0}
 HEIGHT = {"gpu": 38.0, "nic": 30.0, "cpu": 30.0, "pcie": 26.0, "nvswitch": 50.0, "group": 44.0}
 
 
@@ -41,7 +41,7 @@ def text_width(label: str, font: float) -> float:
 
 def node_size(kind: str, label: str) -> tuple[float, float]:
     key = kind if kind in FONT else "pcie"
-    minimum = {"gpu": 76.0, "nic": 64.0, "cpu": 70.0, "nvswitch": 160.0, "group": 90.0}
+    minimum = {"gpu": 64.0, "nic": 64.0, "cpu": 70.0, "nvswitch": 160.0, "group": 90.0}
     w = max(minimum.get(key, 60.0), text_width(label, FONT[key]) + 20.0)
     h = max(HEIGHT[key], (label.count("\n") + 1) * FONT[key] * 1.3 + 12.0)
     return round(w, 1), round(h, 1)

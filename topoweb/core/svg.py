@@ -26,7 +26,7 @@ NODE_STYLE: dict[str, tuple[str, str, str]] = {  # fill, stroke, text
     "cpu": ("#fdf1dd", "#e08a00", "#1d2430"),
     "interconnect": ("#fdf1dd", "#e08a00", "#1d2430"),
 }
-FONT = {"gpu": 16, "nvswitch": 15, "cpu": 13, "interconnect": 13, "nic": 13, "nic_group": 13}
+FONT = {"gpu": 17, "nvswitch": 15, "cpu": 13, "interconnect": 13, "nic": 13, "nic_group": 13}
 PAD = {"numa": 12.0, "nic_box": 4.0}
 
 
