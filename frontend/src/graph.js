@@ -110,7 +110,8 @@ function stylesheet() {
     { selector: "node[group_colour]", style: { "font-size": 14, "background-color": "data(group_colour)", "border-color": "#1d2430", "border-width": 3, label: "data(group_label)", color: "#fff", "text-outline-color": "#1d2430", "text-outline-width": 1.5 } },
     { selector: ".faded", style: { opacity: 0.15 } },
     { selector: "node.path", style: { "border-width": 2.5, "border-color": "#3d4555" } },
-    { selector: "node.peer", style: { label: "data(peer_label)" } },
+    // A peer names its class under its own name, in a size that stays inside its box.
+    { selector: "node.peer", style: { label: "data(peer_label)", "font-size": 12 } },
     { selector: "edge.path", style: { opacity: 1, "z-index": 10, "underlay-color": "data(path_colour)", "underlay-opacity": 0.55, "underlay-padding": 4 } },
     { selector: "node.selected-gpu", style: { "border-width": 5, "border-color": "#ffb000", "underlay-color": "#ffd400", "underlay-opacity": 0.6, "underlay-padding": 6 } },
   ];

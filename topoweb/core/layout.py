@@ -373,9 +373,14 @@ def draw(
                 if g.id not in positions:
                     continue
                 gx, gy = positions[g.id]
-                routes[f"nv:{g.id}:{node_id}"] = _drop(
+                route = _drop(
                     (gx, gy), sizes[g.id][1], top_edge, positions, sizes, (g.id, node_id), trunks
                 )
+                routes[f"nv:{g.id}:{node_id}"] = route
+                # A lane taken is an obstacle for the next GPU's drop: no two drops share one.
+                if route:
+                    lx, ly = route[-2] if len(route) > 1 else (gx, gy)
+                    trunks.append((lx, (ly + top_edge) / 2, 6.0, top_edge - ly))
     # Round so that the same input gives byte-identical output everywhere.
     positions = {i: (round(x, 1), round(y, 1)) for i, (x, y) in positions.items()}
     routes = {e: [(round(x, 1), round(y, 1)) for x, y in pts] for e, pts in routes.items()}
