@@ -67,7 +67,7 @@ def signed_in(client: Client, django_user_model) -> Client:  # type: ignore[no-u
 def test_the_server_page_reads_everything_it_shows_in_one_answer(
     reader: APIClient, fleet: None
 ) -> None:
-    body = reader.get("/api/v1/servers/h200-01/page").json()
+    body = reader.get("/api/v1/servers/h200-01/page/").json()
 
     assert body["server"]["hostname"] == "h200-01"
     assert body["analysis"]["status"] == "done"
@@ -88,7 +88,7 @@ def test_the_server_page_reads_everything_it_shows_in_one_answer(
 def test_the_matrix_grades_measured_against_expected_on_the_server(
     reader: APIClient, fleet: None
 ) -> None:
-    matrix = reader.get("/api/v1/servers/rtx-01/page").json()["matrix"]
+    matrix = reader.get("/api/v1/servers/rtx-01/page/").json()["matrix"]
     uni = matrix["directions"]["uni"]
     gpus = [i for i, d in enumerate(matrix["devices"]) if d.startswith("GPU")]
     a, b = gpus[0], gpus[1]
@@ -102,7 +102,7 @@ def test_the_matrix_grades_measured_against_expected_on_the_server(
 def test_compare_decides_differences_and_which_side_is_ahead(
     reader: APIClient, fleet: None
 ) -> None:
-    body = reader.get("/api/v1/compare", {"a": "HGX H200", "b": "l40s-01"}).json()
+    body = reader.get("/api/v1/compare/", {"a": "HGX H200", "b": "l40s-01"}).json()
 
     assert [s["heading"] for s in body["sides"]] == [
         "HGX H200 (SKU, via h200-01)",
@@ -118,7 +118,7 @@ def test_compare_decides_differences_and_which_side_is_ahead(
 
 
 def test_compare_without_two_names_answers_the_choices_only(reader: APIClient, fleet: None) -> None:
-    body = reader.get("/api/v1/compare", {"a": "HGX H200"}).json()
+    body = reader.get("/api/v1/compare/", {"a": "HGX H200"}).json()
     assert body["sides"] == [] and body["rows"] == []
     assert {"name": "HGX H200", "server_count": 1} in body["skus"]
 
