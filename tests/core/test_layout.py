@@ -12,6 +12,7 @@ import pytest
 
 from topoweb.core.export import graph_document
 from topoweb.core.formats import parse_text
+from topoweb.core.layout import hits
 from topoweb.core.model import Topology
 from topoweb.core.svg import graph_svg
 
@@ -212,3 +213,37 @@ def test_the_svg_of_the_36_nic_server_can_show_every_nic() -> None:
     doc = graph_document(topology(H20))
     assert graph_svg(doc).count('class="node nic"') == 0
     assert graph_svg(doc, collapsed=False).count('class="node nic"') == 36
+
+
+@pytest.mark.parametrize("name", ALL_TOPOLOGIES)
+def test_no_edge_runs_under_a_node_it_does_not_join(name: str) -> None:
+    doc = graph_document(topology(name))
+    first = "collapsed" if doc["nic_groups"]["collapsed"] else "expanded"
+    modes = ["collapsed", "expanded"] if doc["nic_groups"]["present"] else [first]
+    for mode in modes:
+        other = mode != first
+        drawn = nodes(doc, mode)
+        boxes = {i: (d["x"], d["y"], d["width"], d["height"]) for i, d in drawn.items()}
+        under = []
+        for e in doc["elements"]:
+            d = e["data"]
+            if e["group"] != "edges" or d.get("mode", mode) != mode or d.get("in_group"):
+                continue
+            if d["source"] not in drawn or d["target"] not in drawn:
+                continue  # an edge into a NIC group's box
+            ends = (d["source"], d["target"])
+            a = (drawn[ends[0]]["x"], drawn[ends[0]]["y"])
+            b = (drawn[ends[1]]["x"], drawn[ends[1]]["y"])
+            route = d.get("alt_route") if other and "alt_route" in d else d.get("route")
+            bend = d.get("alt_bend") if other and "alt_bend" in d else d.get("bend", 0.0)
+            if route:
+                points = [a, *(tuple(p) for p in route), b]
+                hit = any(
+                    hits(p, q, 0.0, boxes, ends, margin=0.5)
+                    for p, q in zip(points, points[1:], strict=False)
+                )
+            else:
+                hit = hits(a, b, bend or 0.0, boxes, ends, margin=0.5)
+            if hit:
+                under.append(d["id"])
+        assert under == [], mode

@@ -245,20 +245,23 @@ def draw(
     positions: dict[str, tuple[float, float]] = {}
     routes: dict[str, list[tuple[float, float]]] = {}
 
-    def place_block(t: _Tree, left: float, top: float, trunk: tuple[float, float]) -> None:
+    def place_block(
+        t: _Tree, left: float, top: float, trunk: tuple[float, float], hang: str
+    ) -> None:
         """A block's members from its top-left corner; a quad's GPUs are reached over a bus
-        above it, the bottom two down its middle."""
+        above it, the bottom two down its middle. A GPU whose switch is not the node the quad
+        hangs at climbs a lane just left of its switch, entering it from the side."""
         positions[t.id] = (left + t.w / 2, top + t.h / 2)
         tx, bus = trunk
+        middle = left + t.w / 2
         for member, ox, oy in t.block:
             x, y = left + ox, top + oy
             positions[member] = (x, y)
-            if t.id.startswith("quad"):
-                middle = left + t.w / 2
-                if oy < t.h / 2:
-                    routes[f"pcie:{member}"] = [(tx, bus), (x, bus)]
-                else:
-                    routes[f"pcie:{member}"] = [(tx, bus), (middle, bus), (middle, y)]
+            if not t.id.startswith("quad"):
+                continue
+            if drawn_parent(h.parent[member]) == hang:  # others: see side_entries below
+                tail = [(x, bus)] if oy < t.h / 2 else [(middle, bus), (middle, y)]
+                routes[f"pcie:{member}"] = [(tx, bus), *tail]
 
     def place_column(t: _Tree, left: float, top: float) -> tuple[float, float]:
         """A file tree: the node, then its NICs and sub-trees indented under it, then its GPUs
@@ -272,7 +275,7 @@ def draw(
                 continue
             cl = px + INDENT
             if c.block:
-                place_block(c, cl, cursor, (px, cursor - VGAP / 2))
+                place_block(c, cl, cursor, (px, cursor - VGAP / 2), t.id)
                 routes[f"pcie:{c.id}"] = [(px, cursor + c.h / 2)]
                 right, cursor = max(right, cl + c.w), cursor + c.h + VGAP
             elif c.children:
@@ -288,7 +291,7 @@ def draw(
             bus = cursor - VGAP / 2
             for g in gpus:
                 if g.block:
-                    place_block(g, x, cursor, (px, bus))
+                    place_block(g, x, cursor, (px, bus), t.id)
                     routes[f"pcie:{g.id}"] = [(px, bus), (x + g.w / 2, bus)]
                 else:
                     positions[g.id] = (x + g.w / 2, cursor + g.h / 2)
@@ -319,7 +322,7 @@ def draw(
             row_bottom = top
             for col in columns[r * per_row : (r + 1) * per_row]:
                 if col.block:
-                    place_block(col, x, top, (0.0, top - ROW / 2))
+                    place_block(col, x, top, (0.0, top - ROW / 2), c)
                     right, low = x + col.w, top + col.h
                 else:
                     right, low = place_column(col, x, top)
@@ -353,11 +356,29 @@ def draw(
                 head = [(cpu_x, ROW / 2), (trunk_x, ROW / 2), (trunk_x, bus)]
             if col.block:
                 for member, _, _ in col.block:
-                    pts = routes[f"pcie:{member}"]
-                    routes[f"pcie:{member}"] = [*head, *pts[1:]]
+                    if drawn_parent(h.parent[member]) == c:  # hung off the CPU's bus
+                        pts = routes[f"pcie:{member}"]
+                        routes[f"pcie:{member}"] = [*head, *pts[1:]]
             else:
                 routes[f"pcie:{col.id}"] = [*head, (positions[col.id][0], bus)]
         left += width + BOX_GAP
+    # A quad GPU whose switch is not the node the quad hangs at climbs a lane just left of its
+    # switch (entering it from the side), then the bus just above the quad.
+    for members in blocks.values():
+        hang_id = drawn_parent(lowest_common(members))
+        half = max(sizes[gid][1] for gid in members) / 2
+        top_y = min(positions[gid][1] for gid in members)
+        bus = top_y - half - VGAP / 2
+        middle = sum(positions[gid][0] for gid in members) / 4
+        for gid in members:
+            up = drawn_parent(h.parent[gid])
+            if up == hang_id:
+                continue
+            x, y = positions[gid]
+            sx, sy = positions[up]
+            lane = sx - sizes[up][0] / 2 - INDENT / 2
+            tail = [(x, bus)] if y == top_y else [(middle, bus), (middle, y)]
+            routes[f"pcie:{gid}"] = [(lane, sy), (lane, bus), *tail]
     for node_id, (kind, _) in labels.items():
         if kind == "interconnect":
             positions[node_id] = ((min(cpu_xs) + max(cpu_xs)) / 2, -ROW * 0.8)
@@ -450,12 +471,12 @@ def _drop(
     }
     boxes.update({f"trunk{i}": t for i, t in enumerate(trunks)})
     gx, gy = gpu
-    if not _hits((gx, gy), (gx, bar_top), 0.0, boxes, ends):
+    if not hits((gx, gy), (gx, bar_top), 0.0, boxes, ends):
         return [(gx, bar_top)]
     under = gy + gpu_h / 2 + 12.0
     for step in range(1, 120):
         for lane in (gx + 4.0 * step, gx - 4.0 * step):  # right first: the trunk is left
-            if not _hits((gx, under), (lane, under), 0.0, boxes, ends) and not _hits(
+            if not hits((gx, under), (lane, under), 0.0, boxes, ends) and not hits(
                 (lane, under), (lane, bar_top), 0.0, boxes, ends
             ):
                 return [(gx, under), (lane, under), (lane, bar_top)]
@@ -478,15 +499,16 @@ def _walk(t: _Tree) -> list[_Tree]:
     return out
 
 
-def _hits(
+def hits(
     p0: tuple[float, float],
     p2: tuple[float, float],
     bend: float,
     boxes: dict[str, tuple[float, float, float, float]],
     skip: tuple[str, str],
+    margin: float = MARGIN,
 ) -> bool:
     """Whether the quadratic curve (straight when bend is 0) runs under a node other than
-    its ends."""
+    its ends, or within `margin` of one."""
     (x0, y0), (x2, y2) = p0, p2
     length = math.hypot(x2 - x0, y2 - y0) or 1.0
     nx, ny = -(y2 - y0) / length, (x2 - x0) / length
@@ -499,7 +521,7 @@ def _hits(
         for i, (bx, by, bw, bh) in boxes.items():
             if i in skip:
                 continue
-            if abs(x - bx) < bw / 2 + MARGIN and abs(y - by) < bh / 2 + MARGIN:
+            if abs(x - bx) < bw / 2 + margin and abs(y - by) < bh / 2 + margin:
                 return True
     return False
 
@@ -514,7 +536,7 @@ def _bend(
 ) -> float:
     """0 for a straight edge that clears every other node; otherwise the smallest bend that
     does, away from the GPUs' centre first; the straight line when none does."""
-    if not _hits(a, b, 0.0, boxes, (ida, idb)):
+    if not hits(a, b, 0.0, boxes, (ida, idb)):
         return 0.0
     (x0, y0), (x2, y2) = a, b
     length = math.hypot(x2 - x0, y2 - y0) or 1.0
@@ -523,6 +545,6 @@ def _bend(
     away = 1 if nx * mx + ny * my >= 0 else -1
     for size in range(40, 400, 20):
         for sign in (away, -away):
-            if not _hits(a, b, sign * size, boxes, (ida, idb)):
+            if not hits(a, b, sign * size, boxes, (ida, idb)):
                 return float(sign * size)
     return 0.0
