@@ -78,8 +78,10 @@ def test_the_server_page_reads_everything_it_shows_in_one_answer(
     assert gpu0["Nearest NIC"].endswith("(PXB)")
     assert gpu0["GPU peers"] == "NV18: 7"
     assert body["affinity"]["cuda_visible_devices"]
-    layouts = [doc["predicted_step_comm_us"] for doc in body["best_layouts"]]
-    assert layouts == sorted(layouts) and 0 < len(layouts) <= 5
+    # Layouts that fit in memory first, each group fastest first.
+    order = [(doc["fits"] is False, doc["predicted_step_time_us"]) for doc in body["best_layouts"]]
+    assert order == sorted(order) and 0 < len(order) <= 5
+    assert set(body["recommendations"]) >= {"llama-7b"}
     assert [s["kind"] for s in body["plot"]["series"]][:1] == ["modelled"]
     assert body["history"][0]["changes"] is None  # the first snapshot
     assert {p["key"] for p in body["presets"]} >= {"llama-7b"}
