@@ -10,7 +10,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/topoweb
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 PY_SOURCES := topoweb collector tests bench manage.py
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test lint bench screenshots clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt collector/requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,9 @@ bench: install
 		case $$script in bench/live.py|bench/bare_drf.py) continue;; esac; \
 		$(PY) $$script || exit 1; \
 	done
+
+screenshots: install
+	$(PY) docs/screenshots.py
 
 clean:
 	rm -rf $(VENV) frontend/node_modules staticfiles

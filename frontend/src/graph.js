@@ -1,6 +1,8 @@
-// The topology graph shared by the server, compare and upload pages: Cytoscape styles keyed on
-// the link classes of `core.export.cytoscape_elements`, the legend, hover tooltips, path
-// highlighting and placement-group colouring.
+// The topology graph shared by the server, compare and upload pages. It only draws: positions,
+// sizes, edge routes and the path from a GPU to each peer all come from the server
+// (`core.layout`, `core.export.graph_document`), so the same topology looks the same on every
+// load. Here: Cytoscape styles keyed on the link classes, the legend, tooltips, the NIC-group
+// toggle, path highlighting, placement-group colouring and the PNG export.
 
 import { el, clear, fmtNumber } from "./api.js";
 
@@ -27,9 +29,6 @@ export function classInfo(linkClass) {
 
 const kindOf = (n) => n.data("kind") || n.data("type") || "";
 
-// Node boxes grow with their label so long NIC names and placement tags stay inside.
-const labelWidth = (perChar, min) => (n) => Math.max(min, String(n.data("group_label") || n.data("label") || "").length * perChar + 14);
-
 function stylesheet() {
   const edgeStyles = LINK_CLASSES.map((c) => ({
     selector: c.key === "NV" ? "edge[nvlinks > 0]" : `edge[link_class = "${c.key}"]`,
@@ -49,22 +48,24 @@ function stylesheet() {
         "font-family": "system-ui, sans-serif",
         "text-valign": "center",
         "text-halign": "center",
+        "text-wrap": "wrap",
         color: "#1d2430",
         "background-color": "#d8dde6",
         "border-width": 1,
         "border-color": "#8a94a6",
-        width: 60,
-        height: 32,
+        width: "data(width)",
+        height: "data(height)",
         shape: "round-rectangle",
-        "min-zoomed-font-size": 5,
+        "min-zoomed-font-size": 0,
       },
     },
-    { selector: 'node[kind = "gpu"]', style: { "background-color": "#cfe8d5", "border-color": "#1b7f3b", "border-width": 2, width: 70, height: 38, "font-size": 16, "font-weight": "bold" } },
-    { selector: 'node[kind = "nic"]', style: { "background-color": "#dbe7fb", "border-color": "#1f5fbf", shape: "round-tag", width: labelWidth(8, 70), height: 30, "font-size": 13 } },
-    { selector: 'node[kind = "nvswitch"], node[kind = "nvlink_fabric"], node[kind = "fabric"]', style: { "background-color": "#1b7f3b", color: "#fff", shape: "hexagon", width: 150, height: 54, "font-size": 15, "font-weight": "bold" } },
-    { selector: 'node[kind = "pcie_switch"], node[kind = "switch"], node[kind = "switch_tree"]', style: { "background-color": "#eef1f5", shape: "diamond", width: 36, height: 36, "font-size": 11, "text-valign": "bottom", "text-margin-y": 3 } },
-    { selector: 'node[kind = "host_bridge"], node[kind = "bridge"]', style: { "background-color": "#efe7f7", "border-color": "#7b4fb0", shape: "rectangle", width: 72, height: 22, "font-size": 11 } },
-    { selector: 'node[kind = "cpu"], node[kind = "socket"]', style: { "background-color": "#fdf1dd", "border-color": "#e08a00", shape: "round-rectangle", width: 72, height: 28 } },
+    { selector: 'node[kind = "gpu"]', style: { "background-color": "#cfe8d5", "border-color": "#1b7f3b", "border-width": 2, "font-size": 17, "font-weight": "bold" } },
+    { selector: 'node[kind = "nic"]', style: { "background-color": "#dbe7fb", "border-color": "#1f5fbf", "font-size": 13 } },
+    { selector: 'node[kind = "nic_group"]', style: { "background-color": "#dbe7fb", "border-color": "#1f5fbf", "border-style": "double", "border-width": 3, "font-size": 13 } },
+    { selector: 'node[kind = "nvswitch"]', style: { "background-color": "#1b7f3b", color: "#fff", shape: "round-rectangle", "font-size": 15, "font-weight": "bold" } },
+    { selector: 'node[kind = "switch"], node[kind = "switch_tree"]', style: { "background-color": "#eef1f5", "font-size": 11 } },
+    { selector: 'node[kind = "host_bridge"]', style: { "background-color": "#efe7f7", "border-color": "#7b4fb0", shape: "rectangle", "font-size": 11 } },
+    { selector: 'node[kind = "cpu"], node[kind = "interconnect"]', style: { "background-color": "#fdf1dd", "border-color": "#e08a00", "font-size": 13, "font-weight": "bold" } },
     {
       selector: ":parent",
       style: {
@@ -74,96 +75,135 @@ function stylesheet() {
         "border-style": "dashed",
         "border-width": 1.5,
         shape: "round-rectangle",
-        "text-valign": "top",
-        "text-halign": "center",
-        "font-size": 15,
-        "font-weight": "bold",
-        color: "#4a5263",
-        padding: 10,
+        // The CPU node on top of each box carries its title; a box label would be repeated.
+        label: "",
+        padding: 12,
       },
     },
+    { selector: 'node[kind = "nic_box"]', style: { label: "data(label)", "text-valign": "bottom", "text-halign": "center", "font-size": 12, color: "#4a5263", "background-color": "#eef3fc", "border-style": "solid", "border-color": "#1f5fbf", padding: 4 } },
     {
       selector: "edge",
       style: {
         width: 2,
-        "curve-style": "bezier",
+        "curve-style": "straight",
         "line-color": "#9aa3b2",
-        label: "data(link_class)",
+        label: "",
         "font-size": 11,
-        color: "#4a5263",
+        color: "#1d2430",
         "text-background-color": "#ffffff",
-        "text-background-opacity": 0.85,
+        "text-background-opacity": 0.9,
         "text-background-padding": 1,
-        "text-rotation": "autorotate",
-        "min-zoomed-font-size": 6,
+        "min-zoomed-font-size": 0,
       },
     },
     ...edgeStyles,
-    // NVLink width grows with the bonded link count (NV1 thin, NV18 thick).
-    { selector: "edge[nvlinks > 0]", style: { width: "mapData(nvlinks, 1, 18, 2, 9)" } },
-    { selector: "node[group_colour]", style: { width: labelWidth(9, 70), "font-size": 14, "background-color": "data(group_colour)", "border-color": "#1d2430", "border-width": 3, label: "data(group_label)", color: "#fff", "text-outline-color": "#1d2430", "text-outline-width": 1.5 } },
-    { selector: "edge.into-compound", style: { display: "none" } },
+    // NVLink width grows with the bonded link count (NV1 thin, NV18 thick); its label names it.
+    { selector: "edge[nvlinks > 0]", style: { width: "mapData(nvlinks, 1, 18, 2, 7)", label: "data(link_class)" } },
+    // An edge down to the NVSwitch bar says its class next to the GPU, where it starts.
+    { selector: "edge[?fabric]", style: { label: "", "source-label": "data(link_class)", "source-text-offset": 34 } },
+    { selector: "edge[?label_at_source]", style: { label: "", "source-label": "data(link_class)", "source-text-offset": 46 } },
+    { selector: 'edge[link_class = "SYS"]', style: { label: "data(link_class)", width: 3 } },
+    { selector: "edge.routed", style: { "curve-style": "segments", "edge-distances": "node-position", "segment-distances": "data(seg_d)", "segment-weights": "data(seg_w)" } },
+    { selector: "edge.bent", style: { "curve-style": "unbundled-bezier", "edge-distances": "node-position", "control-point-distances": "data(bend_d)", "control-point-weights": 0.5 } },
+    { selector: "edge[in_group]", style: { display: "none" } },
+    { selector: ".off", style: { display: "none" } },
+    { selector: "node[group_colour]", style: { "font-size": 14, "background-color": "data(group_colour)", "border-color": "#1d2430", "border-width": 3, label: "data(group_label)", color: "#fff", "text-outline-color": "#1d2430", "text-outline-width": 1.5 } },
     { selector: ".faded", style: { opacity: 0.15 } },
     { selector: "node.path", style: { "border-width": 2.5, "border-color": "#3d4555" } },
-    { selector: "edge.path", style: { opacity: 1, "z-index": 10, "underlay-color": "#ffd400", "underlay-opacity": 0.55, "underlay-padding": 4 } },
+    // A peer names its class under its own name, in a size that stays inside its box.
+    { selector: "node.peer", style: { label: "data(peer_label)", "font-size": 12 } },
+    { selector: "edge.path", style: { opacity: 1, "z-index": 10, "underlay-color": "data(path_colour)", "underlay-opacity": 0.55, "underlay-padding": 4 } },
     { selector: "node.selected-gpu", style: { "border-width": 5, "border-color": "#ffb000", "underlay-color": "#ffd400", "underlay-opacity": 0.6, "underlay-padding": 6 } },
   ];
 }
 
-let registered = false;
-function ensureRegistered() {
-  if (!registered && window.cytoscape && window.cytoscapeFcose) {
-    window.cytoscape.use(window.cytoscapeFcose);
-    registered = true;
+// A corner point of the server's route, relative to the edge's two node centres, as Cytoscape's
+// segments want it: the share along the edge and the signed distance off it.
+function relative(s, t, q) {
+  const dx = t.x - s.x;
+  const dy = t.y - s.y;
+  const len2 = dx * dx + dy * dy || 1;
+  const len = Math.sqrt(len2);
+  return { w: ((q[0] - s.x) * dx + (q[1] - s.y) * dy) / len2, d: ((q[0] - s.x) * -dy + (q[1] - s.y) * dx) / len };
+}
+
+function applyRoute(edge, route, bend) {
+  edge.removeClass("routed bent");
+  if (route && route.length) {
+    const s = edge.source().position();
+    const t = edge.target().position();
+    const rel = route.map((q) => relative(s, t, q));
+    edge.data({ seg_w: rel.map((r) => r.w), seg_d: rel.map((r) => r.d) });
+    edge.addClass("routed");
+  } else if (bend) {
+    edge.data("bend_d", [bend]);
+    edge.addClass("bent");
   }
 }
 
-// Draws the elements and resolves with the Cytoscape instance once the layout is done.
-export function drawGraph(container, elements, { onReady } = {}) {
-  ensureRegistered();
+// NIC groups: one node each (collapsed) or every NIC in a box. The server laid out both; the
+// mode not drawn first keeps its positions and routes in alt_position / alt_route / alt_bend.
+export function setNicMode(cy, collapsed) {
+  const current = cy.scratch("_nicCollapsed");
+  if (current === undefined || current === null) { cy.scratch("_nicCollapsed", collapsed); }
+  const swap = current !== undefined && current !== null && current !== collapsed;
+  cy.batch(() => {
+    if (swap) {
+      cy.nodes().forEach((n) => {
+        const alt = n.data("alt_position");
+        if (alt && !n.isParent()) {
+          const here = { ...n.position() };
+          n.position(alt);
+          n.data("alt_position", here);
+        }
+        const altWidth = n.data("alt_width");
+        if (altWidth !== undefined) n.data({ alt_width: n.data("width"), width: altWidth });
+      });
+      cy.edges().forEach((e) => {
+        if (e.data("alt_route") === undefined && e.data("alt_bend") === undefined) return;
+        const route = e.data("alt_route");
+        const bend = e.data("alt_bend");
+        e.data({ alt_route: e.data("route") || [], alt_bend: e.data("bend") || 0, route, bend });
+      });
+      cy.scratch("_nicCollapsed", collapsed);
+    }
+    const mode = collapsed ? "collapsed" : "expanded";
+    cy.elements("[mode]").forEach((x) => { x.toggleClass("off", x.data("mode") !== mode); });
+    cy.edges().forEach((e) => applyRoute(e, e.data("route"), e.data("bend")));
+  });
+}
+
+// Draws a graph document ({elements, paths, nic_groups}, or a bare element list) at the
+// server's positions; resolves with the Cytoscape instance.
+export function drawGraph(container, graph, { onReady, collapsed } = {}) {
+  const doc = Array.isArray(graph) ? { elements: graph, paths: {}, nic_groups: { present: false, collapsed: false } } : graph;
   const cy = window.cytoscape({
     container,
-    elements,
+    elements: doc.elements,
     style: stylesheet(),
+    layout: { name: "preset", fit: false },
     wheelSensitivity: 0.3,
-    minZoom: 0.15,
+    minZoom: 0.1,
     maxZoom: 3,
     boxSelectionEnabled: false,
-    autoungrabify: false,
+    autoungrabify: true, // the routes are drawn for these positions
   });
-  const hasCompound = cy.nodes(":parent").length > 0;
-  // A PCIe hop up into a NUMA box is already said by the box containing the node; drawn, it
-  // would run to the box's corner. The SYS hop between two boxes stays.
-  cy.edges().filter((e) => (e.source().isParent() || e.target().isParent()) && e.data("link_class") !== "SYS").addClass("into-compound");
-  const layout = cy.layout({
-    name: registered ? "fcose" : "cose",
-    quality: cy.nodes().length > 60 ? "draft" : "default",
-    randomize: true,
-    animate: false,
-    fit: true,
-    padding: 24,
-    nodeDimensionsIncludeLabels: true,
-    // Short edges and strong gravity keep the drawing compact: fitted into the card at
-    // 1280 px, the labels then stay readable instead of shrinking to a few pixels.
-    nodeRepulsion: () => 4500,
-    idealEdgeLength: (edge) => (edge.data("nvlinks") > 0 ? 80 : 40),
-    edgeElasticity: () => 0.45,
-    nestingFactor: hasCompound ? 0.1 : 0.1,
-    gravity: 0.8,
-    gravityCompound: 1.5,
-    gravityRangeCompound: 1.0,
-    numIter: 2500,
-    tile: true,
-    packComponents: true,
-  });
-  return new Promise((resolve) => {
-    layout.one("layoutstop", () => {
-      cy.fit(undefined, 24);
-      if (onReady) onReady(cy);
-      resolve(cy);
-    });
-    layout.run();
-  });
+  cy.scratch("_paths", doc.paths || {});
+  cy.scratch("_nicCollapsed", doc.nic_groups?.collapsed ?? false);
+  setNicMode(cy, collapsed ?? doc.nic_groups?.collapsed ?? false);
+  cy.fit(cy.elements(":visible"), 20);
+  if (onReady) onReady(cy);
+  return Promise.resolve(cy);
+}
+
+// The drawn graph as a PNG file, at twice the screen's resolution.
+export function downloadPng(cy, filename) {
+  const blob = cy.png({ full: true, scale: 2, bg: "#ffffff", output: "blob" });
+  const a = el("a", { href: URL.createObjectURL(blob), download: filename });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 1000);
 }
 
 export function renderLegend(node) {
@@ -223,16 +263,26 @@ export function attachTooltips(cy, tooltip) {
   cy.on("pan zoom", () => { tooltip.hidden = true; });
 }
 
-// Highlights every shortest path from a GPU to the other GPUs and NICs, fades the rest.
+// Highlights the real path from a GPU to every other GPU and NIC, as the server traced it by
+// their link class (a NODE peer through the host bridge, not NVLink hops); fades the rest and
+// names each peer's class on it.
 export function highlightPaths(cy, gpu) {
   clearHighlight(cy);
-  const targets = cy.nodes().filter((n) => n !== gpu && ["gpu", "nic"].includes(kindOf(n)));
-  const dj = cy.elements().dijkstra({ root: gpu, weight: (e) => (e.data("nvlinks") > 0 ? 1 : 2) });
+  const paths = (cy.scratch("_paths") || {})[gpu.id()] || [];
   let onPath = cy.collection().union(gpu);
-  targets.forEach((t) => {
-    const p = dj.pathTo(t);
-    if (p.length) onPath = onPath.union(p);
-  });
+  // The server lists peers nearest first; drawn farthest first, so that where paths share an
+  // edge the nearer class colours it.
+  for (const p of [...paths].reverse()) {
+    const items = cy.collection(p.elements.map((id) => cy.getElementById(id)).filter((x) => x.nonempty()));
+    const info = classInfo(p.class);
+    items.edges().data("path_colour", info ? info.color : "#ffd400");
+    onPath = onPath.union(items);
+    const peer = cy.getElementById(p.peer);
+    if (peer.nonempty()) {
+      peer.data("peer_label", `${peer.data("label")}\n${p.class}`);
+      peer.addClass("peer");
+    }
+  }
   const parents = onPath.nodes().ancestors();
   cy.elements().not(onPath).not(parents).addClass("faded");
   onPath.addClass("path");
@@ -241,7 +291,7 @@ export function highlightPaths(cy, gpu) {
 }
 
 export function clearHighlight(cy) {
-  cy.elements().removeClass("faded path selected-gpu");
+  cy.elements().removeClass("faded path selected-gpu peer");
 }
 
 // Colours GPU nodes by placement group; `groups` is a list of lists of GPU indices or ids.

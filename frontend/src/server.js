@@ -1,215 +1,178 @@
 // Server page: the topology graph and matrix, device details, findings, benchmarks,
-// placement advice and snapshot history of one server, all from the JSON API.
+// placement advice and snapshot history of one server. Everything arrives in one answer from
+// GET servers/<hostname>/page/, decided on the server; this module only draws it. The view
+// (graph or matrix, matrix mode and direction, selected GPU, NIC groups) lives in the URL, so
+// a copied link reopens what is on screen.
 
 import { el, clear, getJSON, postJSON, hostPath, pageData, fmtNumber, fmtTime, fmtAgo, fmtDate, healthBadge, showError } from "./api.js";
-import { drawGraph, renderLegend, attachTooltips, highlightPaths, clearHighlight, colourGroups, classInfo, kindOf, GROUP_COLOURS } from "./graph.js";
+import { drawGraph, renderLegend, attachTooltips, highlightPaths, clearHighlight, colourGroups, classInfo, kindOf, setNicMode, downloadPng, GROUP_COLOURS } from "./graph.js";
 import { busbwPlot } from "./plot.js";
 
 const { hostname } = pageData();
 const base = hostPath(hostname);
+const pagePath = `/servers/${encodeURIComponent(hostname)}/`;
 const $ = (id) => document.getElementById(id);
 
 let cy = null;
-let topology = null; // the core topology document: devices + links
-let detail = null;
-let p2p = null;
-let presets = []; // model presets: [{key, name, layers, hidden, ...}]
-// GPU affinity (NUMA node, CPU list, nearest NICs) from the API, fetched once on first use.
-let affinityPromise = null;
-const affinityDoc = () => (affinityPromise ||= getJSON(`${base}/affinity/`).catch(() => null));
-// The graph is drawn before the detail arrives; device details wait for the topology.
-let topologyLoaded;
-const topologyReady = new Promise((resolve) => { topologyLoaded = resolve; });
+let state = null; // the page document
+let presets = [];
+const view = new URLSearchParams(window.location.search);
 
-function deviceIndex() {
-  const m = new Map();
-  for (const d of topology?.devices || []) m.set(d.id, d);
-  return m;
+// --- the view in the URL -----------------------------------------------------------------
+
+function saveView(changes) {
+  for (const [k, v] of Object.entries(changes)) {
+    if (v === null || v === undefined || v === "") view.delete(k);
+    else view.set(k, v);
+  }
+  const query = view.toString();
+  window.history.replaceState(null, "", pagePath + (query ? `?${query}` : ""));
+  refreshExports();
 }
 
-function linkClass(a, b) {
-  if (a === b) return "X";
-  for (const l of topology?.links || []) if ((l.a === a && l.b === b) || (l.a === b && l.b === a)) return l.class;
-  return null;
+function refreshExports() {
+  const link = $("share-link");
+  if (link) link.href = window.location.href;
+  const nics = view.get("nics") || "";
+  $("export-svg").href = `${pagePath}graph.svg${nics ? `?nics=${nics}` : ""}`;
+  const csv = new URLSearchParams({ mode: $("matrix-mode").value, direction: $("matrix-direction").value });
+  $("export-csv").href = `${pagePath}matrix.csv?${csv}`;
 }
 
-const RANK = ["X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS"];
-const rank = (c) => RANK.indexOf(/^NV\d+$/.test(c) ? "NV" : c);
+// --- graph -------------------------------------------------------------------------------
 
-function nearestNics(gpuId) {
-  const nics = (topology?.devices || []).filter((d) => d.kind === "nic");
-  if (!nics.length) return [];
-  const scored = nics.map((n) => ({ nic: n, cls: linkClass(gpuId, n.id) })).filter((x) => x.cls);
-  const best = Math.min(...scored.map((x) => rank(x.cls)));
-  return scored.filter((x) => rank(x.cls) === best);
-}
-
-function showDetails(node, affinity) {
+function showDetails(id) {
   const box = clear($("details"));
-  const d = node.data();
-  const dev = deviceIndex().get(d.device || d.id) || deviceIndex().get(d.label) || {};
-  const isGpu = kindOf(node) === "gpu";
-  const index = dev.index ?? d.index;
-  const aff = isGpu ? (affinity?.gpus || []).find((g) => g.gpu === index) : null;
-  const rows = [
-    ["Device", d.label || d.id],
-    ["Kind", kindOf(node)],
-    ["NUMA node", aff?.numa_node ?? dev.numa_affinity ?? d.numa_affinity ?? d.numa ?? "–"],
-    ["CPU list", aff?.cpu_list ?? dev.cpu_affinity ?? d.cpu_affinity ?? "–"],
-  ];
-  if (dev.gpu_numa_id) rows.push(["GPU NUMA ID", dev.gpu_numa_id]);
-  if (isGpu) {
-    if (aff) {
-      rows.push(["Nearest NIC", aff.nearest_nics.length ? aff.nearest_nics.map((n) => `${n} (${aff.nic_class})`).join(", ") : "none"]);
-    } else {
-      const near = nearestNics(dev.id || d.id);
-      rows.push(["Nearest NIC", near.length ? near.map((x) => `${x.nic.nic_name || x.nic.id} (${x.cls})`).join(", ") : "none"]);
-    }
-    const peers = (topology?.devices || []).filter((x) => x.kind === "gpu" && x.id !== (dev.id || d.id));
-    const byClass = {};
-    for (const p of peers) {
-      const c = linkClass(dev.id || d.id, p.id);
-      if (c) (byClass[c] = byClass[c] || []).push(p.id);
-    }
-    rows.push(["GPU peers", Object.entries(byClass).sort((a, b) => rank(a[0]) - rank(b[0])).map(([c, ids]) => `${c}: ${ids.length}`).join(" · ") || "–"]);
-  }
+  const d = state?.devices?.[id];
+  if (!d) return;
   const dl = el("dl", { class: "kv" });
-  for (const [k, v] of rows) dl.append(el("dt", { text: k }), el("dd", { text: String(v) }));
+  for (const [k, v] of d.rows) dl.append(el("dt", { text: k }), el("dd", { text: v }));
   box.append(dl);
-  if (aff?.warning) box.append(el("p", { class: "warning-note", role: "note" }, el("strong", { text: "⚠ " }), aff.warning));
-  const hint = isGpu ? (affinity?.binding_hints || [])[affinity.gpus.indexOf(aff)] : null;
-  if (hint) box.append(el("p", { class: "muted small" }, "Bind a rank on it: ", el("code", { text: hint.replace(/^GPU\d+:\s*/, "") })));
+  if (d.warning) box.append(el("p", { class: "warning-note", role: "note" }, el("strong", { text: "⚠ " }), d.warning));
+  if (d.hint) box.append(el("p", { class: "muted small" }, "Bind a rank on it: ", el("code", { text: d.hint })));
 }
 
-// Server-wide launch advice: the GPU order and each GPU's NUMA binding and NIC.
-function renderAffinity(affinity) {
-  const box = clear($("affinity"));
-  if (!affinity) { box.append(el("p", { class: "muted", text: "No affinity information (no topology yet)." })); return; }
-  box.append(el("p", {}, "All GPUs, nearest first per NUMA node: ", el("code", { id: "cuda-visible-devices", text: `CUDA_VISIBLE_DEVICES=${affinity.cuda_visible_devices}` })));
-  const warned = (affinity.gpus || []).filter((g) => g.warning);
-  for (const g of warned) box.append(el("p", { class: "warning-note" }, el("strong", { text: `⚠ GPU${g.gpu}: ` }), g.warning));
-  if (affinity.binding_hints?.length) {
-    const list = el("ul", { class: "hints" });
-    for (const h of affinity.binding_hints) list.append(el("li", {}, el("code", { text: h })));
-    box.append(el("details", {}, el("summary", { text: "Per-GPU binding (numactl, NCCL_IB_HCA)" }), list));
-  }
+function selectGpu(node) {
+  highlightPaths(cy, node);
+  showDetails(node.id());
+  saveView({ gpu: node.id() });
 }
 
-async function loadGraph() {
+function drawn() {
+  const graph = state.graph;
   const status = $("graph-status");
-  status.textContent = "Laying out…";
-  const data = await getJSON(`${base}/graph/`);
-  const elements = Array.isArray(data) ? data : data.elements || [...(data.nodes || []), ...(data.edges || [])];
   const t0 = performance.now();
-  cy = await drawGraph($("graph"), elements);
-  window.topowebCy = cy; // the e2e tests and bench/ui.py read the drawn graph here
-  attachTooltips(cy, $("tooltip"));
-  cy.on("tap", "node", (evt) => {
-    const n = evt.target;
-    if (kindOf(n) === "gpu") highlightPaths(cy, n);
-    Promise.all([topologyReady, kindOf(n) === "gpu" ? affinityDoc() : null]).then(([, aff]) => showDetails(n, aff));
+  const nics = view.get("nics");
+  const collapsed = nics === "all" ? false : nics === "grouped" ? true : graph.nic_groups.collapsed;
+  return drawGraph($("graph"), graph, { collapsed }).then((c) => {
+    cy = c;
+    window.topowebCy = cy; // the e2e tests and bench/ui.py read the drawn graph here
+    attachTooltips(cy, $("tooltip"));
+    cy.on("tap", "node", (evt) => {
+      const n = evt.target;
+      if (kindOf(n) === "gpu") selectGpu(n);
+      else showDetails(n.id());
+    });
+    cy.on("tap", (evt) => { if (evt.target === cy) { clearHighlight(cy); saveView({ gpu: null }); } });
+    const toggle = $("nic-toggle");
+    toggle.hidden = !graph.nic_groups.present;
+    const label = () => { toggle.textContent = cy.scratch("_nicCollapsed") ? "Show every NIC" : "Group NICs per switch"; };
+    label();
+    toggle.addEventListener("click", () => {
+      const now = !cy.scratch("_nicCollapsed");
+      setNicMode(cy, now);
+      cy.fit(cy.elements(":visible"), 20);
+      label();
+      saveView({ nics: now ? "grouped" : "all" });
+    });
+    const gpus = cy.nodes('[kind = "gpu"]').length;
+    const nicCount = cy.nodes('[kind = "nic"]').length;
+    status.textContent = `${gpus} GPUs · ${nicCount} NICs · drawn in ${Math.round(performance.now() - t0)} ms`;
+    window.topowebLayoutMs = performance.now() - t0;
+    window.topowebLayoutDone = performance.now();
+    const asked = view.get("gpu");
+    const node = asked ? cy.getElementById(asked) : null;
+    if (node && node.nonempty() && kindOf(node) === "gpu") selectGpu(node);
+    document.body.dataset.graphReady = "1";
+    return cy;
   });
-  cy.on("tap", (evt) => { if (evt.target === cy) clearHighlight(cy); });
-  const gpus = cy.nodes().filter((n) => kindOf(n) === "gpu").length;
-  const nics = cy.nodes().filter((n) => kindOf(n) === "nic").length;
-  status.textContent = `${gpus} GPUs · ${nics} NICs · ${cy.edges().length} edges · laid out in ${Math.round(performance.now() - t0)} ms`;
-  window.topowebLayoutMs = performance.now() - t0;
-  window.topowebLayoutDone = performance.now();
-  document.body.dataset.graphReady = "1";
 }
 
-// --- matrix view ------------------------------------------------------------------------
+// --- matrix view --------------------------------------------------------------------------
 
-// The measured p2p matrix of one direction ("uni" or "bi"); the other one when only it exists.
-function measuredMatrix(direction) {
-  if (!p2p) return null;
-  const m = p2p.matrices || {};
-  const uni = m.unidirectional_p2p_enabled_gbps ? { values: m.unidirectional_p2p_enabled_gbps, direction: "uni" } : null;
-  const bi = m.bidirectional_p2p_enabled_gbps ? { values: m.bidirectional_p2p_enabled_gbps, direction: "bi" } : null;
-  return direction === "bi" ? bi || uni : uni || bi;
-}
-
-// What the cost model expects between two GPUs in the same direction as the measurement.
-function expectedMatrix(direction) {
-  const pred = detail?.analysis?.result?.p2p_prediction;
-  if (!pred) return null;
-  return direction === "bi" ? pred.bidirectional_gbps : pred.unidirectional_gbps;
-}
-
-function renderMatrix(mode) {
+function renderMatrix() {
+  const mode = $("matrix-mode").value;
   const wrap = clear($("matrix"));
-  const devices = topology?.devices || [];
-  if (!devices.length) { wrap.append(el("p", { class: "muted", text: "No topology yet." })); return; }
-  const found = measuredMatrix($("matrix-direction").value);
-  const measured = found ? found.values : null;
-  const expected = found ? expectedMatrix(found.direction) : null;
+  const m = state?.matrix;
+  if (!m) { wrap.append(el("p", { class: "muted", text: "No topology yet." })); return; }
+  const directions = Object.keys(m.directions);
+  const direction = directions.includes($("matrix-direction").value) ? $("matrix-direction").value : directions[0];
+  const found = direction ? m.directions[direction] : null;
   const table = el("table", { class: `matrix mode-${mode}` });
   const head = el("tr", {}, el("th", { text: "" }));
-  // One NIC naming on every view: the legend's RDMA name (mlx5_0) when the capture has one.
-  const nameOf = (d) => (d.kind === "nic" && d.nic_name) || d.id;
-  for (const d of devices) head.append(el("th", { scope: "col", text: nameOf(d) }));
+  for (const label of m.labels) head.append(el("th", { scope: "col", text: label }));
   table.append(el("thead", {}, head));
   const body = el("tbody");
-  const gpuPos = new Map(devices.filter((d) => d.kind === "gpu").map((d) => [d.id, d.index]));
-  let maxMeasured = 0;
-  if (measured) for (const r of measured) for (const v of r) maxMeasured = Math.max(maxMeasured, v);
-  for (const a of devices) {
-    const tr = el("tr", {}, el("th", { scope: "row", text: nameOf(a) }));
-    for (const b of devices) {
-      const c = linkClass(a.id, b.id);
-      const td = el("td", { title: `${nameOf(a)} ↔ ${nameOf(b)}: ${c}` });
-      const i = gpuPos.get(a.id);
-      const j = gpuPos.get(b.id);
-      const value = measured && i !== undefined && j !== undefined && measured[i] ? measured[i][j] : null;
-      if (mode === "class" || value === null || a.id === b.id) {
-        td.textContent = c === "X" ? "X" : c || "";
+  const gradeColour = { good: "#cfe8d5", fair: "#ffe3a3", poor: "#f6b3ae" };
+  m.devices.forEach((a, i) => {
+    const tr = el("tr", {}, el("th", { scope: "row", text: m.labels[i] }));
+    m.devices.forEach((b, j) => {
+      const c = m.classes[i][j];
+      const td = el("td", { title: `${m.labels[i]} ↔ ${m.labels[j]}: ${c}` });
+      const value = found ? found.measured_gbps[i][j] : null;
+      if (mode === "class" || value === null) {
+        td.textContent = c;
         if (c === "X") td.classList.add("self");
         const info = classInfo(c);
         if (info) { td.style.background = info.color; td.classList.add("cls", `cls-${info.key}`); }
         if (mode !== "class" && c !== "X") td.classList.add("dim");
       } else if (mode === "measured") {
+        const share = value / (found.max_measured_gbps || 1);
         td.textContent = fmtNumber(value, 0);
         td.title += ` · measured ${fmtNumber(value, 1)} GB/s`;
-        td.style.background = `hsl(210 70% ${95 - 55 * (value / (maxMeasured || 1))}%)`;
-        if (value / (maxMeasured || 1) > 0.55) td.style.color = "#fff";
+        td.style.background = `hsl(210 70% ${95 - 55 * share}%)`;
+        if (share > 0.55) td.style.color = "#fff";
       } else {
-        const exp = expected && expected[i] ? expected[i][j] : null;
-        if (exp) {
-          const ratio = value / exp;
+        const ratio = found.ratio ? found.ratio[i][j] : null;
+        if (ratio !== null) {
           td.textContent = `${Math.round(ratio * 100)}%`;
-          td.title += ` · measured ${fmtNumber(value, 1)} of expected ${fmtNumber(exp, 1)} GB/s`;
-          td.style.background = ratio >= 0.8 ? "#cfe8d5" : ratio >= 0.5 ? "#ffe3a3" : "#f6b3ae";
+          td.title += ` · measured ${fmtNumber(value, 1)} of expected ${fmtNumber(found.expected_gbps[i][j], 1)} GB/s`;
+          td.style.background = gradeColour[found.grade[i][j]];
         } else {
           td.textContent = "?";
         }
       }
       tr.append(td);
-    }
+    });
     body.append(tr);
-  }
+  });
   table.append(body);
   wrap.append(table);
-  if (mode !== "class" && !measured) wrap.prepend(el("p", { class: "muted", text: "No p2pBandwidthLatencyTest result for this server yet; showing link classes." }));
+  if (mode !== "class" && !found) wrap.prepend(el("p", { class: "muted", text: "No p2pBandwidthLatencyTest result for this server yet; showing link classes." }));
   else if (mode !== "class") {
-    const dir = found.direction === "bi" ? "bidirectional" : "unidirectional";
+    const dir = direction === "bi" ? "bidirectional" : "unidirectional";
     const note = mode === "ratio"
-      ? (expected ? `Measured ${dir} P2P bandwidth as a share of the cost model's ${dir} prediction: ≥ 80 % green, ≥ 50 % amber, below red.` : "No cost-model prediction for this server yet (analysis pending).")
+      ? (found.ratio ? `Measured ${dir} P2P bandwidth as a share of the cost model's ${dir} prediction: ≥ 80 % green, ≥ 50 % amber, below red.` : "No cost-model prediction for this server yet (analysis pending).")
       : `Measured ${dir} P2P bandwidth, GB/s.`;
     wrap.prepend(el("p", { class: "muted matrix-note", text: note }));
   }
 }
 
-function setView(view) {
+function setView(which, save = true) {
   $("tooltip").hidden = true;
-  const matrix = view === "matrix";
+  const matrix = which === "matrix";
   $("view-graph").setAttribute("aria-pressed", String(!matrix));
   $("view-matrix").setAttribute("aria-pressed", String(matrix));
   $("graph").hidden = matrix;
   $("matrix").hidden = !matrix;
   $("matrix-mode-label").hidden = !matrix;
   $("matrix-direction-label").hidden = !matrix;
-  if (matrix) renderMatrix($("matrix-mode").value);
-  else if (cy) { cy.resize(); cy.fit(undefined, 24); }
+  $("export-csv").hidden = !matrix;
+  $("export-png").hidden = matrix;
+  $("export-svg").hidden = matrix;
+  if (matrix) renderMatrix();
+  else if (cy) { cy.resize(); cy.fit(cy.elements(":visible"), 20); }
+  if (save) saveView({ view: matrix ? "matrix" : null, mode: matrix ? $("matrix-mode").value : null, direction: matrix ? $("matrix-direction").value : null });
 }
 
 // --- panels -----------------------------------------------------------------------------
@@ -219,111 +182,83 @@ function renderFindings(findings, hasTopology) {
   if (!hasTopology) { ul.append(el("li", { class: "finding muted", text: "Nothing checked yet: the checks need this server's topology (nvidia-smi topo -m)." })); return; }
   if (!findings || !findings.length) { ul.append(el("li", { class: "finding ok", text: "No findings: wiring matches expectations." })); return; }
   for (const f of findings) {
-    const sev = f.severity || f.level || "info";
-    ul.append(el("li", { class: `finding sev-${sev}` }, el("span", { class: `badge sev-${sev}`, text: sev }), " ", el("span", { text: f.message || f.kind || JSON.stringify(f) })));
+    const sev = f.severity || "info";
+    ul.append(el("li", { class: `finding sev-${sev}` }, el("span", { class: `badge sev-${sev}`, text: sev }), " ", el("span", { text: f.message || f.kind })));
   }
 }
 
-function renderSummary(s) {
+function renderSummary(s, analysis, findings) {
   const parts = [];
-  const sku = s.sku;
-  if (sku) parts.push(`SKU ${sku}`);
+  if (s.sku) parts.push(`SKU ${s.sku}`);
   if (s.gpu_count != null) parts.push(s.gpu_model ? `${s.gpu_count}x ${s.gpu_model}` : `${s.gpu_count} GPUs (model not reported)`);
   if (s.nvlink_summary) parts.push(s.nvlink_summary);
   if (s.nic_count != null) parts.push(`${s.nic_count} NICs`);
-  parts.push(`last seen ${fmtAgo(s.last_seen_at || s.last_seen)}`);
+  parts.push(`last seen ${fmtAgo(s.last_seen_at)}`);
   $("server-summary").textContent = parts.join(" · ");
   const badges = clear($("server-badges"));
-  badges.append(healthBadge(s.health, (s.findings || []).length));
-  const a = s.analysis;
-  if (a) badges.append(el("span", { class: `badge analysis-${a.status}`, text: `analysis ${a.status}` }));
-  if (sku) badges.append(el("a", { class: "badge", href: `/compare/?a=${encodeURIComponent(sku)}&b=`, text: "compare SKU…" }));
+  badges.append(healthBadge(s.health, (findings || []).length));
+  if (analysis) badges.append(el("span", { class: `badge analysis-${analysis.status}`, text: `analysis ${analysis.status}` }));
+  if (s.sku) badges.append(el("a", { class: "badge", href: `/compare/?a=${encodeURIComponent(s.sku)}&b=`, text: "compare SKU…" }));
   badges.append(el("a", { class: "badge", href: `/servers/${encodeURIComponent(hostname)}/acceptance/`, text: "acceptance report" }));
   badges.append(el("a", { class: "badge", href: `/upload/?host=${encodeURIComponent(hostname)}`, text: "upload output" }));
 }
 
-// The benchmark table (newest runs), and the p2p run the matrix view compares with.
-async function loadBenchmarkTable() {
-  const tbody = document.querySelector("#bench-table tbody");
-  const data = await getJSON("benchmarks/", { hostname });
-  const list = (data.results || data).slice(0, 12);
-  clear(tbody);
-  if (!list.length) tbody.append(el("tr", {}, el("td", { colspan: 5, class: "muted", text: "No benchmark results yet." })));
-  for (const b of list) {
-    // The list leaves the parsed document out; the newest few are fetched for their status.
-    const doc = b.document || (b.id != null ? (await getJSON(`benchmarks/${b.id}/`).catch(() => ({}))).document : null);
-    const failed = doc && doc.errors && doc.errors.length;
-    tbody.append(el("tr", {},
-      el("td", { title: fmtDate(b.captured_at), text: fmtAgo(b.captured_at) }),
-      el("td", { text: b.kind }),
-      el("td", { text: b.collective || doc?.collective || "–" }),
-      el("td", { class: "num", text: b.avg_busbw_gbps != null ? `${fmtNumber(b.avg_busbw_gbps, 1)} GB/s` : "–" }),
-      el("td", {}, failed ? el("span", { class: "badge sev-critical", text: "failed" }) : el("span", { class: "badge health-ok", text: "ok" }))));
-    if (doc && doc.kind === "p2p-bandwidth-latency" && !p2p) p2p = doc;
+// Server-wide launch advice: the GPU order and each GPU's NUMA binding and NIC.
+function renderAffinity(affinity) {
+  const box = clear($("affinity"));
+  if (!affinity) { box.append(el("p", { class: "muted", text: "No affinity information (no topology yet)." })); return; }
+  box.append(el("p", {}, "All GPUs, nearest first per NUMA node: ", el("code", { id: "cuda-visible-devices", text: `CUDA_VISIBLE_DEVICES=${affinity.cuda_visible_devices}` })));
+  for (const g of (affinity.gpus || []).filter((x) => x.warning)) box.append(el("p", { class: "warning-note" }, el("strong", { text: `⚠ GPU${g.gpu}: ` }), g.warning));
+  if (affinity.binding_hints?.length) {
+    const list = el("ul", { class: "hints" });
+    for (const h of affinity.binding_hints) list.append(el("li", {}, el("code", { text: h })));
+    box.append(el("details", {}, el("summary", { text: "Per-GPU binding (numactl, NCCL_IB_HCA)" }), list));
   }
 }
 
-// Bus bandwidth against message size: the cost model's all_reduce curve over all GPUs
-// (and its calibrated copy), with every measured nccl-tests sweep of this server.
-async function loadBenchmarkPlot() {
-  const doc = await getJSON(`${base}/cost-tables/`);
-  const series = [];
-  const add = (costs, label, dashed) => {
-    const c = costs?.curves?.all_reduce;
-    if (!c) return;
-    series.push({ label, kind: "modelled", dashed, points: costs.sizes.map((x, i) => [x, c.busbw_gbps[i]]) });
-  };
-  const gpus = doc.costs?.curve_gpus?.length;
-  add(doc.costs, `modelled all_reduce, ${gpus} GPUs`, true);
-  add(doc.calibrated_costs, `modelled all_reduce, calibrated on measurements`, true);
-  for (const m of doc.measured || []) {
-    series.push({ label: `measured ${m.collective}, ${m.gpu_count} GPUs (run ${m.benchmark_id})`, kind: "measured", points: m.bytes.map((x, i) => [x, m.busbw_gbps[i]]) });
+function renderBenchmarks(rows) {
+  const tbody = clear(document.querySelector("#bench-table tbody"));
+  if (!rows.length) tbody.append(el("tr", {}, el("td", { colspan: 5, class: "muted", text: "No benchmark results yet." })));
+  for (const b of rows) {
+    tbody.append(el("tr", {},
+      el("td", { title: fmtDate(b.captured_at), text: fmtAgo(b.captured_at) }),
+      el("td", { text: b.kind }),
+      el("td", { text: b.collective || "–" }),
+      el("td", { class: "num", text: b.avg_busbw_gbps != null ? `${fmtNumber(b.avg_busbw_gbps, 1)} GB/s` : "–" }),
+      el("td", {}, b.failed ? el("span", { class: "badge sev-critical", text: "failed" }) : el("span", { class: "badge health-ok", text: "ok" }))));
   }
+}
+
+function renderPlot(plotDoc) {
   const plot = clear($("bench-plot"));
-  if (!series.length) {
-    const why = doc.analysis_status === "done" ? "" : ` (analysis ${doc.analysis_status || "not run"})`;
-    plot.append(el("p", { class: "muted", text: `No modelled curve yet${why}; upload nccl-tests output to see measured bus bandwidth.` }));
-    return;
-  }
-  if (!(doc.measured || []).length) plot.append(el("p", { class: "muted small", text: "Modelled only: upload nccl-tests output to compare with a measurement." }));
+  const { series, note } = plotDoc;
+  if (note) plot.append(el("p", { class: series.length ? "muted small" : "muted", text: note }));
+  if (!series.length) return;
   window.topowebBenchPlot = busbwPlot(plot, series); // read by the e2e tests
   window.topowebBenchSeries = series.map((s) => ({ label: s.label, kind: s.kind, points: s.points.filter((p) => p[1] != null).length }));
   document.body.dataset.benchReady = "1";
 }
 
-async function loadHistory() {
-  const tbody = document.querySelector("#history-table tbody");
-  const data = await getJSON(`${base}/snapshots/`);
-  const list = data.results || data;
-  clear(tbody);
-  list.forEach((s, i) => {
-    const older = list[i + 1];
-    const changes = [];
-    if (older) {
-      if (older.gpu_count !== s.gpu_count) changes.push(`GPUs ${older.gpu_count}→${s.gpu_count}`);
-      if (older.nic_count !== s.nic_count) changes.push(`NICs ${older.nic_count}→${s.nic_count}`);
-      if ((older.nvlink_summary || "") !== (s.nvlink_summary || "")) changes.push(`NVLink ${older.nvlink_summary || "none"}→${s.nvlink_summary || "none"}`);
-      if (older.fingerprint && older.fingerprint !== s.fingerprint) changes.push("wiring changed");
-    }
+function renderHistory(rows) {
+  const tbody = clear(document.querySelector("#history-table tbody"));
+  for (const s of rows) {
+    const changed = s.changes === null
+      ? el("span", { class: "muted", text: "first" })
+      : s.changes.length ? el("span", { class: "badge sev-warning", text: s.changes.join("; ") }) : el("span", { class: "muted", text: "no change" });
     tbody.append(el("tr", {},
       el("td", { title: s.captured_at, text: fmtDate(s.captured_at) }),
       el("td", { text: s.source }),
       el("td", { class: "num", text: s.gpu_count }),
       el("td", { class: "num", text: s.nic_count }),
-      el("td", { text: s.nvlink_summary || "none" }),
-      el("td", {}, older ? (changes.length ? el("span", { class: "badge sev-warning", text: changes.join("; ") }) : el("span", { class: "muted", text: "no change" })) : el("span", { class: "muted", text: "first" }))));
-  });
+      el("td", { text: s.nvlink_summary }),
+      el("td", {}, changed)));
+  }
 }
 
-async function loadPresets() {
+function renderPresets(list) {
+  presets = list;
   const select = document.querySelector("#placement-form select[name=model]");
-  try {
-    presets = await getJSON("model-presets/");
-  } catch { return; /* the API's default preset is used */ }
-  for (const m of presets) {
-    const shape = `${m.layers} layers, hidden ${m.hidden}`;
-    select.append(el("option", { value: m.key, text: m.name, title: shape }));
-  }
+  for (const m of presets) select.append(el("option", { value: m.key, text: m.name, title: `${m.layers} layers, hidden ${m.hidden}` }));
 }
 
 const dimensionName = { tp: "TP", pp: "PP", dp: "DP", ep: "EP" };
@@ -425,26 +360,25 @@ async function place(evt) {
   }
 }
 
-// The stored layouts of the default preset, fitting ones first, fastest first; a click shows
-// that placement. Below: each preset's recommendation, or why it fits on no layout here.
-function renderBestLayouts() {
+// The stored layouts of the default preset, fitting ones first, fastest first (the server's
+// order); a click shows that placement. Below: each preset's recommendation, or why it fits
+// on no layout here.
+function renderBestLayouts(layouts, recs, assumptions) {
   const box = clear($("best-layouts"));
-  const result = detail?.analysis?.result || {};
-  const stepOf = (d) => d.predicted_step_time_us ?? d.predicted_step_comm_us;
-  const layouts = [...(result.layouts || [])].sort((a, b) => (b.fits !== false) - (a.fits !== false) || stepOf(a) - stepOf(b));
   if (!layouts.length) {
-    const status = detail?.analysis?.status;
-    const why = !detail?.latest_snapshot_id ? "Placement needs this server's topology: none captured yet."
-      : status === "failed" ? `The analysis failed${detail.analysis.error ? `: ${detail.analysis.error}` : ""}; no stored layouts.`
-      : status === "done" ? "The analysis stored no layouts for this topology."
+    const analysis = state.analysis;
+    const why = !state.graph ? "Placement needs this server's topology: none captured yet."
+      : analysis?.status === "failed" ? `The analysis failed${analysis.error ? `: ${analysis.error}` : ""}; no stored layouts.`
+      : analysis?.status === "done" ? "The analysis stored no layouts for this topology."
       : "Stored layouts appear once the analysis is done.";
     box.append(el("p", { class: "muted small", id: "best-layouts-empty", text: why }));
     return;
   }
+  const stepOf = (d) => d.predicted_step_time_us ?? d.predicted_step_comm_us;
   box.append(el("h3", { text: `Fastest layouts for ${layouts[0].model}` }));
-  if (result.step_assumptions) box.append(el("p", { class: "muted small", text: `Predicted step time: ${result.step_assumptions}.` }));
+  if (assumptions) box.append(el("p", { class: "muted small", text: `Predicted step time: ${assumptions}.` }));
   const list = el("ol", { class: "best-layouts" });
-  for (const doc of layouts.slice(0, 5)) {
+  for (const doc of layouts) {
     const { tp, pp, dp } = doc.layout;
     const apply = () => {
       const form = $("placement-form");
@@ -458,7 +392,6 @@ function renderBestLayouts() {
       doc.fits === false ? el("span", { class: "badge sev-critical", text: "does not fit" }) : "")));
   }
   box.append(list);
-  const recs = result.recommendations || {};
   if (Object.keys(recs).length) {
     const ul = el("ul", { class: "recommendations small", "aria-label": "Recommended layout per preset" });
     for (const [key, rec] of Object.entries(recs)) {
@@ -484,7 +417,8 @@ function renderReaderWarnings(warnings) {
 function renderNoTopology() {
   $("graph").hidden = true;
   $("graph-status").textContent = "";
-  for (const id of ["view-graph", "view-matrix", "fit-graph", "clear-selection"]) $(id).disabled = true;
+  for (const id of ["view-graph", "view-matrix", "fit-graph", "clear-selection", "export-png", "nic-toggle"]) $(id).disabled = true;
+  for (const id of ["export-svg", "export-csv", "share-link"]) $(id).hidden = true;
   const note = $("no-topology");
   note.hidden = false;
   note.querySelector("a").href = `/upload/?host=${encodeURIComponent(hostname)}`;
@@ -494,42 +428,39 @@ async function main() {
   renderLegend($("legend"));
   $("view-graph").addEventListener("click", () => setView("graph"));
   $("view-matrix").addEventListener("click", () => setView("matrix"));
-  $("matrix-mode").addEventListener("change", () => renderMatrix($("matrix-mode").value));
-  $("matrix-direction").addEventListener("change", () => renderMatrix($("matrix-mode").value));
-  $("fit-graph").addEventListener("click", () => cy && cy.fit(undefined, 24));
-  $("clear-selection").addEventListener("click", () => { if (cy) { clearHighlight(cy); colourGroups(cy, []); } clear($("placement-result")); });
+  $("matrix-mode").value = view.get("mode") || "class";
+  $("matrix-direction").value = view.get("direction") || "uni";
+  $("matrix-mode").addEventListener("change", () => { renderMatrix(); saveView({ mode: $("matrix-mode").value }); });
+  $("matrix-direction").addEventListener("change", () => { renderMatrix(); saveView({ direction: $("matrix-direction").value }); });
+  $("fit-graph").addEventListener("click", () => cy && cy.fit(cy.elements(":visible"), 20));
+  $("clear-selection").addEventListener("click", () => { if (cy) { clearHighlight(cy); colourGroups(cy, []); } clear($("placement-result")); saveView({ gpu: null }); });
+  $("export-png").addEventListener("click", () => cy && downloadPng(cy, `${hostname}-graph.png`));
   $("placement-form").addEventListener("submit", place);
-  // The graph needs nothing from the detail: start it at once, it is what people wait for.
-  // A 404 means no topology yet: the detail below says so in place of an empty graph.
-  const graph = loadGraph().catch((err) => { if (err.status !== 404) showError($("graph-status"), err); });
-  const presetsLoaded = loadPresets();
+  refreshExports();
   try {
-    detail = await getJSON(`${base}/`);
+    state = await getJSON(`${base}/page/`);
   } catch (err) {
     showError($("server-error"), err);
     $("server-summary").textContent = "";
-    topologyLoaded();
+    document.body.dataset.graphReady = "1";
     return;
   }
-  renderSummary(detail);
-  const hasTopology = detail.latest_snapshot_id != null;
-  renderFindings(detail.findings, hasTopology);
-  if (!hasTopology) renderNoTopology();
-  topology = detail.snapshot?.document || null;
-  if (!topology && detail.latest_snapshot_id != null) {
-    const snap = await getJSON(`snapshots/${detail.latest_snapshot_id}/`).catch(() => null);
-    topology = snap ? snap.document : null;
+  renderSummary(state.server, state.analysis, state.findings);
+  renderFindings(state.findings, Boolean(state.graph));
+  renderReaderWarnings(state.reader_warnings);
+  if (state.graph) {
+    await drawn();
+    setView(view.get("view") === "matrix" ? "matrix" : "graph", false);
+  } else {
+    renderNoTopology();
+    document.body.dataset.graphReady = "1";
   }
-  topologyLoaded();
-  renderReaderWarnings(topology?.warnings || []);
-  await Promise.all([
-    graph,
-    presetsLoaded.then(renderBestLayouts),
-    affinityDoc().then(renderAffinity),
-    loadBenchmarkTable().catch((err) => showError($("bench-error"), err)),
-    loadBenchmarkPlot().catch((err) => showError($("bench-error"), err)),
-    loadHistory().catch((err) => showError($("history-diff"), err)),
-  ]);
+  renderAffinity(state.affinity);
+  renderPresets(state.presets);
+  renderBestLayouts(state.best_layouts, state.recommendations, state.step_assumptions);
+  renderBenchmarks(state.benchmarks);
+  renderPlot(state.plot);
+  renderHistory(state.history);
 }
 
 main();

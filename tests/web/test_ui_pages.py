@@ -14,9 +14,6 @@ pytestmark = pytest.mark.django_db
 
 VENDOR = [
     "vendor/cytoscape.min.js",
-    "vendor/layout-base.js",
-    "vendor/cose-base.js",
-    "vendor/cytoscape-fcose.js",
     "vendor/uPlot.iife.min.js",
     "vendor/uPlot.min.css",
 ]

@@ -582,7 +582,17 @@ class SnapshotDetailApi(APIView):
 
 class GraphSerializer(serializers.Serializer):
     elements = serializers.ListField(
-        child=serializers.DictField(), help_text="Cytoscape.js elements (group: nodes or edges)"
+        child=serializers.DictField(),
+        help_text="Cytoscape.js elements (group: nodes or edges), each node at its computed "
+        "position; draw them with the preset layout",
+    )
+    paths = serializers.DictField(
+        child=serializers.ListField(child=serializers.DictField()),
+        help_text="Per GPU, nearest first: each other device (peer), its link class and the "
+        "ids of the drawn elements on the real path to it",
+    )
+    nic_groups = serializers.DictField(
+        help_text="present: NICs on one PCIe switch are grouped; collapsed: drawn as one node first"
     )
 
 

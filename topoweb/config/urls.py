@@ -8,6 +8,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 
 from topoweb.analysis import apis as analysis_apis
 from topoweb.api import fleet as apis
+from topoweb.api import pages as page_apis
 from topoweb.config.api import api_not_found, healthz
 from topoweb.config.metrics import metrics_view
 from topoweb.health import urls as health_urls
@@ -30,6 +31,8 @@ api_v1 = [
         name="server-export",
     ),
     path("servers/<str:hostname>/cost/", analysis_apis.CostApi.as_view(), name="server-cost"),
+    path("servers/<str:hostname>/page/", page_apis.ServerPageApi.as_view(), name="server-page"),
+    path("compare/", page_apis.ComparePageApi.as_view(), name="compare-page"),
     path(
         "servers/<str:hostname>/placement/",
         analysis_apis.PlacementApi.as_view(),

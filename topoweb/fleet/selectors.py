@@ -27,7 +27,7 @@ from django.utils import timezone
 from topoweb.config import limits
 from topoweb.config.compiled import CompiledQuery
 from topoweb.core.ecosystem import EXPORT_FORMATS, Export, render_export
-from topoweb.core.export import cytoscape_elements
+from topoweb.core.export import cytoscape_elements, graph_document
 from topoweb.core.formats import TOPOLOGY_FORMATS, detect_format, parse_text
 from topoweb.core.model import NcclRun, NvbandwidthRun, Topology
 from topoweb.core.scheduling import nvlink_domain_of, topology_conf
@@ -331,10 +331,11 @@ def topology_class_by_fingerprint(fingerprint: str) -> TopologyClass:
     return found
 
 
-def graph_elements(snapshot: Snapshot) -> dict[str, list[dict[str, Any]]]:
-    """Cytoscape elements of a snapshot's topology, as core.export draws it: devices inside
-    NUMA nodes, the recovered PCIe tree, NVLink pairs or one NVSwitch node per fabric."""
-    return {"elements": cytoscape_elements(snapshot.to_domain())}
+def graph_elements(snapshot: Snapshot) -> dict[str, Any]:
+    """The graph of a snapshot's topology, as core.export draws it: Cytoscape elements at their
+    computed positions (devices inside NUMA nodes, the recovered PCIe tree, NVLink pairs or one
+    NVSwitch node per fabric), each GPU's paths to its peers, and the NIC groups."""
+    return graph_document(snapshot.to_domain())
 
 
 def upload_preview(text: str) -> dict[str, Any]:

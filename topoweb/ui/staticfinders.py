@@ -16,9 +16,6 @@ from django.core.files.storage import FileSystemStorage
 # static path -> file under frontend/node_modules
 VENDOR_FILES: dict[str, str] = {
     "vendor/cytoscape.min.js": "cytoscape/dist/cytoscape.min.js",
-    "vendor/layout-base.js": "layout-base/layout-base.js",
-    "vendor/cose-base.js": "cose-base/cose-base.js",
-    "vendor/cytoscape-fcose.js": "cytoscape-fcose/cytoscape-fcose.js",
     "vendor/uPlot.iife.min.js": "uplot/dist/uPlot.iife.min.js",
     "vendor/uPlot.min.css": "uplot/dist/uPlot.min.css",
 }

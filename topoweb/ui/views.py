@@ -8,11 +8,14 @@ from functools import wraps
 from typing import Any
 
 from django.contrib.auth.views import redirect_to_login
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from topoweb.api.pages import newest_p2p, stored_result
 from topoweb.config.permissions import may_read
+from topoweb.core.export import graph_document, matrix_csv, matrix_document
+from topoweb.core.svg import graph_svg
 from topoweb.fleet.selectors import server_by_hostname
 
 View = Callable[..., HttpResponse]
@@ -49,6 +52,52 @@ def fleet(request: HttpRequest) -> HttpResponse:
 def server(request: HttpRequest, hostname: str) -> HttpResponse:
     server_by_hostname(hostname)  # an unknown hostname is a 404 page, not an empty shell
     return _page(request, "ui/server.html", "server", hostname=hostname)
+
+
+def _topology_of(hostname: str) -> Any:
+    server = server_by_hostname(hostname)
+    if server.latest_snapshot is None:
+        raise Http404(f"{hostname!r} has no topology yet")
+    return server, server.latest_snapshot.to_domain()
+
+
+@require_GET
+@readable
+def graph_svg_export(request: HttpRequest, hostname: str) -> HttpResponse:
+    """The server's graph as SVG, drawn from the same positions as the page; ?nics=all or
+    grouped picks the NIC-group mode."""
+    _, topo = _topology_of(hostname)
+    nics = request.GET.get("nics", "")
+    collapsed = {"all": False, "grouped": True}.get(nics)
+    svg = graph_svg(graph_document(topo), collapsed=collapsed, title=f"{hostname} topology")
+    response = HttpResponse(svg, content_type="image/svg+xml; charset=utf-8")
+    response["Content-Disposition"] = f'inline; filename="{_file_name(hostname)}-graph.svg"'
+    return response
+
+
+@require_GET
+@readable
+def matrix_csv_export(request: HttpRequest, hostname: str) -> HttpResponse:
+    """The matrix view as CSV: ?mode=class|measured|ratio, ?direction=uni|bi."""
+    server, topo = _topology_of(hostname)
+    mode = request.GET.get("mode", "class")
+    direction = request.GET.get("direction", "uni")
+    if mode not in ("class", "measured", "ratio") or direction not in ("uni", "bi"):
+        return HttpResponse(
+            "mode must be class, measured or ratio; direction uni or bi",
+            status=400,
+            content_type="text/plain",
+        )
+    doc = matrix_document(topo, newest_p2p(server), stored_result(server).get("p2p_prediction"))
+    response = HttpResponse(matrix_csv(doc, mode, direction), content_type="text/csv")
+    response["Content-Disposition"] = (
+        f'attachment; filename="{_file_name(hostname)}-matrix-{mode}.csv"'
+    )
+    return response
+
+
+def _file_name(hostname: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in hostname)[:100] or "server"
 
 
 @require_GET

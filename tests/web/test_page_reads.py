@@ -1,0 +1,153 @@
+"""Page-shaped reads: the server page and the compare page each in one answer, decided on the
+server; and the graph and matrix exports the server page links to."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from tests.web.conftest import fixture_text
+from topoweb.analysis import services as analysis_services
+from topoweb.analysis.models import Analysis
+from topoweb.fleet.models import Source
+from topoweb.fleet.services import BenchmarkInput, ingest_report
+
+pytestmark = pytest.mark.django_db
+
+H200 = "topo_01_h200-8gpu-12nic-numaid.txt"
+V100 = "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt"
+L40S = "topo_36_l40s-4gpu-node-sys-2nic-redacted-email-prompt.txt"
+RTX6000 = "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt"
+RTX6000_P2P = "p2p_05_rtx6000ada-4gpu-p2pwrites-gpu-cpu-latency.txt"
+
+
+def add(hostname: str, topo: str, sku: str = "", model: str = "", **extra: Any) -> None:
+    ingest_report(
+        hostname=hostname,
+        topo_text=fixture_text(topo),
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+        host={"product_name": sku} if sku else None,
+        gpu_model_hint=model,
+        **extra,
+    )
+
+
+def analyse() -> None:
+    for pk in Analysis.objects.filter(status=Analysis.Status.PENDING).values_list("pk", flat=True):
+        assert analysis_services.run_analysis(pk) == "done"
+
+
+@pytest.fixture
+def fleet() -> None:
+    add("h200-01", H200, "HGX H200", "NVIDIA H200")
+    add("v100-01", V100, "DGX-1V", "Tesla V100-SXM2-32GB")
+    add("l40s-01", L40S, "L40S box", "NVIDIA L40S")
+    add(
+        "rtx-01",
+        RTX6000,
+        "ESC8000A",
+        benchmarks=[BenchmarkInput("p2p-bandwidth-latency", fixture_text(RTX6000_P2P))],
+    )
+    analyse()
+
+
+@pytest.fixture
+def signed_in(client: Client, django_user_model) -> Client:  # type: ignore[no-untyped-def]
+    client.force_login(django_user_model.objects.create_user("viewer"))
+    return client
+
+
+def test_the_server_page_reads_everything_it_shows_in_one_answer(
+    reader: APIClient, fleet: None
+) -> None:
+    body = reader.get("/api/v1/servers/h200-01/page/").json()
+
+    assert body["server"]["hostname"] == "h200-01"
+    assert body["analysis"]["status"] == "done"
+    assert len(body["graph"]["paths"]["GPU0"]) == 19
+    assert body["matrix"]["classes"][0][:2] == ["X", "NV18"]
+    gpu0 = dict(body["devices"]["GPU0"]["rows"])
+    assert gpu0["NUMA node"] == "NUMA node 0"
+    assert gpu0["Nearest NIC"].endswith("(PXB)")
+    assert gpu0["GPU peers"] == "NV18: 7"
+    assert body["affinity"]["cuda_visible_devices"]
+    # Layouts that fit in memory first, each group fastest first.
+    order = [(doc["fits"] is False, doc["predicted_step_time_us"]) for doc in body["best_layouts"]]
+    assert order == sorted(order) and 0 < len(order) <= 5
+    assert set(body["recommendations"]) >= {"llama-7b"}
+    assert [s["kind"] for s in body["plot"]["series"]][:1] == ["modelled"]
+    assert body["history"][0]["changes"] is None  # the first snapshot
+    assert {p["key"] for p in body["presets"]} >= {"llama-7b"}
+
+
+def test_the_matrix_grades_measured_against_expected_on_the_server(
+    reader: APIClient, fleet: None
+) -> None:
+    matrix = reader.get("/api/v1/servers/rtx-01/page/").json()["matrix"]
+    uni = matrix["directions"]["uni"]
+    gpus = [i for i, d in enumerate(matrix["devices"]) if d.startswith("GPU")]
+    a, b = gpus[0], gpus[1]
+    assert uni["measured_gbps"][a][b] > 0
+    ratio = uni["measured_gbps"][a][b] / uni["expected_gbps"][a][b]
+    assert uni["ratio"][a][b] == round(ratio, 3)
+    assert uni["grade"][a][b] == ("good" if ratio >= 0.8 else "fair" if ratio >= 0.5 else "poor")
+    assert uni["measured_gbps"][a][a] is None
+
+
+def test_compare_decides_differences_and_which_side_is_ahead(
+    reader: APIClient, fleet: None
+) -> None:
+    body = reader.get("/api/v1/compare/", {"a": "HGX H200", "b": "l40s-01"}).json()
+
+    assert [s["heading"] for s in body["sides"]] == [
+        "HGX H200 (SKU, via h200-01)",
+        "l40s-01 (server)",
+    ]
+    rows = {r["label"]: r for r in body["rows"]}
+    assert rows["GPU count"]["a"] == "8" and rows["GPU count"]["ahead"] == "a"
+    assert rows["GPU count"]["ahead_mark"] == "▲ higher"
+    assert rows["Largest NVLink domain"]["b"] == "none (no NVLink)"
+    assert body["differences"] == sum(r["differs"] for r in body["rows"])
+    assert all(s["graph"]["elements"] for s in body["sides"])
+    assert body["sides"][0]["curve"]
+
+
+def test_compare_without_two_names_answers_the_choices_only(reader: APIClient, fleet: None) -> None:
+    body = reader.get("/api/v1/compare/", {"a": "HGX H200"}).json()
+    assert body["sides"] == [] and body["rows"] == []
+    assert {"name": "HGX H200", "server_count": 1} in body["skus"]
+
+
+def test_the_graph_exports_as_the_same_svg_every_time(signed_in: Client, fleet: None) -> None:
+    first = signed_in.get("/servers/v100-01/graph.svg")
+    again = signed_in.get("/servers/v100-01/graph.svg")
+
+    assert first["Content-Type"].startswith("image/svg+xml")
+    assert first.content == again.content
+    assert first.content.decode().count('class="node gpu"') == 8
+
+
+def test_the_matrix_exports_as_csv_in_each_mode(signed_in: Client, fleet: None) -> None:
+    classes = signed_in.get("/servers/h200-01/matrix.csv")
+    rows = list(csv.reader(io.StringIO(classes.content.decode())))
+    assert rows[0][:3] == ["", "GPU0", "GPU1"]
+    assert rows[1][:3] == ["GPU0", "X", "NV18"]
+
+    measured = signed_in.get("/servers/rtx-01/matrix.csv", {"mode": "measured"})
+    rows = list(csv.reader(io.StringIO(measured.content.decode())))
+    assert float(rows[1][2]) > 0
+
+    bad = signed_in.get("/servers/h200-01/matrix.csv", {"mode": "nonsense"})
+    assert bad.status_code == 400
+    assert b"mode must be" in bad.content
+
+
+def test_exports_of_a_server_without_topology_are_404(signed_in: Client) -> None:
+    assert signed_in.get("/servers/nobody/graph.svg").status_code == 404

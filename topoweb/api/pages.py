@@ -1,0 +1,571 @@
+"""Page-shaped reads: everything the server page and the compare page show, in one answer each,
+computed here so that the pages' JavaScript only draws. The graph, the matrix, device details,
+benchmark rows, curves, history with its changes and the compare table's facts and verdicts
+are all decided on the server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from topoweb.analysis import selectors as analysis_selectors
+from topoweb.analysis.models import Analysis
+from topoweb.analysis.serializers import AnalysisSerializer, FindingSerializer
+from topoweb.api.fleet import ServerSummarySerializer
+from topoweb.config.api import READ_ERRORS
+from topoweb.core.export import device_details, graph_document, matrix_document
+from topoweb.core.ledger import Layout
+from topoweb.fleet import selectors
+from topoweb.fleet.models import Benchmark, Server
+from topoweb.health import selectors as health_selectors
+
+BENCHMARK_ROWS = 12
+BEST_LAYOUTS = 5
+MiB = 1 << 20
+COMPARE_SIZES = (MiB, 64 * MiB, 1024 * MiB)
+
+
+def _analysis(server: Server) -> Analysis | None:
+    return analysis_selectors.current_analysis(server.topology_class_id)
+
+
+def stored_result(server: Server) -> dict[str, Any]:
+    analysis = _analysis(server)
+    if analysis is None or analysis.status != Analysis.Status.DONE or not analysis.result:
+        return {}
+    result: dict[str, Any] = analysis.result
+    return result
+
+
+def newest_p2p(server: Server) -> dict[str, Any] | None:
+    found = (
+        Benchmark.objects.filter(server=server, kind=Benchmark.Kind.P2P)
+        .only("document")
+        .order_by("-captured_at", "-id")
+        .first()
+    )
+    return found.document if found is not None else None
+
+
+def _benchmark_rows(server: Server) -> list[dict[str, Any]]:
+    rows = []
+    for b in Benchmark.objects.filter(server=server).order_by("-captured_at", "-id")[
+        :BENCHMARK_ROWS
+    ]:
+        doc = b.document or {}
+        rows.append(
+            {
+                "id": b.pk,
+                "captured_at": b.captured_at,
+                "kind": b.kind,
+                "collective": b.collective or doc.get("collective") or None,
+                "avg_busbw_gbps": b.avg_busbw_gbps,
+                "failed": bool(doc.get("errors")),
+            }
+        )
+    return rows
+
+
+def _plot(server: Server) -> dict[str, Any]:
+    """The busbw curves: the model's all_reduce over all GPUs (and calibrated), and every
+    measured nccl-tests sweep, each as points (bytes, GB/s)."""
+    doc = analysis_selectors.stored_costs(server)
+    series = []
+
+    def modelled(costs: dict[str, Any] | None, label: str) -> None:
+        curve = ((costs or {}).get("curves") or {}).get("all_reduce")
+        if curve:
+            points = [list(p) for p in zip(costs["sizes"], curve["busbw_gbps"], strict=True)]  # type: ignore[index]
+            series.append({"label": label, "kind": "modelled", "dashed": True, "points": points})
+
+    gpus = len(((doc.get("costs") or {}).get("curve_gpus")) or [])
+    modelled(doc.get("costs"), f"modelled all_reduce, {gpus} GPUs")
+    modelled(doc.get("calibrated_costs"), "modelled all_reduce, calibrated on measurements")
+    for m in doc["measured"]:
+        series.append(
+            {
+                "label": f"measured {m['collective']}, {m['gpu_count']} GPUs "
+                f"(run {m['benchmark_id']})",
+                "kind": "measured",
+                "dashed": False,
+                "points": [list(p) for p in zip(m["bytes"], m["busbw_gbps"], strict=True)],
+            }
+        )
+    if not series:
+        status = doc["analysis_status"]
+        why = "" if status == "done" else f" (analysis {status or 'not run'})"
+        note = (
+            f"No modelled curve yet{why}; upload nccl-tests output to see measured bus bandwidth."
+        )
+    elif not doc["measured"]:
+        note = "Modelled only: upload nccl-tests output to compare with a measurement."
+    else:
+        note = ""
+    return {"series": series, "note": note}
+
+
+def _history(server: Server) -> list[dict[str, Any]]:
+    snaps = list(selectors.snapshot_history(server)[:50])
+    rows = []
+    for i, s in enumerate(snaps):
+        older = snaps[i + 1] if i + 1 < len(snaps) else None
+        changes: list[str] | None = None
+        if older is not None:
+            changes = []
+            if older.gpu_count != s.gpu_count:
+                changes.append(f"GPUs {older.gpu_count}→{s.gpu_count}")
+            if older.nic_count != s.nic_count:
+                changes.append(f"NICs {older.nic_count}→{s.nic_count}")
+            if (older.nvlink_summary or "") != (s.nvlink_summary or ""):
+                changes.append(
+                    f"NVLink {older.nvlink_summary or 'none'}→{s.nvlink_summary or 'none'}"
+                )
+            if older.topology_class_id != s.topology_class_id:
+                changes.append("wiring changed")
+        rows.append(
+            {
+                "id": s.pk,
+                "captured_at": s.captured_at,
+                "source": s.source,
+                "gpu_count": s.gpu_count,
+                "nic_count": s.nic_count,
+                "nvlink_summary": s.nvlink_summary or "none",
+                "changes": changes,
+            }
+        )
+    return rows
+
+
+def _step_us(doc: dict[str, Any]) -> float:
+    value: float = doc.get("predicted_step_time_us", doc.get("predicted_step_comm_us", 0.0))
+    return value
+
+
+def _best_layouts(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stored layouts that fit in memory first, each group fastest first."""
+    layouts = sorted(
+        result.get("layouts") or [], key=lambda d: (d.get("fits") is False, _step_us(d))
+    )
+    return layouts[:BEST_LAYOUTS]
+
+
+def server_page(server: Server) -> dict[str, Any]:
+    """The whole server page in one document."""
+    server.snapshot_count = server.snapshots.count()  # type: ignore[attr-defined]
+    server.benchmark_count = server.benchmarks.count()  # type: ignore[attr-defined]
+    analysis = _analysis(server)
+    result = stored_result(server)
+    snapshot = server.latest_snapshot
+    graph = matrix = details = affinity = None
+    warnings: list[str] = []
+    if snapshot is not None:
+        topo = snapshot.to_domain()
+        warnings = list(topo.warnings)
+        graph = graph_document(topo)
+        matrix = matrix_document(topo, newest_p2p(server), result.get("p2p_prediction"))
+        affinity = analysis_selectors.affinity_of(server)
+        details = device_details(topo, affinity)
+    return {
+        "server": {
+            **ServerSummarySerializer(server).data,
+            "snapshot_count": server.snapshot_count,  # type: ignore[attr-defined]
+            "benchmark_count": server.benchmark_count,  # type: ignore[attr-defined]
+        },
+        "analysis": (
+            {
+                "status": analysis.status,
+                "error": analysis.error,
+                "finished_at": AnalysisSerializer(analysis).data["finished_at"],
+            }
+            if analysis is not None
+            else None
+        ),
+        "findings": health_selectors.server_findings(server),
+        "reader_warnings": warnings,
+        "graph": graph,
+        "matrix": matrix,
+        "devices": details,
+        "affinity": affinity,
+        "benchmarks": _benchmark_rows(server),
+        "plot": _plot(server),
+        "history": _history(server),
+        "best_layouts": _best_layouts(result),
+        "recommendations": result.get("recommendations") or {},
+        "step_assumptions": result.get("step_assumptions") or "",
+        "presets": analysis_selectors.model_presets(),
+    }
+
+
+class ServerPageSerializer(serializers.Serializer):
+    server = serializers.DictField(help_text="The server's summary (as in the server list)")
+    analysis = serializers.DictField(allow_null=True, help_text="status, error, finished_at")
+    findings = FindingSerializer(many=True)
+    reader_warnings = serializers.ListField(
+        child=serializers.CharField(), help_text="What the topo -m reader guessed or repaired"
+    )
+    graph = serializers.DictField(allow_null=True, help_text="As GET servers/{hostname}/graph/")
+    matrix = serializers.DictField(
+        allow_null=True,
+        help_text="devices, labels, classes, and per measured direction the measured GB/s, "
+        "expected GB/s, ratio and grade of every pair",
+    )
+    devices = serializers.DictField(
+        allow_null=True, help_text="Per device id: rows (name, value), warning, hint"
+    )
+    affinity = serializers.DictField(allow_null=True, help_text="As GET .../affinity")
+    benchmarks = serializers.ListField(child=serializers.DictField())
+    plot = serializers.DictField(help_text="series (label, kind, dashed, points) and a note")
+    history = serializers.ListField(
+        child=serializers.DictField(), help_text="Snapshots, newest first, with what changed"
+    )
+    best_layouts = serializers.ListField(child=serializers.DictField())
+    recommendations = serializers.DictField(
+        help_text="Per preset: the recommended layout or why none fits"
+    )
+    step_assumptions = serializers.CharField()
+    presets = serializers.ListField(child=serializers.DictField())
+
+
+class ServerPageApi(APIView):
+    """Everything the server page shows, in one answer."""
+
+    @extend_schema(
+        operation_id="servers_page_retrieve",
+        responses={200: ServerPageSerializer, **READ_ERRORS},
+    )
+    def get(self, request: Request, hostname: str) -> Response:
+        return Response(server_page(selectors.server_by_hostname(hostname)))
+
+
+# --- compare --------------------------------------------------------------------------------
+
+
+def _resolve(name: str, skus: set[str]) -> dict[str, Any]:
+    """A SKU stands for its first member server with a finished analysis (else its first
+    member); any other name is a hostname."""
+    if name in skus:
+        members = list(selectors.sku_members(name))
+        chosen = next((m for m in members if stored_result(m)), members[0] if members else None)
+        return {"kind": "SKU", "name": name, "server": chosen, "count": len(members)}
+    return {"kind": "server", "name": name, "server": selectors.server_by_hostname(name)}
+
+
+def _busbw_at(costs: dict[str, Any] | None, gpus: int | None, nbytes: int) -> float | None:
+    table = ((costs or {}).get("table") or {}).get("all_reduce")
+    columns = (costs or {}).get("table_columns")
+    if not table or not columns:
+        return None
+    col = {c: i for i, c in enumerate(columns)}
+    for row in table:
+        if row[col["group_size"]] == gpus and row[col["bytes"]] == nbytes:
+            value: float = row[col["busbw_gbps"]]
+            return value
+    return None
+
+
+def _nvlinks_per_gpu(graph: dict[str, Any] | None) -> int:
+    if graph is None:
+        return 0
+    per: dict[str, int] = {}
+    for e in graph["elements"]:
+        d = e["data"]
+        if e["group"] == "edges" and d.get("nvlinks"):
+            for end in (d["source"], d["target"]):
+                if end.startswith("GPU"):
+                    per[end] = per.get(end, 0) + d["nvlinks"]
+    return max(per.values(), default=0)
+
+
+def _fmt(v: float, digits: int = 1) -> str:
+    return f"{v:,.{digits}f}".rstrip("0").rstrip(".") if digits else f"{v:,.0f}"
+
+
+def _fmt_time(us: float) -> str:
+    if us >= 1e6:
+        return f"{_fmt(us / 1e6, 2)} s"
+    if us >= 1e3:
+        return f"{_fmt(us / 1e3, 2)} ms"
+    return f"{_fmt(us, 1)} µs"
+
+
+def _facts(side: dict[str, Any]) -> list[dict[str, Any]]:
+    """The table's rows for one side: label, text, and a value with the direction that is
+    better (+1 higher, -1 lower) where a comparison makes sense."""
+    server: Server | None = side["server"]
+    result = stored_result(server) if server is not None else {}
+    summary = result.get("summary") or {}
+    hw = result.get("hardware") or {}
+    snap = server.latest_snapshot if server is not None else None
+    gpus = summary.get("gpu_count", snap.gpu_count if snap else None)
+    nics = summary.get("nic_count", snap.nic_count if snap else None)
+    links = side["nvlinks"]
+    per_gpu = links * hw.get("nvlink_per_link_gbps_per_direction", 0) if links and hw else 0
+    if not hw:
+        nvlink_text = None
+    elif per_gpu:
+        line = links * (hw.get("nvlink_line_rate_per_link_gbps_per_direction") or 0)
+        nvlink_text = (
+            f"{_fmt(per_gpu, 0)} GB/s effective, {_fmt(line, 0)} line rate "
+            f"({links} × {hw.get('nvlink') or 'NVLink'} link{'' if links == 1 else 's'})"
+        )
+    else:
+        nvlink_text = "none (PCIe only)"
+    nearest: dict[str, int] = {}
+    for cls in (summary.get("nearest_nic_class") or {}).values():
+        if cls:
+            nearest[cls] = nearest.get(cls, 0) + 1
+    nic_classes = (
+        next(iter(nearest))
+        if len(nearest) == 1
+        else ", ".join(f"{c} ×{n}" for c, n in nearest.items())
+    )
+    largest = summary.get("largest_nvlink_domain")
+    placement = side.get("placement")
+    rows: list[dict[str, Any]] = [
+        {
+            "label": "GPU model",
+            "text": summary.get("gpu_model") or (snap.gpu_model if snap else None),
+        },
+        {"label": "GPU count", "text": gpus, "value": gpus, "better": 1},
+        {
+            "label": "Links",
+            "text": summary.get("description") or (snap.nvlink_summary if snap else None),
+        },
+        {
+            "label": "NVLink per GPU per direction",
+            "text": nvlink_text,
+            "value": per_gpu if hw else None,
+            "better": 1,
+        },
+        {
+            "label": "PCIe generation",
+            "text": (
+                f"{hw['pcie']} · {_fmt(hw['pcie_gbps_per_direction'])} GB/s effective per "
+                f"direction ({_fmt(hw['pcie_line_rate_gbps_per_direction'])} line rate)"
+                if hw.get("pcie")
+                else None
+            ),
+        },
+        {
+            "label": "NICs per GPU (nearest class)",
+            "text": None
+            if nics is None or not gpus
+            else f"{_fmt(nics / gpus, 2)} ({nics} NICs; nearest {nic_classes})"
+            if nics
+            else "none",
+            "value": nics / gpus if nics is not None and gpus else None,
+            "better": 1,
+        },
+        {
+            "label": "Largest NVLink domain",
+            "text": None
+            if largest is None
+            else f"{largest} GPUs"
+            if largest > 1
+            else "none (no NVLink)",
+            "value": largest,
+            "better": 1,
+        },
+    ]
+    for n in COMPARE_SIZES:
+        v = _busbw_at(result.get("costs"), gpus, n)
+        size = f"{n // (1 << 30)} GiB" if n >= 1 << 30 else f"{n // MiB} MiB"
+        rows.append(
+            {
+                "label": f"AllReduce busbw @ {size}",
+                "text": None if v is None else f"{_fmt(v)} GB/s",
+                "value": v,
+                "better": 1,
+            }
+        )
+    if placement is not None:
+        layout = placement["layout"]
+        rows.append(
+            {
+                "label": "Best layout",
+                "text": f"TP{layout['tp']} × PP{layout['pp']} × DP{layout['dp']}",
+            }
+        )
+        rows.append(
+            {
+                "label": "Step time",
+                "text": _fmt_time(_step_us(placement)),
+                "value": _step_us(placement),
+                "better": -1,
+            }
+        )
+        rows.append(
+            {
+                "label": "Comm time per step",
+                "text": _fmt_time(placement["predicted_step_comm_us"]),
+                "value": placement["predicted_step_comm_us"],
+                "better": -1,
+            }
+        )
+        rows.append(
+            {"label": "Fits in memory", "text": "no" if placement.get("fits") is False else "yes"}
+        )
+    else:
+        error = side.get("placement_error")
+        rows.append({"label": "Best layout", "text": "–" if error else None})
+        rows.append({"label": "Step time", "text": error})
+        rows.append({"label": "Comm time per step", "text": "–" if error else None})
+        rows.append({"label": "Fits in memory", "text": "no" if error else None})
+    findings = health_selectors.server_findings(server) if server is not None else None
+    rows.append(
+        {
+            "label": "Findings",
+            "text": str(len(findings)) if findings is not None else None,
+            "value": len(findings) if findings is not None else None,
+            "better": -1,
+        }
+    )
+    return rows
+
+
+def _place(side: dict[str, Any], preset: str, asked: Layout | None) -> None:
+    server = side["server"]
+    if server is None or server.latest_snapshot is None:
+        return
+    try:
+        shape = analysis_selectors.resolve_shape(preset or None)
+        if asked is not None:
+            side["placement"] = analysis_selectors.placement_for(server, asked, None, shape)
+            return
+        # The layout the API recommends: the fastest that fits in memory, if any does.
+        rec = analysis_selectors.recommendation_for(server, None, shape)
+        if rec.get("recommended"):
+            side["placement"] = rec["recommended"]
+        else:
+            side["placement_error"] = (rec.get("no_fit") or {}).get("message") or "fits no layout"
+    except ValueError as exc:
+        side["placement_error"] = f"not possible: {exc}"
+
+
+def compare_page(a: str, b: str, preset: str = "", asked: Layout | None = None) -> dict[str, Any]:
+    """Both sides' graphs and curves, and the point-by-point table with each difference and
+    which side is ahead decided here."""
+    skus = {row["sku_name"] for row in selectors.sku_list()}
+    out: dict[str, Any] = {
+        "skus": [
+            {"name": row["sku_name"], "server_count": row["server_count"]}
+            for row in selectors.sku_list()
+        ],
+        "presets": analysis_selectors.model_presets(),
+        "sides": [],
+        "rows": [],
+        "differences": 0,
+        "layout_note": "",
+    }
+    if not a or not b:
+        return out
+    sides = [_resolve(a, skus), _resolve(b, skus)]
+    for side in sides:
+        server = side["server"]
+        snap = server.latest_snapshot if server is not None else None
+        side["graph"] = graph_document(snap.to_domain()) if snap is not None else None
+        side["nvlinks"] = _nvlinks_per_gpu(side["graph"])
+        _place(side, preset, asked)
+    facts = [_facts(s) for s in sides]
+    differences = 0
+    for ra, rb in zip(facts[0], facts[1], strict=True):
+        ta = "–" if ra["text"] in (None, "") else str(ra["text"])
+        tb = "–" if rb["text"] in (None, "") else str(rb["text"])
+        ahead = None
+        if ta != tb and ra.get("better") and ra.get("value") is not None:
+            if rb.get("value") is not None and ra["value"] != rb["value"]:
+                ahead = "a" if (ra["value"] - rb["value"]) * ra["better"] > 0 else "b"
+        differences += ta != tb
+        out["rows"].append(
+            {
+                "label": ra["label"],
+                "a": ta,
+                "b": tb,
+                "differs": ta != tb,
+                "ahead": ahead,
+                "ahead_mark": None
+                if ahead is None
+                else ("▲ higher" if ra["better"] > 0 else "▼ lower"),
+            }
+        )
+    out["differences"] = differences
+    preset_name = next(
+        (s["placement"]["model"] for s in sides if s.get("placement")), "default preset"
+    )
+    out["layout_note"] = (
+        f"Layout TP{asked.tp} × PP{asked.pp} × DP{asked.dp} as asked, for {preset_name}."
+        if asked is not None
+        else "Best layout: the lowest predicted step time that fits in memory (compute, exposed "
+        f"communication and pipeline bubble), for {preset_name}."
+    )
+    for side in sides:
+        server = side["server"]
+        costs = stored_result(server).get("costs") if server is not None else None
+        curve = ((costs or {}).get("curves") or {}).get("all_reduce")
+        side_out = {
+            "kind": side["kind"],
+            "name": side["name"],
+            "hostname": server.hostname if server is not None else None,
+            "count": side.get("count"),
+            "title": (
+                f"SKU {side['name']} — e.g. {server.hostname if server else 'no server'}"
+                if side["kind"] == "SKU"
+                else f"Server {side['name']}"
+            ),
+            "heading": (
+                f"{side['name']} (SKU, via {server.hostname if server else 'no server'})"
+                if side["kind"] == "SKU"
+                else f"{side['name']} (server)"
+            ),
+            "graph": side["graph"],
+            "curve": [list(p) for p in zip(costs["sizes"], curve["busbw_gbps"], strict=True)]  # type: ignore[index]
+            if curve
+            else [],
+        }
+        out["sides"].append(side_out)
+    return out
+
+
+class ComparePageSerializer(serializers.Serializer):
+    skus = serializers.ListField(child=serializers.DictField(), help_text="name, server_count")
+    presets = serializers.ListField(child=serializers.DictField())
+    sides = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="Per side: kind, name, hostname, title, heading, graph, curve",
+    )
+    rows = serializers.ListField(
+        child=serializers.DictField(), help_text="label, a, b, differs, ahead, ahead_mark"
+    )
+    differences = serializers.IntegerField()
+    layout_note = serializers.CharField()
+
+
+class ComparePageApi(APIView):
+    """Everything the compare page shows for two SKUs or servers, in one answer."""
+
+    @extend_schema(
+        operation_id="compare_page_retrieve",
+        parameters=[
+            OpenApiParameter("a", str, description="SKU or hostname"),
+            OpenApiParameter("b", str, description="SKU or hostname"),
+            OpenApiParameter("model", str, description="model preset key"),
+            OpenApiParameter("tp", int),
+            OpenApiParameter("pp", int),
+            OpenApiParameter("dp", int),
+        ],
+        responses={200: ComparePageSerializer, **READ_ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        q = request.query_params
+        dims = []
+        for k in ("tp", "pp", "dp"):
+            v = q.get(k, "")
+            dims.append(int(v) if v.isdigit() and 0 < int(v) <= 4096 else 0)
+        asked = Layout(*dims) if all(dims) else None
+        model = q.get("model", "")
+        return Response(compare_page(q.get("a", ""), q.get("b", ""), model, asked))
