@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from tests.web.conftest import fixture_text, report
+from tests.web.conftest import fixture_text, report, uploader
 from topoweb.core.formats import ncclxml
 from topoweb.core.model import Topology
 from topoweb.fleet.models import Benchmark, Snapshot
@@ -42,7 +42,7 @@ def topo_m_text(topo: Topology) -> str:
 
 @pytest.fixture
 def person(django_user_model: Any) -> APIClient:
-    user = django_user_model.objects.create_user("ana", password="pw-for-tests")
+    user = uploader(django_user_model.objects.create_user("ana", password="pw-for-tests"))
     client = APIClient()
     client.force_login(user)
     return client
