@@ -118,30 +118,30 @@ def main() -> int:
         ingested: list[tuple[str, int]] = []
         everyone = seeded + [ring] + a100_hosts
 
-        def read(rng: random.Random) -> int:
+        def read(rng: random.Random) -> tuple[int, str]:
             host = rng.choice(everyone)
-            path = rng.choice(
+            what, path = rng.choice(
                 [
-                    "servers/",
-                    f"servers/{host}/",
-                    f"servers/{host}/graph/",
-                    f"servers/{host}/affinity",
+                    ("list", "servers/"),
+                    ("detail", f"servers/{host}/"),
+                    ("graph", f"servers/{host}/graph/"),
+                    ("affinity", f"servers/{host}/affinity"),
                 ]
             )
-            return request(f"{base}/api/v1/{path}", reader)
+            return request(f"{base}/api/v1/{path}", reader), what
 
-        def query(rng: random.Random) -> int:
+        def query(rng: random.Random) -> tuple[int, str]:
             if rng.random() < 0.5:
                 host = rng.choice(a100_hosts)
                 body = {"collective": "all_reduce", "gpus": list(range(8)), "bytes": 1 << 28}
-                return request(
-                    f"{base}/api/v1/servers/{host}/cost", reader, json.dumps(body).encode()
-                )
+                url = f"{base}/api/v1/servers/{host}/cost"
+                return request(url, reader, json.dumps(body).encode()), "cost"
             names = rng.sample(seeded + a100_hosts, 3) + [ring]
             body = {"k": 4, "servers": [{"hostname": h} for h in names]}
-            return request(f"{base}/api/v1/placement/select", reader, json.dumps(body).encode())
+            url = f"{base}/api/v1/placement/select"
+            return request(url, reader, json.dumps(body).encode()), "select"
 
-        def ingest(rng: random.Random) -> int:
+        def ingest(rng: random.Random) -> tuple[int, str]:
             with tokens_lock:
                 repeat = ingested and rng.random() < 0.3
                 host = rng.choice(ingested)[0] if repeat else next(new_hosts)
@@ -150,12 +150,13 @@ def main() -> int:
             code = request(f"{base}/api/v1/reports", token, report(host, text(rng.choice(FLEET))))
             with tokens_lock:
                 ingested.append((host, code))
-            return code
+            return code, "repeat" if repeat else "new"
 
         tokens: dict[str, str] = {}
         calls = {"read": read, "query": query, "ingest": ingest}
         kinds = [kind for kind, weight in MIX for _ in range(weight)]
         latencies: dict[str, list[float]] = defaultdict(list)
+        by_what: dict[str, list[float]] = defaultdict(list)
         errors: dict[str, int] = defaultdict(int)
         deadline = time.monotonic() + args.seconds
 
@@ -165,10 +166,11 @@ def main() -> int:
                 kind = rng.choice(kinds)
                 t0 = time.perf_counter()
                 try:
-                    code = calls[kind](rng)
+                    code, what = calls[kind](rng)
                 except Exception:  # a dropped connection counts as an error
-                    code = 0
+                    code, what = 0, "?"
                 latencies[kind].append(time.perf_counter() - t0)
+                by_what[f"{kind} {what}"].append(time.perf_counter() - t0)
                 if not 200 <= code < 300:
                     errors[kind] += 1
 
@@ -202,6 +204,11 @@ def main() -> int:
                 f"{kind:<8} {len(values):>9} {len(values) / elapsed:>7.1f} "
                 f"{percentile(values, 0.5) * 1000:>8.0f} {percentile(values, 0.95) * 1000:>8.0f} "
                 f"{percentile(values, 0.99) * 1000:>8.0f} {errs:>7}"
+            )
+        for what, values in sorted(by_what.items()):
+            print(
+                f"  {what:<16} {len(values):>6} p50 {percentile(values, 0.5) * 1000:>6.0f} ms "
+                f"p95 {percentile(values, 0.95) * 1000:>6.0f} ms"
             )
         print(f"reports accepted: {len(accepted)} hosts; reports lost: {lost}")
         print(f"mean latency {statistics.mean(everything) * 1000:.0f} ms" if everything else "")

@@ -81,6 +81,9 @@ def test_the_ingest_throttle_is_one_budget_for_both_workers(web: Any) -> None:
     assert len(codes) == 40
     assert sum(code != 429 for code in codes) == 10, codes
     assert set(codes) <= {200, 201, 429}
+    status, _, headers = live.call(f"{base}/api/v1/reports", token, body)
+    assert status == 429
+    assert 0 < int(headers["Retry-After"]) <= 60  # until the caller's window closes
     forget_throttles()
 
 

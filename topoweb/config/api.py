@@ -182,56 +182,50 @@ class Pagination(PageNumberPagination):
 
 
 class SettingRateThrottle(SimpleRateThrottle):
-    """Per token (or user, or address), at the rate a setting names, read per request.
-
-    DRF's own history (read the list, append, write it back) lets concurrent requests on
-    several workers read the same history and all pass. Here the budget is one counter in the
-    cache (Redis when configured), incremented atomically: a window opens with the first
-    request and lasts the rate's duration."""
+    """Per token (or user, or address), at the rate a setting names, read per request."""
 
     rate_setting = ""
-    wait_seconds: float | None = None
 
     def get_rate(self) -> str | None:
         return str(getattr(settings, self.rate_setting))
 
     def allow_request(self, request: Request, view: Any) -> bool:
+        """One counter per caller in the cache (Redis when configured), so every worker process
+        counts against the same budget. The window opens with the caller's first request and
+        lasts the rate's period; the count is an atomic increment, so callers racing on two
+        workers cannot both take the last slot (DRF's own read-then-write history can)."""
         # The rate is read per request so that a settings change applies without a restart.
         self.rate = self.get_rate()
         self.num_requests, self.duration = self.parse_rate(self.rate)
-        if self.rate is None or self.num_requests is None or self.duration is None:
-            return True
         key = self.get_cache_key(request, view)
-        if key is None:
+        if key is None or self.num_requests is None:
             return True
+        self.now = self.timer()
         try:
-            count = self._count(key, self.duration)
+            self.cache.add(f"{key}:opened", self.now, timeout=self.duration)
+            for _ in range(2):  # the window may close between add and incr: open a new one
+                self.cache.add(key, 0, timeout=self.duration)
+                try:
+                    count = self.cache.incr(key)
+                    break
+                except ValueError:
+                    continue
+            else:
+                return True
+            self.opened = self.cache.get(f"{key}:opened", self.now)
         except Exception:
             # A cache that is down must not turn reports away: they are worth more than the
             # limit. The failure is logged; the budget applies again once the cache is back.
             log.warning("throttle %s not applied: the cache is unreachable", self.scope)
             return True
-        if count <= self.num_requests:
-            return True
-        opened = self.cache.get(f"{key}:opened")
-        now = self.timer()
-        self.wait_seconds = max(0.0, (opened or now) + self.duration - now)
-        return False
-
-    def _count(self, key: str, duration: int) -> int:
-        """This request's number in the key's window (add is a no-op when the window is open;
-        incr is atomic in Redis and in the in-process cache)."""
-        for _ in range(2):
-            if self.cache.add(f"{key}:n", 0, duration):
-                self.cache.set(f"{key}:opened", self.timer(), duration)
-            try:
-                return int(self.cache.incr(f"{key}:n"))
-            except ValueError:
-                continue  # the window closed between add and incr: open the next one
-        return 1
+        return bool(count <= self.num_requests)
 
     def wait(self) -> float | None:
-        return self.wait_seconds
+        """Seconds until the caller's window closes (the Retry-After of a 429)."""
+        opened = getattr(self, "opened", None)
+        if opened is None or self.duration is None:
+            return None
+        return max(0.0, self.duration - (self.now - float(opened)))
 
     def get_cache_key(self, request: Request, view: Any) -> str | None:
         if request.auth is not None and hasattr(request.auth, "pk"):
