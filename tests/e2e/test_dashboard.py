@@ -187,12 +187,13 @@ def test_placement_on_the_dgx1_mesh_colours_the_apis_tp_groups_and_shows_an_impo
     page.click("#placement-form button[type=submit]")
     wait_for_flag(page, "placement-ready")
     api = placement_api(page, DGX1, {"tp": 4, "pp": 2, "dp": 1, "model": "llama-7b"})
-    # The mesh's NVLink rings, as the API places them: the page draws exactly those groups.
-    assert api["groups"]["tp"] == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    # The mesh's fully connected NVLink quads, as the API places them: the page draws exactly
+    # those groups.
+    assert api["groups"]["tp"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert list(coloured_groups(page).values()) == api["groups"]["tp"]
     groups = page.locator("#placement-result ol.groups li")
     expect(groups).to_have_count(2)
-    expect(groups.nth(0)).to_have_text("TP 0: GPU0, GPU2, GPU4, GPU6")
+    expect(groups.nth(0)).to_have_text("TP 0: GPU0, GPU1, GPU2, GPU3")
     result = page.locator("#placement-result")
     expect(result).to_contain_text("TP4 · PP2 · DP1 for Llama-style 7B")
     expect(result.locator("table.step-breakdown tr[data-part='pipeline bubble']")).to_have_count(1)
