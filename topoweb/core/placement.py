@@ -936,7 +936,15 @@ def _over_servers(
     if layout is None:
         total = _multi_node_all_reduce_us(servers, parts, nbytes) if same_rails else None
         if total is not None:  # the cost model prices the job over servers wired alike
-            inter, how = max(0.0, total - local_us), "priced by the multi-node cost model"
+            # What spanning servers adds: beyond the same all_reduce inside the largest part.
+            largest = max(parts, key=lambda p: len(p.gpus))
+            alone = (
+                collective_cost(servers[largest.server].model, "all_reduce", largest.gpus, nbytes)
+                if len(largest.gpus) >= 2
+                else None
+            )
+            inter = max(0.0, total - (alone.time_us if alone else 0.0))
+            how = "priced by the multi-node cost model"
         else:
             inter = inter_node_all_reduce_us(inter_parts, nbytes / max(counts), same_rails)
             total, how = local_us + inter, "inside each server, then a ring over their NICs"
