@@ -389,20 +389,30 @@ def _structures(gpus: tuple[int, ...], layout: Layout) -> _Structures:
     """Mappings come from a DFS over ranks in order that fixes the relabellings which change
     no group: TP positions of stage 0's first row and DP replicas of its first column
     ascending, a pipeline read forwards (stage 0 starts below the last stage)."""
+    positions = rank_groups(tuple(range(len(gpus))), layout)  # rank positions of each group
+    live = [d for d in DIMENSIONS if positions[d] and len(positions[d][0]) > 1]
     index: dict[str, dict[Any, int]] = {d: {} for d in DIMENSIONS}
     keys: dict[str, list[tuple[Any, list[tuple[int, ...]]]]] = {d: [] for d in DIMENSIONS}
+    for d in DIMENSIONS:
+        if d not in live:  # groups of one GPU: one (empty) structure, whatever the mapping
+            index[d][None] = 0
+            keys[d].append((None, []))
     seen: dict[tuple[int, ...], tuple[int, ...]] = {}
-    dims = frozenset(DIMENSIONS)
     for mapping in _canonical_mappings(gpus, layout):
-        groups = rank_groups(mapping, layout, dims)
-        idx = []
-        for d in DIMENSIONS:
-            k = _key(d, groups[d])
+        idx = [0, 0, 0, 0]
+        for n, d in enumerate(DIMENSIONS):
+            if d not in live:
+                continue
+            groups = [tuple(mapping[i] for i in grp) for grp in positions[d]]
+            if d == "pp":
+                k: Any = tuple(sorted(min(g, g[::-1]) for g in groups))
+            else:
+                k = tuple(sorted(tuple(sorted(g)) for g in groups))
             i = index[d].get(k)
             if i is None:
                 i = index[d][k] = len(keys[d])
-                keys[d].append((k, groups[d]))
-            idx.append(i)
+                keys[d].append((k, groups))
+            idx[n] = i
         seen.setdefault(tuple(idx), mapping)
     return _Structures(keys, list(seen.items()))
 
