@@ -35,11 +35,13 @@ def _analysis(server: Server) -> Analysis | None:
 
 
 def stored_result(server: Server) -> dict[str, Any]:
+    """The class's finished analysis result in this server's GPU numbering ({} if none)."""
     analysis = _analysis(server)
     if analysis is None or analysis.status != Analysis.Status.DONE or not analysis.result:
         return {}
-    result: dict[str, Any] = analysis.result
-    return result
+    # Stored in the class's canonical GPU order; served in this server's own numbering.
+    result = analysis_selectors.analysis_result_for(server, analysis.result)
+    return result or {}
 
 
 def newest_p2p(server: Server) -> dict[str, Any] | None:
