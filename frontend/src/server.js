@@ -177,9 +177,10 @@ function setView(which, save = true) {
 
 // --- panels -----------------------------------------------------------------------------
 
-function renderFindings(findings, hasTopology) {
+function renderFindings(findings, hasTopology, checked) {
   const ul = clear($("findings"));
   if (!hasTopology) { ul.append(el("li", { class: "finding muted", text: "Nothing checked yet: the checks need this server's topology (nvidia-smi topo -m)." })); return; }
+  if ((!findings || !findings.length) && !checked) { ul.append(el("li", { class: "finding muted", text: "Checks pending: findings appear once the health checks have judged this snapshot." })); return; }
   if (!findings || !findings.length) { ul.append(el("li", { class: "finding ok", text: "No findings: wiring matches expectations." })); return; }
   for (const f of findings) {
     const sev = f.severity || "info";
@@ -446,7 +447,7 @@ async function main() {
     return;
   }
   renderSummary(state.server, state.analysis, state.findings);
-  renderFindings(state.findings, Boolean(state.graph));
+  renderFindings(state.findings, Boolean(state.graph), state.findings_checked);
   renderReaderWarnings(state.reader_warnings);
   if (state.graph) {
     await drawn();

@@ -242,6 +242,8 @@ def test_a_glued_affinity_capture_shows_its_repair_and_pins_to_numa_node_0(page:
     hints = page.locator("#affinity .hints li")
     expect(hints.first).to_contain_text("GPU0: numactl --cpunodebind=0 --membind=0")
     expect(page.locator("#affinity")).not_to_contain_text("1370")
+    # No worker here: the checks have not judged it, and the page does not claim they found nothing.
+    expect(page.locator("#findings")).to_contain_text("Checks pending")
 
 
 def test_a_host_with_only_a_benchmark_shows_no_graph_and_no_false_all_clear(page: Page) -> None:

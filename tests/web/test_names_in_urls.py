@@ -124,3 +124,20 @@ def test_the_acceptance_page_names_collective_size_and_pairs_with_a_human_timest
     assert "busbw figure" not in html
     computed = html.split("computed ", 1)[1].split("\n", 1)[0]
     assert "T" not in computed.split(",")[0] and "." not in computed  # no ISO, no microseconds
+
+
+def test_an_empty_findings_list_says_whether_the_checks_have_run(reader: APIClient) -> None:
+    ingest_report(
+        hostname="gtx-rig-a01",
+        topo_text=fixture_text(GTX),
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+    )
+    for url in ("/api/v1/servers/gtx-rig-a01/", "/api/v1/servers/gtx-rig-a01/page/"):
+        body = reader.get(url).json()
+        assert (body["findings"], body["findings_checked"]) == ([], False), url
+
+    evaluate_server(Server.objects.get(hostname="gtx-rig-a01").pk)  # as the worker would
+
+    for url in ("/api/v1/servers/gtx-rig-a01/", "/api/v1/servers/gtx-rig-a01/page/"):
+        assert reader.get(url).json()["findings_checked"] is True, url

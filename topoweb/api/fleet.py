@@ -522,6 +522,10 @@ class TopologyClassSerializer(serializers.Serializer):
 class ServerDetailSerializer(ServerSummarySerializer):
     created_at = serializers.DateTimeField()
     findings = serializers.SerializerMethodField()
+    findings_checked = serializers.SerializerMethodField(
+        help_text="The health checks have judged the current snapshot: only then does an "
+        "empty `findings` mean nothing was found"
+    )
     snapshot = SnapshotDetailSerializer(source="latest_snapshot", allow_null=True)
     analysis = serializers.SerializerMethodField()
     snapshot_count = serializers.IntegerField()
@@ -530,6 +534,9 @@ class ServerDetailSerializer(ServerSummarySerializer):
     @extend_schema_field(FindingSerializer(many=True))
     def get_findings(self, server: Server) -> list[dict[str, Any]]:
         return health_selectors.server_findings(server)
+
+    def get_findings_checked(self, server: Server) -> bool:
+        return health_selectors.findings_checked(server)
 
     @extend_schema_field(AnalysisSerializer(allow_null=True))
     def get_analysis(self, server: Server) -> dict[str, Any] | None:

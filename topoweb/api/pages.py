@@ -188,6 +188,7 @@ def server_page(server: Server) -> dict[str, Any]:
             else None
         ),
         "findings": health_selectors.server_findings(server),
+        "findings_checked": health_selectors.findings_checked(server),
         "reader_warnings": warnings,
         "graph": graph,
         "matrix": matrix,
@@ -207,6 +208,10 @@ class ServerPageSerializer(serializers.Serializer):
     server = serializers.DictField(help_text="The server's summary (as in the server list)")
     analysis = serializers.DictField(allow_null=True, help_text="status, error, finished_at")
     findings = FindingSerializer(many=True)
+    findings_checked = serializers.BooleanField(
+        help_text="The health checks have judged the current snapshot: only then does an "
+        "empty `findings` mean nothing was found"
+    )
     reader_warnings = serializers.ListField(
         child=serializers.CharField(), help_text="What the topo -m reader guessed or repaired"
     )

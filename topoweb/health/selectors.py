@@ -296,6 +296,17 @@ def summary_health(row: dict[str, Any]) -> tuple[str, int]:
     return health, int(row["health__critical_count"] + row["health__warning_count"])
 
 
+def findings_checked(server: Server) -> bool:
+    """Whether the health checks have judged the server's current snapshot: until then an
+    empty findings list means "not checked yet", not "nothing wrong"."""
+    health = getattr(server, "health", None)
+    return (
+        health is not None
+        and server.latest_snapshot_id is not None
+        and health.snapshot_id == server.latest_snapshot_id
+    )
+
+
 def server_findings(server: Server) -> list[dict[str, Any]]:
     """What is worth a look on this server, as findings of core.health's shape: the health
     checks' findings once they ran, and until then what ingest already knows (a wiring that
