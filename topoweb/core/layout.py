@@ -513,15 +513,29 @@ def hits(
     length = math.hypot(x2 - x0, y2 - y0) or 1.0
     nx, ny = -(y2 - y0) / length, (x2 - x0) / length
     cx, cy = (x0 + x2) / 2 + nx * bend, (y0 + y2) / 2 + ny * bend
+    # The curve stays inside the triangle of its ends and control point: only boxes near that
+    # triangle's bounding box can be hit (bounded work on racks of many GPUs).
+    # (widened by a pixel: rounding puts samples of a straight line a hair outside its ends)
+    left, right = min(x0, x2, cx) - 1.0, max(x0, x2, cx) + 1.0
+    low, high = min(y0, y2, cy) - 1.0, max(y0, y2, cy) + 1.0
+    near = [
+        (bx, by, bw / 2 + margin, bh / 2 + margin)
+        for i, (bx, by, bw, bh) in boxes.items()
+        if i not in skip
+        and bx + bw / 2 + margin > left
+        and bx - bw / 2 - margin < right
+        and by + bh / 2 + margin > low
+        and by - bh / 2 - margin < high
+    ]
+    if not near:
+        return False
     steps = max(8, int(length / 12))
     for s in range(1, steps):
         t = s / steps
         x = (1 - t) ** 2 * x0 + 2 * (1 - t) * t * cx + t * t * x2
         y = (1 - t) ** 2 * y0 + 2 * (1 - t) * t * cy + t * t * y2
-        for i, (bx, by, bw, bh) in boxes.items():
-            if i in skip:
-                continue
-            if abs(x - bx) < bw / 2 + margin and abs(y - by) < bh / 2 + margin:
+        for bx, by, half_w, half_h in near:
+            if abs(x - bx) < half_w and abs(y - by) < half_h:
                 return True
     return False
 
