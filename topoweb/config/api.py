@@ -229,7 +229,7 @@ class SettingRateThrottle(SimpleRateThrottle):
         self.rate = self.get_rate()
         self.num_requests, self.duration = self.parse_rate(self.rate)
         key = self.get_cache_key(request, view)
-        if key is None or self.num_requests is None:
+        if key is None or self.num_requests is None or self.duration is None:
             return True
         self.now = self.timer()
         try:
@@ -238,9 +238,10 @@ class SettingRateThrottle(SimpleRateThrottle):
                 count, remaining = counted
                 self.opened = self.now - (self.duration - remaining)
             else:
-                count = self._count_in_cache(key)
-                if count is None:
+                in_cache = self._count_in_cache(key)
+                if in_cache is None:
                     return True
+                count = in_cache
         except Exception:
             # A cache that is down must not turn reports away: they are worth more than the
             # limit. The failure is logged; the budget applies again once the cache is back.
