@@ -593,10 +593,11 @@ def affinity_of(server: Server) -> dict[str, Any]:
 
 
 def current_analysis(
-    topology_class_id: int | None, *, result_as_text: bool = False
+    topology_class_id: int | None, *, result_as_text: bool = False, result: bool = True
 ) -> Analysis | None:
     """The analysis at the current cost-model version, or failing that the newest other one,
-    in one query. With `result_as_text` the result is left undecoded, as `result_text`."""
+    in one query. With `result_as_text` the result is left undecoded, as `result_text`; with
+    `result=False` it is deferred (read on first access)."""
     if topology_class_id is None:
         return None
     analyses = Analysis.objects.filter(topology_class_id=topology_class_id).annotate(
@@ -604,6 +605,8 @@ def current_analysis(
     )
     if result_as_text:
         analyses = analyses.defer("result").annotate(result_text=Cast("result", TextField()))
+    elif not result:
+        analyses = analyses.defer("result")
     return analyses.order_by("_not_current", "-cost_model_version").first()
 
 

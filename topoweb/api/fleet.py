@@ -33,7 +33,7 @@ from topoweb.config.api import (
 )
 from topoweb.config.metrics import count_report
 from topoweb.config.parsers import JSONParser
-from topoweb.config.renderers import RawJSON
+from topoweb.config.renderers import RawJSON, dumps
 from topoweb.core.ecosystem import Export
 from topoweb.core.formats import ParseError
 from topoweb.core.health import KINDS, SEVERITIES
@@ -508,6 +508,13 @@ class SnapshotDetailSerializer(SnapshotSummarySerializer):
     host = serializers.JSONField(allow_null=True)
 
 
+class ServerSnapshotSerializer(SnapshotDetailSerializer):
+    """The server detail's snapshot: its document served as the stored text (the deferred
+    `document` itself stays loadable for the GPU order)."""
+
+    document = serializers.JSONField(source="document_raw")
+
+
 class TopologyClassSerializer(serializers.Serializer):
     fingerprint = serializers.CharField()
     sku = serializers.CharField(source="sku_name")
@@ -526,7 +533,7 @@ class ServerDetailSerializer(ServerSummarySerializer):
         help_text="The health checks have judged the current snapshot: only then does an "
         "empty `findings` mean nothing was found"
     )
-    snapshot = SnapshotDetailSerializer(source="latest_snapshot", allow_null=True)
+    snapshot = ServerSnapshotSerializer(source="latest_snapshot", allow_null=True)
     analysis = serializers.SerializerMethodField()
     snapshot_count = serializers.IntegerField()
     benchmark_count = serializers.IntegerField()
@@ -539,16 +546,36 @@ class ServerDetailSerializer(ServerSummarySerializer):
         return health_selectors.findings_checked(server)
 
     @extend_schema_field(AnalysisSerializer(allow_null=True))
-    def get_analysis(self, server: Server) -> dict[str, Any] | None:
-        analysis = analysis_selectors.current_analysis(server.topology_class_id)
+    def get_analysis(self, server: Server) -> RawJSON | None:
+        """The class's analysis in this server's GPU numbering, serialised once per analysis
+        version and GPU order (a result is tens of kilobytes: building and encoding it cost
+        most of the answer) and then served as the stored JSON text."""
+        analysis = analysis_selectors.current_analysis(server.topology_class_id, result=False)
         if analysis is None:
             return None
-        data = dict(AnalysisSerializer(analysis).data)
         snapshot = server.latest_snapshot
-        if data.get("result") and snapshot is not None:
-            # Stored in the class's canonical GPU order: served in this server's own.
-            data["result"] = analysis_selectors.analysis_result_for(server, data["result"])
-        return data
+        key = (
+            analysis.pk,
+            analysis.updated_at,
+            snapshot.content_sha256 if snapshot is not None else None,
+        )
+        text = _ANALYSIS_TEXT.get(key)
+        if text is None:
+            data = dict(AnalysisSerializer(analysis).data)  # loads the deferred result
+            if data.get("result") and snapshot is not None:
+                # Stored in the class's canonical GPU order: served in this server's own.
+                data["result"] = analysis_selectors.analysis_result_for(server, data["result"])
+            text = dumps(data).decode()
+            if len(_ANALYSIS_TEXT) >= _ANALYSIS_TEXT_SIZE:
+                _ANALYSIS_TEXT.pop(next(iter(_ANALYSIS_TEXT)))
+            _ANALYSIS_TEXT[key] = text
+        return RawJSON(text)
+
+
+# Per process: (analysis id, its last update, the snapshot content) -> the answer's JSON text.
+# The update time changes with every write to the analysis, so a stale entry is never served.
+_ANALYSIS_TEXT: dict[tuple[Any, ...], str] = {}
+_ANALYSIS_TEXT_SIZE = 512
 
 
 class ServerDetailApi(APIView):
@@ -562,6 +589,7 @@ class ServerDetailApi(APIView):
             # The facts are served as stored: no decode and re-encode per request.
             snapshot.nvml = RawJSON.or_none(server.nvml_text)  # type: ignore[attr-defined]
             snapshot.host = RawJSON.or_none(server.host_text)  # type: ignore[attr-defined]
+            snapshot.document_raw = RawJSON(server.document_text)  # type: ignore[attr-defined]
         return Response(ServerDetailSerializer(server).data)
 
 

@@ -227,8 +227,8 @@ def usual_topology_class_id(sku_name: str) -> int | None:
 def server_detail(hostname: str) -> Server:
     """Everything the server detail answer shows but its findings and analysis, in one query:
     the latest snapshot with its class, the health counts, how many snapshots and benchmarks
-    are stored, and the snapshot's facts as the text they are stored as (`nvml_text`,
-    `host_text`), since the answer serves them unchanged."""
+    are stored, and the snapshot's document and facts as the text they are stored as
+    (`document_text`, `nvml_text`, `host_text`), since the answer serves them unchanged."""
     snapshots = Snapshot.objects.filter(server=OuterRef("pk")).order_by().values("server")
     benchmarks = Benchmark.objects.filter(server=OuterRef("pk")).order_by().values("server")
     server = (
@@ -236,6 +236,7 @@ def server_detail(hostname: str) -> Server:
         .defer(
             "latest_snapshot__nvml",
             "latest_snapshot__host",
+            "latest_snapshot__document",
             "latest_snapshot__topology_class__document",
             "topology_class__document",
             "health__acceptance",
@@ -246,6 +247,7 @@ def server_detail(hostname: str) -> Server:
             benchmark_count=Coalesce(Subquery(benchmarks.annotate(n=Count("id")).values("n")), 0),
             nvml_text=Cast("latest_snapshot__nvml", TextField()),
             host_text=Cast("latest_snapshot__host", TextField()),
+            document_text=Cast("latest_snapshot__document", TextField()),
         )
         .filter(hostname=hostname)
         .first()
