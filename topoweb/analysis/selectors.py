@@ -593,11 +593,10 @@ def affinity_of(server: Server) -> dict[str, Any]:
 
 
 def current_analysis(
-    topology_class_id: int | None, *, result_as_text: bool = False, result: bool = True
+    topology_class_id: int | None, *, result_as_text: bool = False
 ) -> Analysis | None:
     """The analysis at the current cost-model version, or failing that the newest other one,
-    in one query. With `result_as_text` the result is left undecoded, as `result_text`; with
-    `result=False` it is deferred (read on first access)."""
+    in one query. With `result_as_text` the result is left undecoded, as `result_text`."""
     if topology_class_id is None:
         return None
     analyses = Analysis.objects.filter(topology_class_id=topology_class_id).annotate(
@@ -605,9 +604,17 @@ def current_analysis(
     )
     if result_as_text:
         analyses = analyses.defer("result").annotate(result_text=Cast("result", TextField()))
-    elif not result:
-        analyses = analyses.defer("result")
     return analyses.order_by("_not_current", "-cost_model_version").first()
+
+
+def current_analysis_of(topology_class: Any) -> QuerySet[Analysis]:
+    """current_analysis's pick as a subquery of another query (`topology_class` an OuterRef);
+    take its columns with .values(...)."""
+    return (
+        Analysis.objects.filter(topology_class_id=topology_class)
+        .annotate(_not_current=Case(When(cost_model_version=COST_MODEL_VERSION, then=0), default=1))
+        .order_by("_not_current", "-cost_model_version")
+    )
 
 
 def stored_costs(server: Server) -> dict[str, Any]:
