@@ -54,8 +54,15 @@ test: install $(CHROMIUM)
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
 		$(VENV)/bin/pytest $(PYTEST_ARGS)
 
+# bench/query.py drives both servers with Debian's wrk.
+WRK := /usr/bin/wrk
+$(WRK):
+	@if [ "$$(id -u)" != 0 ]; then echo "bench/query.py needs wrk: install Debian's (sudo apt-get install wrk)" >&2; exit 1; fi
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+
 # bench/live.py and bench/bare_drf.py are modules the scripts use, not scripts.
-bench: install
+bench: install $(WRK)
 	for script in bench/*.py; do \
 		case $$script in bench/live.py|bench/bare_drf.py) continue;; esac; \
 		$(PY) $$script || exit 1; \

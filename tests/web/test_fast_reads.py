@@ -101,6 +101,26 @@ def test_the_server_detail_serves_the_stored_documents_unchanged(
     assert (body["snapshot_count"], body["benchmark_count"]) == (1, 0)
 
 
+def test_the_server_detail_serves_the_analysis_kept_as_text_until_the_analysis_changes(
+    reader: APIClient, fleet: None, django_assert_max_num_queries: Any
+) -> None:
+    from topoweb.analysis.models import Analysis
+
+    first = reader.get("/api/v1/servers/h200-01/").json()
+    with django_assert_max_num_queries(3):  # token, server with its analysis's key, findings
+        again = reader.get("/api/v1/servers/h200-01/").json()
+    analysis = Analysis.objects.get(topology_class__servers__hostname="h200-01")
+    analysis.status, analysis.error = Analysis.Status.FAILED, "the model failed"
+    analysis.save()
+    changed = reader.get("/api/v1/servers/h200-01/").json()
+
+    assert again == first
+    assert (changed["analysis"]["status"], changed["analysis"]["error"]) == (
+        "failed",
+        "the model failed",
+    )
+
+
 def test_a_repeated_placement_question_is_answered_from_the_answer_computed_once(
     reader: APIClient, fleet: None, django_assert_max_num_queries: Any
 ) -> None:
@@ -188,7 +208,7 @@ def test_a_duplicate_report_is_recognised_before_any_parsing(
         raise AssertionError("a duplicate must not be parsed")
 
     monkeypatch.setattr(services, "parse_text", no_parsing)
-    with django_assert_max_num_queries(3):  # the token, the stored snapshot, last seen
+    with django_assert_max_num_queries(2):  # the token; the stored snapshot, marked seen
         again = client.post("/api/v1/reports/", body, format="json")
 
     assert (first.status_code, again.status_code) == (201, 200)

@@ -607,6 +607,16 @@ def current_analysis(
     return analyses.order_by("_not_current", "-cost_model_version").first()
 
 
+def current_analysis_of(topology_class: Any) -> QuerySet[Analysis]:
+    """current_analysis's pick as a subquery of another query (`topology_class` an OuterRef);
+    take its columns with .values(...)."""
+    return (
+        Analysis.objects.filter(topology_class_id=topology_class)
+        .annotate(_not_current=Case(When(cost_model_version=COST_MODEL_VERSION, then=0), default=1))
+        .order_by("_not_current", "-cost_model_version")
+    )
+
+
 def stored_costs(server: Server) -> dict[str, Any]:
     """The cost tables of the class's analysis (calibrated ones too, when measured), and the
     server's own nccl-tests curves beside them."""

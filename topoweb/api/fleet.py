@@ -4,6 +4,7 @@ Each view validates, calls one service or selector, and shapes the answer."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from datetime import datetime
@@ -11,6 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db.models import OuterRef, Subquery
 from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -31,9 +33,10 @@ from topoweb.config.api import (
     WindowCountPagination,
     hostname_field,
 )
+from topoweb.config.compiled import CompiledQuery
 from topoweb.config.metrics import count_report
 from topoweb.config.parsers import JSONParser
-from topoweb.config.renderers import RawJSON
+from topoweb.config.renderers import RawJSON, dumps
 from topoweb.core.ecosystem import Export
 from topoweb.core.formats import ParseError
 from topoweb.core.health import KINDS, SEVERITIES
@@ -508,6 +511,13 @@ class SnapshotDetailSerializer(SnapshotSummarySerializer):
     host = serializers.JSONField(allow_null=True)
 
 
+class ServerSnapshotSerializer(SnapshotDetailSerializer):
+    """The server detail's snapshot: its document served as the stored text (the deferred
+    `document` itself stays loadable for the GPU order)."""
+
+    document = serializers.JSONField(source="document_raw")
+
+
 class TopologyClassSerializer(serializers.Serializer):
     fingerprint = serializers.CharField()
     sku = serializers.CharField(source="sku_name")
@@ -526,7 +536,7 @@ class ServerDetailSerializer(ServerSummarySerializer):
         help_text="The health checks have judged the current snapshot: only then does an "
         "empty `findings` mean nothing was found"
     )
-    snapshot = SnapshotDetailSerializer(source="latest_snapshot", allow_null=True)
+    snapshot = ServerSnapshotSerializer(source="latest_snapshot", allow_null=True)
     analysis = serializers.SerializerMethodField()
     snapshot_count = serializers.IntegerField()
     benchmark_count = serializers.IntegerField()
@@ -539,16 +549,54 @@ class ServerDetailSerializer(ServerSummarySerializer):
         return health_selectors.findings_checked(server)
 
     @extend_schema_field(AnalysisSerializer(allow_null=True))
-    def get_analysis(self, server: Server) -> dict[str, Any] | None:
-        analysis = analysis_selectors.current_analysis(server.topology_class_id)
-        if analysis is None:
+    def get_analysis(self, server: Server) -> RawJSON | None:
+        """The class's analysis in this server's GPU numbering, serialised once per analysis
+        version and GPU order (a result is tens of kilobytes: building and encoding it cost
+        most of the answer) and then served as the stored JSON text."""
+        if server.analysis_id is None:  # type: ignore[attr-defined]
             return None
-        data = dict(AnalysisSerializer(analysis).data)
         snapshot = server.latest_snapshot
-        if data.get("result") and snapshot is not None:
-            # Stored in the class's canonical GPU order: served in this server's own.
-            data["result"] = analysis_selectors.analysis_result_for(server, data["result"])
-        return data
+        key = (
+            server.analysis_id,  # type: ignore[attr-defined]
+            server.analysis_updated_at,  # type: ignore[attr-defined]
+            snapshot.content_sha256 if snapshot is not None else None,
+        )
+        text = _ANALYSIS_TEXT.get(key)
+        if text is None:
+            analysis = analysis_selectors.current_analysis(server.topology_class_id)
+            if analysis is None:  # deleted since
+                return None
+            data = dict(AnalysisSerializer(analysis).data)
+            if snapshot is not None and "document" in snapshot.get_deferred_fields():
+                # The GPU order may need the topology: from the text already read, no query.
+                snapshot.document = json.loads(server.document_text)  # type: ignore[attr-defined]
+            if data.get("result") and snapshot is not None:
+                # Stored in the class's canonical GPU order: served in this server's own.
+                data["result"] = analysis_selectors.analysis_result_for(server, data["result"])
+            text = dumps(data).decode()
+            if len(_ANALYSIS_TEXT) >= _ANALYSIS_TEXT_SIZE:
+                _ANALYSIS_TEXT.pop(next(iter(_ANALYSIS_TEXT)))
+            _ANALYSIS_TEXT[key] = text
+        return RawJSON(text)
+
+
+# Per process: (analysis id, its last update, the snapshot content) -> the answer's JSON text.
+# The update time changes with every write to the analysis, so a stale entry is never served.
+_ANALYSIS_TEXT: dict[tuple[Any, ...], str] = {}
+_ANALYSIS_TEXT_SIZE = 512
+
+
+def _server_detail_query(hostname: str) -> Any:
+    """The detail's one query, with the id and last update of the class's current analysis
+    (the key its answer text is kept by)."""
+    current = analysis_selectors.current_analysis_of(OuterRef("topology_class_id"))
+    return selectors.server_detail_query(hostname).annotate(
+        analysis_id=Subquery(current.values("id")[:1]),
+        analysis_updated_at=Subquery(current.values("updated_at")[:1]),
+    )
+
+
+_server_detail = CompiledQuery(_server_detail_query)
 
 
 class ServerDetailApi(APIView):
@@ -556,12 +604,13 @@ class ServerDetailApi(APIView):
         operation_id="servers_retrieve", responses={200: ServerDetailSerializer, **READ_ERRORS}
     )
     def get(self, request: Request, hostname: str) -> Response:
-        server = selectors.server_detail(hostname)
+        server = selectors.server_detail(hostname, _server_detail)
         snapshot = server.latest_snapshot
         if snapshot is not None:
             # The facts are served as stored: no decode and re-encode per request.
             snapshot.nvml = RawJSON.or_none(server.nvml_text)  # type: ignore[attr-defined]
             snapshot.host = RawJSON.or_none(server.host_text)  # type: ignore[attr-defined]
+            snapshot.document_raw = RawJSON(server.document_text)  # type: ignore[attr-defined]
         return Response(ServerDetailSerializer(server).data)
 
 

@@ -12,6 +12,9 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from django.conf import settings
+from django.core.cache import DEFAULT_CACHE_ALIAS, caches
+from django.core.cache.backends.base import BaseCache
+from django.core.cache.backends.redis import RedisCache
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.paginator import Page
 from django.core.paginator import Paginator as DjangoPaginator
@@ -181,6 +184,34 @@ class Pagination(PageNumberPagination):
     max_page_size = 500
 
 
+# INCR and, for the window's first request (or a counter somehow left without expiry), the
+# expiry, atomically in Redis; answers the count and the milliseconds the window has left.
+_WINDOW_LUA = """
+local count = redis.call('INCR', KEYS[1])
+local left = redis.call('PTTL', KEYS[1])
+if left < 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  left = tonumber(ARGV[1])
+end
+return {count, left}
+"""
+
+
+def _count_in_redis(cache: Any, key: str, duration: float) -> tuple[int, float] | None:
+    """The caller's count in its window with one Redis round trip, or None when the cache is
+    not Django's Redis backend. Django stores integers raw, so the counter stays readable
+    by cache.get and resettable by cache.delete."""
+    backend = cache if isinstance(cache, BaseCache) else caches[DEFAULT_CACHE_ALIAS]
+    if not isinstance(backend, RedisCache):  # DRF's `cache` is the default cache's proxy
+        return None
+    cache = backend
+    full_key = cache.make_and_validate_key(key)
+    client = cache._cache.get_client(full_key, write=True)
+    window_ms = max(1, int(duration * 1000))
+    count, left_ms = client.eval(_WINDOW_LUA, 1, full_key, window_ms)
+    return int(count), float(left_ms) / 1000.0
+
+
 class SettingRateThrottle(SimpleRateThrottle):
     """Per token (or user, or address), at the rate a setting names, read per request."""
 
@@ -198,27 +229,40 @@ class SettingRateThrottle(SimpleRateThrottle):
         self.rate = self.get_rate()
         self.num_requests, self.duration = self.parse_rate(self.rate)
         key = self.get_cache_key(request, view)
-        if key is None or self.num_requests is None:
+        if key is None or self.num_requests is None or self.duration is None:
             return True
         self.now = self.timer()
         try:
-            self.cache.add(f"{key}:opened", self.now, timeout=self.duration)
-            for _ in range(2):  # the window may close between add and incr: open a new one
-                self.cache.add(key, 0, timeout=self.duration)
-                try:
-                    count = self.cache.incr(key)
-                    break
-                except ValueError:
-                    continue
+            counted = _count_in_redis(self.cache, key, self.duration)
+            if counted is not None:  # one round trip: INCR and the window's expiry together
+                count, remaining = counted
+                self.opened = self.now - (self.duration - remaining)
             else:
-                return True
-            self.opened = self.cache.get(f"{key}:opened", self.now)
+                in_cache = self._count_in_cache(key)
+                if in_cache is None:
+                    return True
+                count = in_cache
         except Exception:
             # A cache that is down must not turn reports away: they are worth more than the
             # limit. The failure is logged; the budget applies again once the cache is back.
             log.warning("throttle %s not applied: the cache is unreachable", self.scope)
             return True
         return bool(count <= self.num_requests)
+
+    def _count_in_cache(self, key: str) -> int | None:
+        """The same window with Django's cache API (per-process caches, tests): a few calls."""
+        self.cache.add(f"{key}:opened", self.now, timeout=self.duration)
+        for _ in range(2):  # the window may close between add and incr: open a new one
+            self.cache.add(key, 0, timeout=self.duration)
+            try:
+                count = int(self.cache.incr(key))
+                break
+            except ValueError:
+                continue
+        else:
+            return None
+        self.opened = self.cache.get(f"{key}:opened", self.now)
+        return count
 
     def wait(self) -> float | None:
         """Seconds until the caller's window closes (the Retry-After of a 429)."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import QuerySet
+from django.db.models.query import get_related_populators  # type: ignore[attr-defined]
 from django.db.models.sql.compiler import SQLCompiler
 
 
@@ -32,7 +33,8 @@ class _Compiled:
 
 class CompiledQuery:
     """`build(*values)` gives a values_list() queryset filtering on `values` (strings, each
-    used once in the query); `rows(*values)` runs it for other values without rebuilding it."""
+    used once in the query); `rows(*values)` runs it for other values without rebuilding it.
+    Built as a model queryset instead, `objects(*values)` gives its model instances."""
 
     def __init__(self, build: Callable[..., QuerySet[Any, Any]], arity: int = 1) -> None:
         self._build = build
@@ -67,3 +69,26 @@ class CompiledQuery:
         if compiled.converters:
             rows = [tuple(r) for r in compiled.compiler.apply_converters(rows, compiled.converters)]
         return rows
+
+    def objects(self, *values: str) -> list[Any]:
+        """Model instances, as iterating a model queryset (select_related and annotations
+        included) would build them, from the compiled SQL."""
+        rows = self.rows(*values)
+        compiled = self._compiled[id(connections[DEFAULT_DB_ALIAS])]
+        compiler = compiled.compiler
+        klass_info = compiler.klass_info
+        assert klass_info is not None, "objects() needs a model queryset, not values_list()"
+        select = compiler.select
+        start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
+        init_list = [column[0].target.attname for column in select[start:end]]
+        populators = get_related_populators(klass_info, select, DEFAULT_DB_ALIAS)
+        annotations = compiler.annotation_col_map or {}
+        found = []
+        for row in rows:
+            obj = klass_info["model"].from_db(DEFAULT_DB_ALIAS, init_list, row[start:end])
+            for populator in populators:
+                populator.populate(row, obj)
+            for name, position in annotations.items():
+                setattr(obj, name, row[position])
+            found.append(obj)
+        return found

@@ -224,18 +224,15 @@ def usual_topology_class_id(sku_name: str) -> int | None:
     return int(ranked[0]["topology_class"])
 
 
-def server_detail(hostname: str) -> Server:
-    """Everything the server detail answer shows but its findings and analysis, in one query:
-    the latest snapshot with its class, the health counts, how many snapshots and benchmarks
-    are stored, and the snapshot's facts as the text they are stored as (`nvml_text`,
-    `host_text`), since the answer serves them unchanged."""
+def server_detail_query(hostname: str) -> QuerySet[Server]:
     snapshots = Snapshot.objects.filter(server=OuterRef("pk")).order_by().values("server")
     benchmarks = Benchmark.objects.filter(server=OuterRef("pk")).order_by().values("server")
-    server = (
+    return (
         Server.objects.select_related("latest_snapshot__topology_class", "topology_class", "health")
         .defer(
             "latest_snapshot__nvml",
             "latest_snapshot__host",
+            "latest_snapshot__document",
             "latest_snapshot__topology_class__document",
             "topology_class__document",
             "health__acceptance",
@@ -246,10 +243,25 @@ def server_detail(hostname: str) -> Server:
             benchmark_count=Coalesce(Subquery(benchmarks.annotate(n=Count("id")).values("n")), 0),
             nvml_text=Cast("latest_snapshot__nvml", TextField()),
             host_text=Cast("latest_snapshot__host", TextField()),
+            document_text=Cast("latest_snapshot__document", TextField()),
         )
         .filter(hostname=hostname)
-        .first()
+        .order_by()[:1]
     )
+
+
+# Compiled once per process: building this query costs more CPU than the database answering it.
+_server_detail = CompiledQuery(server_detail_query)
+
+
+def server_detail(hostname: str, query: CompiledQuery = _server_detail) -> Server:
+    """Everything the server detail answer shows but its findings and analysis, in one query:
+    the latest snapshot with its class, the health counts, how many snapshots and benchmarks
+    are stored, and the snapshot's document and facts as the text they are stored as
+    (`document_text`, `nvml_text`, `host_text`), since the answer serves them unchanged.
+    `query`: this one compiled with more annotations (a caller's own columns)."""
+    found = query.objects(hostname)
+    server: Server | None = found[0] if found else None
     if server is None:
         raise Http404(f"no server named {hostname!r}")
     if server.latest_snapshot is not None:

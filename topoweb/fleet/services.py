@@ -17,6 +17,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
+from django.db.models import Case, Q, Value, When
 from django.utils import timezone
 
 from topoweb.config import limits
@@ -188,7 +189,10 @@ def ingest_report(
     parsed_benchmarks = [_parse_benchmark(i, b) for i, b in enumerate(benchmarks)]
     now = timezone.now()
     with transaction.atomic():
-        server, _ = Server.objects.get_or_create(hostname=hostname)
+        # The previous snapshot comes with the server: one query, not two.
+        server, _ = Server.objects.select_related("latest_snapshot").get_or_create(
+            hostname=hostname
+        )
         # Found stored above; one that raced in since is answered below (IntegrityError).
         gpu_model = _gpu_model(facts, gpu_model_hint, parsed_benchmarks)
         previous = server.latest_snapshot
@@ -262,16 +266,35 @@ _duplicate = CompiledQuery(
 )
 
 
+_DUPLICATE_SQL = f"""
+UPDATE {Server._meta.db_table} AS server SET last_seen_at = %s
+FROM {Snapshot._meta.db_table} AS snapshot
+WHERE server.hostname = %s AND snapshot.server_id = server.id AND snapshot.content_sha256 = %s
+RETURNING server.id, snapshot.id, snapshot.document -> 'warnings'
+"""
+
+
 def _stored_duplicate(hostname: str, digest: str) -> Ingested | None:
     """The stored snapshot with this content for this host (its id, server and the reader's
     warnings, what the answer shows), found in one query, its server marked seen; None when
     the report is new."""
-    rows = _duplicate.rows(hostname, digest)
-    if not rows:
-        return None
-    snapshot_id, server_id, warnings = rows[0]
     now = timezone.now()
-    Server.objects.filter(pk=server_id).update(last_seen_at=now)
+    if connection.vendor == "postgresql":
+        # Found and marked seen in one statement, by the (server, content) unique index.
+        with connection.cursor() as cursor:
+            cursor.execute(_DUPLICATE_SQL, [now, hostname, digest])
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        server_id, snapshot_id, warnings = row
+        if isinstance(warnings, str):
+            warnings = json.loads(warnings)
+    else:
+        rows = _duplicate.rows(hostname, digest)
+        if not rows:
+            return None
+        snapshot_id, server_id, warnings = rows[0]
+        Server.objects.filter(pk=server_id).update(last_seen_at=now)
     server = Server.from_db(
         DEFAULT_DB_ALIAS, ["id", "hostname", "last_seen_at"], [server_id, hostname, now]
     )
@@ -292,7 +315,10 @@ def ingest_benchmark(
     parsed = _parse_benchmark(None, BenchmarkInput(kind, text))
     digest = hashlib.sha256(text.encode()).hexdigest()
     with transaction.atomic():
-        server, _ = Server.objects.get_or_create(hostname=hostname)
+        # The previous snapshot comes with the server: one query, not two.
+        server, _ = Server.objects.select_related("latest_snapshot").get_or_create(
+            hostname=hostname
+        )
         existing = Benchmark.objects.filter(server=server, content_sha256=digest).first()
         if existing is not None:
             return Ingested(server=server, created=False, benchmark=existing)
@@ -390,11 +416,14 @@ def refresh_sku_drift(sku_name: str) -> None:
     if usual is None:
         members.filter(differs_from_sku=True).update(differs_from_sku=False)
         return
-    # Only rows whose flag changes: fewer row locks, and no write at all in the common case.
-    members.exclude(topology_class=usual).filter(
-        topology_class__isnull=False, differs_from_sku=False
-    ).update(differs_from_sku=True)
-    members.filter(topology_class=usual, differs_from_sku=True).update(differs_from_sku=False)
+    # Only rows whose flag changes, in one statement: fewer row locks, and no write at all in
+    # the common case.
+    differs = Q(topology_class__isnull=False) & ~Q(topology_class=usual)
+    members.filter(
+        (differs & Q(differs_from_sku=False)) | (Q(topology_class=usual) & Q(differs_from_sku=True))
+    ).update(
+        differs_from_sku=Case(When(topology_class=usual, then=Value(False)), default=Value(True))
+    )
 
 
 def nvlink_summary(topology: Topology) -> str:
