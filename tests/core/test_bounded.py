@@ -16,7 +16,7 @@ def ring_model(n: int):  # type: ignore[no-untyped-def]
 
 
 def hops_are_ring_neighbours(order: tuple[int, ...], n: int) -> bool:
-    return all((a - b) % n in (1, n - 1) for a, b in zip(order, order[1:] + order[:1]))
+    return all((a - b) % n in (1, n - 1) for a, b in zip(order, order[1:] + order[:1], strict=True))
 
 
 def test_a_ring_of_32_gpus_follows_the_nvlink_neighbours_both_ways() -> None:
