@@ -592,12 +592,13 @@ class CostModel:
         search is out of reach there, and its 2-opt seed alone costs O(n^3) per pass).
 
         The first ring is the better of the hierarchy's order (NVLink domain, NUMA node, PCIe
-        tree: what NCCL's own search settles on for such fabrics) and, up to BIG_RING GPUs,
-        the nearest-neighbour ring by pair rate; so it is never slower than the hierarchy's
-        ring. Where an NVLink pair limits it, the reverse ring is packed beside it, as the
-        exact search packs it over the links' other direction."""
+        tree: what NCCL's own search settles on for such fabrics) and, up to BIG_RING GPUs
+        where that order leaves NVLink, the nearest-neighbour ring by pair rate; so it is
+        never slower than the hierarchy's ring. Where an NVLink pair limits it, the reverse
+        ring is packed beside it, as the exact search packs it over the links' other
+        direction."""
         rings = [self._hierarchy_ring(key)]
-        if len(key) <= BIG_RING:
+        if len(key) <= BIG_RING and not all(map(self._is_nvlink, _ring_flows(rings[0]))):
             rings.append(self._nearest_ring(key))
         best = rings[0]
         rate = self._ring_rate(best)
