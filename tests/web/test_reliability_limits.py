@@ -59,9 +59,29 @@ def test_a_160_gpu_ring_is_stored_and_its_graph_affinity_costs_and_selection_ans
     assert cost.status_code == 200 and cost.json()["busbw_gbps"] > 0
     assert select.status_code == 200
     assert select.json()["selections"][0]["hostname"] == "h200-01"
-    # Searching k of 160 GPUs takes the core a minute today: the ring is named, not searched.
+    assert select.json()["skipped"] == []
+    # The ring is searched too (a bounded number of candidate groups): the only server with 16.
+    sixteen = reader.post("/api/v1/placement/select", {"k": 16}, format="json")
+    assert sixteen.status_code == 200, sixteen.content[:300]
+    assert {s["hostname"] for s in sixteen.json()["selections"]} == {"ring-160"}
+
+
+def test_a_server_past_the_selection_limit_is_named_not_searched(
+    collector_client: Any, reader: APIClient, settings: Any
+) -> None:
+    settings.TOPOWEB_MAX_SELECT_GPUS = 64
+    client = collector_client("ring-72")
+    body = report("ring-72", topo_text=synthetic.gpu_ring(72))
+    assert client.post("/api/v1/reports", body, format="json").status_code == 201
+    client = collector_client("h200-01")
+    assert client.post("/api/v1/reports", report("h200-01", H200), format="json").status_code == 201
+
+    select = reader.post("/api/v1/placement/select", {"k": 2}, format="json")
+
+    assert select.status_code == 200
+    assert {s["hostname"] for s in select.json()["selections"]} == {"h200-01"}
     (skipped,) = select.json()["skipped"]
-    assert skipped["hostname"] == "ring-160"
+    assert skipped["hostname"] == "ring-72"
     assert "TOPOWEB_MAX_SELECT_GPUS" in skipped["reason"]
 
 
@@ -187,5 +207,5 @@ def test_one_server_with_a_broken_stored_topology_does_not_break_fleet_selection
     select = reader.post("/api/v1/placement/select", {"k": 8}, format="json")
 
     assert select.status_code == 200
-    assert [s["hostname"] for s in select.json()["selections"]] == ["h200-01"]
+    assert {s["hostname"] for s in select.json()["selections"]} == {"h200-01"}
     assert [s["hostname"] for s in select.json()["skipped"]] == ["h200-02"]

@@ -18,7 +18,7 @@ from topoweb.analysis.models import Analysis
 from topoweb.analysis.serializers import AnalysisSerializer, FindingSerializer
 from topoweb.api.fleet import ServerSummarySerializer
 from topoweb.config.api import READ_ERRORS
-from topoweb.core.export import device_details, graph_document, matrix_document
+from topoweb.core.export import device_details, matrix_document
 from topoweb.core.ledger import Layout
 from topoweb.fleet import selectors
 from topoweb.fleet.models import Benchmark, Server
@@ -168,7 +168,7 @@ def server_page(server: Server) -> dict[str, Any]:
     if snapshot is not None:
         topo = snapshot.to_domain()
         warnings = list(topo.warnings)
-        graph = graph_document(topo)
+        graph = selectors.graph_elements(snapshot)
         matrix = matrix_document(topo, newest_p2p(server), result.get("p2p_prediction"))
         affinity = analysis_selectors.affinity_of(server)
         details = device_details(topo, affinity)
@@ -475,7 +475,7 @@ def compare_page(a: str, b: str, preset: str = "", asked: Layout | None = None) 
     for side in sides:
         server = side["server"]
         snap = server.latest_snapshot if server is not None else None
-        side["graph"] = graph_document(snap.to_domain()) if snap is not None else None
+        side["graph"] = selectors.graph_elements(snap) if snap is not None else None
         side["nvlinks"] = _nvlinks_per_gpu(side["graph"])
         _place(side, preset, asked)
     facts = [_facts(s) for s in sides]

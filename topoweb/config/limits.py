@@ -86,9 +86,9 @@ def check_query_gpus(hostname: str, gpus: int) -> None:
 
 
 def check_select_gpus(hostname: str, gpus: int) -> None:
-    """The k-GPU search over a server grows quickly with its GPU count (an NVL72 rack takes
-    seconds today): past TOPOWEB_MAX_SELECT_GPUS a server is left out of selections, reported
-    with this reason."""
+    """The k-GPU search over a server prices a bounded number of candidate groups (a 576-GPU
+    domain in well under a second); past TOPOWEB_MAX_SELECT_GPUS a server is left out of
+    selections, reported with this reason."""
     if gpus > settings.TOPOWEB_MAX_SELECT_GPUS:
         raise LimitExceeded(
             f"{hostname!r} has {gpus} GPUs; GPU selection searches servers of up to "

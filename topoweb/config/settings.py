@@ -224,7 +224,7 @@ TOPOWEB_MAX_BENCHMARK_BYTES = env.int("TOPOWEB_MAX_BENCHMARK_BYTES", default=256
 TOPOWEB_MAX_BENCHMARK_ROWS = env.int("TOPOWEB_MAX_BENCHMARK_ROWS", default=1000)
 TOPOWEB_MAX_BENCHMARKS_PER_REPORT = env.int("TOPOWEB_MAX_BENCHMARKS_PER_REPORT", default=32)
 TOPOWEB_MAX_QUERY_GPUS = env.int("TOPOWEB_MAX_QUERY_GPUS", default=256)
-TOPOWEB_MAX_SELECT_GPUS = env.int("TOPOWEB_MAX_SELECT_GPUS", default=72)
+TOPOWEB_MAX_SELECT_GPUS = env.int("TOPOWEB_MAX_SELECT_GPUS", default=576)
 # /metrics answers only with `Authorization: Bearer <this>`; unset, it is not served on the
 # application's address (`manage.py serve_metrics` serves it on an internal one).
 TOPOWEB_METRICS_TOKEN = env.str("TOPOWEB_METRICS_TOKEN", default="")

@@ -59,6 +59,9 @@ RING_SEARCH_NODES = 20_000
 # At most this many rings over an NVLink mesh (NCCL builds up to 16-32 channels; a DGX-1
 # mesh needs 4-6 distinct rings to fill its bundles).
 MAX_RINGS = 8
+# Subsets up to this size get the exact ring search (branch and bound, 2-opt seed); larger
+# ones a bounded O(n^2) choice (see CostModel._bounded_channels).
+EXACT_RING = 16
 # Subsets larger than this get the hierarchy's order as their ring, without a search.
 BIG_RING = 64
 CALIBRATION_CLASSES = ("nvlink", "pcie", "socket")
@@ -240,6 +243,7 @@ class CostModel:
             {"PHB", "NODE", "SYS"} if vendor_amd and len(self.gpu_ids) == 2 else set()
         )
         self._ring_cache: dict[tuple[int, ...], tuple[tuple[tuple[int, ...], float], ...]] = {}
+        self._pair_rates: dict[Flow, float] = {}  # solo rate of one GPU pair, for big rings
         # Per local GPU set: ring order, solo ring rate, open-chain rate, all hops NVLink.
         self._solo_shapes: dict[tuple[int, ...], tuple[tuple[int, ...], Rate, Rate, bool]] = {}
 
@@ -542,7 +546,7 @@ class CostModel:
     def ring_channels(self, gpus: Sequence[int]) -> tuple[tuple[tuple[int, ...], float], ...]:
         """The rings NCCL would build over a subset, with the share of data each carries.
 
-        The first ring is the best single ring (branch and bound over every order, exact
+        Up to EXACT_RING GPUs the first ring is the best single ring (branch and bound, exact
         within RING_SEARCH_NODES expansions, seeded by a greedy + 2-opt ring). Where dedicated
         NVLink bundles limit it, more rings are packed into the capacity left over (the
         reverse ring, then other cycles), as NCCL builds several channels over a DGX-1 mesh:
@@ -552,11 +556,8 @@ class CostModel:
             return self._ring_cache[key]
         if len(key) < 2:
             raise ValueError("a collective needs at least two GPUs")
-        if len(key) > BIG_RING:
-            # Past a few dozen GPUs an exact search is out of reach and a greedy one costs
-            # O(n^2) routes: follow the hierarchy (NVLink domain, NUMA node, PCIe tree),
-            # which is what NCCL's own search settles on for such fabrics.
-            big: tuple[tuple[tuple[int, ...], float], ...] = ((self._hierarchy_ring(key), 1.0),)
+        if len(key) > EXACT_RING:
+            big = self._bounded_channels(key)
             self._ring_cache[key] = big
             return big
         for f in ((a, b) for a in key for b in key if a != b):
@@ -585,6 +586,55 @@ class CostModel:
         result = tuple((o, x / total) for o, x in channels)
         self._ring_cache[key] = result
         return result
+
+    def _bounded_channels(self, key: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], float], ...]:
+        """Rings of a subset past EXACT_RING GPUs, in O(n^2) pair look-ups at most (an exact
+        search is out of reach there, and its 2-opt seed alone costs O(n^3) per pass).
+
+        The first ring is the better of the hierarchy's order (NVLink domain, NUMA node, PCIe
+        tree: what NCCL's own search settles on for such fabrics) and, up to BIG_RING GPUs
+        where that order leaves NVLink, the nearest-neighbour ring by pair rate; so it is
+        never slower than the hierarchy's ring. Where an NVLink pair limits it, the reverse
+        ring is packed beside it, as the exact search packs it over the links' other
+        direction."""
+        rings = [self._hierarchy_ring(key)]
+        if len(key) <= BIG_RING and not all(map(self._is_nvlink, _ring_flows(rings[0]))):
+            rings.append(self._nearest_ring(key))
+        best = rings[0]
+        rate = self._ring_rate(best)
+        for ring in rings[1:]:
+            got = self._ring_rate(ring)
+            if got.gbps > rate.gbps * (1 + 1e-9):
+                best, rate = ring, got
+        channels: list[tuple[tuple[int, ...], float]] = [(best, rate.gbps)]
+        if self.resources[rate.bottleneck].kind == "nvlink_pair":
+            back = best[::-1]
+            self.load((f, 1.0) for f in _ring_flows(back))  # its resources exist first
+            residual = self._residual([r.capacity_gbps for r in self.resources], best, rate.gbps)
+            got = self._ring_rate(back, residual)
+            if got.gbps >= 0.05 * rate.gbps:
+                channels.append((back, got.gbps))
+        total = sum(x for _, x in channels)
+        return tuple((o, x / total) for o, x in channels)
+
+    def _nearest_ring(self, key: tuple[int, ...]) -> tuple[int, ...]:
+        """Nearest neighbour by pair rate (each pair's rate computed once per model)."""
+
+        def pair(a: int, b: int) -> float:
+            f = (a, b)
+            got = self._pair_rates.get(f)
+            if got is None:
+                got = self._pair_rates[f] = self.solo_rate(self.load([(f, 1.0)])).gbps
+            return got
+
+        order = [key[0]]
+        left = list(key[1:])
+        while left:
+            here = order[-1]
+            nxt = max(left, key=lambda g: pair(here, g))  # ties: the lowest index (key sorted)
+            order.append(nxt)
+            left.remove(nxt)
+        return tuple(order)
 
     def _hierarchy_ring(self, key: tuple[int, ...]) -> tuple[int, ...]:
         def place(g: int) -> tuple[Any, ...]:

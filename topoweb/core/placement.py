@@ -643,6 +643,7 @@ class Selection:
 
 
 MAX_SUBSETS = 3000  # past this many k-subsets per server, candidates come from the hierarchy
+MAX_WINDOWS = 64  # and at most this many of its windows are priced (NVL72 and up)
 # Leftover quality (a ring search over the remaining free GPUs) is only a tie-break, and on a
 # 72-GPU server it costs ~0.1 s per candidate: it is computed for at most this many of each
 # server's best-bandwidth candidates, in candidate order.
@@ -713,9 +714,14 @@ def _quality(model: CostModel, subset: tuple[int, ...]) -> tuple[float, str]:
 def _candidate_subsets(model: CostModel, free: tuple[int, ...], k: int) -> list[tuple[int, ...]]:
     if math.comb(len(free), k) <= MAX_SUBSETS:
         return list(itertools.combinations(free, k))
-    # Too many: windows of k over the hierarchy order (neighbours share switches, domains).
+    # Too many: windows of k over the hierarchy order (neighbours share switches, domains),
+    # at most MAX_WINDOWS of them spread evenly over it (every window on a smaller server).
     order = _hierarchy_order(model, list(free))
-    return sorted({tuple(sorted(order[i : i + k])) for i in range(len(order) - k + 1)})
+    last = len(order) - k
+    starts = range(last + 1)
+    if last + 1 > MAX_WINDOWS:
+        starts = range(0, last + 1, -(-(last + 1) // MAX_WINDOWS))
+    return sorted({tuple(sorted(order[i : i + k])) for i in (*starts, last)})
 
 
 # --- jobs over several servers --------------------------------------------------------------

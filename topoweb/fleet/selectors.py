@@ -6,9 +6,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 from django.contrib.auth import get_user_model
+from django.core.cache import cache
 from django.db import DEFAULT_DB_ALIAS
 from django.db.models import (
     Count,
@@ -24,6 +26,7 @@ from django.db.models.functions import Cast, Coalesce
 from django.http import Http404
 from django.utils import timezone
 
+import topoweb.core as core_package
 from topoweb.config import limits
 from topoweb.config.compiled import CompiledQuery
 from topoweb.core.ecosystem import EXPORT_FORMATS, Export, render_export
@@ -346,8 +349,49 @@ def topology_class_by_fingerprint(fingerprint: str) -> TopologyClass:
 def graph_elements(snapshot: Snapshot) -> dict[str, Any]:
     """The graph of a snapshot's topology, as core.export draws it: Cytoscape elements at their
     computed positions (devices inside NUMA nodes, the recovered PCIe tree, NVLink pairs or one
-    NVSwitch node per fabric), each GPU's paths to its peers, and the NIC groups."""
+    NVSwitch node per fabric), each GPU's paths to its peers, and the NIC groups.
+
+    Drawn once per snapshot content and core version (a 576-GPU drawing takes seconds): the
+    health worker draws it after each report (`warm_graph`), and requests read it from the
+    cache; a miss (a cold or unreachable cache) draws it on the spot."""
+    key = _graph_key(snapshot)
+    try:
+        found = cache.get(key)
+    except Exception:  # noqa: BLE001 - a cache that is down costs a drawing, never an answer
+        found = None
+    if found is not None:
+        return cast(dict[str, Any], found)
     return graph_document(snapshot.to_domain())
+
+
+def warm_graph(snapshot: Snapshot) -> None:
+    """Draw a snapshot's graph and keep it for the requests that read it (worker side)."""
+    key = _graph_key(snapshot)
+    try:
+        if cache.get(key) is None:
+            cache.set(key, graph_document(snapshot.to_domain()), timeout=GRAPH_CACHE_S)
+    except Exception:  # noqa: BLE001 - a cache that is down leaves requests to draw it
+        return
+
+
+# How long a drawn graph is kept; a snapshot's content never changes, so only space expires it.
+GRAPH_CACHE_S = 7 * 24 * 3600
+
+
+def _core_version() -> str:
+    """Every source file of topoweb.core, hashed: a deploy that changes the drawing (or
+    anything it reads) never serves an old one."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(core_package.__file__).resolve().parent.rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+_CORE_VERSION = _core_version()
+
+
+def _graph_key(snapshot: Snapshot) -> str:
+    return f"graph:{_CORE_VERSION}:{snapshot.pk}:{snapshot.content_sha256}"
 
 
 def upload_preview(text: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from topoweb.core.health import (
     median_figures,
 )
 from topoweb.core.model import Topology
+from topoweb.fleet import selectors as fleet_selectors
 from topoweb.fleet.models import Benchmark, Server, Snapshot
 from topoweb.health import selectors
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
@@ -89,6 +90,9 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
         HealthFinding.objects.bulk_create(
             HealthFinding(server=server, **f.to_document()) for f in findings
         )
+    # The graph pages draw, drawn here once per snapshot rather than by each request.
+    if server.latest_snapshot is not None:
+        fleet_selectors.warm_graph(server.latest_snapshot)
     return health
 
 

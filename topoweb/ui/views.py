@@ -14,9 +14,9 @@ from django.views.decorators.http import require_GET
 
 from topoweb.api.pages import newest_p2p, stored_result
 from topoweb.config.permissions import may_read
-from topoweb.core.export import graph_document, matrix_csv, matrix_document
+from topoweb.core.export import matrix_csv, matrix_document
 from topoweb.core.svg import graph_svg
-from topoweb.fleet.selectors import server_by_hostname
+from topoweb.fleet.selectors import graph_elements, server_by_hostname
 
 View = Callable[..., HttpResponse]
 
@@ -66,10 +66,13 @@ def _topology_of(hostname: str) -> Any:
 def graph_svg_export(request: HttpRequest, hostname: str) -> HttpResponse:
     """The server's graph as SVG, drawn from the same positions as the page; ?nics=all or
     grouped picks the NIC-group mode."""
-    _, topo = _topology_of(hostname)
+    server, _ = _topology_of(hostname)
     nics = request.GET.get("nics", "")
     collapsed = {"all": False, "grouped": True}.get(nics)
-    svg = graph_svg(graph_document(topo), collapsed=collapsed, title=f"{hostname} topology")
+    assert server.latest_snapshot is not None  # _topology_of answered 404 otherwise
+    svg = graph_svg(
+        graph_elements(server.latest_snapshot), collapsed=collapsed, title=f"{hostname} topology"
+    )
     response = HttpResponse(svg, content_type="image/svg+xml; charset=utf-8")
     response["Content-Disposition"] = f'inline; filename="{_file_name(hostname)}-graph.svg"'
     return response

@@ -1,0 +1,56 @@
+"""Work bounded by design (issue 15): past the sizes an exact search can afford, rings and
+best groups are chosen by bounded rules with a stated guarantee, on machines as large as
+real ones and on the pathological ring (neighbours NV1, the rest SYS)."""
+
+from __future__ import annotations
+
+from tests import synthetic
+from tests.core import topologies as T
+from topoweb.core.costs import EXACT_RING, build_model, collective_cost
+from topoweb.core.formats.topo import parse
+from topoweb.core.placement import best_group
+
+
+def ring_model(n: int):  # type: ignore[no-untyped-def]
+    return build_model(parse(synthetic.gpu_ring(n)), None)
+
+
+def hops_are_ring_neighbours(order: tuple[int, ...], n: int) -> bool:
+    return all((a - b) % n in (1, n - 1) for a, b in zip(order, order[1:] + order[:1], strict=True))
+
+
+def test_a_ring_of_32_gpus_follows_the_nvlink_neighbours_both_ways() -> None:
+    model = ring_model(32)
+    channels = model.ring_channels(range(32))
+    assert len(channels) == 2
+    (first, share_a), (second, share_b) = channels
+    assert hops_are_ring_neighbours(first, 32)
+    assert second == first[::-1]
+    assert abs(share_a - 0.5) < 1e-9 and abs(share_b - 0.5) < 1e-9
+
+
+def test_past_the_exact_size_the_ring_is_never_slower_than_the_hierarchy_ring() -> None:
+    model = ring_model(40)
+    gpus = tuple(range(0, 40, 2)) + (1, 3)  # 22 GPUs: no NVLink ring closes over them
+    assert len(gpus) > EXACT_RING
+    ring, _ = model.ring_channels(gpus)[0]
+    chosen = model._ring_rate(ring).gbps
+    assert chosen >= model._ring_rate(model._hierarchy_ring(tuple(sorted(gpus)))).gbps
+
+
+def test_an_all_reduce_over_a_whole_nvl72_prices_the_nvswitch_not_a_socket() -> None:
+    model = build_model(T.nvl72(), None)
+    cost = collective_cost(model, "all_reduce", list(range(72)), 1 << 30)
+    assert cost.bottleneck_class == "nvlink", cost.bottleneck
+    assert all("NVLink" in hop for hop in cost.transports)
+
+
+def test_the_best_32_gpus_of_a_160_gpu_ring_are_as_fast_as_32_ring_neighbours() -> None:
+    model = ring_model(160)
+    group = best_group(model, 32)
+    assert len(set(group)) == 32
+
+    def busbw(gpus: tuple[int, ...]) -> float:
+        return collective_cost(model, "all_reduce", gpus, 1 << 28).busbw_gbps
+
+    assert round(busbw(group), 1) >= round(busbw(tuple(range(32))), 1)
