@@ -131,3 +131,29 @@ def uploader(user: Any) -> Any:
 
     user.user_permissions.add(Permission.objects.get(codename="upload_files"))
     return type(user).objects.get(pk=user.pk)  # a fresh object: permissions are cached
+
+
+@pytest.fixture
+def person(django_user_model: Any) -> APIClient:
+    """A signed-in person allowed to upload files, as in the browser."""
+    client = APIClient()
+    client.force_login(uploader(django_user_model.objects.create_user("ana", password="pw")))
+    return client
+
+
+def add(hostname: str, topo: str, sku: str = "", model: str = "", **extra: Any) -> Any:
+    """Store a collector report of the fixture `topo` for `hostname`, as ingest does."""
+    from django.utils import timezone
+
+    from topoweb.fleet.models import Source
+    from topoweb.fleet.services import ingest_report
+
+    return ingest_report(
+        hostname=hostname,
+        topo_text=fixture_text(topo),
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+        host={"product_name": sku} if sku else None,
+        gpu_model_hint=model,
+        **extra,
+    )

@@ -357,14 +357,6 @@ def test_ingest_is_throttled_per_token(collector_client: Any, settings: Any) -> 
 # --- manual upload -------------------------------------------------------------------------
 
 
-@pytest.fixture
-def person(django_user_model: Any) -> APIClient:
-    user = uploader(django_user_model.objects.create_user("ana", password="pw-for-tests"))
-    client = APIClient()
-    client.force_login(user)
-    return client
-
-
 def test_a_signed_in_user_uploads_a_topology_file(person: APIClient) -> None:
     upload = io.BytesIO(fixture_text(V100).encode())
     upload.name = "topo.txt"
