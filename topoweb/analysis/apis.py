@@ -236,6 +236,26 @@ def _json_response(body: bytes) -> HttpResponse:
     return HttpResponse(body, content_type="application/json")
 
 
+# The parts of the placement questions' bodies (comments, not docstrings: the schema shows a
+# docstring as the description of every body built from them).
+class LayoutInputSerializer(serializers.Serializer):
+    # A TP x PP x DP (x EP) layout.
+    tp = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
+    pp = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
+    dp = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
+    ep = serializers.IntegerField(min_value=1, max_value=MAX_GPUS, default=1)
+
+
+class JobInputSerializer(serializers.Serializer):
+    # The job: the model, its batch, ZeRO and the server's free GPUs.
+    free = _gpu_list(required=False, help_text="free GPU indices (default: all)")
+    model = ModelField(required=False, help_text="preset key or shape (default llama-7b)")
+    seq = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
+    global_batch = serializers.IntegerField(min_value=1, max_value=100_000_000, required=False)
+    micro_batch = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
+    zero = serializers.IntegerField(min_value=0, max_value=2, default=1)
+
+
 class PlacementApi(APIView):
     """Rank-to-GPU mapping of a TP x PP x DP (x EP) job that minimises per-step communication."""
 
@@ -243,17 +263,8 @@ class PlacementApi(APIView):
     throttle_classes = [QueryThrottle]
     parser_classes = [JSONParser]
 
-    class PlacementInputSerializer(serializers.Serializer):
-        tp = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
-        pp = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
-        dp = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
-        ep = serializers.IntegerField(min_value=1, max_value=MAX_GPUS, default=1)
-        free = _gpu_list(required=False, help_text="free GPU indices (default: all)")
-        model = ModelField(required=False, help_text="preset key or shape (default llama-7b)")
-        seq = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
-        global_batch = serializers.IntegerField(min_value=1, max_value=100_000_000, required=False)
-        micro_batch = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
-        zero = serializers.IntegerField(min_value=0, max_value=2, default=1)
+    class PlacementInputSerializer(LayoutInputSerializer, JobInputSerializer):
+        pass
 
     @extend_schema(
         operation_id="servers_placement_create",
@@ -304,13 +315,8 @@ class RecommendationApi(APIView):
     throttle_classes = [QueryThrottle]
     parser_classes = [JSONParser]
 
-    class RecommendationInputSerializer(serializers.Serializer):
-        free = _gpu_list(required=False, help_text="free GPU indices (default: all)")
-        model = ModelField(required=False, help_text="preset key or shape (default llama-7b)")
-        seq = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
-        global_batch = serializers.IntegerField(min_value=1, max_value=100_000_000, required=False)
-        micro_batch = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
-        zero = serializers.IntegerField(min_value=0, max_value=2, default=1)
+    class RecommendationInputSerializer(JobInputSerializer):
+        pass
 
     @extend_schema(
         operation_id="servers_recommendation_create",
