@@ -135,3 +135,17 @@ def wait_for_flag(page: Page, flag: str = "graph-ready", timeout: int = 20_000) 
 
 def wait_for_graph(page: Page) -> None:
     wait_for_flag(page, "graph-ready")
+
+
+def click_node(page: Page, node_id: str) -> None:
+    """Click a graph node where Cytoscape drew it."""
+    box = page.evaluate(
+        """(id) => {
+          const cy = window.topowebCy;
+          const p = cy.getElementById(id).renderedPosition();
+          const r = cy.container().getBoundingClientRect();
+          return {x: r.left + p.x, y: r.top + p.y};
+        }""",
+        node_id,
+    )
+    page.mouse.click(box["x"], box["y"])
