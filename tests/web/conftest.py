@@ -16,6 +16,12 @@ from rest_framework.test import APIClient
 from tests.conftest import WORKER as _WORKER
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+# Real captures (tests/fixtures) that several web tests build their fleets from.
+H200 = "topo_01_h200-8gpu-12nic-numaid.txt"
+V100 = "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt"
+V100_OTHER_MESH = "topo_31_v100-8gpu-alt-mesh-2mlx5-slurm-noise-lines.txt"
+RTX6000 = "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt"
+RTX6000_P2P = "p2p_05_rtx6000ada-4gpu-p2pwrites-gpu-cpu-latency.txt"
 
 
 @pytest.fixture(scope="session", autouse=True)

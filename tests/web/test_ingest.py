@@ -16,7 +16,16 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from tests.core.topo_fixtures import glued_h200
-from tests.web.conftest import fixture_text, report, uploader
+from tests.web.conftest import (
+    H200,
+    RTX6000,
+    RTX6000_P2P,
+    V100,
+    V100_OTHER_MESH,
+    fixture_text,
+    report,
+    uploader,
+)
 from topoweb.analysis.models import Analysis
 from topoweb.fleet.models import Benchmark, CollectorToken, Server, Snapshot, Source, TopologyClass
 from topoweb.fleet.services import (
@@ -28,11 +37,6 @@ from topoweb.fleet.services import (
 
 pytestmark = pytest.mark.django_db
 
-H200 = "topo_01_h200-8gpu-12nic-numaid.txt"
-V100 = "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt"
-V100_OTHER_MESH = "topo_31_v100-8gpu-alt-mesh-2mlx5-slurm-noise-lines.txt"
-RTX6000 = "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt"
-RTX6000_P2P = "p2p_05_rtx6000ada-4gpu-p2pwrites-gpu-cpu-latency.txt"
 # The shape the collector sends (collector/nvml.py); one GPU's name call failed.
 NVML_H200 = {
     "available": True,
