@@ -11,16 +11,8 @@ import pytest
 from django.core.management import call_command
 from playwright.sync_api import Browser, Page, sync_playwright
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from bench.live import CHROMIUM, CHROMIUM_FLAGS
+
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 XSS_HOST = "<img src=x onerror=alert(1)>"
@@ -34,7 +26,7 @@ def browser() -> Iterator[Browser]:
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium)")
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         yield browser
         browser.close()
 
