@@ -108,17 +108,19 @@ def report(hostname: str, topo: str = "topo_01_h200-8gpu-12nic-numaid.txt", **ex
     return body
 
 
-@pytest.fixture
-def collector_client() -> Callable[[str], APIClient]:
+def collector_client_for(hostname: str) -> APIClient:
     """A client carrying a fresh collector token for the given hostname."""
     from topoweb.fleet.services import create_collector_token
 
-    def make(hostname: str) -> APIClient:
-        client = APIClient()
-        client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_collector_token(hostname)}")
-        return client
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_collector_token(hostname)}")
+    return client
 
-    return make
+
+@pytest.fixture
+def collector_client() -> Callable[[str], APIClient]:
+    """A client carrying a fresh collector token for the given hostname."""
+    return collector_client_for
 
 
 @pytest.fixture

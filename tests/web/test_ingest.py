@@ -22,6 +22,7 @@ from tests.web.conftest import (
     RTX6000_P2P,
     V100,
     V100_OTHER_MESH,
+    collector_client_for,
     fixture_text,
     report,
     uploader,
@@ -517,8 +518,8 @@ def test_two_odd_servers_of_a_sku_reporting_at_once_both_get_201(
     _keep_tasks_off_the_broker(monkeypatch)
     sku = {"product_name": "DGX-1V"}
     for name in ("usual-1", "usual-2", "usual-3"):
-        post_report(_client_for(name), report(name, V100, host=sku))
-    clients = {name: _client_for(name) for name in ("odd-1", "odd-2")}
+        post_report(collector_client_for(name), report(name, V100, host=sku))
+    clients = {name: collector_client_for(name) for name in ("odd-1", "odd-2")}
     for name, client in clients.items():
         assert post_report(client, report(name, V100_OTHER_MESH, host=sku)).status_code == 201
     assert set(Server.objects.filter(differs_from_sku=True).values_list("hostname", flat=True)) == {
@@ -571,7 +572,7 @@ def test_the_same_report_twice_at_once_stores_one_snapshot_and_answers_201_then_
     from topoweb.fleet import services
 
     _keep_tasks_off_the_broker(monkeypatch)
-    client = _client_for("gpu-a01")
+    client = collector_client_for("gpu-a01")
     post_report(client, report("gpu-a01", H200))  # the server exists, as for any collector
     both_checked = threading.Barrier(2, timeout=10)
     original = services._topology_class
@@ -586,7 +587,7 @@ def test_the_same_report_twice_at_once_stores_one_snapshot_and_answers_201_then_
     def send() -> None:
         try:
             body = report("gpu-a01", H200, nvml=NVML_H200)
-            response = post_report(_client_for("gpu-a01"), body)
+            response = post_report(collector_client_for("gpu-a01"), body)
             answers.append((response.status_code, response.json()["id"]))
         finally:
             connections.close_all()
@@ -607,12 +608,6 @@ def _keep_tasks_off_the_broker(monkeypatch: pytest.MonkeyPatch) -> None:
     # and health checks while the test database is truncated under it.
     monkeypatch.setattr("topoweb.analysis.services.enqueue_analysis", lambda pk: False)
     monkeypatch.setattr("topoweb.health.services.enqueue_health", lambda pk: False)
-
-
-def _client_for(hostname: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_collector_token(hostname)}")
-    return client
 
 
 @pytest.mark.django_db(transaction=True)
