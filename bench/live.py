@@ -16,6 +16,17 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+# Debian's Chromium, headless in a container: no sandbox, no GPU, nothing fetched on its own.
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 @contextmanager
@@ -91,6 +102,35 @@ def gunicorn(app: str, port: int, workers: int, env: dict[str, str], probe: str)
         server.wait(timeout=20)
 
 
+def sqlite_env(database: Path) -> dict[str, str]:
+    """The environment of a throwaway topoweb on the SQLite file `database`, readable without
+    signing in and with no Redis (the pages and screenshots need no worker)."""
+    return os.environ | {
+        "DATABASE_URL": f"sqlite:///{database}",
+        "REDIS_URL": "",
+        "TOPOWEB_PUBLIC_READ": "1",
+        "DJANGO_SETTINGS_MODULE": "topoweb.config.settings",
+    }
+
+
+@contextmanager
+def runserver(port: int, env: dict[str, str], probe: str = "/healthz") -> Iterator[str]:
+    """Django's runserver on loopback; yields its base URL once `probe` answers."""
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "runserver", f"127.0.0.1:{port}", "--noreload"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_up(base + probe)
+        yield base
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
 def request(url: str, token: str, body: bytes | None = None) -> int:
     """POST when a body is given, else GET; the status code, errors included."""
     req = urllib.request.Request(
@@ -130,4 +170,4 @@ def _wait_until_up(probe: str) -> None:
             return
         except OSError:
             time.sleep(0.2)
-    raise SystemExit("gunicorn did not come up within 30 s")
+    raise SystemExit(f"{probe} did not answer within 30 s")

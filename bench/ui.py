@@ -10,21 +10,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+
+from bench.live import CHROMIUM, CHROMIUM_FLAGS, runserver, sqlite_env  # noqa: E402
+
 PORT = int(os.environ.get("BENCH_UI_PORT", "8791"))
 RUNS = int(os.environ.get("BENCH_UI_RUNS", "5"))
 
@@ -70,12 +62,7 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     work = Path(tempfile.mkdtemp(prefix="topoweb-bench-ui-"))
-    env = os.environ | {
-        "DATABASE_URL": f"sqlite:///{work / 'bench.sqlite3'}",
-        "REDIS_URL": "",
-        "TOPOWEB_PUBLIC_READ": "1",
-        "DJANGO_SETTINGS_MODULE": "topoweb.config.settings",
-    }
+    env = sqlite_env(work / "bench.sqlite3")
     py = sys.executable
     manage = [py, str(ROOT / "manage.py")]
     nvl72 = work / "nvl72.txt"
@@ -88,53 +75,34 @@ def main() -> None:
     subprocess.run(
         [*manage, "import_topo", str(nvl72), "--host", "bench-nvl72"], env=env, check=True
     )
-    server = subprocess.Popen(
-        [*manage, "runserver", f"127.0.0.1:{PORT}", "--noreload"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        base = f"http://127.0.0.1:{PORT}"
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(base + "/static/ui/css/app.css", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
-            for host, label in (
-                ("bench-h200", "8 GPUs + 12 NICs (H200)"),
-                ("bench-nvl72", "72 GPUs + 18 NICs (NVL72-style)"),
-            ):
-                times: list[float] = []
-                layouts: list[float] = []
-                facts = None
-                for _ in range(RUNS + 1):  # the first load warms caches and is not counted
-                    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                    page.goto(f"{base}/servers/{host}/")
-                    page.wait_for_selector(
-                        "body[data-graph-ready]", state="attached", timeout=60_000
-                    )
-                    times.append(page.evaluate("window.topowebLayoutDone"))
-                    layouts.append(page.evaluate("window.topowebLayoutMs"))
-                    facts = page.evaluate(
-                        "[window.topowebCy.nodes().length, window.topowebCy.edges().length]"
-                    )
-                    page.close()
-                counted = times[1:]
-                median = statistics.median(counted)
-                print(
-                    f"server page, {label}: navigation to layout done median {median:.0f} ms, "
-                    f"max {max(counted):.0f} ms over {len(counted)} loads "
-                    f"({facts[0]} nodes, {facts[1]} edges; of which layout and drawing "
-                    f"{statistics.median(layouts[1:]):.0f} ms)"
+    with runserver(PORT, env, probe="/static/ui/css/app.css") as base, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        for host, label in (
+            ("bench-h200", "8 GPUs + 12 NICs (H200)"),
+            ("bench-nvl72", "72 GPUs + 18 NICs (NVL72-style)"),
+        ):
+            times: list[float] = []
+            layouts: list[float] = []
+            facts = None
+            for _ in range(RUNS + 1):  # the first load warms caches and is not counted
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.goto(f"{base}/servers/{host}/")
+                page.wait_for_selector("body[data-graph-ready]", state="attached", timeout=60_000)
+                times.append(page.evaluate("window.topowebLayoutDone"))
+                layouts.append(page.evaluate("window.topowebLayoutMs"))
+                facts = page.evaluate(
+                    "[window.topowebCy.nodes().length, window.topowebCy.edges().length]"
                 )
-            browser.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+                page.close()
+            counted = times[1:]
+            median = statistics.median(counted)
+            print(
+                f"server page, {label}: navigation to layout done median {median:.0f} ms, "
+                f"max {max(counted):.0f} ms over {len(counted)} loads "
+                f"({facts[0]} nodes, {facts[1]} edges; of which layout and drawing "
+                f"{statistics.median(layouts[1:]):.0f} ms)"
+            )
+        browser.close()
 
 
 if __name__ == "__main__":

@@ -12,23 +12,17 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.live import CHROMIUM, CHROMIUM_FLAGS, runserver, sqlite_env  # noqa: E402
+
 DOCS = ROOT / "docs"
 PORT = int(os.environ.get("SCREENSHOT_PORT", "8792"))
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SHOTS = [
     # file, path, flag the page sets when drawn, full page
     ("server-page.png", "/servers/hgx-h200-a01/", "graph-ready", False),
@@ -47,43 +41,21 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     work = Path(tempfile.mkdtemp(prefix="topoweb-screenshots-"))
-    env = os.environ | {
-        "DATABASE_URL": f"sqlite:///{work / 'demo.sqlite3'}",
-        "REDIS_URL": "",
-        "TOPOWEB_PUBLIC_READ": "1",
-        "DJANGO_SETTINGS_MODULE": "topoweb.config.settings",
-    }
+    env = sqlite_env(work / "demo.sqlite3")
     manage = [sys.executable, str(ROOT / "manage.py")]
     subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], env=env, check=True)
     subprocess.run([*manage, "load_demo"], env=env, check=True, stdout=subprocess.DEVNULL)
-    server = subprocess.Popen(
-        [*manage, "runserver", f"127.0.0.1:{PORT}", "--noreload"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        base = f"http://127.0.0.1:{PORT}"
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(base + "/healthz", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
-            for name, path, flag, full in SHOTS:
-                page = browser.new_page(viewport={"width": 1280, "height": 900})
-                page.goto(base + path)
-                page.wait_for_selector(f"body[data-{flag}]", state="attached", timeout=120_000)
-                page.wait_for_load_state("networkidle")
-                page.screenshot(path=str(DOCS / name), full_page=full)
-                page.close()
-                print(f"docs/{name}")
-            browser.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    with runserver(PORT, env) as base, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        for name, path, flag, full in SHOTS:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(base + path)
+            page.wait_for_selector(f"body[data-{flag}]", state="attached", timeout=120_000)
+            page.wait_for_load_state("networkidle")
+            page.screenshot(path=str(DOCS / name), full_page=full)
+            page.close()
+            print(f"docs/{name}")
+        browser.close()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import pytest
 
 from tests.core import topologies as T
 from topoweb.core.costs import (
+    COLLECTIVES,
     STANDARD_SIZES,
     build_model,
     calibrate_from_nccl,
@@ -219,18 +220,7 @@ def test_concurrent_groups_split_a_shared_socket_link_max_min_fair() -> None:
 def test_every_collective_reports_nccl_tests_bus_bandwidth() -> None:
     model = build_model(T.dgx_a100_nv12(), "NVIDIA A100-SXM4-40GB")
     n = 1 << 30
-    got = {
-        c: collective_cost(model, c, range(8), n)
-        for c in (
-            "all_reduce",
-            "reduce_scatter",
-            "all_gather",
-            "broadcast",
-            "reduce",
-            "alltoall",
-            "sendrecv",
-        )
-    }
+    got = {c: collective_cost(model, c, range(8), n) for c in COLLECTIVES}
     for name, factor in (
         ("reduce_scatter", 7 / 8),
         ("all_gather", 7 / 8),

@@ -11,16 +11,8 @@ import pytest
 from django.core.management import call_command
 from playwright.sync_api import Browser, Page, sync_playwright
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from bench.live import CHROMIUM, CHROMIUM_FLAGS
+
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 XSS_HOST = "<img src=x onerror=alert(1)>"
@@ -34,7 +26,7 @@ def browser() -> Iterator[Browser]:
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium)")
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         yield browser
         browser.close()
 
@@ -135,3 +127,17 @@ def wait_for_flag(page: Page, flag: str = "graph-ready", timeout: int = 20_000) 
 
 def wait_for_graph(page: Page) -> None:
     wait_for_flag(page, "graph-ready")
+
+
+def click_node(page: Page, node_id: str) -> None:
+    """Click a graph node where Cytoscape drew it."""
+    box = page.evaluate(
+        """(id) => {
+          const cy = window.topowebCy;
+          const p = cy.getElementById(id).renderedPosition();
+          const r = cy.container().getBoundingClientRect();
+          return {x: r.left + p.x, y: r.top + p.y};
+        }""",
+        node_id,
+    )
+    page.mouse.click(box["x"], box["y"])

@@ -14,6 +14,7 @@ from tests.e2e.conftest import (
     FIXTURES,
     H200,
     XSS_HOST,
+    click_node,
     ingest,
     wait_for_flag,
     wait_for_graph,
@@ -49,19 +50,6 @@ def graph_facts(page: Page, handle: str = "window.topowebCy") -> dict:  # type: 
         }};
     }}"""
     )
-
-
-def click_node(page: Page, node_id: str) -> None:
-    box = page.evaluate(
-        """(id) => {
-          const cy = window.topowebCy;
-          const p = cy.getElementById(id).renderedPosition();
-          const r = cy.container().getBoundingClientRect();
-          return {x: r.left + p.x, y: r.top + p.y};
-        }""",
-        node_id,
-    )
-    page.mouse.click(box["x"], box["y"])
 
 
 def test_the_fleet_page_lists_servers_and_filters_them_by_search(page: Page, servers: None) -> None:

@@ -11,7 +11,7 @@ from urllib.parse import quote
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.e2e.conftest import ARTIFACTS, ingest, wait_for_graph
+from tests.e2e.conftest import ARTIFACTS, click_node, ingest, wait_for_graph
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -105,19 +105,6 @@ def test_the_36_nic_server_starts_with_nics_grouped_per_switch_and_expands_them(
     assert page.evaluate(visible.format("nic")) == 36
     found = boxes(page)
     assert [(a, b) for (a, ba), (b, bb) in combinations(found["nodes"], 2) if overlap(ba, bb)] == []
-
-
-def click_node(page: Page, node_id: str) -> None:
-    box = page.evaluate(
-        """(id) => {
-          const cy = window.topowebCy;
-          const p = cy.getElementById(id).renderedPosition();
-          const r = cy.container().getBoundingClientRect();
-          return {x: r.left + p.x, y: r.top + p.y};
-        }""",
-        node_id,
-    )
-    page.mouse.click(box["x"], box["y"])
 
 
 def test_clicking_gpu0_on_a_dgx1_reaches_its_node_peers_through_the_host_not_over_nvlink(

@@ -16,6 +16,12 @@ from rest_framework.test import APIClient
 from tests.conftest import WORKER as _WORKER
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+# Real captures (tests/fixtures) that several web tests build their fleets from.
+H200 = "topo_01_h200-8gpu-12nic-numaid.txt"
+V100 = "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt"
+V100_OTHER_MESH = "topo_31_v100-8gpu-alt-mesh-2mlx5-slurm-noise-lines.txt"
+RTX6000 = "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt"
+RTX6000_P2P = "p2p_05_rtx6000ada-4gpu-p2pwrites-gpu-cpu-latency.txt"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -102,17 +108,19 @@ def report(hostname: str, topo: str = "topo_01_h200-8gpu-12nic-numaid.txt", **ex
     return body
 
 
-@pytest.fixture
-def collector_client() -> Callable[[str], APIClient]:
+def collector_client_for(hostname: str) -> APIClient:
     """A client carrying a fresh collector token for the given hostname."""
     from topoweb.fleet.services import create_collector_token
 
-    def make(hostname: str) -> APIClient:
-        client = APIClient()
-        client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_collector_token(hostname)}")
-        return client
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_collector_token(hostname)}")
+    return client
 
-    return make
+
+@pytest.fixture
+def collector_client() -> Callable[[str], APIClient]:
+    """A client carrying a fresh collector token for the given hostname."""
+    return collector_client_for
 
 
 @pytest.fixture
@@ -131,3 +139,29 @@ def uploader(user: Any) -> Any:
 
     user.user_permissions.add(Permission.objects.get(codename="upload_files"))
     return type(user).objects.get(pk=user.pk)  # a fresh object: permissions are cached
+
+
+@pytest.fixture
+def person(django_user_model: Any) -> APIClient:
+    """A signed-in person allowed to upload files, as in the browser."""
+    client = APIClient()
+    client.force_login(uploader(django_user_model.objects.create_user("ana", password="pw")))
+    return client
+
+
+def add(hostname: str, topo: str, sku: str = "", model: str = "", **extra: Any) -> Any:
+    """Store a collector report of the fixture `topo` for `hostname`, as ingest does."""
+    from django.utils import timezone
+
+    from topoweb.fleet.models import Source
+    from topoweb.fleet.services import ingest_report
+
+    return ingest_report(
+        hostname=hostname,
+        topo_text=fixture_text(topo),
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+        host={"product_name": sku} if sku else None,
+        gpu_model_hint=model,
+        **extra,
+    )

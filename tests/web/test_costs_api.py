@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from tests.web import conftest
 from tests.web.conftest import fixture_text, report, wait_for
 from topoweb.analysis import services as analysis_services
 from topoweb.analysis.models import Analysis
@@ -39,14 +40,7 @@ MIB_256 = 256 << 20
 
 
 def add(hostname: str, topo: str, **extra: Any) -> Any:
-    return ingest_report(
-        hostname=hostname,
-        topo_text=fixture_text(topo),
-        captured_at=timezone.now(),
-        source=Source.COLLECTOR,
-        gpu_model_hint=MODELS[topo],
-        **extra,
-    )
+    return conftest.add(hostname, topo, model=MODELS[topo], **extra)
 
 
 def core_cost(topo: str, gpus: list[int], nbytes: int) -> dict[str, Any]:

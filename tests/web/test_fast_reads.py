@@ -17,33 +17,16 @@ from django.utils.translation import gettext_lazy
 from rest_framework.renderers import JSONRenderer as DrfJSONRenderer
 from rest_framework.test import APIClient
 
-from tests.web.conftest import fixture_text
+from tests.web.conftest import H200, RTX6000, RTX6000_P2P, V100, V100_OTHER_MESH, add, fixture_text
 from topoweb.analysis import selectors as analysis_selectors
 from topoweb.api.fleet import ServerSummarySerializer
 from topoweb.config.renderers import JSONRenderer, RawJSON
 from topoweb.fleet import selectors
-from topoweb.fleet.models import ApiToken, Server, Snapshot, Source
-from topoweb.fleet.services import BenchmarkInput, create_api_token, ingest_report
+from topoweb.fleet.models import ApiToken, Server, Snapshot
+from topoweb.fleet.services import BenchmarkInput, create_api_token
 from topoweb.health.services import evaluate_server
 
 pytestmark = pytest.mark.django_db
-
-H200 = "topo_01_h200-8gpu-12nic-numaid.txt"
-V100 = "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt"
-V100_OTHER_MESH = "topo_31_v100-8gpu-alt-mesh-2mlx5-slurm-noise-lines.txt"
-RTX6000 = "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt"
-RTX6000_P2P = "p2p_05_rtx6000ada-4gpu-p2pwrites-gpu-cpu-latency.txt"
-
-
-def add(hostname: str, topo: str, sku: str = "", **extra: Any) -> Any:
-    return ingest_report(
-        hostname=hostname,
-        topo_text=fixture_text(topo),
-        captured_at=timezone.now(),
-        source=Source.COLLECTOR,
-        host={"product_name": sku} if sku else None,
-        **extra,
-    )
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from tests.web.conftest import fixture_text, report, uploader
+from tests.web.conftest import fixture_text, report
 from topoweb.core.formats import ncclxml
 from topoweb.core.model import Topology
 from topoweb.fleet.models import Benchmark, Snapshot
@@ -38,14 +38,6 @@ def topo_m_text(topo: Topology) -> str:
         lines.append("\t".join([d.id, *(" X " if c == "X" else c for c in cells), *tail]))
     lines += ["", "NIC Legend:", ""] + [f"  {n.id}: {n.nic_name}" for n in topo.nics]
     return "\n".join(lines) + "\n"
-
-
-@pytest.fixture
-def person(django_user_model: Any) -> APIClient:
-    user = uploader(django_user_model.objects.create_user("ana", password="pw-for-tests"))
-    client = APIClient()
-    client.force_login(user)
-    return client
 
 
 def upload(client: APIClient, hostname: str, text: str) -> Any:

@@ -16,7 +16,17 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from tests.core.topo_fixtures import glued_h200
-from tests.web.conftest import fixture_text, report, uploader
+from tests.web.conftest import (
+    H200,
+    RTX6000,
+    RTX6000_P2P,
+    V100,
+    V100_OTHER_MESH,
+    collector_client_for,
+    fixture_text,
+    report,
+    uploader,
+)
 from topoweb.analysis.models import Analysis
 from topoweb.fleet.models import Benchmark, CollectorToken, Server, Snapshot, Source, TopologyClass
 from topoweb.fleet.services import (
@@ -28,11 +38,6 @@ from topoweb.fleet.services import (
 
 pytestmark = pytest.mark.django_db
 
-H200 = "topo_01_h200-8gpu-12nic-numaid.txt"
-V100 = "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt"
-V100_OTHER_MESH = "topo_31_v100-8gpu-alt-mesh-2mlx5-slurm-noise-lines.txt"
-RTX6000 = "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt"
-RTX6000_P2P = "p2p_05_rtx6000ada-4gpu-p2pwrites-gpu-cpu-latency.txt"
 # The shape the collector sends (collector/nvml.py); one GPU's name call failed.
 NVML_H200 = {
     "available": True,
@@ -357,14 +362,6 @@ def test_ingest_is_throttled_per_token(collector_client: Any, settings: Any) -> 
 # --- manual upload -------------------------------------------------------------------------
 
 
-@pytest.fixture
-def person(django_user_model: Any) -> APIClient:
-    user = uploader(django_user_model.objects.create_user("ana", password="pw-for-tests"))
-    client = APIClient()
-    client.force_login(user)
-    return client
-
-
 def test_a_signed_in_user_uploads_a_topology_file(person: APIClient) -> None:
     upload = io.BytesIO(fixture_text(V100).encode())
     upload.name = "topo.txt"
@@ -521,8 +518,8 @@ def test_two_odd_servers_of_a_sku_reporting_at_once_both_get_201(
     _keep_tasks_off_the_broker(monkeypatch)
     sku = {"product_name": "DGX-1V"}
     for name in ("usual-1", "usual-2", "usual-3"):
-        post_report(_client_for(name), report(name, V100, host=sku))
-    clients = {name: _client_for(name) for name in ("odd-1", "odd-2")}
+        post_report(collector_client_for(name), report(name, V100, host=sku))
+    clients = {name: collector_client_for(name) for name in ("odd-1", "odd-2")}
     for name, client in clients.items():
         assert post_report(client, report(name, V100_OTHER_MESH, host=sku)).status_code == 201
     assert set(Server.objects.filter(differs_from_sku=True).values_list("hostname", flat=True)) == {
@@ -575,7 +572,7 @@ def test_the_same_report_twice_at_once_stores_one_snapshot_and_answers_201_then_
     from topoweb.fleet import services
 
     _keep_tasks_off_the_broker(monkeypatch)
-    client = _client_for("gpu-a01")
+    client = collector_client_for("gpu-a01")
     post_report(client, report("gpu-a01", H200))  # the server exists, as for any collector
     both_checked = threading.Barrier(2, timeout=10)
     original = services._topology_class
@@ -590,7 +587,7 @@ def test_the_same_report_twice_at_once_stores_one_snapshot_and_answers_201_then_
     def send() -> None:
         try:
             body = report("gpu-a01", H200, nvml=NVML_H200)
-            response = post_report(_client_for("gpu-a01"), body)
+            response = post_report(collector_client_for("gpu-a01"), body)
             answers.append((response.status_code, response.json()["id"]))
         finally:
             connections.close_all()
@@ -611,12 +608,6 @@ def _keep_tasks_off_the_broker(monkeypatch: pytest.MonkeyPatch) -> None:
     # and health checks while the test database is truncated under it.
     monkeypatch.setattr("topoweb.analysis.services.enqueue_analysis", lambda pk: False)
     monkeypatch.setattr("topoweb.health.services.enqueue_health", lambda pk: False)
-
-
-def _client_for(hostname: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_collector_token(hostname)}")
-    return client
 
 
 @pytest.mark.django_db(transaction=True)

@@ -5,38 +5,19 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any
 
 import pytest
 from django.test import Client
-from django.utils import timezone
 from rest_framework.test import APIClient
 
-from tests.web.conftest import fixture_text
+from tests.web.conftest import H200, RTX6000, RTX6000_P2P, V100, add, fixture_text
 from topoweb.analysis import services as analysis_services
 from topoweb.analysis.models import Analysis
-from topoweb.fleet.models import Source
-from topoweb.fleet.services import BenchmarkInput, ingest_report
+from topoweb.fleet.services import BenchmarkInput
 
 pytestmark = pytest.mark.django_db
 
-H200 = "topo_01_h200-8gpu-12nic-numaid.txt"
-V100 = "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt"
 L40S = "topo_36_l40s-4gpu-node-sys-2nic-redacted-email-prompt.txt"
-RTX6000 = "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt"
-RTX6000_P2P = "p2p_05_rtx6000ada-4gpu-p2pwrites-gpu-cpu-latency.txt"
-
-
-def add(hostname: str, topo: str, sku: str = "", model: str = "", **extra: Any) -> None:
-    ingest_report(
-        hostname=hostname,
-        topo_text=fixture_text(topo),
-        captured_at=timezone.now(),
-        source=Source.COLLECTOR,
-        host={"product_name": sku} if sku else None,
-        gpu_model_hint=model,
-        **extra,
-    )
 
 
 def analyse() -> None:

@@ -5,32 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.utils import timezone
 from rest_framework.test import APIClient
 
-from tests.web.conftest import fixture_text
-from topoweb.fleet.models import Server, Source
-from topoweb.fleet.services import BenchmarkInput, ingest_report
+from tests.web.conftest import H200, RTX6000, RTX6000_P2P, V100, V100_OTHER_MESH, add, fixture_text
+from topoweb.fleet.models import Server
+from topoweb.fleet.services import BenchmarkInput
 
 pytestmark = pytest.mark.django_db
-
-H200 = "topo_01_h200-8gpu-12nic-numaid.txt"
-V100 = "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt"
-V100_OTHER_MESH = "topo_31_v100-8gpu-alt-mesh-2mlx5-slurm-noise-lines.txt"
-RTX6000 = "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt"
-RTX6000_P2P = "p2p_05_rtx6000ada-4gpu-p2pwrites-gpu-cpu-latency.txt"
-
-
-def add(hostname: str, topo: str, sku: str = "", model: str = "", **extra: Any) -> Any:
-    return ingest_report(
-        hostname=hostname,
-        topo_text=fixture_text(topo),
-        captured_at=timezone.now(),
-        source=Source.COLLECTOR,
-        host={"product_name": sku} if sku else None,
-        gpu_model_hint=model,
-        **extra,
-    )
 
 
 @pytest.fixture

@@ -11,21 +11,13 @@ import pytest
 from rest_framework.test import APIClient
 
 from tests import synthetic
-from tests.web.conftest import fixture_text, report, uploader
+from tests.web.conftest import fixture_text, report
 from topoweb.fleet.models import Benchmark, Server, Snapshot
 
 pytestmark = pytest.mark.django_db
 
 H200 = "topo_01_h200-8gpu-12nic-numaid.txt"
 A100_NCCL = synthetic.NCCL_SWEEP
-
-
-@pytest.fixture
-def person(django_user_model: Any) -> APIClient:
-    user = uploader(django_user_model.objects.create_user("ana", password="pw-for-tests"))
-    client = APIClient()
-    client.force_login(user)
-    return client
 
 
 def refused(response: Any, limit: str) -> None:

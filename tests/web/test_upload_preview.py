@@ -9,7 +9,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from tests.core.topo_fixtures import glued_h200
-from tests.web.conftest import fixture_text, uploader
+from tests.web.conftest import fixture_text
 from topoweb.fleet.models import Benchmark, Server, Snapshot
 
 pytestmark = pytest.mark.django_db
@@ -19,13 +19,6 @@ H200 = "topo_01_h200-8gpu-12nic-numaid.txt"
 RTX6000 = "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt"
 RTX6000_P2P = "p2p_05_rtx6000ada-4gpu-p2pwrites-gpu-cpu-latency.txt"
 NCCL_A100 = "nccl_06_a100-sxm4-40gb-8gpu-single-proc-g8-full-sweep.txt"
-
-
-@pytest.fixture
-def person(django_user_model: Any) -> APIClient:
-    client = APIClient()
-    client.force_login(uploader(django_user_model.objects.create_user("ana", password="pw")))
-    return client
 
 
 def nothing_stored() -> bool:

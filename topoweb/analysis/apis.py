@@ -236,6 +236,26 @@ def _json_response(body: bytes) -> HttpResponse:
     return HttpResponse(body, content_type="application/json")
 
 
+# The parts of the placement questions' bodies (comments, not docstrings: the schema shows a
+# docstring as the description of every body built from them).
+class LayoutInputSerializer(serializers.Serializer):
+    # A TP x PP x DP (x EP) layout.
+    tp = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
+    pp = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
+    dp = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
+    ep = serializers.IntegerField(min_value=1, max_value=MAX_GPUS, default=1)
+
+
+class TrainingInputSerializer(serializers.Serializer):
+    # The training job: the model, its batch, ZeRO and the server's free GPUs.
+    free = _gpu_list(required=False, help_text="free GPU indices (default: all)")
+    model = ModelField(required=False, help_text="preset key or shape (default llama-7b)")
+    seq = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
+    global_batch = serializers.IntegerField(min_value=1, max_value=100_000_000, required=False)
+    micro_batch = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
+    zero = serializers.IntegerField(min_value=0, max_value=2, default=1)
+
+
 class PlacementApi(APIView):
     """Rank-to-GPU mapping of a TP x PP x DP (x EP) job that minimises per-step communication."""
 
@@ -243,17 +263,8 @@ class PlacementApi(APIView):
     throttle_classes = [QueryThrottle]
     parser_classes = [JSONParser]
 
-    class PlacementInputSerializer(serializers.Serializer):
-        tp = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
-        pp = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
-        dp = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
-        ep = serializers.IntegerField(min_value=1, max_value=MAX_GPUS, default=1)
-        free = _gpu_list(required=False, help_text="free GPU indices (default: all)")
-        model = ModelField(required=False, help_text="preset key or shape (default llama-7b)")
-        seq = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
-        global_batch = serializers.IntegerField(min_value=1, max_value=100_000_000, required=False)
-        micro_batch = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
-        zero = serializers.IntegerField(min_value=0, max_value=2, default=1)
+    class PlacementInputSerializer(LayoutInputSerializer, TrainingInputSerializer):
+        pass
 
     @extend_schema(
         operation_id="servers_placement_create",
@@ -304,13 +315,8 @@ class RecommendationApi(APIView):
     throttle_classes = [QueryThrottle]
     parser_classes = [JSONParser]
 
-    class RecommendationInputSerializer(serializers.Serializer):
-        free = _gpu_list(required=False, help_text="free GPU indices (default: all)")
-        model = ModelField(required=False, help_text="preset key or shape (default llama-7b)")
-        seq = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
-        global_batch = serializers.IntegerField(min_value=1, max_value=100_000_000, required=False)
-        micro_batch = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
-        zero = serializers.IntegerField(min_value=0, max_value=2, default=1)
+    class RecommendationInputSerializer(TrainingInputSerializer):
+        pass
 
     @extend_schema(
         operation_id="servers_recommendation_create",
@@ -361,6 +367,27 @@ class ServerFreeSerializer(serializers.Serializer):
     free = _gpu_list(required=False, help_text="free GPU indices (default: all)")
 
 
+def _server_list() -> Any:
+    return ServerFreeSerializer(  # type: ignore[call-arg]  # many=True: a ListSerializer's
+        many=True,
+        required=False,
+        min_length=1,
+        max_length=1000,
+        help_text="omitted: every server with a topology, all GPUs free",
+    )
+
+
+def _each_server_once(servers: list[dict[str, Any]]) -> None:
+    names = [item["hostname"] for item in servers]
+    if len(set(names)) != len(names):
+        raise serializers.ValidationError("Name each server once.")
+
+
+def _wanted(q: dict[str, Any]) -> list[tuple[str, Any]] | None:
+    """The (hostname, free GPUs) a question names; None: every server, all GPUs free."""
+    return [(s["hostname"], s.get("free")) for s in q["servers"]] if "servers" in q else None
+
+
 def _selection_json(doc: dict[str, Any]) -> bytes:
     """A selection as served: the form the selectors keep it in once computed."""
     return JSONRenderer().render(SelectionResultSerializer(doc).data)
@@ -375,19 +402,11 @@ class SelectApi(APIView):
 
     class SelectInputSerializer(serializers.Serializer):
         k = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
-        servers = ServerFreeSerializer(  # type: ignore[call-arg]  # many=True: a ListSerializer's
-            many=True,
-            required=False,
-            min_length=1,
-            max_length=1000,
-            help_text="omitted: every server with a topology, all GPUs free",
-        )
+        servers = _server_list()
         collective = serializers.ChoiceField(choices=COLLECTIVES, default="all_reduce")
 
         def validate_servers(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-            names = [item["hostname"] for item in value]
-            if len(set(names)) != len(names):
-                raise serializers.ValidationError("Name each server once.")
+            _each_server_once(value)
             return value
 
     @extend_schema(
@@ -399,7 +418,7 @@ class SelectApi(APIView):
         data = self.SelectInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         q = data.validated_data
-        wanted = [(s["hostname"], s.get("free")) for s in q["servers"]] if "servers" in q else None
+        wanted = _wanted(q)
         body = _answer(selectors.selection, q["k"], wanted, q["collective"], _selection_json)
         return _json_response(body)
 
@@ -443,13 +462,7 @@ class JobApi(APIView):
         pp = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
         dp = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
         ep = serializers.IntegerField(min_value=1, max_value=MAX_GPUS, default=1)
-        servers = ServerFreeSerializer(  # type: ignore[call-arg]  # many=True: a ListSerializer's
-            many=True,
-            required=False,
-            min_length=1,
-            max_length=1000,
-            help_text="omitted: every server with a topology, all GPUs free",
-        )
+        servers = _server_list()
         model = ModelField(required=False, help_text="preset key or shape (default llama-7b)")
 
         def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -458,9 +471,7 @@ class JobApi(APIView):
                 raise serializers.ValidationError("Send k, or tp, pp and dp (not both).")
             if "k" not in attrs and not all(v is not None for v in layout):
                 raise serializers.ValidationError("tp, pp and dp go together.")
-            names = [item["hostname"] for item in attrs.get("servers", [])]
-            if len(set(names)) != len(names):
-                raise serializers.ValidationError("Name each server once.")
+            _each_server_once(attrs.get("servers", []))
             return attrs
 
     @extend_schema(
@@ -472,7 +483,7 @@ class JobApi(APIView):
         data = self.JobInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         q = data.validated_data
-        wanted = [(s["hostname"], s.get("free")) for s in q["servers"]] if "servers" in q else None
+        wanted = _wanted(q)
         layout = _answer(Layout, q["tp"], q["pp"], q["dp"], q["ep"]) if "tp" in q else None
         shape = _answer(selectors.resolve_shape, q.get("model"))
         doc = _answer(selectors.job_selection, wanted, q.get("k"), layout, shape)

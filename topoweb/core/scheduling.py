@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from topoweb.core.formats.ncclxml import normalise_busid
+from topoweb.core.formats.ncclxml import cpulist, normalise_busid
 from topoweb.core.hierarchy import recover_hierarchy
 from topoweb.core.model import Topology
 
@@ -136,18 +136,6 @@ def _cpus(text: str | None) -> set[int] | None:
     return out
 
 
-def _ranges(cpus: Iterable[int]) -> str:
-    nums = sorted(cpus)
-    runs: list[str] = []
-    start = prev = nums[0]
-    for c in nums[1:] + [-2]:
-        if c != prev + 1:
-            runs.append(f"{start}-{prev}" if prev > start else str(start))
-            start = c
-        prev = c
-    return ",".join(runs)
-
-
 def slurm_cores(topo: Topology) -> _Cores:
     """Cores= per GPU. gres.conf counts cores, nvidia-smi lists logical CPUs: where every
     GPU's list is some CPUs c plus their Linux SMT siblings c + N/2 (N = CPUs seen) and the
@@ -170,7 +158,7 @@ def slurm_cores(topo: Topology) -> _Cores:
         )
     )
     return _Cores(
-        {k: _ranges({c for c in v if c < half} if folded else v) for k, v in known.items()},
+        {k: cpulist({c for c in v if c < half} if folded else v) for k, v in known.items()},
         folded,
     )
 

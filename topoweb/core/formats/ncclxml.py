@@ -17,7 +17,7 @@ file reads back to the same matrix."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from xml.parsers import expat
@@ -204,9 +204,15 @@ def cpulist_from_mask(mask: str) -> str | None:
     cpus = [i for i in range(value.bit_length()) if value >> i & 1]
     if not cpus:
         return None
+    return cpulist(cpus)
+
+
+def cpulist(cpus: Iterable[int]) -> str:
+    """{0, 1, 2, 3, 8} -> `0-3,8`, nvidia-smi's spelling of a (non-empty) set of CPUs."""
+    nums = sorted(cpus)
     runs: list[str] = []
-    start = prev = cpus[0]
-    for c in cpus[1:] + [-2]:
+    start = prev = nums[0]
+    for c in nums[1:] + [-2]:
         if c != prev + 1:
             runs.append(f"{start}-{prev}" if prev > start else str(start))
             start = c
