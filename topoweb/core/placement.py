@@ -29,6 +29,7 @@ from topoweb.core.steptime import (
     smallest_fit,
     step_plan,
 )
+from topoweb.core.symmetry import symmetry
 
 EXACT_LIMIT = 8  # GPUs up to which the mapping search is exhaustive
 DEFAULT_SHAPE = PRESETS["llama-7b"]
@@ -101,17 +102,28 @@ class StepCost:
         self.plan: StepPlan = step_plan(self.shape, layout, self.spec, achieved)
         self.memo = _TIMES.setdefault(model, {})
         self.dimensions = frozenset(d for d, *_ in self.plan.collectives)
+        self.symmetric = False  # memoise groups under the server's symmetries (searches)
 
     def each_us(self, dimension: str, collective: str, nbytes: int, key: Any, groups: Any) -> float:
         memo_key = (dimension, collective, nbytes, key)
         t = self.memo.get(memo_key)
         if t is None:
             gs = [g for g in groups if len(g) > 1]
-            t = (
-                slowest_group_us(self.model, collective, gs, nbytes, dimension == "pp")
-                if gs
-                else 0.0
-            )
+            # Groups a symmetry of the server maps onto these cost the same: priced once.
+            class_key: Any = None
+            if self.symmetric and gs:
+                sym = symmetry(self.model)
+                canon = sym.chains_key(gs) if dimension == "pp" else sym.sets_key(gs)
+                class_key = ("~", dimension, collective, nbytes, canon)
+                t = self.memo.get(class_key)
+            if t is None:
+                t = (
+                    slowest_group_us(self.model, collective, gs, nbytes, dimension == "pp")
+                    if gs
+                    else 0.0
+                )
+                if class_key is not None:
+                    self.memo[class_key] = t
             self.memo[memo_key] = t
         return t
 
@@ -126,7 +138,16 @@ class StepCost:
         memo_key = ("solo", collective, nbytes, chain, key)
         t = self.memo.get(memo_key)
         if t is None:
-            t = slowest_group_us(self.model, collective, [group], nbytes, chain)
+            class_key: Any = None
+            if self.symmetric:
+                sym = symmetry(self.model)
+                canon = sym.chains_key([group]) if chain else sym.set_key(group)
+                class_key = ("~solo", collective, nbytes, chain, canon)
+                t = self.memo.get(class_key)
+            if t is None:
+                t = slowest_group_us(self.model, collective, [group], nbytes, chain)
+                if class_key is not None:
+                    self.memo[class_key] = t
             self.memo[memo_key] = t
         return t
 
@@ -426,6 +447,7 @@ def _exact(objective: StepCost, gpus: Sequence[int]) -> tuple[tuple[int, ...], f
             t[slot[d]] = contended(d, mapping)
         return total(t[0] + t[1] + t[3], t[2])
 
+    objective.symmetric = True
     order = _hierarchy_order(objective.model, list(gpus))
     best: tuple[int, ...] = gpus
     best_us = cost(gpus)
@@ -461,7 +483,10 @@ def _exact(objective: StepCost, gpus: Sequence[int]) -> tuple[tuple[int, ...], f
                     t = solo(d, tuple(mapping[p] for p in grp))
                     if t > here[s]:
                         here[s] = t
+                # Contended times only for what the solo bounds did not already cut.
                 for s, d in dims_at[r]:
+                    if total(here[0] + here[1] + here[3], here[2]) >= best_us * (1 - 1e-9):
+                        break
                     here[s] = max(here[s], contended(d, mapping))
             if total(here[0] + here[1] + here[3], here[2]) < best_us * (1 - 1e-9):
                 used.add(g)
