@@ -8,7 +8,7 @@ PORT ?= 8000
 # The suite runs against real services; CI and a fresh machine have them on these addresses.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/topoweb
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
-PY_SOURCES := topoweb collector tests bench manage.py
+PY_SOURCES := topoweb collector tests bench docs manage.py
 
 .PHONY: install run test lint bench screenshots clean
 
