@@ -299,6 +299,27 @@ def test_a_null_character_in_the_path_answers_404_in_the_error_shape(
     assert response.json()["error"]["code"] == "not_found"
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/v1/servers/?sku=HGX%00",
+        "/api/v1/servers/?x%00=1",
+        "/api/v1/compare/?a=HGX%00&b=h200-01",  # schemathesis found this one a 500
+        "/api/v1/servers/h200-01/page/?view=%00",
+    ],
+)
+def test_a_null_character_in_a_query_parameter_answers_400_naming_it(
+    reader: APIClient, fleet: None, url: str
+) -> None:
+    reader.raise_request_exception = False
+    response = reader.get(url)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid"
+    (name,) = response.json()["error"]["details"]
+    assert "Null characters" in response.json()["error"]["details"][name][0]
+
+
 def test_a_null_character_in_a_page_path_answers_404(
     django_user_model: Any, client: Any, fleet: None
 ) -> None:

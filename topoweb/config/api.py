@@ -21,7 +21,7 @@ from django.core.paginator import Paginator as DjangoPaginator
 from django.core.validators import RegexValidator
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.db.models import Count, QuerySet, Window
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.urls import Resolver404, resolve
 from django.views.decorators.csrf import csrf_exempt
 from django.views.defaults import page_not_found, server_error
@@ -150,8 +150,9 @@ class ApiTrailingSlashMiddleware:
 
 
 class NulInPathMiddleware:
-    """A path with U+0000 names nothing stored (PostgreSQL cannot hold the character) and
-    would fail as a 500 in the first query that used it: answer 404 before any view runs."""
+    """U+0000 names nothing stored (PostgreSQL cannot hold the character) and would fail as a
+    500 in the first query that used it: before any view runs, a path with it answers 404 and
+    a query parameter with it 400 (the error shape under /api/), whichever view it reaches."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -159,6 +160,13 @@ class NulInPathMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if "\x00" in request.path:
             raise Http404("No such path.")
+        for key, value in request.GET.items():
+            if "\x00" in key or "\x00" in value:
+                problem = {key: ["Null characters are not allowed."]}
+                if request.path.startswith("/api/"):
+                    body = error_body("invalid", "The request is not valid.", details=problem)
+                    return JsonResponse(body, status=400)
+                return HttpResponseBadRequest("Null characters are not allowed.")
         return self.get_response(request)
 
 
