@@ -200,3 +200,25 @@ def test_a_job_no_server_can_hold_spans_the_fewest_servers_on_one_rail_group_fir
     assert job.what == "step time" and job.inter_node_us > 0
     with pytest.raises(ValueError, match="the job needs 40"):
         select_job(servers, k=40)
+
+
+@pytest.mark.parametrize(
+    "layout", [Layout(2, 2, 4), Layout(2, 1, 8)], ids=["tp2-pp2-dp4", "tp2-dp8"]
+)
+def test_on_16_gpus_pruning_by_server_symmetry_finds_what_the_plain_search_finds(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from topoweb.core import placement, symmetry
+
+    model = build_model(T.pcie_nv4_pairs_16gpu())
+    result = place(model, layout, time_budget_s=30)
+    assert result.search == "exact"
+    # The same branch and bound told of no symmetry at all (only the identity), on a fresh
+    # model: every mapping modulo the layout's own relabellings.
+    plain = build_model(T.pcie_nv4_pairs_16gpu())
+    gpus = tuple(sorted(plain.gpu_ids))
+    none = symmetry.Symmetry(gpus, [tuple(range(len(gpus)))])
+    monkeypatch.setattr(placement, "symmetry", lambda _model: none)
+    best, best_us = placement._exact(StepCost(plain, layout), gpus)
+    assert result.step_us == pytest.approx(best_us)
+    assert StepCost(plain, layout)(result.mapping) == pytest.approx(best_us)
