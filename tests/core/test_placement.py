@@ -222,3 +222,23 @@ def test_on_16_gpus_pruning_by_server_symmetry_finds_what_the_plain_search_finds
     best, best_us = placement._exact(StepCost(plain, layout), gpus)
     assert result.step_us == pytest.approx(best_us)
     assert StepCost(plain, layout)(result.mapping) == pytest.approx(best_us)
+
+
+@pytest.mark.parametrize(
+    ("build", "free", "layout"),
+    [
+        (T.pcie_only_8gpu, (1, 2, 5, 6), Layout(2, 1, 2)),
+        (T.dgx1_v100_mesh, (1, 2, 3, 5, 6, 7), Layout(2, 1, 3)),
+        (T.pcie_nv4_pairs_16gpu, (1, 2, 3, 9, 12, 13), Layout(2, 3, 1)),
+    ],
+    ids=["pcie8-4-of-8", "dgx1-6-of-8", "pcie16-6-of-16"],
+)
+def test_the_exact_search_on_some_free_gpus_matches_brute_force_over_them(
+    build: object, free: tuple[int, ...], layout: Layout
+) -> None:
+    # The server's symmetries that move these GPUs out of the free set must not prune.
+    result = place(build_model(build()), layout, free)  # type: ignore[operator]
+    cost = StepCost(build_model(build()), layout)  # type: ignore[operator]
+    brute = min(cost(p) for p in itertools.permutations(free))
+    assert result.search.startswith("exact")
+    assert result.step_us == pytest.approx(brute)

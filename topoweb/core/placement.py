@@ -490,7 +490,13 @@ def _exact(
     #   ascending;
     # - no listed server symmetry fixing the GPUs of ranks 0..r-1 maps rank r's GPU lower.
     sym = symmetry(objective.model)
-    pos, least = sym.position, sym.least
+    pos, least, perms = sym.position, sym.least, list(sym.perms)
+    if len(gpus) < len(sym.gpus):
+        # Only the listed symmetries that map these GPUs onto themselves relabel a mapping of
+        # them into another; orbit minima among those.
+        inside = {pos[g] for g in gpus}
+        perms = [x for x in perms if all(x[q] in inside for q in inside)]
+        least = tuple(min(x[q] for x in perms) for q in range(len(sym.gpus)))
     rank0_orbit = {
         t + tp * (d + dp * st)
         for t in range(tp)
@@ -544,7 +550,7 @@ def _exact(
             mapping.pop()
 
     try:
-        dfs(0, [0.0, 0.0, 0.0, 0.0], list(sym.perms))
+        dfs(0, [0.0, 0.0, 0.0, 0.0], perms)
     except _OutOfTime as stop:
         stop.best, stop.best_us = best, best_us
         raise
