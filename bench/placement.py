@@ -55,15 +55,20 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def bench_core(repeats: int = 7) -> list[tuple[str, float, float, float, str]]:
+# Issue 11's targets for an exact search, cold (ms), by GPU count.
+TARGET_MS = {8: 5.0, 16: 50.0, 72: 500.0}
+
+
+def bench_core(repeats: int = 7) -> list[tuple[str, float, float, float, str, int]]:
     """Per case: cold p50/p95 (a fresh cost model and no cached structures: the first question
     about a topology class) and warm p50 (the class's model asked again, as the API does)."""
     rows = []
     for name, build, gpu, layout in CASES:
-        times, search = [], ""
+        times, search, count = [], "", 0
         spec = gpu_spec(gpu, None)
         for _ in range(repeats):
             model = build_model(build(), gpu)  # type: ignore[arg-type]  # a fresh model: no warm caches
+            count = len(model.gpu_ids)
             start = time.perf_counter()
             search = place(model, layout, spec=spec).search
             times.append((time.perf_counter() - start) * 1e3)
@@ -79,6 +84,7 @@ def bench_core(repeats: int = 7) -> list[tuple[str, float, float, float, str]]:
                 _percentile(times, 0.95),
                 statistics.median(warm),
                 search,
+                count,
             )
         )
     return rows
@@ -186,9 +192,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
     args = parser.parse_args()
     print("placement search by predicted step time (core; cold: fresh model, warm: asked again)")
-    print(f"{'case':40} {'cold p50':>9} {'cold p95':>9} {'warm p50':>9}  search")
-    for name, p50, p95, warm, search in bench_core():
-        print(f"{name:40} {p50:9.1f} {p95:9.1f} {warm:9.2f}  {search}")
+    print(
+        f"{'case':40} {'cold p50':>9} {'cold p95':>9} {'warm p50':>9} {'target':>7} "
+        f"{'met':>4}  search"
+    )
+    for name, p50, p95, warm, search, count in bench_core():
+        target = TARGET_MS.get(count, 0.0)
+        met = "yes" if search.startswith("exact") and p50 < target else "no"
+        print(f"{name:40} {p50:9.1f} {p95:9.1f} {warm:9.2f} {target:7.0f} {met:>4}  {search}")
     print("\nevery layout of a preset ranked, ms (the analysis does this per class and preset)")
     print(f"{'server':22} {'preset':14} {'cold':>8} {'warm':>8}  recommended")
     for name, key, cold, warm, answer in bench_recommend():

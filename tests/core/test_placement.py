@@ -200,3 +200,45 @@ def test_a_job_no_server_can_hold_spans_the_fewest_servers_on_one_rail_group_fir
     assert job.what == "step time" and job.inter_node_us > 0
     with pytest.raises(ValueError, match="the job needs 40"):
         select_job(servers, k=40)
+
+
+@pytest.mark.parametrize(
+    "layout", [Layout(2, 2, 4), Layout(2, 1, 8)], ids=["tp2-pp2-dp4", "tp2-dp8"]
+)
+def test_on_16_gpus_pruning_by_server_symmetry_finds_what_the_plain_search_finds(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from topoweb.core import placement, symmetry
+
+    model = build_model(T.pcie_nv4_pairs_16gpu())
+    result = place(model, layout, time_budget_s=30)
+    assert result.search == "exact"
+    # The same branch and bound told of no symmetry at all (only the identity), on a fresh
+    # model: every mapping modulo the layout's own relabellings.
+    plain = build_model(T.pcie_nv4_pairs_16gpu())
+    gpus = tuple(sorted(plain.gpu_ids))
+    none = symmetry.Symmetry(gpus, [tuple(range(len(gpus)))])
+    monkeypatch.setattr(placement, "symmetry", lambda _model: none)
+    best, best_us = placement._exact(StepCost(plain, layout), gpus)
+    assert result.step_us == pytest.approx(best_us)
+    assert StepCost(plain, layout)(result.mapping) == pytest.approx(best_us)
+
+
+@pytest.mark.parametrize(
+    ("build", "free", "layout"),
+    [
+        (T.pcie_only_8gpu, (1, 2, 5, 6), Layout(2, 1, 2)),
+        (T.dgx1_v100_mesh, (1, 2, 3, 5, 6, 7), Layout(2, 1, 3)),
+        (T.pcie_nv4_pairs_16gpu, (1, 2, 3, 9, 12, 13), Layout(2, 3, 1)),
+    ],
+    ids=["pcie8-4-of-8", "dgx1-6-of-8", "pcie16-6-of-16"],
+)
+def test_the_exact_search_on_some_free_gpus_matches_brute_force_over_them(
+    build: object, free: tuple[int, ...], layout: Layout
+) -> None:
+    # The server's symmetries that move these GPUs out of the free set must not prune.
+    result = place(build_model(build()), layout, free)  # type: ignore[operator]
+    cost = StepCost(build_model(build()), layout)  # type: ignore[operator]
+    brute = min(cost(p) for p in itertools.permutations(free))
+    assert result.search.startswith("exact")
+    assert result.step_us == pytest.approx(brute)

@@ -31,7 +31,8 @@ from topoweb.core.steptime import (
 )
 from topoweb.core.symmetry import symmetry
 
-EXACT_LIMIT = 8  # GPUs up to which the mapping search is exhaustive
+EXACT_LIMIT = 8  # GPUs up to which the mapping search is exhaustive, whatever it takes
+BOUNDED_LIMIT = 16  # up to which it is tried within the time budget (exact if it finishes)
 DEFAULT_SHAPE = PRESETS["llama-7b"]
 SELECTION_BYTES = 256 << 20  # the all_reduce size k-GPU selection ranks by
 DIMENSIONS = ("tp", "ep", "dp", "pp")
@@ -283,8 +284,10 @@ def place(
     by predicted step time. A job smaller than the free set takes the subset with the lowest
     step time; among equals, the one that leaves the other free GPUs best connected.
 
-    Exact for up to EXACT_LIMIT GPUs (every distinct group structure, modulo relabelling TP
-    positions, DP replicas and reading the pipeline backwards, which changes no cost); beyond,
+    Exact for up to EXACT_LIMIT GPUs (branch and bound over every mapping, modulo the server's
+    GPU symmetries and relabelling TP positions, DP replicas and reading the pipeline
+    backwards, which change no cost); up to BOUNDED_LIMIT the same search within
+    `time_budget_s` (exact when it finishes, else the best mapping it found); beyond,
     a swap local search from the naive order and a hierarchy-ordered start, bounded by
     `time_budget_s`, never worse than naive."""
     shape = shape or DEFAULT_SHAPE
@@ -310,6 +313,16 @@ def place(
     elif len(gpus) <= EXACT_LIMIT:
         best, best_us = _exact_cached(objective, gpus)
         search = "exact"
+    elif len(gpus) <= BOUNDED_LIMIT:
+        try:
+            best, best_us = _exact_cached(objective, gpus, time.perf_counter() + time_budget_s)
+            search = "exact"
+        except _OutOfTime as stop:
+            best, best_us = stop.best, stop.best_us
+            search = (
+                f"branch and bound stopped at the {time_budget_s * 1e3:.0f} ms budget "
+                "(the best mapping found, not proven optimal)"
+            )
     else:
         best, best_us, evals = _local_search(objective, model, list(gpus), time_budget_s, seed)
         search = f"local search ({evals} evaluations)"
@@ -394,19 +407,31 @@ def _choose_subset(
     return chosen, why
 
 
-def _exact_cached(objective: StepCost, gpus: Sequence[int]) -> tuple[tuple[int, ...], float]:
-    """`_exact`, remembered per cost model: the same question about a class answers at once."""
+def _exact_cached(
+    objective: StepCost, gpus: Sequence[int], deadline: float | None = None
+) -> tuple[tuple[int, ...], float]:
+    """`_exact`, remembered per cost model: the same question about a class answers at once
+    (only a search that finished: one stopped by `deadline` raises _OutOfTime)."""
     plan = objective.plan
     key = ("exact", tuple(sorted(gpus)), plan.layout, plan.collectives, plan.compute_mb_us,
            plan.micro_batches)  # fmt: skip
     hit = objective.memo.get(key)
     if hit is None:
-        hit = objective.memo[key] = _exact(objective, gpus)
+        hit = objective.memo[key] = _exact(objective, gpus, deadline)
     found: tuple[tuple[int, ...], float] = hit
     return found
 
 
-def _exact(objective: StepCost, gpus: Sequence[int]) -> tuple[tuple[int, ...], float]:
+class _OutOfTime(Exception):
+    """The branch and bound ran past its deadline; `best` is the best mapping it had found."""
+
+    best: tuple[int, ...] = ()
+    best_us: float = math.inf
+
+
+def _exact(
+    objective: StepCost, gpus: Sequence[int], deadline: float | None = None
+) -> tuple[tuple[int, ...], float]:
     """Branch and bound over rank->GPU mappings, built rank by rank in Megatron order with
     the relabellings that change no group fixed (TP positions of stage 0's first row and DP
     replicas of its first column ascending, a pipeline read forwards). A group's time alone
@@ -454,27 +479,57 @@ def _exact(objective: StepCost, gpus: Sequence[int]) -> tuple[tuple[int, ...], f
     hier_us = cost(order)
     if hier_us < best_us * (1 - 1e-12):
         best, best_us = tuple(order), hier_us
-    tp, dp, ep, pp = layout.tp, layout.dp, layout.ep, layout.pp
-    last_stage_first = tp * dp * (pp - 1)
+    tp, dp, ep = layout.tp, layout.dp, layout.ep
+    # Symmetry breaking: only the lexicographically least mapping of each class of mappings
+    # equal up to a server symmetry (GPUs relabelled) and a layout symmetry (TP positions
+    # and, without EP, DP replicas permuted, the pipeline read backwards) is completed. Its
+    # necessary conditions, each checked as soon as the ranks it names are placed:
+    # - rank 0 holds the least GPU of its orbit, and no rank that a layout symmetry can move
+    #   to rank 0 holds a GPU whose orbit has a smaller one;
+    # - the layout symmetries that keep rank 0: TP positions 1.. and DP replicas 1..
+    #   ascending;
+    # - no listed server symmetry fixing the GPUs of ranks 0..r-1 maps rank r's GPU lower.
+    sym = symmetry(objective.model)
+    pos, least, perms = sym.position, sym.least, list(sym.perms)
+    if len(gpus) < len(sym.gpus):
+        # Only the listed symmetries that map these GPUs onto themselves relabel a mapping of
+        # them into another; orbit minima among those.
+        inside = {pos[g] for g in gpus}
+        perms = [x for x in perms if all(x[q] in inside for q in inside)]
+        least = tuple(min(x[q] for x in perms) for q in range(len(sym.gpus)))
+    rank0_orbit = {
+        t + tp * (d + dp * st)
+        for t in range(tp)
+        for d in (range(dp) if ep == 1 else range(1))
+        for st in {0, layout.pp - 1}
+    }
     mapping: list[int] = []
     used: set[int] = set()
 
-    def dfs(r: int, lb: list[float]) -> None:
+    def dfs(r: int, lb: list[float], stab: list[tuple[int, ...]]) -> None:
         nonlocal best, best_us
+        if deadline is not None and time.perf_counter() > deadline:
+            raise _OutOfTime
         if r == n:
             us = total(lb[0] + lb[1] + lb[3], lb[2])
             if us < best_us * (1 - 1e-12):
                 best, best_us = tuple(mapping), us
             return
+        lowest = [min(c) for c in zip(*stab, strict=True)] if len(stab) > 1 else None
         for g in order:
             if g in used:
                 continue
-            if 0 < r < tp and g < mapping[r - 1]:
-                continue  # TP positions of the first group ascending
-            if ep == 1 and 0 < r < tp * dp and r % tp == 0 and g < mapping[r - tp]:
-                continue  # DP replicas of stage 0 ascending by their first GPU
-            if pp > 1 and r == last_stage_first and g < mapping[0]:
-                continue  # a pipeline read backwards costs the same
+            q = pos[g]
+            if r == 0 and least[q] != q:
+                continue
+            if 0 < r and r in rank0_orbit and least[q] < pos[mapping[0]]:
+                continue
+            if 1 < r < tp and g < mapping[r - 1]:
+                continue  # TP positions 1.. ascending
+            if ep == 1 and 2 * tp <= r < tp * dp and r % tp == 0 and g < mapping[r - tp]:
+                continue  # DP replicas 1.. ascending by their first GPU
+            if lowest is not None and lowest[q] < q:
+                continue  # a symmetry fixing the earlier ranks' GPUs maps this one lower
             mapping.append(g)
             here = lb
             if groups_at[r]:
@@ -490,11 +545,15 @@ def _exact(objective: StepCost, gpus: Sequence[int]) -> tuple[tuple[int, ...], f
                     here[s] = max(here[s], contended(d, mapping))
             if total(here[0] + here[1] + here[3], here[2]) < best_us * (1 - 1e-9):
                 used.add(g)
-                dfs(r + 1, here)
+                dfs(r + 1, here, [x for x in stab if x[q] == q] if len(stab) > 1 else stab)
                 used.discard(g)
             mapping.pop()
 
-    dfs(0, [0.0, 0.0, 0.0, 0.0])
+    try:
+        dfs(0, [0.0, 0.0, 0.0, 0.0], perms)
+    except _OutOfTime as stop:
+        stop.best, stop.best_us = best, best_us
+        raise
     return best, best_us
 
 

@@ -23,12 +23,20 @@ class Symmetry:
     """GPU relabellings of one cost model, as bit tables over positions in sorted index
     order, with canonical keys of groups, group sets and pipeline chains."""
 
-    def __init__(self, gpus: Sequence[int], perms: Sequence[tuple[int, ...]]):
+    def __init__(
+        self,
+        gpus: Sequence[int],
+        perms: Sequence[tuple[int, ...]],
+        least: Sequence[int] | None = None,
+        complete: bool | None = None,
+    ):
         self.gpus = tuple(gpus)
         self.position = {g: i for i, g in enumerate(self.gpus)}
         self.perms = tuple(perms)  # perm[p]: position of the image of position p
-        # Every symmetry found (a group): keys are then the same for a group and its images.
-        self.complete = len(self.perms) < AUTOMORPHISM_LIMIT
+        # Every symmetry listed (a group): keys are then the same for a group and its images.
+        self.complete = len(self.perms) < AUTOMORPHISM_LIMIT if complete is None else complete
+        # Per position, the least position of its orbit under the whole group.
+        self.least = tuple(least) if least is not None else tuple(range(len(self.gpus)))
         # Per position, the bit of its image under each symmetry: a group's images are the
         # column sums (summed in C, over every symmetry at once).
         self.columns = tuple(
@@ -118,25 +126,79 @@ def _find(model: CostModel) -> Symmetry:
             colour = new
             break
         colour = new
-    found: list[tuple[int, ...]] = []
-    image = [-1] * n
-    taken = [False] * n
 
-    def dfs(a: int) -> bool:
+    def extend(image: list[int], taken: list[bool], a: int) -> tuple[int, ...] | None:
+        """One automorphism extending the partial `image` (set below position a)."""
         if a == n:
-            found.append(tuple(image))
-            return len(found) >= AUTOMORPHISM_LIMIT
+            return tuple(image)
+        if image[a] >= 0:
+            return extend(image, taken, a + 1)
         for b in range(n):
             if taken[b] or colour[b] != colour[a]:
                 continue
-            if any(label[a][k] != label[b][image[k]] for k in range(a)):
+            if any(image[k] >= 0 and label[a][k] != label[b][image[k]] for k in range(n)):
                 continue
             image[a], taken[b] = b, True
-            stop = dfs(a + 1)
+            got = extend(image, taken, a + 1)
             image[a], taken[b] = -1, False
-            if stop:
-                return True
-        return False
+            if got is not None:
+                return got
+        return None
 
-    dfs(0)
-    return Symmetry(gpus, found)
+    # Generators: for each point a in turn (the earlier ones fixed), one symmetry taking a to
+    # each point of its orbit not yet reached (Schreier-Sims style, by backtracking).
+    gens: list[tuple[int, ...]] = []
+    for a in range(n):
+        fixing = [g for g in gens if all(g[k] == k for k in range(a))]
+        orbit = _orbit(a, fixing)
+        for b in range(a + 1, n):
+            if b in orbit or colour[b] != colour[a]:
+                continue
+            image, taken = [-1] * n, [False] * n
+            consistent = True
+            for k in range(a):
+                image[k], taken[k] = k, True
+            for k in range(a):
+                if label[a][k] != label[b][k]:
+                    consistent = False
+            if not consistent:
+                continue
+            image[a], taken[b] = b, True
+            g = extend(image, taken, 0)
+            if g is not None:
+                gens.append(g)
+                fixing.append(g)
+                orbit = _orbit(a, fixing)
+    # The group they generate, breadth first (the nearest products first), up to the limit.
+    identity = tuple(range(n))
+    found = [identity]
+    seen = {identity}
+    i = 0
+    while i < len(found) and len(found) < AUTOMORPHISM_LIMIT:
+        x = found[i]
+        i += 1
+        for g in gens:
+            y = tuple(g[x[k]] for k in range(n))
+            if y not in seen:
+                seen.add(y)
+                found.append(y)
+                if len(found) >= AUTOMORPHISM_LIMIT:
+                    break
+    complete = i >= len(found) and len(found) < AUTOMORPHISM_LIMIT
+    # Orbits of the whole group (from the generators: exact whatever the limit).
+    least = list(range(n))
+    for a in range(n):
+        for b in _orbit(a, gens):
+            least[b] = min(least[b], a)
+    return Symmetry(gpus, found, tuple(least), complete)
+
+
+def _orbit(a: int, gens: Sequence[tuple[int, ...]]) -> set[int]:
+    orbit, todo = {a}, [a]
+    while todo:
+        x = todo.pop()
+        for g in gens:
+            if g[x] not in orbit:
+                orbit.add(g[x])
+                todo.append(g[x])
+    return orbit
