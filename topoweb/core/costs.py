@@ -1641,15 +1641,18 @@ def p2p_matrix(model: CostModel) -> dict[str, list[list[float | None]]]:
     idx = sorted(model.gpu_ids)
     uni: list[list[float | None]] = []
     bi: list[list[float | None]] = []
-    for a in idx:
+    for i, a in enumerate(idx):
         uni.append([])
         bi.append([])
-        for b in idx:
+        for j, b in enumerate(idx):
             if a == b:
                 uni[-1].append(None)
                 bi[-1].append(None)
                 continue
             uni[-1].append(round(model.solo_rate(model.copy_load([((a, b), 1.0)]), True).gbps, 3))
+            if j < i:  # both ways at once is the same pair of copies, already priced
+                bi[-1].append(bi[j][i])
+                continue
             both = model.share(
                 [model.copy_load([((a, b), 1.0)]), model.copy_load([((b, a), 1.0)])], copy=True
             )
