@@ -8,7 +8,8 @@ from tests import synthetic
 from tests.core import topologies as T
 from topoweb.core.costs import EXACT_RING, build_model, collective_cost
 from topoweb.core.formats.topo import parse
-from topoweb.core.placement import best_group
+from topoweb.core.placement import DEFAULT_SHAPE, best_group, recommend
+from topoweb.core.steptime import layouts_for
 
 
 def ring_model(n: int):  # type: ignore[no-untyped-def]
@@ -54,3 +55,19 @@ def test_the_best_32_gpus_of_a_160_gpu_ring_are_as_fast_as_32_ring_neighbours() 
         return collective_cost(model, "all_reduce", gpus, 1 << 28).busbw_gbps
 
     assert round(busbw(group), 1) >= round(busbw(tuple(range(32))), 1)
+
+
+def test_a_576_gpu_domain_recommends_within_its_budget_and_counts_what_it_left_unpriced() -> None:
+    model = build_model(parse(synthetic.nvswitch_domain(576)), None)
+    found = recommend(model, DEFAULT_SHAPE, time_budget_s=0.5)
+    doc = found.to_document()
+    assert found.best is not None
+    assert len(found.placements) + found.unpriced == len(layouts_for(DEFAULT_SHAPE, 576))
+    assert found.unpriced > 0 and doc["unpriced_layouts"] == found.unpriced
+
+
+def test_a_16_gpu_server_prices_every_layout_however_small_the_budget() -> None:
+    model = build_model(T.nvswitch_16gpu(), None)
+    found = recommend(model, DEFAULT_SHAPE, time_budget_s=0.0)
+    assert found.unpriced == 0 and "unpriced_layouts" not in found.to_document()
+    assert len(found.placements) == len(layouts_for(DEFAULT_SHAPE, 16))

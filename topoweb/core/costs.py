@@ -244,6 +244,7 @@ class CostModel:
         )
         self._ring_cache: dict[tuple[int, ...], tuple[tuple[tuple[int, ...], float], ...]] = {}
         self._pair_rates: dict[Flow, float] = {}  # solo rate of one GPU pair, for big rings
+        self._all_pairs: dict[tuple[int, ...], Rate] = {}  # see all_pairs_rate
         # Per local GPU set: ring order, solo ring rate, open-chain rate, all hops NVLink.
         self._solo_shapes: dict[tuple[int, ...], tuple[tuple[int, ...], Rate, Rate, bool]] = {}
 
@@ -489,6 +490,15 @@ class CostModel:
             for r, rw in self.path(flow):
                 out[r] = out.get(r, 0.0) + w * rw
         return out
+
+    def all_pairs_rate(self, gpus: tuple[int, ...]) -> Rate:
+        """Solo rate of every ordered pair of `gpus` sending at once (an alltoall), kept per
+        GPU set: O(p^2) routes, priced once rather than at every message size."""
+        got = self._all_pairs.get(gpus)
+        if got is None:
+            flows = (((a, b), 1.0) for a in gpus for b in gpus if a != b)
+            got = self._all_pairs[gpus] = self.solo_rate(self.load(flows))
+        return got
 
     def copy_load(self, flows: Iterable[tuple[Flow, float]]) -> dict[int, float]:
         out: dict[int, float] = {}
@@ -1298,9 +1308,7 @@ def _pairwise(
     local = tuple(sorted(_largest(parts)))
     t_intra, bw, neck, cls = 0.0, math.inf, -1, "nvlink"
     if len(local) >= 2:
-        r = rate or model.solo_rate(
-            model.load(((a, b), 1.0) for a in local for b in local if a != b)
-        )
+        r = rate or model.all_pairs_rate(local)
         t_intra, bw, neck = _us(n / p, r.gbps), r.gbps, r.bottleneck
         cls = (
             "nvlink"
@@ -1641,15 +1649,18 @@ def p2p_matrix(model: CostModel) -> dict[str, list[list[float | None]]]:
     idx = sorted(model.gpu_ids)
     uni: list[list[float | None]] = []
     bi: list[list[float | None]] = []
-    for a in idx:
+    for i, a in enumerate(idx):
         uni.append([])
         bi.append([])
-        for b in idx:
+        for j, b in enumerate(idx):
             if a == b:
                 uni[-1].append(None)
                 bi[-1].append(None)
                 continue
             uni[-1].append(round(model.solo_rate(model.copy_load([((a, b), 1.0)]), True).gbps, 3))
+            if j < i:  # both ways at once is the same pair of copies, already priced
+                bi[-1].append(bi[j][i])
+                continue
             both = model.share(
                 [model.copy_load([((a, b), 1.0)]), model.copy_load([((b, a), 1.0)])], copy=True
             )

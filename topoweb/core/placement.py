@@ -568,6 +568,8 @@ class Recommendation:
     no_fit: NoFit | None
     zero: int
     achieved: float
+    # Layouts left unpriced when pricing ran past RECOMMEND_OVERRUN x the budget (huge servers).
+    unpriced: int = 0
 
     @property
     def best(self) -> Placement | None:
@@ -586,7 +588,7 @@ class Recommendation:
             "no_fit": self.no_fit.to_document(self.spec, n) if self.no_fit else None,
             "layouts": [p.to_document() for p in self.placements],
             "assumptions": STEP_ASSUMPTIONS,
-        }
+        } | ({"unpriced_layouts": self.unpriced} if self.unpriced else {})
 
 
 STEP_ASSUMPTIONS = (
@@ -616,15 +618,32 @@ def recommend(
     pool = tuple(sorted(model.check_gpus(free if free is not None else sorted(model.gpu_ids))))
     layouts = layouts_for(shape, len(pool))
     each = time_budget_s / max(1, len(layouts))
-    found = [
-        place(model, lay, pool, shape, each, spec=spec, zero=zero, achieved=achieved)
-        for lay in layouts
-    ]
+    if len(pool) > BOUNDED_PAST:
+        # Pricing alone can outgrow the budget (one layout of 576 GPUs costs about a second):
+        # the likeliest first (fits in memory, shallowest pipeline, narrowest TP), and past
+        # RECOMMEND_OVERRUN x the budget the rest are counted, not priced.
+        layouts.sort(
+            key=lambda lay: (not memory_fit(shape, lay, spec.memory_bytes, zero).fits, lay.pp)
+        )
+    deadline = time.perf_counter() + RECOMMEND_OVERRUN * time_budget_s
+    found: list[Placement] = []
+    for lay in layouts:
+        if found and len(pool) > BOUNDED_PAST and time.perf_counter() > deadline:
+            break
+        found.append(place(model, lay, pool, shape, each, spec=spec, zero=zero, achieved=achieved))
     found.sort(key=lambda p: (not p.memory.fits, p.step_us, p.layout.pp, -p.layout.tp))
     no_fit = None
     if not any(p.memory.fits for p in found):
         no_fit = smallest_fit(shape, spec, len(pool), zero)
-    return Recommendation(shape, spec, tuple(found), no_fit, zero, achieved)
+    return Recommendation(
+        shape, spec, tuple(found), no_fit, zero, achieved, len(layouts) - len(found)
+    )
+
+
+# How far past its time budget a recommendation may run before its remaining layouts are left
+# unpriced (servers over BOUNDED_PAST GPUs only: smaller ones always price every layout).
+RECOMMEND_OVERRUN = 2.0
+BOUNDED_PAST = 16
 
 
 def _hierarchy_order(model: CostModel, gpus: list[int]) -> list[int]:
