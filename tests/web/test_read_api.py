@@ -320,6 +320,15 @@ def test_a_null_character_in_a_query_parameter_answers_400_naming_it(
     assert "Null characters" in response.json()["error"]["details"][name][0]
 
 
+def test_a_page_number_past_any_fleet_answers_404_not_500(reader: APIClient, fleet: None) -> None:
+    # Its OFFSET overflowed PostgreSQL's bigint (schemathesis found it).
+    reader.raise_request_exception = False
+    response = reader.get("/api/v1/servers/", {"page": "99999999999999999999"})
+
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
 def test_a_null_character_in_a_page_path_answers_404(
     django_user_model: Any, client: Any, fleet: None
 ) -> None:

@@ -304,6 +304,9 @@ class QueryThrottle(SettingRateThrottle):
     rate_setting = "TOPOWEB_QUERY_RATE"
 
 
+MAX_PAGE_NUMBER = 1_000_000
+
+
 class WindowCountPaginator(DjangoPaginator):
     """Django's paginator over querysets (of models or values() dicts), except that a page
     with rows brings the total with it (COUNT(*) OVER ()): one query per page instead of a
@@ -312,7 +315,9 @@ class WindowCountPaginator(DjangoPaginator):
 
     def page(self, number: Any) -> Page:
         plain = isinstance(number, int) or (isinstance(number, str) and number.isdigit())
-        if plain and int(number) >= 1 and "count" not in self.__dict__:
+        # A page number past any real fleet (its OFFSET could overflow PostgreSQL's bigint)
+        # goes Django's way too: counted first, then a 404.
+        if plain and 1 <= int(number) <= MAX_PAGE_NUMBER and "count" not in self.__dict__:
             bottom = (int(number) - 1) * self.per_page
             rows = list(
                 cast(QuerySet[Any, Any], self.object_list).annotate(
