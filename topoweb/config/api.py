@@ -239,17 +239,15 @@ class SettingRateThrottle(SimpleRateThrottle):
         key = self.get_cache_key(request, view)
         if key is None or self.num_requests is None or self.duration is None:
             return True
-        self.now = self.timer()
+        self.remaining: float | None = None
         try:
-            counted = _count_in_redis(self.cache, key, self.duration)
-            if counted is not None:  # one round trip: INCR and the window's expiry together
-                count, remaining = counted
-                self.opened = self.now - (self.duration - remaining)
-            else:
-                in_cache = self._count_in_cache(key)
-                if in_cache is None:
-                    return True
-                count = in_cache
+            # One round trip in Redis (INCR and the window's expiry together), else a few calls.
+            counted = _count_in_redis(self.cache, key, self.duration) or self._count_in_cache(
+                key, self.duration
+            )
+            if counted is None:
+                return True
+            count, self.remaining = counted
         except Exception:
             # A cache that is down must not turn reports away: they are worth more than the
             # limit. The failure is logged; the budget applies again once the cache is back.
@@ -257,11 +255,13 @@ class SettingRateThrottle(SimpleRateThrottle):
             return True
         return bool(count <= self.num_requests)
 
-    def _count_in_cache(self, key: str) -> int | None:
-        """The same window with Django's cache API (per-process caches, tests): a few calls."""
-        self.cache.add(f"{key}:opened", self.now, timeout=self.duration)
+    def _count_in_cache(self, key: str, duration: int) -> tuple[int, float] | None:
+        """The same window with Django's cache API (per-process caches, tests): the count and
+        the seconds the window has left, or None when no window could be opened."""
+        now = self.timer()
+        self.cache.add(f"{key}:opened", now, timeout=duration)
         for _ in range(2):  # the window may close between add and incr: open a new one
-            self.cache.add(key, 0, timeout=self.duration)
+            self.cache.add(key, 0, timeout=duration)
             try:
                 count = int(self.cache.incr(key))
                 break
@@ -269,15 +269,13 @@ class SettingRateThrottle(SimpleRateThrottle):
                 continue
         else:
             return None
-        self.opened = self.cache.get(f"{key}:opened", self.now)
-        return count
+        opened = float(self.cache.get(f"{key}:opened", now))
+        return count, duration - (now - opened)
 
     def wait(self) -> float | None:
         """Seconds until the caller's window closes (the Retry-After of a 429)."""
-        opened = getattr(self, "opened", None)
-        if opened is None or self.duration is None:
-            return None
-        return max(0.0, self.duration - (self.now - float(opened)))
+        remaining = getattr(self, "remaining", None)
+        return None if remaining is None else max(0.0, remaining)
 
     def get_cache_key(self, request: Request, view: Any) -> str | None:
         if request.auth is not None and hasattr(request.auth, "pk"):
