@@ -117,6 +117,45 @@ def test_a_repeated_placement_question_is_answered_from_the_answer_computed_once
     assert again.json() == first.json()
 
 
+def _ask(reader: APIClient, path: str, question: dict[str, Any]) -> Any:
+    response = reader.post(path, question, format="json")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def test_the_answers_computed_once_change_when_a_benchmark_calibrates_the_server(
+    reader: APIClient, fleet: None
+) -> None:
+    select = ("/api/v1/placement/select/", {"k": 2, "servers": [{"hostname": "rtx-01"}]})
+    place = ("/api/v1/servers/rtx-01/placement/", {"tp": 2, "pp": 2, "dp": 1})
+    before = [_ask(reader, *select), _ask(reader, *place)]
+    assert [_ask(reader, *select), _ask(reader, *place)] == before  # from the kept answers
+    add(
+        "rtx-01",
+        RTX6000,
+        "ESC8000A",
+        benchmarks=[BenchmarkInput("p2p-bandwidth-latency", fixture_text(RTX6000_P2P))],
+    )
+    after = [_ask(reader, *select), _ask(reader, *place)]
+
+    assert before[0]["selections"][0]["cost"]["calibrated"] is False
+    assert after[0]["selections"][0]["cost"]["calibrated"] is True
+    assert after[1] != before[1]
+
+
+def test_the_answers_computed_once_change_when_the_server_reports_another_topology(
+    reader: APIClient, fleet: None
+) -> None:
+    select = ("/api/v1/placement/select/", {"k": 4, "servers": [{"hostname": "v100-03"}]})
+    place = ("/api/v1/servers/v100-03/placement/", {"tp": 4, "pp": 2, "dp": 1})
+    before = [_ask(reader, *select), _ask(reader, *place)]
+    add("v100-03", H200, "HGX H200")  # the same name, now an NVSwitch server
+    after = [_ask(reader, *select), _ask(reader, *place)]
+
+    assert after[0]["selections"][0]["busbw_gbps"] > before[0]["selections"][0]["busbw_gbps"]
+    assert after[1] != before[1]
+
+
 QUESTION_BODIES = [
     (analysis_apis.SelectApi.SelectInputSerializer, {"k": 4, "servers": [{"hostname": "a"}]}),
     (
