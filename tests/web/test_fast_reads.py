@@ -14,10 +14,12 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 from django.utils.translation import gettext_lazy
+from rest_framework.exceptions import ValidationError
 from rest_framework.renderers import JSONRenderer as DrfJSONRenderer
 from rest_framework.test import APIClient
 
 from tests.web.conftest import H200, RTX6000, RTX6000_P2P, V100, V100_OTHER_MESH, add, fixture_text
+from topoweb.analysis import apis as analysis_apis
 from topoweb.analysis import selectors as analysis_selectors
 from topoweb.api.fleet import ServerSummarySerializer
 from topoweb.config.renderers import JSONRenderer, RawJSON
@@ -113,6 +115,85 @@ def test_a_repeated_placement_question_is_answered_from_the_answer_computed_once
         again = reader.post("/api/v1/servers/h200-01/placement/", question, format="json")
     assert first.status_code == again.status_code == 200
     assert again.json() == first.json()
+
+
+def _ask(reader: APIClient, path: str, question: dict[str, Any]) -> Any:
+    response = reader.post(path, question, format="json")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def test_the_answers_computed_once_change_when_a_benchmark_calibrates_the_server(
+    reader: APIClient, fleet: None
+) -> None:
+    select = ("/api/v1/placement/select/", {"k": 2, "servers": [{"hostname": "rtx-01"}]})
+    place = ("/api/v1/servers/rtx-01/placement/", {"tp": 2, "pp": 2, "dp": 1})
+    before = [_ask(reader, *select), _ask(reader, *place)]
+    assert [_ask(reader, *select), _ask(reader, *place)] == before  # from the kept answers
+    add(
+        "rtx-01",
+        RTX6000,
+        "ESC8000A",
+        benchmarks=[BenchmarkInput("p2p-bandwidth-latency", fixture_text(RTX6000_P2P))],
+    )
+    after = [_ask(reader, *select), _ask(reader, *place)]
+
+    assert before[0]["selections"][0]["cost"]["calibrated"] is False
+    assert after[0]["selections"][0]["cost"]["calibrated"] is True
+    assert after[1] != before[1]
+
+
+def test_the_answers_computed_once_change_when_the_server_reports_another_topology(
+    reader: APIClient, fleet: None
+) -> None:
+    select = ("/api/v1/placement/select/", {"k": 4, "servers": [{"hostname": "v100-03"}]})
+    place = ("/api/v1/servers/v100-03/placement/", {"tp": 4, "pp": 2, "dp": 1})
+    before = [_ask(reader, *select), _ask(reader, *place)]
+    add("v100-03", H200, "HGX H200")  # the same name, now an NVSwitch server
+    after = [_ask(reader, *select), _ask(reader, *place)]
+
+    assert after[0]["selections"][0]["busbw_gbps"] > before[0]["selections"][0]["busbw_gbps"]
+    assert after[1] != before[1]
+
+
+QUESTION_BODIES = [
+    (analysis_apis.SelectApi.SelectInputSerializer, {"k": 4, "servers": [{"hostname": "a"}]}),
+    (
+        analysis_apis.SelectApi.SelectInputSerializer,
+        {"k": 2, "servers": [{"hostname": "a", "free": [1, 3]}, {"hostname": "b"}]},
+    ),
+    (analysis_apis.SelectApi.SelectInputSerializer, {"k": "3", "collective": "all_gather"}),
+    (analysis_apis.SelectApi.SelectInputSerializer, {"k": 4, "servers": [{"hostname": " a "}]}),
+    (analysis_apis.SelectApi.SelectInputSerializer, {"k": 2, "servers": [{"hostname": "a"}] * 2}),
+    (analysis_apis.SelectApi.SelectInputSerializer, {"k": 0, "servers": []}),
+    (analysis_apis.SelectApi.SelectInputSerializer, {"k": True, "collective": "gossip"}),
+    (analysis_apis.SelectApi.SelectInputSerializer, ["k", 4]),
+    (analysis_apis.SelectApi.SelectInputSerializer, None),
+    (analysis_apis.PlacementApi.PlacementInputSerializer, {"tp": 4, "pp": 2, "dp": 1}),
+    (
+        analysis_apis.PlacementApi.PlacementInputSerializer,
+        {"tp": 2, "pp": 1, "dp": 1, "free": [0, 5], "model": "llama-70b", "zero": 2, "seq": 512},
+    ),
+    (analysis_apis.PlacementApi.PlacementInputSerializer, {"tp": 4, "pp": 2, "dp": 1.0}),
+    (analysis_apis.PlacementApi.PlacementInputSerializer, {"tp": 4, "pp": 2}),
+    (analysis_apis.PlacementApi.PlacementInputSerializer, {"tp": 4, "pp": 2, "model": "gpt-9"}),
+    (analysis_apis.PlacementApi.PlacementInputSerializer, {"tp": 4, "pp": 2, "dp": 1, "ep": 0}),
+    (analysis_apis.JobApi.JobInputSerializer, {"k": 4, "tp": 2}),
+    (analysis_apis.JobApi.JobInputSerializer, {"tp": 2, "pp": 2, "dp": 2}),
+    (analysis_apis.CostApi.CostInputSerializer, {"collective": "all_reduce", "gpus": [0, 1]}),
+]
+
+
+def test_a_question_body_validates_as_a_fresh_serializer_validates_it() -> None:
+    # Twice over, so that a body cannot pass on something a previous one left behind.
+    for serializer_class, body in QUESTION_BODIES * 2:
+        fresh = serializer_class(data=body)
+        if fresh.is_valid():
+            assert analysis_apis._validated(serializer_class, body) == fresh.validated_data
+        else:
+            with pytest.raises(ValidationError) as refused:
+                analysis_apis._validated(serializer_class, body)
+            assert refused.value.detail == fresh.errors
 
 
 def test_a_new_benchmark_changes_the_model_the_answers_are_keyed_on(fleet: None) -> None:

@@ -70,7 +70,7 @@ T = TypeVar("T")
 # --- calibration inputs ---------------------------------------------------------------------
 
 
-def class_benchmarks(topology_class: TopologyClass) -> QuerySet[Benchmark]:
+def class_benchmarks(topology_class: TopologyClass | int) -> QuerySet[Benchmark]:
     """Measured runs of every server of the class, oldest first (later ones win a merge)."""
     return (
         Benchmark.objects.filter(server__topology_class=topology_class)
@@ -88,7 +88,7 @@ def server_benchmarks(server: Server) -> QuerySet[Benchmark]:
     )
     if own.exists() or server.topology_class_id is None:
         return own
-    return class_benchmarks(server.topology_class)  # type: ignore[arg-type]
+    return class_benchmarks(server.topology_class_id)
 
 
 def calibration_inputs(benchmarks: QuerySet[Benchmark]) -> list[CalibrationInput]:
@@ -109,11 +109,12 @@ def calibration_inputs(benchmarks: QuerySet[Benchmark]) -> list[CalibrationInput
 
 @dataclass(frozen=True)
 class _ModelKey:
-    """What identifies a built model: the topology (fingerprint plus the snapshot's content,
+    """What identifies a built model: the topology (its class plus the snapshot's content,
     since servers of one class may number their GPUs differently), GPU model and the
-    benchmarks calibrating it. The loader only runs on a cache miss."""
+    benchmarks calibrating it. The loader only runs on a cache miss. The class is named by
+    its id: a class row keeps the fingerprint it was made for, and the id needs no join."""
 
-    fingerprint: str
+    topology_class_id: int | None
     content_sha256: str
     gpu_model: str
     benchmarks: str  # with_calibration's identity of the calibrating benchmarks
@@ -191,7 +192,6 @@ _question_server = CompiledQuery(
             "latest_snapshot__content_sha256",
             "latest_snapshot__gpu_count",
             "latest_snapshot__gpu_model",
-            "topology_class__fingerprint",
             "calibration",
         )[:1]
     )
@@ -205,15 +205,11 @@ def server_for_questions(hostname: str) -> Server:
     rows = _question_server.rows(hostname)
     if not rows:
         raise Http404(f"no server named {hostname!r}")
-    pk, name, class_id, snapshot_id, digest, gpus, gpu_model, fingerprint, calibration = rows[0]
+    pk, name, class_id, snapshot_id, digest, gpus, gpu_model, calibration = rows[0]
     server = Server.from_db(DEFAULT_DB_ALIAS, _SERVER_FIELDS, (pk, name, class_id, snapshot_id))
     if snapshot_id is not None:
         server.latest_snapshot = Snapshot.from_db(
             DEFAULT_DB_ALIAS, _SNAPSHOT_FIELDS, (snapshot_id, pk, digest, gpus, gpu_model)
-        )
-    if class_id is not None:
-        server.topology_class = TopologyClass.from_db(
-            DEFAULT_DB_ALIAS, ("id", "fingerprint"), (class_id, fingerprint)
         )
     server.calibration = calibration  # type: ignore[attr-defined]
     return server
@@ -237,8 +233,9 @@ def model_key(server: Server) -> _ModelKey:
     def load() -> tuple[Topology, Calibration | None]:
         return snapshot.to_domain(), stored_calibration(server_benchmarks(server))
 
-    fingerprint = server.topology_class.fingerprint if server.topology_class else ""
-    return _ModelKey(fingerprint, snapshot.content_sha256, snapshot.gpu_model, calibration, load)
+    return _ModelKey(
+        server.topology_class_id, snapshot.content_sha256, snapshot.gpu_model, calibration, load
+    )
 
 
 def server_cost_model(server: Server) -> CostModel:
