@@ -19,11 +19,15 @@ from rest_framework.test import APIClient
 
 from tests.web.conftest import H200, RTX6000, RTX6000_P2P, V100, V100_OTHER_MESH, add, fixture_text
 from topoweb.analysis import selectors as analysis_selectors
-from topoweb.api.fleet import ServerSummarySerializer
+from topoweb.analysis import services as analysis_services
+from topoweb.analysis.models import Analysis
+from topoweb.api import fleet as fleet_apis
+from topoweb.api.fleet import ServerSummarySerializer, serialized_server_detail
 from topoweb.config.renderers import JSONRenderer, RawJSON
 from topoweb.fleet import selectors
 from topoweb.fleet.models import ApiToken, Server, Snapshot
 from topoweb.fleet.services import BenchmarkInput, create_api_token
+from topoweb.health.models import HealthFinding
 from topoweb.health.services import evaluate_server
 
 pytestmark = pytest.mark.django_db
@@ -87,7 +91,6 @@ def test_the_server_detail_serves_the_stored_documents_unchanged(
 def test_the_server_detail_serves_the_analysis_kept_as_text_until_the_analysis_changes(
     reader: APIClient, fleet: None, django_assert_max_num_queries: Any
 ) -> None:
-    from topoweb.analysis.models import Analysis
 
     first = reader.get("/api/v1/servers/h200-01/").json()
     with django_assert_max_num_queries(3):  # token, server with its analysis's key, findings
@@ -102,6 +105,61 @@ def test_the_server_detail_serves_the_analysis_kept_as_text_until_the_analysis_c
         "failed",
         "the model failed",
     )
+
+
+def test_the_server_detail_row_reads_exactly_as_the_detail_serializer_writes_it(
+    reader: APIClient, fleet: None
+) -> None:
+    add(  # a server with benchmarks
+        "rtx-01",
+        RTX6000,
+        "ESC8000A",
+        benchmarks=[BenchmarkInput("p2p-bandwidth-latency", fixture_text(RTX6000_P2P))],
+    )
+    for pk in Analysis.objects.filter(topology_class__servers__hostname="v100-01").values_list(
+        "pk", flat=True
+    ):
+        assert analysis_services.run_analysis(pk) == "done"  # a class with its analysis done
+    evaluate_server(Server.objects.get(hostname="v100-03").pk)  # evaluated, with findings
+    Server.objects.filter(hostname="rtx-01").update(labels={"rack": "r2", "7": None})
+    states = {
+        "empty-01": "no snapshot",
+        "v100-02": "not evaluated, analysis done",
+        "v100-03": "evaluated, with findings",
+        "h200-01": "evaluated, analysis pending",
+        "rtx-01": "not evaluated, with benchmarks",
+    }
+    assert HealthFinding.objects.filter(server__hostname="v100-03").exists()
+    assert Analysis.objects.filter(
+        topology_class__servers__hostname="v100-02", status=Analysis.Status.DONE
+    ).exists()
+
+    for hostname in states:
+        fleet_apis._ANALYSIS_TEXT.clear()  # each path computes the analysis's text itself
+        computed = reader.get(f"/api/v1/servers/{hostname}/").content
+        fleet_apis._ANALYSIS_TEXT.clear()
+        plain = JSONRenderer().render(serialized_server_detail(hostname))
+        kept = reader.get(f"/api/v1/servers/{hostname}/").content
+        assert computed == kept == plain, states[hostname]
+
+
+def test_the_server_detail_sees_each_change_to_what_it_shows(
+    reader: APIClient, fleet: None
+) -> None:
+    def detail() -> dict[str, Any]:
+        return reader.get("/api/v1/servers/v100-03/").json()
+
+    before = detail()
+    evaluate_server(Server.objects.get(hostname="v100-03").pk)
+    evaluated = detail()
+    HealthFinding.objects.filter(server__hostname="v100-03").update(message="edited by staff")
+    edited = detail()
+    Server.objects.filter(hostname="v100-03").update(labels={"rack": "r7"})
+    relabelled = detail()
+
+    assert (before["findings_checked"], evaluated["findings_checked"]) == (False, True)
+    assert {f["message"] for f in edited["findings"]} == {"edited by staff"}
+    assert relabelled["labels"] == {"rack": "r7"}
 
 
 def test_a_repeated_placement_question_is_answered_from_the_answer_computed_once(

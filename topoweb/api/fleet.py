@@ -46,7 +46,7 @@ from topoweb.fleet.authentication import (
     CollectorTokenAuthentication,
     HasCollectorToken,
 )
-from topoweb.fleet.models import CollectorToken, Server, Source
+from topoweb.fleet.models import CollectorToken, Server, Snapshot, Source
 from topoweb.health import selectors as health_selectors
 
 # Far deeper than any facts the collector sends, and far from Python's recursion limit, which
@@ -543,34 +543,48 @@ class ServerDetailSerializer(ServerSummarySerializer):
 
     @extend_schema_field(AnalysisSerializer(allow_null=True))
     def get_analysis(self, server: Server) -> RawJSON | None:
-        """The class's analysis in this server's GPU numbering, serialised once per analysis
-        version and GPU order (a result is tens of kilobytes: building and encoding it cost
-        most of the answer) and then served as the stored JSON text."""
-        if server.analysis_id is None:  # type: ignore[attr-defined]
-            return None
         snapshot = server.latest_snapshot
-        key = (
+        return _analysis_json(
             server.analysis_id,  # type: ignore[attr-defined]
             server.analysis_updated_at,  # type: ignore[attr-defined]
+            server.topology_class_id,  # type: ignore[attr-defined]
             snapshot.content_sha256 if snapshot is not None else None,
+            server.document_text,  # type: ignore[attr-defined]
         )
-        text = _ANALYSIS_TEXT.get(key)
-        if text is None:
-            analysis = analysis_selectors.current_analysis(server.topology_class_id)
-            if analysis is None:  # deleted since
-                return None
-            data = dict(AnalysisSerializer(analysis).data)
-            if snapshot is not None and "document" in snapshot.get_deferred_fields():
-                # The GPU order may need the topology: from the text already read, no query.
-                snapshot.document = json.loads(server.document_text)  # type: ignore[attr-defined]
-            if data.get("result") and snapshot is not None:
-                # Stored in the class's canonical GPU order: served in this server's own.
-                data["result"] = analysis_selectors.analysis_result_for(server, data["result"])
-            text = dumps(data).decode()
-            if len(_ANALYSIS_TEXT) >= _ANALYSIS_TEXT_SIZE:
-                _ANALYSIS_TEXT.pop(next(iter(_ANALYSIS_TEXT)))
-            _ANALYSIS_TEXT[key] = text
-        return RawJSON(text)
+
+
+def _analysis_json(
+    analysis_id: int | None,
+    updated_at: datetime | None,
+    topology_class_id: int | None,
+    content_sha256: str | None,
+    document_text: str | None,
+) -> RawJSON | None:
+    """The class's analysis in the GPU numbering of the server's latest snapshot (its content
+    hash and document as stored text, None without one), serialised once per analysis version
+    and GPU order (a result is tens of kilobytes: building and encoding it cost most of the
+    answer) and then served as the stored JSON text."""
+    if analysis_id is None:
+        return None
+    key = (analysis_id, updated_at, content_sha256)
+    text = _ANALYSIS_TEXT.get(key)
+    if text is None:
+        analysis = analysis_selectors.current_analysis(topology_class_id)
+        if analysis is None:  # deleted since
+            return None
+        data = dict(AnalysisSerializer(analysis).data)
+        if data.get("result") and document_text is not None:
+            # Stored in the class's canonical GPU order: served in this server's own, read from
+            # the snapshot's content and topology (a carrier of the two, never saved).
+            snapshot = Snapshot(content_sha256=content_sha256, document=json.loads(document_text))
+            data["result"] = analysis_selectors.analysis_result_for(
+                Server(latest_snapshot=snapshot), data["result"]
+            )
+        text = dumps(data).decode()
+        if len(_ANALYSIS_TEXT) >= _ANALYSIS_TEXT_SIZE:
+            _ANALYSIS_TEXT.pop(next(iter(_ANALYSIS_TEXT)))
+        _ANALYSIS_TEXT[key] = text
+    return RawJSON(text)
 
 
 # Per process: (analysis id, its last update, the snapshot content) -> the answer's JSON text.
@@ -579,17 +593,83 @@ _ANALYSIS_TEXT: dict[tuple[Any, ...], str] = {}
 _ANALYSIS_TEXT_SIZE = 512
 
 
-def _server_detail_query(hostname: str) -> Any:
-    """The detail's one query, with the id and last update of the class's current analysis
-    (the key its answer text is kept by)."""
+def _current_analysis_key() -> dict[str, Any]:
+    """The id and last update of the class's current analysis (the key its answer text is
+    kept by), as annotations of a server query."""
     current = analysis_selectors.current_analysis_of(OuterRef("topology_class_id"))
-    return selectors.server_detail_query(hostname).annotate(
-        analysis_id=Subquery(current.values("id")[:1]),
-        analysis_updated_at=Subquery(current.values("updated_at")[:1]),
+    return {
+        "analysis_id": Subquery(current.values("id")[:1]),
+        "analysis_updated_at": Subquery(current.values("updated_at")[:1]),
+    }
+
+
+# The detail's server as model objects, for ServerDetailSerializer: what the answer's analysis
+# is computed from when its text is not kept yet.
+_server_detail = CompiledQuery(
+    lambda hostname: selectors.server_detail_query(hostname).annotate(**_current_analysis_key())
+)
+# The detail's one row, compiled once: everything but the findings, with the analysis's key.
+_server_detail_row = CompiledQuery(
+    lambda hostname: selectors.server_detail_values(hostname, **_current_analysis_key())
+)
+
+
+def serialized_server_detail(hostname: str) -> Any:
+    """ServerDetailSerializer's answer from model objects, as the detail was answered before
+    detail_from_row: the reference that function is tested against."""
+    server = selectors.server_detail(hostname, _server_detail)
+    snapshot = server.latest_snapshot
+    if snapshot is not None:
+        # The facts are served as stored: no decode and re-encode per request.
+        snapshot.nvml = RawJSON.or_none(server.nvml_text)  # type: ignore[attr-defined]
+        snapshot.host = RawJSON.or_none(server.host_text)  # type: ignore[attr-defined]
+        snapshot.document_raw = RawJSON(server.document_text)  # type: ignore[attr-defined]
+    return ServerDetailSerializer(server).data
+
+
+def detail_from_row(row: dict[str, Any]) -> dict[str, Any]:
+    """What ServerDetailSerializer writes for a server, from its server_detail_values row
+    (with the analysis's key): the same fields in the same order, without model objects or
+    serializer fields; one more query for stored findings (once the health checks ran), and
+    one for the analysis the first time a version of it is served."""
+    analysis = _analysis_json(
+        row["analysis_id"],
+        row["analysis_updated_at"],
+        row["topology_class_id"],
+        row["latest_snapshot__content_sha256"],
+        row["document_text"],
     )
-
-
-_server_detail = CompiledQuery(_server_detail_query)
+    snapshot = None
+    if row["latest_snapshot_id"] is not None:
+        snapshot = {
+            "id": row["latest_snapshot_id"],
+            "captured_at": _DATETIME.to_representation(row["latest_snapshot__captured_at"]),
+            "received_at": _DATETIME.to_representation(row["latest_snapshot__received_at"]),
+            "source": str(row["latest_snapshot__source"]),
+            "collector_version": str(row["latest_snapshot__collector_version"]),
+            "content_sha256": str(row["latest_snapshot__content_sha256"]),
+            "gpu_count": int(row["latest_snapshot__gpu_count"]),
+            "nic_count": int(row["latest_snapshot__nic_count"]),
+            "gpu_model": str(row["latest_snapshot__gpu_model"]),
+            "has_nvlink": bool(row["latest_snapshot__has_nvlink"]),
+            "nvlink_summary": str(row["latest_snapshot__nvlink_summary"]),
+            "warning_count": int(row["latest_snapshot__warning_count"]),
+            "fingerprint": str(row["latest_snapshot__topology_class__fingerprint"]),
+            "hostname": str(row["hostname"]),
+            "document": RawJSON(row["document_text"]),
+            "raw_text": str(row["latest_snapshot__raw_text"]),
+            "nvml": RawJSON.or_none(row["nvml_text"]),
+            "host": RawJSON.or_none(row["host_text"]),
+        }
+    return summary_from_row(row) | {
+        "created_at": _DATETIME.to_representation(row["created_at"]),
+        "findings": health_selectors.detail_findings(row),
+        "findings_checked": health_selectors.detail_findings_checked(row),
+        "snapshot": snapshot,
+        "analysis": analysis,
+        "snapshot_count": int(row["snapshot_count"]),
+        "benchmark_count": int(row["benchmark_count"]),
+    }
 
 
 class ServerDetailApi(APIView):
@@ -597,14 +677,7 @@ class ServerDetailApi(APIView):
         operation_id="servers_retrieve", responses={200: ServerDetailSerializer, **READ_ERRORS}
     )
     def get(self, request: Request, hostname: str) -> Response:
-        server = selectors.server_detail(hostname, _server_detail)
-        snapshot = server.latest_snapshot
-        if snapshot is not None:
-            # The facts are served as stored: no decode and re-encode per request.
-            snapshot.nvml = RawJSON.or_none(server.nvml_text)  # type: ignore[attr-defined]
-            snapshot.host = RawJSON.or_none(server.host_text)  # type: ignore[attr-defined]
-            snapshot.document_raw = RawJSON(server.document_text)  # type: ignore[attr-defined]
-        return Response(ServerDetailSerializer(server).data)
+        return Response(detail_from_row(selectors.server_detail_row(hostname, _server_detail_row)))
 
 
 class ServerSnapshotsApi(APIView):

@@ -29,6 +29,7 @@ class _Compiled:
     slots: tuple[int, ...]
     compiler: SQLCompiler
     converters: dict[int, Any]
+    names: tuple[str, ...]  # each column's name in a values() row
 
 
 class CompiledQuery:
@@ -53,13 +54,25 @@ class CompiledQuery:
             slots.append(found[0])
         fields = [s[0] for s in compiler.select[0 : compiler.col_count]]
         converters = compiler.get_converters(fields)
-        return _Compiled(sql, tuple(params), tuple(slots), compiler, converters)
+        query = compiler.query
+        # As QuerySet.values() names a row's columns.
+        names = (
+            list(query.selected)
+            if query.selected
+            else [*query.extra_select, *query.values_select, *query.annotation_select]
+        )
+        return _Compiled(sql, tuple(params), tuple(slots), compiler, converters, tuple(names))
 
-    def rows(self, *values: str) -> list[tuple[Any, ...]]:
+    def _compiled_here(self) -> _Compiled:
         connection = connections[DEFAULT_DB_ALIAS]
         compiled = self._compiled.get(id(connection))
         if compiled is None:
             compiled = self._compiled[id(connection)] = self._compile()
+        return compiled
+
+    def rows(self, *values: str) -> list[tuple[Any, ...]]:
+        connection = connections[DEFAULT_DB_ALIAS]
+        compiled = self._compiled_here()
         params = list(compiled.params)
         for slot, value in zip(compiled.slots, values, strict=True):
             params[slot] = value
@@ -69,6 +82,12 @@ class CompiledQuery:
         if compiled.converters:
             rows = [tuple(r) for r in compiled.compiler.apply_converters(rows, compiled.converters)]
         return rows
+
+    def dicts(self, *values: str) -> list[dict[str, Any]]:
+        """Rows as values() gives them, for a queryset built with values()."""
+        rows = self.rows(*values)
+        names = self._compiled_here().names
+        return [dict(zip(names, row, strict=True)) for row in rows]
 
     def objects(self, *values: str) -> list[Any]:
         """Model instances, as iterating a model queryset (select_related and annotations

@@ -10,6 +10,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
+from topoweb.config.compiled import CompiledQuery
 from topoweb.core.formats.nvml import NvmlFacts, NvmlFactsError, read_nvml
 from topoweb.core.health import (
     TOPOLOGY_DRIFT,
@@ -313,7 +314,11 @@ def server_findings(server: Server) -> list[dict[str, Any]]:
     differs from the usual one of its SKU)."""
     if getattr(server, "health", None) is not None:
         return health_findings(server)
-    if not server.differs_from_sku:
+    return _ingest_findings(server.differs_from_sku, server.sku_name)
+
+
+def _ingest_findings(differs_from_sku: bool, sku_name: str) -> list[dict[str, Any]]:
+    if not differs_from_sku:
         return []
     return [
         Finding(
@@ -322,9 +327,41 @@ def server_findings(server: Server) -> list[dict[str, Any]]:
             devices=(),
             evidence={"against": "SKU"},
             advice="Compare this server's matrix with a sibling of the same SKU.",
-            message=f"wired differently from the usual topology of SKU {server.sku_name!r}",
+            message=f"wired differently from the usual topology of SKU {sku_name!r}",
         ).to_document()
     ]
+
+
+# HealthFinding.to_document's keys, in its order: the stored findings of the server detail,
+# read as rows by hostname with a query compiled once.
+_FINDING_COLUMNS = ("kind", "severity", "devices", "evidence", "advice", "message")
+_stored_findings = CompiledQuery(
+    lambda hostname: (
+        HealthFinding.objects.filter(server__hostname=hostname)
+        .order_by("id")
+        .values_list(*_FINDING_COLUMNS)
+    )
+)
+
+
+def detail_findings(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """`server_findings` of a fleet.selectors.DETAIL_COLUMNS row: no query before the health
+    checks ran."""
+    if row["health__id"] is not None:
+        return [
+            dict(zip(_FINDING_COLUMNS, r, strict=True))
+            for r in _stored_findings.rows(row["hostname"])
+        ]
+    return _ingest_findings(row["differs_from_sku"], row["sku_name"])
+
+
+def detail_findings_checked(row: dict[str, Any]) -> bool:
+    """`findings_checked` of a fleet.selectors.DETAIL_COLUMNS row."""
+    return (
+        row["health__id"] is not None
+        and row["latest_snapshot_id"] is not None
+        and row["health__snapshot_id"] == row["latest_snapshot_id"]
+    )
 
 
 def findings_count(server: Server) -> int:
