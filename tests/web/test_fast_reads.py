@@ -22,11 +22,16 @@ from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis import services as analysis_services
 from topoweb.analysis.models import Analysis
 from topoweb.api import fleet as fleet_apis
-from topoweb.api.fleet import ServerSummarySerializer, serialized_server_detail
+from topoweb.api.fleet import (
+    ServerFilterSerializer,
+    ServerSummarySerializer,
+    serialized_server_detail,
+)
 from topoweb.config.renderers import JSONRenderer, RawJSON
 from topoweb.fleet import selectors
 from topoweb.fleet.models import ApiToken, Server, Snapshot
 from topoweb.fleet.services import BenchmarkInput, create_api_token
+from topoweb.health import selectors as health_selectors
 from topoweb.health.models import HealthFinding
 from topoweb.health.services import evaluate_server
 
@@ -56,6 +61,39 @@ def test_the_server_list_rows_read_exactly_as_the_summary_serializer_writes_them
     assert response.json()["results"] == json.loads(DrfJSONRenderer().render(plain))
     assert response.json()["count"] == 6
     assert {r["health"] for r in response.json()["results"]} >= {"unknown", "warning"}
+
+
+@pytest.mark.parametrize(
+    "questions",
+    [
+        # One shape each, asked with different values: the compiled query takes each one's own.
+        [{"gpu_count": 8}, {"gpu_count": 4}, {"gpu_count": 3}],
+        [{"finding": "topology_drift"}, {"finding": "degraded_nvlink"}],
+        [{"severity": "warning", "no_critical": "1"}, {"severity": "critical", "no_critical": "1"}],
+        [{"gpu_count": 8, "has_nvlink": "true", "no_critical": "1", "ordering": "-last_seen_at"}],
+        [{"health": "ok", "page_size": 1, "page": 2}, {"health": "warning", "page_size": 1}],
+        [{"sku": "DGX-1V", "gpu_count": 8}, {"search": "v100", "gpu_count": 4}],  # per request
+    ],
+)
+def test_the_compiled_server_list_answers_what_the_plain_queryset_answers(
+    reader: APIClient, fleet: None, questions: list[dict[str, Any]]
+) -> None:
+    evaluate_server(Server.objects.get(hostname="v100-03").pk)  # a stored drift finding
+    for question in questions:
+        params = ServerFilterSerializer(data=question)
+        assert params.is_valid()
+        wanted = dict(params.validated_data)
+        health = {k: wanted.pop(k) for k in ("health", "finding", "severity", "no_critical")}
+        servers = health_selectors.filter_by_health(
+            selectors.server_list(selectors.ServerFilters(**wanted)), **health
+        )
+        page = int(question.get("page", 1))
+        size = int(question.get("page_size", 50))
+        plain = ServerSummarySerializer(servers[(page - 1) * size : page * size], many=True).data
+
+        body = reader.get("/api/v1/servers/", question).json()
+        assert body["results"] == json.loads(DrfJSONRenderer().render(plain)), question
+        assert body["count"] == servers.count(), question
 
 
 def test_a_page_past_the_end_still_answers_404_and_an_empty_filter_an_empty_page(

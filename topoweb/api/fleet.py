@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -27,11 +27,13 @@ from topoweb.analysis.serializers import AnalysisSerializer, FindingSerializer
 from topoweb.config.api import (
     ERRORS,
     READ_ERRORS,
+    CompiledPages,
     IngestThrottle,
     Pagination,
     PayloadTooLarge,
     WindowCountPagination,
     hostname_field,
+    window_page,
 )
 from topoweb.config.compiled import CompiledQuery
 from topoweb.config.metrics import count_report
@@ -456,6 +458,60 @@ def _paginated(
     return paginator.get_paginated_response(serializer(page, many=True).data)
 
 
+_HEALTH_FILTERS = ("health", "finding", "severity", "no_critical")
+
+
+def _summaries(wanted: dict[str, Any]) -> QuerySet[Server, dict[str, Any]]:
+    """The list's rows for ServerFilterSerializer's validated data."""
+    filters = {k: v for k, v in wanted.items() if k not in _HEALTH_FILTERS}
+    health = {k: v for k, v in wanted.items() if k in _HEALTH_FILTERS}
+    return selectors.server_summaries(
+        health_selectors.filter_by_health(
+            selectors.server_list(selectors.ServerFilters(**filters)), **health
+        )
+    )
+
+
+# The server list's query by shape (which filters are set, the booleans, health state and
+# sort key, the page's bounds), compiled once per process (CompiledQuery): a scheduler asks
+# the same few questions, and building and compiling the ORM query cost it more than the
+# database answering. Filters read as text patterns (sku, gpu_model, search: Django escapes
+# them for LIKE, per database) keep the list built per request.
+_LIST_QUERIES: dict[tuple[Any, ...], CompiledQuery] = {}
+_LIST_QUERIES_SIZE = 256
+_LIST_VALUES = {"gpu_count": int, "finding": str, "severity": str}
+_LIST_PATTERNS = ("sku", "gpu_model", "search")
+
+
+def _summary_rows(wanted: dict[str, Any]) -> QuerySet[Server, dict[str, Any]] | CompiledPages:
+    if any(wanted.get(name) for name in _LIST_PATTERNS):
+        return _summaries(wanted)
+    given = [name for name in _LIST_VALUES if wanted.get(name) not in (None, "")]
+    shape = tuple(
+        sorted((k, v) for k, v in wanted.items() if k not in _LIST_VALUES and k not in given)
+    )
+    values = [wanted[name] for name in given]
+
+    def window(bottom: int, top: int) -> list[dict[str, Any]]:
+        key = (tuple(given), shape, bottom, top)
+        query = _LIST_QUERIES.get(key)
+        if query is None:
+
+            def build(*markers: Any) -> QuerySet[Server, dict[str, Any]]:
+                return window_page(
+                    _summaries(dict(shape) | dict(zip(given, markers, strict=True))), bottom, top
+                )
+
+            if len(_LIST_QUERIES) >= _LIST_QUERIES_SIZE:
+                _LIST_QUERIES.pop(next(iter(_LIST_QUERIES)))
+            query = _LIST_QUERIES[key] = CompiledQuery(
+                build, kinds=tuple(_LIST_VALUES[name] for name in given)
+            )
+        return query.dicts(*values)
+
+    return CompiledPages(window, lambda: _summaries(wanted))
+
+
 class ServerListApi(APIView):
     @extend_schema(
         operation_id="servers_list",
@@ -465,14 +521,8 @@ class ServerListApi(APIView):
     def get(self, request: Request) -> Response:
         params = ServerFilterSerializer(data=request.query_params)
         params.is_valid(raise_exception=True)
-        wanted = dict(params.validated_data)
-        health = {k: wanted.pop(k) for k in ("health", "finding", "severity", "no_critical")}
-        servers = health_selectors.filter_by_health(
-            selectors.server_list(selectors.ServerFilters(**wanted)), **health
-        )
         paginator = WindowCountPagination()
-        rows = selectors.server_summaries(servers)
-        page = paginator.paginate_queryset(rows, request, view=self)
+        page = paginator.paginate_queryset(_summary_rows(params.validated_data), request, view=self)
         assert page is not None
         return paginator.get_paginated_response([summary_from_row(row) for row in page])
 
