@@ -9,11 +9,13 @@ import datetime
 import decimal
 import json
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 from django.utils.translation import gettext_lazy
+from rest_framework import serializers
 from rest_framework.renderers import JSONRenderer as DrfJSONRenderer
 from rest_framework.test import APIClient
 
@@ -94,6 +96,26 @@ def test_the_compiled_server_list_answers_what_the_plain_queryset_answers(
         body = reader.get("/api/v1/servers/", question).json()
         assert body["results"] == json.loads(DrfJSONRenderer().render(plain)), question
         assert body["count"] == servers.count(), question
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris", "America/St_Johns"])
+def test_the_rows_write_times_as_drfs_datetime_field_writes_them(zone: str) -> None:
+    times = [
+        datetime.datetime(2026, 11, 29, 10, 0, tzinfo=datetime.UTC),
+        datetime.datetime(2026, 7, 1, 23, 59, 59, 123456, tzinfo=datetime.UTC),
+        datetime.datetime(2026, 3, 29, 1, 30, tzinfo=ZoneInfo("Europe/Paris")),
+        datetime.datetime(1, 1, 1, 0, 0, tzinfo=datetime.UTC),
+        None,
+    ]
+    with timezone.override(zone):
+        for value in times:
+            try:
+                expected = serializers.DateTimeField().to_representation(value)
+            except serializers.ValidationError:
+                with pytest.raises(serializers.ValidationError):
+                    fleet_apis._datetime_text(value, fleet_apis._answer_zone())
+            else:
+                assert fleet_apis._datetime_text(value, fleet_apis._answer_zone()) == expected
 
 
 def test_a_page_past_the_end_still_answers_404_and_an_empty_filter_an_empty_page(

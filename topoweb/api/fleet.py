@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime
-from typing import Any
+from datetime import datetime, tzinfo
+from typing import Any, cast
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -17,9 +17,10 @@ from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
-from rest_framework import exceptions, parsers, serializers, status
+from rest_framework import ISO_8601, exceptions, parsers, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from topoweb.analysis import selectors as analysis_selectors
@@ -399,13 +400,36 @@ class ServerSummarySerializer(serializers.Serializer):
 _DATETIME = serializers.DateTimeField()
 
 
+def _answer_zone() -> tzinfo | None:
+    """The time zone DRF writes an answer's times in, read once per answer (a context-local
+    lookup); None when DRF's own field must write them (USE_TZ off, a format not ISO 8601)."""
+    if not settings.USE_TZ or str(api_settings.DATETIME_FORMAT).lower() != ISO_8601:
+        return None
+    return timezone.get_current_timezone()
+
+
+def _datetime_text(value: datetime | None, zone: tzinfo | None) -> str | None:
+    """What DateTimeField().to_representation writes for a stored time, in the answer's
+    `zone` (_answer_zone): the same text, without the field's lookups per value."""
+    if not value:
+        return None
+    if zone is None or value.tzinfo is None:
+        return cast(str | None, _DATETIME.to_representation(value))
+    try:
+        text = value.astimezone(zone).isoformat()
+    except OverflowError:
+        return cast(str | None, _DATETIME.to_representation(value))  # its error, as DRF's
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
 def _or_none(value: Any, convert: Any) -> Any:
     return None if value is None else convert(value)
 
 
-def summary_from_row(row: dict[str, Any]) -> dict[str, Any]:
+def summary_from_row(row: dict[str, Any], zone: tzinfo | None) -> dict[str, Any]:
     """What ServerSummarySerializer writes for a server, from its selectors.server_summaries
-    row: the same fields in the same order, without building model objects and fields."""
+    row: the same fields in the same order, without building model objects and fields.
+    `zone`: _answer_zone(), read once per answer."""
     health, findings_count = health_selectors.summary_health(row)
     labels = row["labels"]
     return {
@@ -421,7 +445,7 @@ def summary_from_row(row: dict[str, Any]) -> dict[str, Any]:
         "findings_count": findings_count,
         "fingerprint": _or_none(row["topology_class__fingerprint"], str),
         "latest_snapshot_id": row["latest_snapshot_id"],
-        "last_seen_at": _DATETIME.to_representation(row["last_seen_at"]),
+        "last_seen_at": _datetime_text(row["last_seen_at"], zone),
     }
 
 
@@ -456,6 +480,25 @@ def _paginated(
     paginator = pagination()
     page = paginator.paginate_queryset(queryset, request, view=view)
     return paginator.get_paginated_response(serializer(page, many=True).data)
+
+
+# ServerFilterSerializer's validated data by query string: a function of the string alone
+# (fixed choices and bounds), so kept per process; an invalid string raises each time.
+_FILTERS: dict[str, dict[str, Any]] = {}
+_FILTERS_SIZE = 1024
+
+
+def _list_filters(request: Request) -> dict[str, Any]:
+    query = str(request.META.get("QUERY_STRING", ""))
+    wanted = _FILTERS.get(query)
+    if wanted is None:
+        params = ServerFilterSerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        wanted = dict(params.validated_data)
+        if len(_FILTERS) >= _FILTERS_SIZE:
+            _FILTERS.pop(next(iter(_FILTERS)))
+        _FILTERS[query] = wanted
+    return dict(wanted)
 
 
 _HEALTH_FILTERS = ("health", "finding", "severity", "no_critical")
@@ -519,12 +562,13 @@ class ServerListApi(APIView):
         responses={200: ServerSummarySerializer(many=True), **READ_ERRORS},
     )
     def get(self, request: Request) -> Response:
-        params = ServerFilterSerializer(data=request.query_params)
-        params.is_valid(raise_exception=True)
         paginator = WindowCountPagination()
-        page = paginator.paginate_queryset(_summary_rows(params.validated_data), request, view=self)
+        page = paginator.paginate_queryset(
+            _summary_rows(_list_filters(request)), request, view=self
+        )
         assert page is not None
-        return paginator.get_paginated_response([summary_from_row(row) for row in page])
+        zone = _answer_zone()
+        return paginator.get_paginated_response([summary_from_row(row, zone) for row in page])
 
     # drf-spectacular reads pagination from here to describe the envelope.
     pagination_class = Pagination
@@ -689,12 +733,13 @@ def detail_from_row(row: dict[str, Any]) -> dict[str, Any]:
         row["latest_snapshot__content_sha256"],
         row["document_text"],
     )
+    zone = _answer_zone()
     snapshot = None
     if row["latest_snapshot_id"] is not None:
         snapshot = {
             "id": row["latest_snapshot_id"],
-            "captured_at": _DATETIME.to_representation(row["latest_snapshot__captured_at"]),
-            "received_at": _DATETIME.to_representation(row["latest_snapshot__received_at"]),
+            "captured_at": _datetime_text(row["latest_snapshot__captured_at"], zone),
+            "received_at": _datetime_text(row["latest_snapshot__received_at"], zone),
             "source": str(row["latest_snapshot__source"]),
             "collector_version": str(row["latest_snapshot__collector_version"]),
             "content_sha256": str(row["latest_snapshot__content_sha256"]),
@@ -711,8 +756,8 @@ def detail_from_row(row: dict[str, Any]) -> dict[str, Any]:
             "nvml": RawJSON.or_none(row["nvml_text"]),
             "host": RawJSON.or_none(row["host_text"]),
         }
-    return summary_from_row(row) | {
-        "created_at": _DATETIME.to_representation(row["created_at"]),
+    return summary_from_row(row, zone) | {
+        "created_at": _datetime_text(row["created_at"], zone),
         "findings": health_selectors.detail_findings(row),
         "findings_checked": health_selectors.detail_findings_checked(row),
         "snapshot": snapshot,
