@@ -563,9 +563,8 @@ class ServerListApi(APIView):
     )
     def get(self, request: Request) -> Response:
         paginator = WindowCountPagination()
-        page = paginator.paginate_queryset(
-            _summary_rows(_list_filters(request)), request, view=self
-        )
+        rows: Any = _summary_rows(_list_filters(request))  # a queryset or its compiled pages
+        page = paginator.paginate_queryset(rows, request, view=self)
         assert page is not None
         zone = _answer_zone()
         return paginator.get_paginated_response([summary_from_row(row, zone) for row in page])
@@ -641,7 +640,7 @@ class ServerDetailSerializer(ServerSummarySerializer):
         return _analysis_json(
             server.analysis_id,  # type: ignore[attr-defined]
             server.analysis_updated_at,  # type: ignore[attr-defined]
-            server.topology_class_id,  # type: ignore[attr-defined]
+            server.topology_class_id,
             snapshot.content_sha256 if snapshot is not None else None,
             server.document_text,  # type: ignore[attr-defined]
         )
@@ -667,7 +666,7 @@ def _analysis_json(
         if analysis is None:  # deleted since
             return None
         data = dict(AnalysisSerializer(analysis).data)
-        if data.get("result") and document_text is not None:
+        if data.get("result") and content_sha256 is not None and document_text is not None:
             # Stored in the class's canonical GPU order: served in this server's own, read from
             # the snapshot's content and topology (a carrier of the two, never saved).
             snapshot = Snapshot(content_sha256=content_sha256, document=json.loads(document_text))
@@ -702,9 +701,13 @@ def _current_analysis_key() -> dict[str, Any]:
 _server_detail = CompiledQuery(
     lambda hostname: selectors.server_detail_query(hostname).annotate(**_current_analysis_key())
 )
-# The detail's one row, compiled once: everything but the findings, with the analysis's key.
+# The detail's one row, compiled once: with its stored findings and the analysis's key.
 _server_detail_row = CompiledQuery(
-    lambda hostname: selectors.server_detail_values(hostname, **_current_analysis_key())
+    lambda hostname: selectors.server_detail_values(
+        hostname,
+        stored_findings=health_selectors.StoredFindings("pk"),
+        **_current_analysis_key(),
+    )
 )
 
 
@@ -724,8 +727,8 @@ def serialized_server_detail(hostname: str) -> Any:
 def detail_from_row(row: dict[str, Any]) -> dict[str, Any]:
     """What ServerDetailSerializer writes for a server, from its server_detail_values row
     (with the analysis's key): the same fields in the same order, without model objects or
-    serializer fields; one more query for stored findings (once the health checks ran), and
-    one for the analysis the first time a version of it is served."""
+    serializer fields; one more query for the analysis the first time a version of it is
+    served."""
     analysis = _analysis_json(
         row["analysis_id"],
         row["analysis_updated_at"],

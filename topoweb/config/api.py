@@ -307,7 +307,8 @@ MAX_PAGE_NUMBER = 1_000_000
 
 def window_page(queryset: QuerySet[Any, Any], bottom: int, top: int) -> QuerySet[Any, Any]:
     """The rows bottom..top of `queryset`, each with the total (`_window_total`)."""
-    return queryset.annotate(_window_total=Window(Count("pk")))[bottom:top]
+    page: QuerySet[Any, Any] = queryset.annotate(_window_total=Window(Count("pk")))[bottom:top]
+    return page
 
 
 class CompiledPages:
