@@ -696,8 +696,7 @@ def _current_analysis_key() -> dict[str, Any]:
     }
 
 
-# The detail's server as model objects, for ServerDetailSerializer: what the answer's analysis
-# is computed from when its text is not kept yet.
+# The detail's server as model objects, for ServerDetailSerializer (serialized_server_detail).
 _server_detail = CompiledQuery(
     lambda hostname: selectors.server_detail_query(hostname).annotate(**_current_analysis_key())
 )

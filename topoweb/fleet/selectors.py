@@ -302,11 +302,13 @@ _server_detail = CompiledQuery(server_detail_query)
 
 
 def server_detail(hostname: str, query: CompiledQuery = _server_detail) -> Server:
-    """Everything the server detail answer shows but its findings and analysis, in one query:
-    the latest snapshot with its class, the health counts, how many snapshots and benchmarks
-    are stored, and the snapshot's document and facts as the text they are stored as
-    (`document_text`, `nvml_text`, `host_text`), since the answer serves them unchanged.
-    `query`: this one compiled with more annotations (a caller's own columns)."""
+    """Everything the server detail answer shows but its findings and analysis, in one query,
+    as model objects for ServerDetailSerializer: the latest snapshot with its class, the health
+    counts, how many snapshots and benchmarks are stored, and the snapshot's document and
+    facts as the text they are stored as (`document_text`, `nvml_text`, `host_text`), since
+    the answer serves them unchanged. The served answer reads server_detail_values instead,
+    and is tested against this. `query`: this one compiled with more annotations (a caller's
+    own columns)."""
     found = query.objects(hostname)
     server: Server | None = found[0] if found else None
     if server is None:
