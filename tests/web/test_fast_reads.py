@@ -9,11 +9,13 @@ import datetime
 import decimal
 import json
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 from django.utils.translation import gettext_lazy
+from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.renderers import JSONRenderer as DrfJSONRenderer
 from rest_framework.test import APIClient
@@ -21,11 +23,20 @@ from rest_framework.test import APIClient
 from tests.web.conftest import H200, RTX6000, RTX6000_P2P, V100, V100_OTHER_MESH, add, fixture_text
 from topoweb.analysis import apis as analysis_apis
 from topoweb.analysis import selectors as analysis_selectors
-from topoweb.api.fleet import ServerSummarySerializer
+from topoweb.analysis import services as analysis_services
+from topoweb.analysis.models import Analysis
+from topoweb.api import fleet as fleet_apis
+from topoweb.api.fleet import (
+    ServerFilterSerializer,
+    ServerSummarySerializer,
+    serialized_server_detail,
+)
 from topoweb.config.renderers import JSONRenderer, RawJSON
 from topoweb.fleet import selectors
 from topoweb.fleet.models import ApiToken, Server, Snapshot
 from topoweb.fleet.services import BenchmarkInput, create_api_token
+from topoweb.health import selectors as health_selectors
+from topoweb.health.models import HealthFinding
 from topoweb.health.services import evaluate_server
 
 pytestmark = pytest.mark.django_db
@@ -54,6 +65,59 @@ def test_the_server_list_rows_read_exactly_as_the_summary_serializer_writes_them
     assert response.json()["results"] == json.loads(DrfJSONRenderer().render(plain))
     assert response.json()["count"] == 6
     assert {r["health"] for r in response.json()["results"]} >= {"unknown", "warning"}
+
+
+@pytest.mark.parametrize(
+    "questions",
+    [
+        # One shape each, asked with different values: the compiled query takes each one's own.
+        [{"gpu_count": 8}, {"gpu_count": 4}, {"gpu_count": 3}],
+        [{"finding": "topology_drift"}, {"finding": "degraded_nvlink"}],
+        [{"severity": "warning", "no_critical": "1"}, {"severity": "critical", "no_critical": "1"}],
+        [{"gpu_count": 8, "has_nvlink": "true", "no_critical": "1", "ordering": "-last_seen_at"}],
+        [{"health": "ok", "page_size": 1, "page": 2}, {"health": "warning", "page_size": 1}],
+        [{"sku": "DGX-1V", "gpu_count": 8}, {"search": "v100", "gpu_count": 4}],  # per request
+    ],
+)
+def test_the_compiled_server_list_answers_what_the_plain_queryset_answers(
+    reader: APIClient, fleet: None, questions: list[dict[str, Any]]
+) -> None:
+    evaluate_server(Server.objects.get(hostname="v100-03").pk)  # a stored drift finding
+    for question in questions:
+        params = ServerFilterSerializer(data=question)
+        assert params.is_valid()
+        wanted = dict(params.validated_data)
+        health = {k: wanted.pop(k) for k in ("health", "finding", "severity", "no_critical")}
+        servers = health_selectors.filter_by_health(
+            selectors.server_list(selectors.ServerFilters(**wanted)), **health
+        )
+        page = int(question.get("page", 1))
+        size = int(question.get("page_size", 50))
+        plain = ServerSummarySerializer(servers[(page - 1) * size : page * size], many=True).data
+
+        body = reader.get("/api/v1/servers/", question).json()
+        assert body["results"] == json.loads(DrfJSONRenderer().render(plain)), question
+        assert body["count"] == servers.count(), question
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris", "America/St_Johns"])
+def test_the_rows_write_times_as_drfs_datetime_field_writes_them(zone: str) -> None:
+    times = [
+        datetime.datetime(2026, 11, 29, 10, 0, tzinfo=datetime.UTC),
+        datetime.datetime(2026, 7, 1, 23, 59, 59, 123456, tzinfo=datetime.UTC),
+        datetime.datetime(2026, 3, 29, 1, 30, tzinfo=ZoneInfo("Europe/Paris")),
+        datetime.datetime(1, 1, 1, 0, 0, tzinfo=datetime.UTC),
+        None,
+    ]
+    with timezone.override(zone):
+        for value in times:
+            try:
+                expected = serializers.DateTimeField().to_representation(value)
+            except serializers.ValidationError:
+                with pytest.raises(serializers.ValidationError):
+                    fleet_apis._datetime_text(value, fleet_apis._answer_zone())
+            else:
+                assert fleet_apis._datetime_text(value, fleet_apis._answer_zone()) == expected
 
 
 def test_a_page_past_the_end_still_answers_404_and_an_empty_filter_an_empty_page(
@@ -89,10 +153,9 @@ def test_the_server_detail_serves_the_stored_documents_unchanged(
 def test_the_server_detail_serves_the_analysis_kept_as_text_until_the_analysis_changes(
     reader: APIClient, fleet: None, django_assert_max_num_queries: Any
 ) -> None:
-    from topoweb.analysis.models import Analysis
 
     first = reader.get("/api/v1/servers/h200-01/").json()
-    with django_assert_max_num_queries(3):  # token, server with its analysis's key, findings
+    with django_assert_max_num_queries(2):  # token; server with findings and analysis's key
         again = reader.get("/api/v1/servers/h200-01/").json()
     analysis = Analysis.objects.get(topology_class__servers__hostname="h200-01")
     analysis.status, analysis.error = Analysis.Status.FAILED, "the model failed"
@@ -104,6 +167,73 @@ def test_the_server_detail_serves_the_analysis_kept_as_text_until_the_analysis_c
         "failed",
         "the model failed",
     )
+
+
+def test_the_server_detail_row_reads_exactly_as_the_detail_serializer_writes_it(
+    reader: APIClient, fleet: None
+) -> None:
+    add(  # a server with benchmarks
+        "rtx-01",
+        RTX6000,
+        "ESC8000A",
+        benchmarks=[BenchmarkInput("p2p-bandwidth-latency", fixture_text(RTX6000_P2P))],
+    )
+    for pk in Analysis.objects.filter(topology_class__servers__hostname="v100-01").values_list(
+        "pk", flat=True
+    ):
+        assert analysis_services.run_analysis(pk) == "done"  # a class with its analysis done
+    evaluate_server(Server.objects.get(hostname="v100-03").pk)  # evaluated, with findings
+    drift = HealthFinding.objects.get(server__hostname="v100-03")
+    # Stored out of id order: the answer lists them by id, as the serializer does.
+    for n, severity in ((2, "critical"), (1, "info")):
+        HealthFinding.objects.create(
+            id=drift.pk + n,
+            server=drift.server,
+            kind="degraded_nvlink",
+            severity=severity,
+            devices=[n, n + 1],
+            evidence={"measured_gbps": 20.5 + n, "expected": {"NV2": 48.0}},
+            message=f"finding {n}: \u00e9\u2028",
+        )
+    Server.objects.filter(hostname="rtx-01").update(labels={"rack": "r2", "7": None})
+    states = {
+        "empty-01": "no snapshot",
+        "v100-02": "not evaluated, analysis done",
+        "v100-03": "evaluated, with findings",
+        "h200-01": "evaluated, analysis pending",
+        "rtx-01": "not evaluated, with benchmarks",
+    }
+    assert HealthFinding.objects.filter(server__hostname="v100-03").exists()
+    assert Analysis.objects.filter(
+        topology_class__servers__hostname="v100-02", status=Analysis.Status.DONE
+    ).exists()
+
+    for hostname in states:
+        fleet_apis._ANALYSIS_TEXT.clear()  # each path computes the analysis's text itself
+        computed = reader.get(f"/api/v1/servers/{hostname}/").content
+        fleet_apis._ANALYSIS_TEXT.clear()
+        plain = JSONRenderer().render(serialized_server_detail(hostname))
+        kept = reader.get(f"/api/v1/servers/{hostname}/").content
+        assert computed == kept == plain, states[hostname]
+
+
+def test_the_server_detail_sees_each_change_to_what_it_shows(
+    reader: APIClient, fleet: None
+) -> None:
+    def detail() -> dict[str, Any]:
+        return reader.get("/api/v1/servers/v100-03/").json()
+
+    before = detail()
+    evaluate_server(Server.objects.get(hostname="v100-03").pk)
+    evaluated = detail()
+    HealthFinding.objects.filter(server__hostname="v100-03").update(message="edited by staff")
+    edited = detail()
+    Server.objects.filter(hostname="v100-03").update(labels={"rack": "r7"})
+    relabelled = detail()
+
+    assert (before["findings_checked"], evaluated["findings_checked"]) == (False, True)
+    assert {f["message"] for f in edited["findings"]} == {"edited by staff"}
+    assert relabelled["labels"] == {"rack": "r7"}
 
 
 def test_a_repeated_placement_question_is_answered_from_the_answer_computed_once(

@@ -7,19 +7,20 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime
-from typing import Any
+from datetime import datetime, tzinfo
+from typing import Any, cast
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
-from rest_framework import exceptions, parsers, serializers, status
+from rest_framework import ISO_8601, exceptions, parsers, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from topoweb.analysis import selectors as analysis_selectors
@@ -27,11 +28,13 @@ from topoweb.analysis.serializers import AnalysisSerializer, FindingSerializer
 from topoweb.config.api import (
     ERRORS,
     READ_ERRORS,
+    CompiledPages,
     IngestThrottle,
     Pagination,
     PayloadTooLarge,
     WindowCountPagination,
     hostname_field,
+    window_page,
 )
 from topoweb.config.compiled import CompiledQuery
 from topoweb.config.metrics import count_report
@@ -46,7 +49,7 @@ from topoweb.fleet.authentication import (
     CollectorTokenAuthentication,
     HasCollectorToken,
 )
-from topoweb.fleet.models import CollectorToken, Server, Source
+from topoweb.fleet.models import CollectorToken, Server, Snapshot, Source
 from topoweb.health import selectors as health_selectors
 
 # Far deeper than any facts the collector sends, and far from Python's recursion limit, which
@@ -397,13 +400,36 @@ class ServerSummarySerializer(serializers.Serializer):
 _DATETIME = serializers.DateTimeField()
 
 
+def _answer_zone() -> tzinfo | None:
+    """The time zone DRF writes an answer's times in, read once per answer (a context-local
+    lookup); None when DRF's own field must write them (USE_TZ off, a format not ISO 8601)."""
+    if not settings.USE_TZ or str(api_settings.DATETIME_FORMAT).lower() != ISO_8601:
+        return None
+    return timezone.get_current_timezone()
+
+
+def _datetime_text(value: datetime | None, zone: tzinfo | None) -> str | None:
+    """What DateTimeField().to_representation writes for a stored time, in the answer's
+    `zone` (_answer_zone): the same text, without the field's lookups per value."""
+    if not value:
+        return None
+    if zone is None or value.tzinfo is None:
+        return cast(str | None, _DATETIME.to_representation(value))
+    try:
+        text = value.astimezone(zone).isoformat()
+    except OverflowError:
+        return cast(str | None, _DATETIME.to_representation(value))  # its error, as DRF's
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
 def _or_none(value: Any, convert: Any) -> Any:
     return None if value is None else convert(value)
 
 
-def summary_from_row(row: dict[str, Any]) -> dict[str, Any]:
+def summary_from_row(row: dict[str, Any], zone: tzinfo | None) -> dict[str, Any]:
     """What ServerSummarySerializer writes for a server, from its selectors.server_summaries
-    row: the same fields in the same order, without building model objects and fields."""
+    row: the same fields in the same order, without building model objects and fields.
+    `zone`: _answer_zone(), read once per answer."""
     health, findings_count = health_selectors.summary_health(row)
     labels = row["labels"]
     return {
@@ -419,7 +445,7 @@ def summary_from_row(row: dict[str, Any]) -> dict[str, Any]:
         "findings_count": findings_count,
         "fingerprint": _or_none(row["topology_class__fingerprint"], str),
         "latest_snapshot_id": row["latest_snapshot_id"],
-        "last_seen_at": _DATETIME.to_representation(row["last_seen_at"]),
+        "last_seen_at": _datetime_text(row["last_seen_at"], zone),
     }
 
 
@@ -456,6 +482,79 @@ def _paginated(
     return paginator.get_paginated_response(serializer(page, many=True).data)
 
 
+# ServerFilterSerializer's validated data by query string: a function of the string alone
+# (fixed choices and bounds), so kept per process; an invalid string raises each time.
+_FILTERS: dict[str, dict[str, Any]] = {}
+_FILTERS_SIZE = 1024
+
+
+def _list_filters(request: Request) -> dict[str, Any]:
+    query = str(request.META.get("QUERY_STRING", ""))
+    wanted = _FILTERS.get(query)
+    if wanted is None:
+        params = ServerFilterSerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        wanted = dict(params.validated_data)
+        if len(_FILTERS) >= _FILTERS_SIZE:
+            _FILTERS.pop(next(iter(_FILTERS)))
+        _FILTERS[query] = wanted
+    return dict(wanted)
+
+
+_HEALTH_FILTERS = ("health", "finding", "severity", "no_critical")
+
+
+def _summaries(wanted: dict[str, Any]) -> QuerySet[Server, dict[str, Any]]:
+    """The list's rows for ServerFilterSerializer's validated data."""
+    filters = {k: v for k, v in wanted.items() if k not in _HEALTH_FILTERS}
+    health = {k: v for k, v in wanted.items() if k in _HEALTH_FILTERS}
+    return selectors.server_summaries(
+        health_selectors.filter_by_health(
+            selectors.server_list(selectors.ServerFilters(**filters)), **health
+        )
+    )
+
+
+# The server list's query by shape (which filters are set, the booleans, health state and
+# sort key, the page's bounds), compiled once per process (CompiledQuery): a scheduler asks
+# the same few questions, and building and compiling the ORM query cost it more than the
+# database answering. Filters read as text patterns (sku, gpu_model, search: Django escapes
+# them for LIKE, per database) keep the list built per request.
+_LIST_QUERIES: dict[tuple[Any, ...], CompiledQuery] = {}
+_LIST_QUERIES_SIZE = 256
+_LIST_VALUES = {"gpu_count": int, "finding": str, "severity": str}
+_LIST_PATTERNS = ("sku", "gpu_model", "search")
+
+
+def _summary_rows(wanted: dict[str, Any]) -> QuerySet[Server, dict[str, Any]] | CompiledPages:
+    if any(wanted.get(name) for name in _LIST_PATTERNS):
+        return _summaries(wanted)
+    given = [name for name in _LIST_VALUES if wanted.get(name) not in (None, "")]
+    shape = tuple(
+        sorted((k, v) for k, v in wanted.items() if k not in _LIST_VALUES and k not in given)
+    )
+    values = [wanted[name] for name in given]
+
+    def window(bottom: int, top: int) -> list[dict[str, Any]]:
+        key = (tuple(given), shape, bottom, top)
+        query = _LIST_QUERIES.get(key)
+        if query is None:
+
+            def build(*markers: Any) -> QuerySet[Server, dict[str, Any]]:
+                return window_page(
+                    _summaries(dict(shape) | dict(zip(given, markers, strict=True))), bottom, top
+                )
+
+            if len(_LIST_QUERIES) >= _LIST_QUERIES_SIZE:
+                _LIST_QUERIES.pop(next(iter(_LIST_QUERIES)))
+            query = _LIST_QUERIES[key] = CompiledQuery(
+                build, kinds=tuple(_LIST_VALUES[name] for name in given)
+            )
+        return query.dicts(*values)
+
+    return CompiledPages(window, lambda: _summaries(wanted))
+
+
 class ServerListApi(APIView):
     @extend_schema(
         operation_id="servers_list",
@@ -463,18 +562,12 @@ class ServerListApi(APIView):
         responses={200: ServerSummarySerializer(many=True), **READ_ERRORS},
     )
     def get(self, request: Request) -> Response:
-        params = ServerFilterSerializer(data=request.query_params)
-        params.is_valid(raise_exception=True)
-        wanted = dict(params.validated_data)
-        health = {k: wanted.pop(k) for k in ("health", "finding", "severity", "no_critical")}
-        servers = health_selectors.filter_by_health(
-            selectors.server_list(selectors.ServerFilters(**wanted)), **health
-        )
         paginator = WindowCountPagination()
-        rows = selectors.server_summaries(servers)
+        rows: Any = _summary_rows(_list_filters(request))  # a queryset or its compiled pages
         page = paginator.paginate_queryset(rows, request, view=self)
         assert page is not None
-        return paginator.get_paginated_response([summary_from_row(row) for row in page])
+        zone = _answer_zone()
+        return paginator.get_paginated_response([summary_from_row(row, zone) for row in page])
 
     # drf-spectacular reads pagination from here to describe the envelope.
     pagination_class = Pagination
@@ -543,34 +636,48 @@ class ServerDetailSerializer(ServerSummarySerializer):
 
     @extend_schema_field(AnalysisSerializer(allow_null=True))
     def get_analysis(self, server: Server) -> RawJSON | None:
-        """The class's analysis in this server's GPU numbering, serialised once per analysis
-        version and GPU order (a result is tens of kilobytes: building and encoding it cost
-        most of the answer) and then served as the stored JSON text."""
-        if server.analysis_id is None:  # type: ignore[attr-defined]
-            return None
         snapshot = server.latest_snapshot
-        key = (
+        return _analysis_json(
             server.analysis_id,  # type: ignore[attr-defined]
             server.analysis_updated_at,  # type: ignore[attr-defined]
+            server.topology_class_id,
             snapshot.content_sha256 if snapshot is not None else None,
+            server.document_text,  # type: ignore[attr-defined]
         )
-        text = _ANALYSIS_TEXT.get(key)
-        if text is None:
-            analysis = analysis_selectors.current_analysis(server.topology_class_id)
-            if analysis is None:  # deleted since
-                return None
-            data = dict(AnalysisSerializer(analysis).data)
-            if snapshot is not None and "document" in snapshot.get_deferred_fields():
-                # The GPU order may need the topology: from the text already read, no query.
-                snapshot.document = json.loads(server.document_text)  # type: ignore[attr-defined]
-            if data.get("result") and snapshot is not None:
-                # Stored in the class's canonical GPU order: served in this server's own.
-                data["result"] = analysis_selectors.analysis_result_for(server, data["result"])
-            text = dumps(data).decode()
-            if len(_ANALYSIS_TEXT) >= _ANALYSIS_TEXT_SIZE:
-                _ANALYSIS_TEXT.pop(next(iter(_ANALYSIS_TEXT)))
-            _ANALYSIS_TEXT[key] = text
-        return RawJSON(text)
+
+
+def _analysis_json(
+    analysis_id: int | None,
+    updated_at: datetime | None,
+    topology_class_id: int | None,
+    content_sha256: str | None,
+    document_text: str | None,
+) -> RawJSON | None:
+    """The class's analysis in the GPU numbering of the server's latest snapshot (its content
+    hash and document as stored text, None without one), serialised once per analysis version
+    and GPU order (a result is tens of kilobytes: building and encoding it cost most of the
+    answer) and then served as the stored JSON text."""
+    if analysis_id is None:
+        return None
+    key = (analysis_id, updated_at, content_sha256)
+    text = _ANALYSIS_TEXT.get(key)
+    if text is None:
+        analysis = analysis_selectors.current_analysis(topology_class_id)
+        if analysis is None:  # deleted since
+            return None
+        data = dict(AnalysisSerializer(analysis).data)
+        if data.get("result") and content_sha256 is not None and document_text is not None:
+            # Stored in the class's canonical GPU order: served in this server's own, read from
+            # the snapshot's content and topology (a carrier of the two, never saved).
+            snapshot = Snapshot(content_sha256=content_sha256, document=json.loads(document_text))
+            data["result"] = analysis_selectors.analysis_result_for(
+                Server(latest_snapshot=snapshot), data["result"]
+            )
+        text = dumps(data).decode()
+        if len(_ANALYSIS_TEXT) >= _ANALYSIS_TEXT_SIZE:
+            _ANALYSIS_TEXT.pop(next(iter(_ANALYSIS_TEXT)))
+        _ANALYSIS_TEXT[key] = text
+    return RawJSON(text)
 
 
 # Per process: (analysis id, its last update, the snapshot content) -> the answer's JSON text.
@@ -579,17 +686,87 @@ _ANALYSIS_TEXT: dict[tuple[Any, ...], str] = {}
 _ANALYSIS_TEXT_SIZE = 512
 
 
-def _server_detail_query(hostname: str) -> Any:
-    """The detail's one query, with the id and last update of the class's current analysis
-    (the key its answer text is kept by)."""
+def _current_analysis_key() -> dict[str, Any]:
+    """The id and last update of the class's current analysis (the key its answer text is
+    kept by), as annotations of a server query."""
     current = analysis_selectors.current_analysis_of(OuterRef("topology_class_id"))
-    return selectors.server_detail_query(hostname).annotate(
-        analysis_id=Subquery(current.values("id")[:1]),
-        analysis_updated_at=Subquery(current.values("updated_at")[:1]),
+    return {
+        "analysis_id": Subquery(current.values("id")[:1]),
+        "analysis_updated_at": Subquery(current.values("updated_at")[:1]),
+    }
+
+
+# The detail's server as model objects, for ServerDetailSerializer (serialized_server_detail).
+_server_detail = CompiledQuery(
+    lambda hostname: selectors.server_detail_query(hostname).annotate(**_current_analysis_key())
+)
+# The detail's one row, compiled once: with its stored findings and the analysis's key.
+_server_detail_row = CompiledQuery(
+    lambda hostname: selectors.server_detail_values(
+        hostname,
+        stored_findings=health_selectors.StoredFindings("pk"),
+        **_current_analysis_key(),
     )
+)
 
 
-_server_detail = CompiledQuery(_server_detail_query)
+def serialized_server_detail(hostname: str) -> Any:
+    """ServerDetailSerializer's answer from model objects, as the detail was answered before
+    detail_from_row: the reference that function is tested against."""
+    server = selectors.server_detail(hostname, _server_detail)
+    snapshot = server.latest_snapshot
+    if snapshot is not None:
+        # The facts are served as stored: no decode and re-encode per request.
+        snapshot.nvml = RawJSON.or_none(server.nvml_text)  # type: ignore[attr-defined]
+        snapshot.host = RawJSON.or_none(server.host_text)  # type: ignore[attr-defined]
+        snapshot.document_raw = RawJSON(server.document_text)  # type: ignore[attr-defined]
+    return ServerDetailSerializer(server).data
+
+
+def detail_from_row(row: dict[str, Any]) -> dict[str, Any]:
+    """What ServerDetailSerializer writes for a server, from its server_detail_values row
+    (with the analysis's key): the same fields in the same order, without model objects or
+    serializer fields; one more query for the analysis the first time a version of it is
+    served."""
+    analysis = _analysis_json(
+        row["analysis_id"],
+        row["analysis_updated_at"],
+        row["topology_class_id"],
+        row["latest_snapshot__content_sha256"],
+        row["document_text"],
+    )
+    zone = _answer_zone()
+    snapshot = None
+    if row["latest_snapshot_id"] is not None:
+        snapshot = {
+            "id": row["latest_snapshot_id"],
+            "captured_at": _datetime_text(row["latest_snapshot__captured_at"], zone),
+            "received_at": _datetime_text(row["latest_snapshot__received_at"], zone),
+            "source": str(row["latest_snapshot__source"]),
+            "collector_version": str(row["latest_snapshot__collector_version"]),
+            "content_sha256": str(row["latest_snapshot__content_sha256"]),
+            "gpu_count": int(row["latest_snapshot__gpu_count"]),
+            "nic_count": int(row["latest_snapshot__nic_count"]),
+            "gpu_model": str(row["latest_snapshot__gpu_model"]),
+            "has_nvlink": bool(row["latest_snapshot__has_nvlink"]),
+            "nvlink_summary": str(row["latest_snapshot__nvlink_summary"]),
+            "warning_count": int(row["latest_snapshot__warning_count"]),
+            "fingerprint": str(row["latest_snapshot__topology_class__fingerprint"]),
+            "hostname": str(row["hostname"]),
+            "document": RawJSON(row["document_text"]),
+            "raw_text": str(row["latest_snapshot__raw_text"]),
+            "nvml": RawJSON.or_none(row["nvml_text"]),
+            "host": RawJSON.or_none(row["host_text"]),
+        }
+    return summary_from_row(row, zone) | {
+        "created_at": _datetime_text(row["created_at"], zone),
+        "findings": health_selectors.detail_findings(row),
+        "findings_checked": health_selectors.detail_findings_checked(row),
+        "snapshot": snapshot,
+        "analysis": analysis,
+        "snapshot_count": int(row["snapshot_count"]),
+        "benchmark_count": int(row["benchmark_count"]),
+    }
 
 
 class ServerDetailApi(APIView):
@@ -597,14 +774,7 @@ class ServerDetailApi(APIView):
         operation_id="servers_retrieve", responses={200: ServerDetailSerializer, **READ_ERRORS}
     )
     def get(self, request: Request, hostname: str) -> Response:
-        server = selectors.server_detail(hostname, _server_detail)
-        snapshot = server.latest_snapshot
-        if snapshot is not None:
-            # The facts are served as stored: no decode and re-encode per request.
-            snapshot.nvml = RawJSON.or_none(server.nvml_text)  # type: ignore[attr-defined]
-            snapshot.host = RawJSON.or_none(server.host_text)  # type: ignore[attr-defined]
-            snapshot.document_raw = RawJSON(server.document_text)  # type: ignore[attr-defined]
-        return Response(ServerDetailSerializer(server).data)
+        return Response(detail_from_row(selectors.server_detail_row(hostname, _server_detail_row)))
 
 
 class ServerSnapshotsApi(APIView):

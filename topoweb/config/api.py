@@ -305,6 +305,35 @@ class QueryThrottle(SettingRateThrottle):
 MAX_PAGE_NUMBER = 1_000_000
 
 
+def window_page(queryset: QuerySet[Any, Any], bottom: int, top: int) -> QuerySet[Any, Any]:
+    """The rows bottom..top of `queryset`, each with the total (`_window_total`)."""
+    page: QuerySet[Any, Any] = queryset.annotate(_window_total=Window(Count("pk")))[bottom:top]
+    return page
+
+
+class CompiledPages:
+    """What WindowCountPaginator pages through when a list's query is compiled once per
+    shape: `window(bottom, top)` gives a page's rows with `_window_total` (a compiled query),
+    and `queryset()` the same list as a values() queryset for Django's own path (counted
+    first: past the end, unusual page numbers)."""
+
+    ordered = True
+
+    def __init__(
+        self,
+        window: Callable[[int, int], list[dict[str, Any]]],
+        queryset: Callable[[], QuerySet[Any, Any]],
+    ) -> None:
+        self.window = window
+        self._queryset = queryset
+
+    def count(self) -> int:
+        return self._queryset().count()
+
+    def __getitem__(self, key: slice) -> Any:
+        return self._queryset()[key]
+
+
 class WindowCountPaginator(DjangoPaginator):
     """Django's paginator over querysets (of models or values() dicts), except that a page
     with rows brings the total with it (COUNT(*) OVER ()): one query per page instead of a
@@ -317,11 +346,11 @@ class WindowCountPaginator(DjangoPaginator):
         # goes Django's way too: counted first, then a 404.
         if plain and 1 <= int(number) <= MAX_PAGE_NUMBER and "count" not in self.__dict__:
             bottom = (int(number) - 1) * self.per_page
-            rows = list(
-                cast(QuerySet[Any, Any], self.object_list).annotate(
-                    _window_total=Window(Count("pk"))
-                )[bottom : bottom + self.per_page]
-            )
+            top = bottom + self.per_page
+            if isinstance(self.object_list, CompiledPages):
+                rows = self.object_list.window(bottom, top)
+            else:
+                rows = list(window_page(cast(QuerySet[Any, Any], self.object_list), bottom, top))
             if rows:
                 first = rows[0]
                 total = first["_window_total"] if isinstance(first, dict) else first._window_total

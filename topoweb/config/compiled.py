@@ -18,7 +18,11 @@ from django.db.models.query import get_related_populators  # type: ignore[attr-d
 from django.db.models.sql.compiler import SQLCompiler
 
 
-def _marker(n: int) -> str:
+def _marker(n: int, kind: type) -> Any:
+    if kind is int:
+        # Near the top of a 32-bit integer column's range: Django answers a lookup outside the
+        # column's range as matching nothing, without a parameter.
+        return 2_147_480_000 + n
     return f"\x1ftopoweb-compiled-lookup-{n}\x1f"
 
 
@@ -29,46 +33,74 @@ class _Compiled:
     slots: tuple[int, ...]
     compiler: SQLCompiler
     converters: dict[int, Any]
+    names: tuple[str, ...]  # each column's name in a values() row
 
 
 class CompiledQuery:
-    """`build(*values)` gives a values_list() queryset filtering on `values` (strings, each
-    used once in the query); `rows(*values)` runs it for other values without rebuilding it.
-    Built as a model queryset instead, `objects(*values)` gives its model instances."""
+    """`build(*values)` gives a values_list() queryset filtering on `values` (each used once
+    in the query, as a plain parameter: an exact lookup, not a pattern); `rows(*values)` runs
+    it for other values without rebuilding it. `kinds` are the values' types, str or int
+    (strings by default). Built with values() instead, `dicts(*values)` gives its rows as
+    dicts; as a model queryset, `objects(*values)` gives its model instances."""
 
-    def __init__(self, build: Callable[..., QuerySet[Any, Any]], arity: int = 1) -> None:
+    def __init__(
+        self,
+        build: Callable[..., QuerySet[Any, Any]],
+        arity: int = 1,
+        kinds: tuple[type, ...] | None = None,
+    ) -> None:
         self._build = build
-        self._arity = arity
+        self._kinds = kinds if kinds is not None else (str,) * arity
         self._compiled: dict[int, _Compiled] = {}
 
     def _compile(self) -> _Compiled:
-        markers = [_marker(n) for n in range(self._arity)]
+        markers = [_marker(n, kind) for n, kind in enumerate(self._kinds)]
         compiler = self._build(*markers).query.get_compiler(using=DEFAULT_DB_ALIAS)
         sql, params = compiler.as_sql()
         slots = []
         for marker in markers:
-            found = [i for i, p in enumerate(params) if p == marker]
+            found = [i for i, p in enumerate(params) if isinstance(p, type(marker)) and p == marker]
             if len(found) != 1:
                 raise ValueError(f"each lookup value must be one parameter of the query: {sql}")
             slots.append(found[0])
         fields = [s[0] for s in compiler.select[0 : compiler.col_count]]
         converters = compiler.get_converters(fields)
-        return _Compiled(sql, tuple(params), tuple(slots), compiler, converters)
+        query = compiler.query
+        # As QuerySet.values() names a row's columns.
+        names = (
+            list(query.selected)
+            if query.selected
+            else [*query.extra_select, *query.values_select, *query.annotation_select]
+        )
+        return _Compiled(sql, tuple(params), tuple(slots), compiler, converters, tuple(names))
 
-    def rows(self, *values: str) -> list[tuple[Any, ...]]:
+    def _compiled_here(self) -> _Compiled:
         connection = connections[DEFAULT_DB_ALIAS]
         compiled = self._compiled.get(id(connection))
         if compiled is None:
             compiled = self._compiled[id(connection)] = self._compile()
+        return compiled
+
+    def rows(self, *values: Any) -> list[tuple[Any, ...]]:
+        connection = connections[DEFAULT_DB_ALIAS]
+        compiled = self._compiled_here()
         params = list(compiled.params)
         for slot, value in zip(compiled.slots, values, strict=True):
-            params[slot] = value
+            # As the query was compiled: Django binds an integer as its column's type (psycopg's
+            # Int4 for an IntegerField) on PostgreSQL with server-side binding.
+            params[slot] = type(compiled.params[slot])(value)
         with connection.cursor() as cursor:
             cursor.execute(compiled.sql, params)
             rows: list[tuple[Any, ...]] = list(cursor.fetchall())
         if compiled.converters:
             rows = [tuple(r) for r in compiled.compiler.apply_converters(rows, compiled.converters)]
         return rows
+
+    def dicts(self, *values: Any) -> list[dict[str, Any]]:
+        """Rows as values() gives them, for a queryset built with values()."""
+        rows = self.rows(*values)
+        names = self._compiled_here().names
+        return [dict(zip(names, row, strict=True)) for row in rows]
 
     def objects(self, *values: str) -> list[Any]:
         """Model instances, as iterating a model queryset (select_related and annotations

@@ -227,9 +227,59 @@ def usual_topology_class_id(sku_name: str) -> int | None:
     return int(ranked[0]["topology_class"])
 
 
-def server_detail_query(hostname: str) -> QuerySet[Server]:
+def _stored_counts_and_texts() -> dict[str, Any]:
+    """How many snapshots and benchmarks a server has stored, and its latest snapshot's
+    document and facts as the text they are stored as (the detail serves them unchanged)."""
     snapshots = Snapshot.objects.filter(server=OuterRef("pk")).order_by().values("server")
     benchmarks = Benchmark.objects.filter(server=OuterRef("pk")).order_by().values("server")
+    return {
+        "snapshot_count": Coalesce(Subquery(snapshots.annotate(n=Count("id")).values("n")), 0),
+        "benchmark_count": Coalesce(Subquery(benchmarks.annotate(n=Count("id")).values("n")), 0),
+        "nvml_text": Cast("latest_snapshot__nvml", TextField()),
+        "host_text": Cast("latest_snapshot__host", TextField()),
+        "document_text": Cast("latest_snapshot__document", TextField()),
+    }
+
+
+# What the server detail shows beside its findings and analysis, as server_detail_row() reads
+# it: the summary's columns, the server's own, its latest snapshot's, and _stored_counts_and_texts.
+DETAIL_COLUMNS = (
+    *SUMMARY_COLUMNS,
+    "topology_class_id",
+    "created_at",
+    "health__snapshot_id",
+    "latest_snapshot__captured_at",
+    "latest_snapshot__received_at",
+    "latest_snapshot__source",
+    "latest_snapshot__collector_version",
+    "latest_snapshot__content_sha256",
+    "latest_snapshot__warning_count",
+    "latest_snapshot__topology_class__fingerprint",
+    "latest_snapshot__raw_text",
+)
+
+
+def server_detail_values(hostname: str, **more: Any) -> QuerySet[Server, dict[str, Any]]:
+    """The server detail's one row (DETAIL_COLUMNS, the counts and texts, and the caller's
+    `more` annotations): no model objects built."""
+    row: QuerySet[Server, dict[str, Any]] = (
+        Server.objects.filter(hostname=hostname)
+        .annotate(**_stored_counts_and_texts())
+        .values(*DETAIL_COLUMNS, *_stored_counts_and_texts(), **more)
+        .order_by()[:1]
+    )
+    return row
+
+
+def server_detail_row(hostname: str, query: CompiledQuery) -> dict[str, Any]:
+    """The row of server_detail_values, compiled once in `query`; Http404 without a server."""
+    found = query.dicts(hostname)
+    if not found:
+        raise Http404(f"no server named {hostname!r}")
+    return found[0]
+
+
+def server_detail_query(hostname: str) -> QuerySet[Server]:
     return (
         Server.objects.select_related("latest_snapshot__topology_class", "topology_class", "health")
         .defer(
@@ -241,13 +291,7 @@ def server_detail_query(hostname: str) -> QuerySet[Server]:
             "health__acceptance",
             "health__expectations",
         )
-        .annotate(
-            snapshot_count=Coalesce(Subquery(snapshots.annotate(n=Count("id")).values("n")), 0),
-            benchmark_count=Coalesce(Subquery(benchmarks.annotate(n=Count("id")).values("n")), 0),
-            nvml_text=Cast("latest_snapshot__nvml", TextField()),
-            host_text=Cast("latest_snapshot__host", TextField()),
-            document_text=Cast("latest_snapshot__document", TextField()),
-        )
+        .annotate(**_stored_counts_and_texts())
         .filter(hostname=hostname)
         .order_by()[:1]
     )
@@ -258,11 +302,13 @@ _server_detail = CompiledQuery(server_detail_query)
 
 
 def server_detail(hostname: str, query: CompiledQuery = _server_detail) -> Server:
-    """Everything the server detail answer shows but its findings and analysis, in one query:
-    the latest snapshot with its class, the health counts, how many snapshots and benchmarks
-    are stored, and the snapshot's document and facts as the text they are stored as
-    (`document_text`, `nvml_text`, `host_text`), since the answer serves them unchanged.
-    `query`: this one compiled with more annotations (a caller's own columns)."""
+    """Everything the server detail answer shows but its findings and analysis, in one query,
+    as model objects for ServerDetailSerializer: the latest snapshot with its class, the health
+    counts, how many snapshots and benchmarks are stored, and the snapshot's document and
+    facts as the text they are stored as (`document_text`, `nvml_text`, `host_text`), since
+    the answer serves them unchanged. The served answer reads server_detail_values instead,
+    and is tested against this. `query`: this one compiled with more annotations (a caller's
+    own columns)."""
     found = query.objects(hostname)
     server: Server | None = found[0] if found else None
     if server is None:

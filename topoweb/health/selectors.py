@@ -4,10 +4,11 @@ the health badge (one rule for the badge and the filter)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import Func, Q, QuerySet, TextField
 from django.http import Http404
 
 from topoweb.core.formats.nvml import NvmlFacts, NvmlFactsError, read_nvml
@@ -313,7 +314,11 @@ def server_findings(server: Server) -> list[dict[str, Any]]:
     differs from the usual one of its SKU)."""
     if getattr(server, "health", None) is not None:
         return health_findings(server)
-    if not server.differs_from_sku:
+    return _ingest_findings(server.differs_from_sku, server.sku_name)
+
+
+def _ingest_findings(differs_from_sku: bool, sku_name: str) -> list[dict[str, Any]]:
+    if not differs_from_sku:
         return []
     return [
         Finding(
@@ -322,9 +327,69 @@ def server_findings(server: Server) -> list[dict[str, Any]]:
             devices=(),
             evidence={"against": "SKU"},
             advice="Compare this server's matrix with a sibling of the same SKU.",
-            message=f"wired differently from the usual topology of SKU {server.sku_name!r}",
+            message=f"wired differently from the usual topology of SKU {sku_name!r}",
         ).to_document()
     ]
+
+
+# HealthFinding.to_document's keys, in its order.
+_FINDING_COLUMNS = ("kind", "severity", "devices", "evidence", "advice", "message")
+_JSON_COLUMNS = frozenset({"devices", "evidence"})
+
+
+class StoredFindings(Func):
+    """A server's stored findings as one JSON array's text, an object per finding with its id
+    and _FINDING_COLUMNS, in no particular order (SQLite before 3.44 cannot order inside an
+    aggregate; detail_findings sorts them): a column of the server detail's one query, where
+    a query of their own would cost a round trip per answer. Take it as
+    `StoredFindings("pk")` on a server queryset; NULL or `[]` without findings."""
+
+    output_field = TextField()
+
+    def as_sql(
+        self,
+        compiler: Any,
+        connection: Any,
+        function: str | None = None,
+        template: str | None = None,
+        arg_joiner: str | None = None,
+        **extra_context: Any,
+    ) -> tuple[str, list[Any]]:
+        server, params = compiler.compile(self.get_source_expressions()[0])
+        q = connection.ops.quote_name
+        table = q(HealthFinding._meta.db_table)
+        sqlite = connection.vendor == "sqlite"
+        # SQLite keeps JSON columns as text: json() embeds it as JSON, not as a string.
+        pairs = [("id", f"f.{q('id')}")] + [
+            (name, f"json(f.{q(name)})" if sqlite and name in _JSON_COLUMNS else f"f.{q(name)}")
+            for name in _FINDING_COLUMNS
+        ]
+        members = ", ".join(f"'{name}', {column}" for name, column in pairs)
+        aggregate = (
+            f"json_group_array(json_object({members}))"
+            if sqlite
+            else f"(json_agg(json_build_object({members})))::text"
+        )
+        sql = f"(SELECT {aggregate} FROM {table} f WHERE f.{q('server_id')} = {server})"
+        return sql, list(params)
+
+
+def detail_findings(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """`server_findings` of a fleet.selectors.DETAIL_COLUMNS row with its StoredFindings as
+    `stored_findings`: no query of their own."""
+    if row["health__id"] is None:
+        return _ingest_findings(row["differs_from_sku"], row["sku_name"])
+    stored = sorted(json.loads(row["stored_findings"] or "[]"), key=lambda f: f["id"])
+    return [{name: finding[name] for name in _FINDING_COLUMNS} for finding in stored]
+
+
+def detail_findings_checked(row: dict[str, Any]) -> bool:
+    """`findings_checked` of a fleet.selectors.DETAIL_COLUMNS row."""
+    return (
+        row["health__id"] is not None
+        and row["latest_snapshot_id"] is not None
+        and row["health__snapshot_id"] == row["latest_snapshot_id"]
+    )
 
 
 def findings_count(server: Server) -> int:
