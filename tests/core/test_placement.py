@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import itertools
+import random
 import time
+from collections.abc import Callable
 
 import pytest
 
 from tests.core import topologies as T
 from tests.core.topo_fixtures import fixture_text, glued_h200
-from topoweb.core.costs import build_model
+from topoweb.core.costs import CostModel, build_model, slowest_group_us
 from topoweb.core.formats.topo import parse
-from topoweb.core.ledger import PRESETS, Layout
-from topoweb.core.placement import StepCost, affinity, place, rank_groups, select_gpus
+from topoweb.core.ledger import PRESETS, Layout, ModelShape
+from topoweb.core.placement import (
+    StepCost,
+    _key,
+    affinity,
+    place,
+    rank_groups,
+    select_gpus,
+)
+from topoweb.core.steptime import layouts_for
 
 
 def test_megatron_order_puts_tp_fastest_then_dp_then_pp() -> None:
@@ -242,3 +252,88 @@ def test_the_exact_search_on_some_free_gpus_matches_brute_force_over_them(
     brute = min(cost(p) for p in itertools.permutations(free))
     assert result.search.startswith("exact")
     assert result.step_us == pytest.approx(brute)
+
+
+def _odd(n: int, seed: int) -> object:
+    """An asymmetric box: GPUs on random sockets and switches, random NV1/NV2/NV4 bridges
+    (so few symmetries, and chains, sets and pairs of one model priced side by side)."""
+    rng = random.Random(seed)
+    sock = [rng.randrange(2) for _ in range(n)]
+    switch = [rng.randrange(3) for _ in range(n)]
+    bridges = {
+        (i, j): rng.choice(["NV1", "NV2", "NV4"])
+        for i in range(n)
+        for j in range(i + 1, n)
+        if rng.random() < 0.3
+    }
+
+    def cls(i: int, j: int) -> str:
+        if (i, j) in bridges:
+            return bridges[(i, j)]
+        if sock[i] != sock[j]:
+            return "SYS"
+        return "PIX" if switch[i] == switch[j] else "PXB"
+
+    return T.from_function(n, cls, lambda i: sock[i])
+
+
+def _true_step_us(model: CostModel, layout: Layout, shape: ModelShape) -> Callable[..., float]:
+    """The objective priced from the groups themselves, memoised only by their exact form
+    (sets as sets, chains in their direction): no key of the search's own."""
+    plan = StepCost(model, layout, shape).plan
+    memo: dict[object, float] = {}
+
+    def step(mapping: tuple[int, ...]) -> float:
+        groups = rank_groups(mapping, layout)
+        times = {}
+        for dim, coll, nbytes, _ in plan.collectives:
+            gs = [g for g in groups[dim] if len(g) > 1]
+            exact = frozenset(gs) if dim == "pp" else frozenset(map(frozenset, gs))
+            key = (dim, coll, nbytes, exact)
+            if key not in memo:
+                memo[key] = slowest_group_us(model, coll, gs, nbytes, dim == "pp") if gs else 0.0
+            times[(dim, coll)] = memo[key]
+        return plan.step(times).total_us
+
+    return step
+
+
+def test_reversing_one_pipeline_chain_alone_is_a_different_cost() -> None:
+    # Two chains sending the same way up a shared PCIe link contend; reversed one against
+    # the other they do not: the memo key keeps the direction of the whole set.
+    model = build_model(_odd(6, 2))  # type: ignore[arg-type]
+    same, mixed = [(0, 1), (2, 3), (4, 5)], [(0, 1), (3, 2), (4, 5)]
+    assert slowest_group_us(model, "sendrecv", same, 1 << 25, True) != pytest.approx(
+        slowest_group_us(model, "sendrecv", mixed, 1 << 25, True)
+    )
+    assert _key("pp", same) != _key("pp", mixed)
+    assert _key("pp", same) == _key("pp", [c[::-1] for c in same])
+
+
+@pytest.mark.parametrize(
+    ("build", "shape"),
+    [
+        (lambda: _odd(6, 4), "llama-7b"),
+        (lambda: _odd(6, 5), "llama-7b"),
+        (lambda: _odd(6, 2), "mixtral-8x7b"),
+        (T.gtx1070_7gpu, "llama-7b"),
+        (
+            lambda: T.from_function(
+                6, lambda i, j: "SYS" if (i < 2) != (j < 2) else "PIX", lambda i: int(i >= 2)
+            ),
+            "llama-7b",
+        ),  # fmt: skip
+    ],
+    ids=["odd6-4", "odd6-5", "odd6-2-moe", "gtx1070-7", "lopsided-2-4"],
+)
+def test_every_layout_placed_on_one_model_matches_brute_force(build: object, shape: str) -> None:
+    # One model for every layout, as a recommendation prices them: group times memoised for
+    # one layout (PP2 pairs, PP3 chains of the same bytes...) must never answer for another.
+    model = build_model(build())  # type: ignore[operator]
+    gpus = sorted(model.gpu_ids)
+    for layout in layouts_for(PRESETS[shape], len(gpus)):
+        result = place(model, layout, shape=PRESETS[shape])
+        truth = _true_step_us(build_model(build()), layout, PRESETS[shape])  # type: ignore[operator]
+        brute = min(truth(p) for p in itertools.permutations(gpus))
+        assert result.search.startswith("exact"), layout
+        assert result.step_us == pytest.approx(brute), layout

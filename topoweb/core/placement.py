@@ -70,10 +70,13 @@ def rank_groups(
 
 
 def _key(dimension: str, groups: Sequence[tuple[int, ...]]) -> Any:
-    """What a dimension's cost depends on: its groups as sets (a pipeline chain up to
-    reading it backwards)."""
+    """What a dimension's cost depends on: its groups as sets; pipeline chains as a set of
+    sequences up to reading them all backwards at once (reversing one chain alone turns its
+    sends against the others' on shared links: a different cost)."""
     if dimension == "pp":
-        return frozenset(min(g, g[::-1]) for g in groups)
+        forward = frozenset(tuple(g) for g in groups)
+        backward = frozenset(tuple(g[::-1]) for g in groups)
+        return min(forward, backward, key=sorted)
     return frozenset(frozenset(g) for g in groups)
 
 
