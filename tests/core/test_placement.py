@@ -238,10 +238,11 @@ def test_on_16_gpus_pruning_by_server_symmetry_finds_what_the_plain_search_finds
     ("build", "free", "layout"),
     [
         (T.pcie_only_8gpu, (1, 2, 5, 6), Layout(2, 1, 2)),
+        (T.pcie_only_8gpu, (1, 2, 3, 4), Layout(1, 2, 2)),  # a pipeline read backwards differs
         (T.dgx1_v100_mesh, (1, 2, 3, 5, 6, 7), Layout(2, 1, 3)),
         (T.pcie_nv4_pairs_16gpu, (1, 2, 3, 9, 12, 13), Layout(2, 3, 1)),
     ],
-    ids=["pcie8-4-of-8", "dgx1-6-of-8", "pcie16-6-of-16"],
+    ids=["pcie8-4-of-8", "pcie8-pp2-over-sockets", "dgx1-6-of-8", "pcie16-6-of-16"],
 )
 def test_the_exact_search_on_some_free_gpus_matches_brute_force_over_them(
     build: object, free: tuple[int, ...], layout: Layout
@@ -298,16 +299,21 @@ def _true_step_us(model: CostModel, layout: Layout, shape: ModelShape) -> Callab
     return step
 
 
-def test_reversing_one_pipeline_chain_alone_is_a_different_cost() -> None:
-    # Two chains sending the same way up a shared PCIe link contend; reversed one against
-    # the other they do not: the memo key keeps the direction of the whole set.
+def test_a_pipeline_read_backwards_is_a_different_cost() -> None:
+    # A send across sockets is staged on one side: one chain reversed alone, or the whole
+    # pipeline read backwards, loads other links. The memo keeps each chain's direction.
     model = build_model(_odd(6, 2))  # type: ignore[arg-type]
     same, mixed = [(0, 1), (2, 3), (4, 5)], [(0, 1), (3, 2), (4, 5)]
     assert slowest_group_us(model, "sendrecv", same, 1 << 25, True) != pytest.approx(
         slowest_group_us(model, "sendrecv", mixed, 1 << 25, True)
     )
     assert _key("pp", same) != _key("pp", mixed)
-    assert _key("pp", same) == _key("pp", [c[::-1] for c in same])
+    pcie = build_model(T.pcie_only_8gpu(), "NVIDIA H100 PCIe")
+    forward, backward = [(2, 1), (3, 4)], [(1, 2), (4, 3)]
+    assert slowest_group_us(pcie, "sendrecv", forward, 1 << 25, True) != pytest.approx(
+        slowest_group_us(pcie, "sendrecv", backward, 1 << 25, True)
+    )
+    assert _key("pp", forward) != _key("pp", backward)
 
 
 @pytest.mark.parametrize(

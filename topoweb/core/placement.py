@@ -70,13 +70,11 @@ def rank_groups(
 
 
 def _key(dimension: str, groups: Sequence[tuple[int, ...]]) -> Any:
-    """What a dimension's cost depends on: its groups as sets; pipeline chains as a set of
-    sequences up to reading them all backwards at once (reversing one chain alone turns its
-    sends against the others' on shared links: a different cost)."""
+    """What a dimension's cost depends on: its groups as sets; pipeline chains as sequences
+    (the cost model is not the same both ways: a send across sockets may be staged on one
+    side, so neither one chain nor the whole pipeline read backwards costs the same)."""
     if dimension == "pp":
-        forward = frozenset(tuple(g) for g in groups)
-        backward = frozenset(tuple(g[::-1]) for g in groups)
-        return min(forward, backward, key=sorted)
+        return frozenset(tuple(g) for g in groups)
     return frozenset(frozenset(g) for g in groups)
 
 
@@ -138,7 +136,7 @@ class StepCost:
         if len(group) < 2:
             return 0.0
         chain = dimension == "pp"
-        key = min(group, group[::-1]) if chain else frozenset(group)
+        key = tuple(group) if chain else frozenset(group)
         memo_key = ("solo", collective, nbytes, chain, key)
         t = self.memo.get(memo_key)
         if t is None:
@@ -288,8 +286,8 @@ def place(
     step time; among equals, the one that leaves the other free GPUs best connected.
 
     Exact for up to EXACT_LIMIT GPUs (branch and bound over every mapping, modulo the server's
-    GPU symmetries and relabelling TP positions, DP replicas and reading the pipeline
-    backwards, which change no cost); up to BOUNDED_LIMIT the same search within
+    GPU symmetries and relabelling TP positions and DP replicas, which change no cost; not
+    reading the pipeline backwards, which can); up to BOUNDED_LIMIT the same search within
     `time_budget_s` (exact when it finishes, else the best mapping it found); beyond,
     a swap local search from the naive order and a hierarchy-ordered start, bounded by
     `time_budget_s`, never worse than naive."""
@@ -437,7 +435,7 @@ def _exact(
 ) -> tuple[tuple[int, ...], float]:
     """Branch and bound over rank->GPU mappings, built rank by rank in Megatron order with
     the relabellings that change no group fixed (TP positions of stage 0's first row and DP
-    replicas of its first column ascending, a pipeline read forwards). A group's time alone
+    replicas of its first column ascending). A group's time alone
     is a lower bound of its time beside the other groups of its dimension (sharing only slows
     it), and the step time is monotone in each dimension's time: as soon as a group is
     complete its solo time raises its dimension's bound, as soon as a dimension is complete
@@ -485,7 +483,7 @@ def _exact(
     tp, dp, ep = layout.tp, layout.dp, layout.ep
     # Symmetry breaking: only the lexicographically least mapping of each class of mappings
     # equal up to a server symmetry (GPUs relabelled) and a layout symmetry (TP positions
-    # and, without EP, DP replicas permuted, the pipeline read backwards) is completed. Its
+    # and, without EP, DP replicas permuted) is completed. Its
     # necessary conditions, each checked as soon as the ranks it names are placed:
     # - rank 0 holds the least GPU of its orbit, and no rank that a layout symmetry can move
     #   to rank 0 holds a GPU whose orbit has a smaller one;
@@ -500,12 +498,7 @@ def _exact(
         inside = {pos[g] for g in gpus}
         perms = [x for x in perms if all(x[q] in inside for q in inside)]
         least = tuple(min(x[q] for x in perms) for q in range(len(sym.gpus)))
-    rank0_orbit = {
-        t + tp * (d + dp * st)
-        for t in range(tp)
-        for d in (range(dp) if ep == 1 else range(1))
-        for st in {0, layout.pp - 1}
-    }
+    rank0_orbit = {t + tp * d for t in range(tp) for d in (range(dp) if ep == 1 else range(1))}
     mapping: list[int] = []
     used: set[int] = set()
 

@@ -70,27 +70,17 @@ class Symmetry:
         return min(map(tuple, map(sorted, zip(*images, strict=True))))
 
     def chains_key(self, chains: Sequence[Sequence[int]]) -> tuple[int, ...]:
-        """Canonical key of pipeline chains (order matters, up to reading them all backwards
-        at once): each chain's image under every symmetry as a number in base n (position i
-        weighted by n^i, and a leading digit at n^length so that chains of different lengths
-        never share a key), summed in C over every symmetry at once; per symmetry the
-        smaller of the forward and the backward reading of the whole set."""
+        """Canonical key of pipeline chains (in their direction: the cost model is not the
+        same both ways): each chain's image under every symmetry as a number in base n
+        (position i weighted by n^i, and a leading digit at n^length so that chains of
+        different lengths never share a key), summed in C over every symmetry at once."""
         n = len(self.gpus)
-        forward, back = [], []
+        images = []
         for c in chains:
-            length = len(c)
-            at = [self.position[g] for g in c]
-            lead = [n**length] * self.order
-            ahead = [self._weighted(i)[q] for i, q in enumerate(at)]
-            behind = [self._weighted(length - 1 - i)[q] for i, q in enumerate(at)]
-            forward.append(map(sum, zip(lead, *ahead, strict=True)))
-            back.append(map(sum, zip(lead, *behind, strict=True)))
-        readings = zip(
-            map(tuple, map(sorted, zip(*forward, strict=True))),
-            map(tuple, map(sorted, zip(*back, strict=True))),
-            strict=True,
-        )
-        return min(map(min, readings))
+            lead = [n ** len(c)] * self.order
+            digits = [self._weighted(i)[self.position[g]] for i, g in enumerate(c)]
+            images.append(map(sum, zip(lead, *digits, strict=True)))
+        return min(map(tuple, map(sorted, zip(*images, strict=True))))
 
     def _weighted(self, i: int) -> tuple[tuple[int, ...], ...]:
         """Per position, its image under each symmetry times n^i (chain position i)."""
