@@ -47,10 +47,13 @@ def _topo_12() -> object:
         (T.pcie_only_8gpu, "NVIDIA H100 PCIe", Layout(2, 2, 2), "llama-13b"),
         (T.h200_nv18_12nic, "NVIDIA H200", Layout(2, 2, 2), "llama-7b"),
         (T.l40s_4gpu, "NVIDIA L40S", Layout(2, 1, 2), "llama-7b"),
+        (T.dgx1_v100_mesh, "Tesla V100-SXM2-32GB", Layout(1, 4, 2), "llama-7b"),
+        (T.pcie_only_8gpu, "NVIDIA H100 PCIe", Layout(1, 4, 2), "llama-7b"),
     ],
     ids=[
         "dgx1-tp4-pp2", "dgx1-tp2-pp2-dp2", "dgx1-moe-pp2-dp4-ep2", "topo_12-tp2-pp4",
         "pcie8-tp2-dp4", "pcie8-tp2-pp2-dp2", "h200-tp2-pp2-dp2", "l40s-tp2-dp2",
+        "dgx1-pp4-dp2", "pcie8-pp4-dp2",
     ],
 )  # fmt: skip
 def test_the_exact_search_matches_brute_force_over_every_mapping(
@@ -343,3 +346,20 @@ def test_every_layout_placed_on_one_model_matches_brute_force(build: object, sha
         brute = min(truth(p) for p in itertools.permutations(gpus))
         assert result.search.startswith("exact"), layout
         assert result.step_us == pytest.approx(brute), layout
+
+
+@pytest.mark.parametrize("build", [lambda: _odd(8, 3), lambda: _odd(7, 9), T.pcie_only_8gpu])
+def test_a_pipelines_first_stages_alone_never_cost_more_than_the_whole_chain(
+    build: object,
+) -> None:
+    # The search bounds a chain by its first stages before the last one is placed: sound only
+    # if every prefix of a chain is priced at most at the chain's own time.
+    model = build_model(build())  # type: ignore[operator]
+    rng = random.Random(1)
+    gpus = sorted(model.gpu_ids)
+    for _ in range(60):
+        chain = rng.sample(gpus, rng.randrange(3, len(gpus) + 1))
+        for nbytes in (1 << 12, 1 << 26):
+            whole = slowest_group_us(model, "sendrecv", [chain], nbytes, True)
+            for k in range(2, len(chain)):
+                assert slowest_group_us(model, "sendrecv", [chain[:k]], nbytes, True) <= whole

@@ -457,6 +457,14 @@ def _exact(
         for grp in positions[d]:
             groups_at[max(grp)].append((slot[d], d, grp))
         dims_at[max(max(g) for g in positions[d])].append((slot[d], d))
+    # A pipeline chain's first stages alone send over a subset of its hops: no faster link,
+    # no lighter load, no lower latency class than the whole chain (see _chain_time), so
+    # their time bounds the chain's before its last stage is placed (PP4, PP8 layouts).
+    prefixes_at: list[list[tuple[int, str, tuple[int, ...]]]] = [[] for _ in range(n)]
+    if "pp" in live:
+        for grp in positions["pp"]:
+            for i in range(1, len(grp) - 1):
+                prefixes_at[grp[i]].append((slot["pp"], "pp", grp[: i + 1]))
     total = plan.total_us
 
     def solo(d: str, group: tuple[int, ...]) -> float:
@@ -528,8 +536,14 @@ def _exact(
                 continue  # a symmetry fixing the earlier ranks' GPUs maps this one lower
             mapping.append(g)
             here = lb
-            if groups_at[r]:
+            if prefixes_at[r]:
                 here = lb[:]
+                for s, d, grp in prefixes_at[r]:
+                    t = solo(d, tuple(mapping[p] for p in grp))
+                    if t > here[s]:
+                        here[s] = t
+            if groups_at[r]:
+                here = here[:]
                 for s, d, grp in groups_at[r]:
                     t = solo(d, tuple(mapping[p] for p in grp))
                     if t > here[s]:
