@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import itertools
+import random
 import time
+from collections.abc import Callable
 
 import pytest
 
 from tests.core import topologies as T
 from tests.core.topo_fixtures import fixture_text, glued_h200
-from topoweb.core.costs import build_model
+from topoweb.core.costs import CostModel, build_model, slowest_group_us
 from topoweb.core.formats.topo import parse
-from topoweb.core.ledger import PRESETS, Layout
-from topoweb.core.placement import StepCost, affinity, place, rank_groups, select_gpus
+from topoweb.core.ledger import PRESETS, Layout, ModelShape
+from topoweb.core.placement import (
+    StepCost,
+    _key,
+    affinity,
+    place,
+    rank_groups,
+    select_gpus,
+)
+from topoweb.core.steptime import layouts_for
 
 
 def test_megatron_order_puts_tp_fastest_then_dp_then_pp() -> None:
@@ -37,10 +47,13 @@ def _topo_12() -> object:
         (T.pcie_only_8gpu, "NVIDIA H100 PCIe", Layout(2, 2, 2), "llama-13b"),
         (T.h200_nv18_12nic, "NVIDIA H200", Layout(2, 2, 2), "llama-7b"),
         (T.l40s_4gpu, "NVIDIA L40S", Layout(2, 1, 2), "llama-7b"),
+        (T.dgx1_v100_mesh, "Tesla V100-SXM2-32GB", Layout(1, 4, 2), "llama-7b"),
+        (T.pcie_only_8gpu, "NVIDIA H100 PCIe", Layout(1, 4, 2), "llama-7b"),
     ],
     ids=[
         "dgx1-tp4-pp2", "dgx1-tp2-pp2-dp2", "dgx1-moe-pp2-dp4-ep2", "topo_12-tp2-pp4",
         "pcie8-tp2-dp4", "pcie8-tp2-pp2-dp2", "h200-tp2-pp2-dp2", "l40s-tp2-dp2",
+        "dgx1-pp4-dp2", "pcie8-pp4-dp2",
     ],
 )  # fmt: skip
 def test_the_exact_search_matches_brute_force_over_every_mapping(
@@ -228,10 +241,11 @@ def test_on_16_gpus_pruning_by_server_symmetry_finds_what_the_plain_search_finds
     ("build", "free", "layout"),
     [
         (T.pcie_only_8gpu, (1, 2, 5, 6), Layout(2, 1, 2)),
+        (T.pcie_only_8gpu, (1, 2, 3, 4), Layout(1, 2, 2)),  # a pipeline read backwards differs
         (T.dgx1_v100_mesh, (1, 2, 3, 5, 6, 7), Layout(2, 1, 3)),
         (T.pcie_nv4_pairs_16gpu, (1, 2, 3, 9, 12, 13), Layout(2, 3, 1)),
     ],
-    ids=["pcie8-4-of-8", "dgx1-6-of-8", "pcie16-6-of-16"],
+    ids=["pcie8-4-of-8", "pcie8-pp2-over-sockets", "dgx1-6-of-8", "pcie16-6-of-16"],
 )
 def test_the_exact_search_on_some_free_gpus_matches_brute_force_over_them(
     build: object, free: tuple[int, ...], layout: Layout
@@ -242,3 +256,110 @@ def test_the_exact_search_on_some_free_gpus_matches_brute_force_over_them(
     brute = min(cost(p) for p in itertools.permutations(free))
     assert result.search.startswith("exact")
     assert result.step_us == pytest.approx(brute)
+
+
+def _odd(n: int, seed: int) -> object:
+    """An asymmetric box: GPUs on random sockets and switches, random NV1/NV2/NV4 bridges
+    (so few symmetries, and chains, sets and pairs of one model priced side by side)."""
+    rng = random.Random(seed)
+    sock = [rng.randrange(2) for _ in range(n)]
+    switch = [rng.randrange(3) for _ in range(n)]
+    bridges = {
+        (i, j): rng.choice(["NV1", "NV2", "NV4"])
+        for i in range(n)
+        for j in range(i + 1, n)
+        if rng.random() < 0.3
+    }
+
+    def cls(i: int, j: int) -> str:
+        if (i, j) in bridges:
+            return bridges[(i, j)]
+        if sock[i] != sock[j]:
+            return "SYS"
+        return "PIX" if switch[i] == switch[j] else "PXB"
+
+    return T.from_function(n, cls, lambda i: sock[i])
+
+
+def _true_step_us(model: CostModel, layout: Layout, shape: ModelShape) -> Callable[..., float]:
+    """The objective priced from the groups themselves, memoised only by their exact form
+    (sets as sets, chains in their direction): no key of the search's own."""
+    plan = StepCost(model, layout, shape).plan
+    memo: dict[object, float] = {}
+
+    def step(mapping: tuple[int, ...]) -> float:
+        groups = rank_groups(mapping, layout)
+        times = {}
+        for dim, coll, nbytes, _ in plan.collectives:
+            gs = [g for g in groups[dim] if len(g) > 1]
+            exact = frozenset(gs) if dim == "pp" else frozenset(map(frozenset, gs))
+            key = (dim, coll, nbytes, exact)
+            if key not in memo:
+                memo[key] = slowest_group_us(model, coll, gs, nbytes, dim == "pp") if gs else 0.0
+            times[(dim, coll)] = memo[key]
+        return plan.step(times).total_us
+
+    return step
+
+
+def test_a_pipeline_read_backwards_is_a_different_cost() -> None:
+    # A send across sockets is staged on one side: one chain reversed alone, or the whole
+    # pipeline read backwards, loads other links. The memo keeps each chain's direction.
+    model = build_model(_odd(6, 2))  # type: ignore[arg-type]
+    same, mixed = [(0, 1), (2, 3), (4, 5)], [(0, 1), (3, 2), (4, 5)]
+    assert slowest_group_us(model, "sendrecv", same, 1 << 25, True) != pytest.approx(
+        slowest_group_us(model, "sendrecv", mixed, 1 << 25, True)
+    )
+    assert _key("pp", same) != _key("pp", mixed)
+    pcie = build_model(T.pcie_only_8gpu(), "NVIDIA H100 PCIe")
+    forward, backward = [(2, 1), (3, 4)], [(1, 2), (4, 3)]
+    assert slowest_group_us(pcie, "sendrecv", forward, 1 << 25, True) != pytest.approx(
+        slowest_group_us(pcie, "sendrecv", backward, 1 << 25, True)
+    )
+    assert _key("pp", forward) != _key("pp", backward)
+
+
+@pytest.mark.parametrize(
+    ("build", "shape"),
+    [
+        (lambda: _odd(6, 4), "llama-7b"),
+        (lambda: _odd(6, 5), "llama-7b"),
+        (lambda: _odd(6, 2), "mixtral-8x7b"),
+        (T.gtx1070_7gpu, "llama-7b"),
+        (
+            lambda: T.from_function(
+                6, lambda i, j: "SYS" if (i < 2) != (j < 2) else "PIX", lambda i: int(i >= 2)
+            ),
+            "llama-7b",
+        ),  # fmt: skip
+    ],
+    ids=["odd6-4", "odd6-5", "odd6-2-moe", "gtx1070-7", "lopsided-2-4"],
+)
+def test_every_layout_placed_on_one_model_matches_brute_force(build: object, shape: str) -> None:
+    # One model for every layout, as a recommendation prices them: group times memoised for
+    # one layout (PP2 pairs, PP3 chains of the same bytes...) must never answer for another.
+    model = build_model(build())  # type: ignore[operator]
+    gpus = sorted(model.gpu_ids)
+    for layout in layouts_for(PRESETS[shape], len(gpus)):
+        result = place(model, layout, shape=PRESETS[shape])
+        truth = _true_step_us(build_model(build()), layout, PRESETS[shape])  # type: ignore[operator]
+        brute = min(truth(p) for p in itertools.permutations(gpus))
+        assert result.search.startswith("exact"), layout
+        assert result.step_us == pytest.approx(brute), layout
+
+
+@pytest.mark.parametrize("build", [lambda: _odd(8, 3), lambda: _odd(7, 9), T.pcie_only_8gpu])
+def test_a_pipelines_first_stages_alone_never_cost_more_than_the_whole_chain(
+    build: object,
+) -> None:
+    # The search bounds a chain by its first stages before the last one is placed: sound only
+    # if every prefix of a chain is priced at most at the chain's own time.
+    model = build_model(build())  # type: ignore[operator]
+    rng = random.Random(1)
+    gpus = sorted(model.gpu_ids)
+    for _ in range(60):
+        chain = rng.sample(gpus, rng.randrange(3, len(gpus) + 1))
+        for nbytes in (1 << 12, 1 << 26):
+            whole = slowest_group_us(model, "sendrecv", [chain], nbytes, True)
+            for k in range(2, len(chain)):
+                assert slowest_group_us(model, "sendrecv", [chain[:k]], nbytes, True) <= whole

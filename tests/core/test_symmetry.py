@@ -68,3 +68,27 @@ def test_groups_mapped_onto_each_other_share_a_key_and_others_do_not() -> None:
     pix = [(0, 1), (2, 3), (4, 5), (6, 7)]  # same switch
     assert len({sym.set_key(g) for g in pix}) == 1
     assert sym.set_key((0, 1)) != sym.set_key((0, 2)) != sym.set_key((0, 4))
+
+
+def test_chains_of_different_lengths_never_share_a_key() -> None:
+    # PP2 and PP3 layouts of one model send the same bytes and share the memo: a pair of
+    # two-stage chains and one three-stage chain must not collide, whatever the encoding.
+    for build in (T.pcie_only_8gpu, T.dgx1_v100_mesh):
+        sym = symmetry(build_model(build()))
+        keys = {
+            sym.chains_key([(0, 1), (2, 3)]),
+            sym.chains_key([(0, 1, 2)]),
+            sym.chains_key([(0, 1, 2), (3, 4, 5)]),
+            sym.chains_key([(0, 1, 2, 3)]),
+            sym.chains_key([(0, 1)]),
+        }
+        assert len(keys) == 5
+
+
+def test_a_chain_keeps_its_direction_and_reordered_stages_change_its_key() -> None:
+    sym = symmetry(build_model(T.pcie_only_8gpu()))
+    # 0-2 and 2-4 are PXB and SYS hops; 0-4-2 crosses the socket twice.
+    assert sym.chains_key([(0, 2, 4)]) != sym.chains_key([(0, 4, 2)])
+    assert sym.chains_key([(0, 2, 4)]) != sym.chains_key([(4, 2, 0)])
+    # Swapping the two GPUs of a switch is a symmetry: their chains share a key.
+    assert sym.chains_key([(0, 2, 4)]) == sym.chains_key([(1, 2, 4)])

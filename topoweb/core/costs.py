@@ -223,6 +223,10 @@ class CostModel:
         self.nics_per_node = nics_per_node or len(topo.nics) or len(self.gpu_ids)
         self.nic_assumed = nics_per_node is None and not topo.nics
         self.resources: list[Resource] = []
+        # Capacities by resource index, NCCL's and a copy engine's (the hot loops read these
+        # lists rather than the Resource records).
+        self._caps: list[float] = []
+        self._copy_caps: list[float] = []
         self._index: dict[str, int] = {}
         self._paths: dict[Flow, Path] = {}
         self._copy_paths: dict[Flow, Path] = {}
@@ -266,9 +270,10 @@ class CostModel:
         if rid not in self._index:
             k = self.calibration.scale.get(cls, 1.0)
             self._index[rid] = len(self.resources)
-            self.resources.append(
-                Resource(rid, kind, cls, capacity * k, text, (copy or capacity) * k)
-            )
+            res = Resource(rid, kind, cls, capacity * k, text, (copy or capacity) * k)
+            self.resources.append(res)
+            self._caps.append(res.capacity_gbps)
+            self._copy_caps.append(res.copy_gbps)
         return self._index[rid]
 
     def _alpha_of(self, cls: str) -> float:
@@ -486,8 +491,12 @@ class CostModel:
     def load(self, flows: Iterable[tuple[Flow, float]]) -> dict[int, float]:
         """Resource -> total weight of the given (flow, weight) pairs crossing it."""
         out: dict[int, float] = {}
+        paths = self._paths
         for flow, w in flows:
-            for r, rw in self.path(flow):
+            path = paths.get(flow)
+            if path is None:
+                path = self.path(flow)
+            for r, rw in path:
                 out[r] = out.get(r, 0.0) + w * rw
         return out
 
@@ -512,8 +521,9 @@ class CostModel:
         return res.copy_gbps if copy else res.capacity_gbps
 
     def solo_rate(self, load: dict[int, float], copy: bool = False) -> Rate:
-        best = min(load, key=lambda r: self._cap(r, copy) / load[r])
-        return Rate(self._cap(best, copy) / load[best], best)
+        """The rate `load` reaches alone: its tightest resource (the first in `load`'s order
+        among equals)."""
+        return _tightest(self._copy_caps if copy else self._caps, load)
 
     def share(self, loads: Sequence[dict[int, float]], copy: bool = False) -> list[Rate]:
         """Max-min fair rates for groups running at once (progressive filling): every group
@@ -572,7 +582,7 @@ class CostModel:
             return big
         for f in ((a, b) for a in key for b in key if a != b):
             self.path(f)  # every resource exists before the search reads capacities
-        caps = [r.capacity_gbps for r in self.resources]
+        caps = list(self._caps)
         best = self._best_ring(key, caps, seed=True)
         assert best is not None
         rate = self._ring_rate(best)
@@ -627,16 +637,17 @@ class CostModel:
         total = sum(x for _, x in channels)
         return tuple((o, x / total) for o, x in channels)
 
+    def _pair_rate(self, a: int, b: int) -> float:
+        """Solo rate of one GPU pair (computed once per model)."""
+        f = (a, b)
+        got = self._pair_rates.get(f)
+        if got is None:
+            got = self._pair_rates[f] = self.solo_rate(self.load([(f, 1.0)])).gbps
+        return got
+
     def _nearest_ring(self, key: tuple[int, ...]) -> tuple[int, ...]:
         """Nearest neighbour by pair rate (each pair's rate computed once per model)."""
-
-        def pair(a: int, b: int) -> float:
-            f = (a, b)
-            got = self._pair_rates.get(f)
-            if got is None:
-                got = self._pair_rates[f] = self.solo_rate(self.load([(f, 1.0)])).gbps
-            return got
-
+        pair = self._pair_rate
         order = [key[0]]
         left = list(key[1:])
         while left:
@@ -687,14 +698,18 @@ class CostModel:
         budget = [RING_SEARCH_NODES]
         tie = 1 - 1e-9 if slack else 1 + 1e-9
 
+        paths = self._paths  # every flow inside `key` is routed (see ring_channels)
+
         def push(flow: Flow, rate: float) -> float:
-            for r, w in self.path(flow):
-                load[r] = load.get(r, 0.0) + w
-                rate = min(rate, caps[r] / load[r])
+            for r, w in paths[flow]:
+                x = load[r] = load.get(r, 0.0) + w
+                x = caps[r] / x
+                if x < rate:
+                    rate = x
             return rate
 
         def pop(flow: Flow) -> None:
-            for r, w in self.path(flow):
+            for r, w in paths[flow]:
                 load[r] -= w
 
         def dfs(rate: float) -> None:
@@ -710,7 +725,10 @@ class CostModel:
                     return
                 r = push(flow, rate)
                 pop(flow)
-                room = sum(caps[x] for f in _ring_flows(path) for x, _ in self.path(f))
+                # The capacity a ring leaves only ranks rings of equal rate under `slack`.
+                room = (
+                    sum(caps[x] for f in _ring_flows(path) for x, _ in paths[f]) if slack else 0.0
+                )
                 if r > best_rate * (1 + 1e-9) or (
                     slack and r >= best_rate * tie and room > best_slack
                 ):
@@ -739,18 +757,27 @@ class CostModel:
         return self.load((f, w) for o, w in channels for f in _ring_flows(o))
 
     def _ring_rate(self, order: tuple[int, ...], caps: list[float] | None = None) -> Rate:
-        load = self.load((f, 1.0) for f in _ring_flows(order))
+        """The ring's rate under `caps` (default: the full capacities); a resource past the
+        end of `caps` (created after it was taken) counts as full."""
+        load: dict[int, float] = {}
+        paths = self._paths
+        n = len(order)
+        for i in range(n):
+            flow = (order[i], order[(i + 1) % n])
+            path = paths.get(flow)
+            if path is None:
+                path = self.path(flow)
+            for r, rw in path:
+                load[r] = load.get(r, 0.0) + 1.0 * rw
         if caps is None:
-            return self.solo_rate(load)
-        best = min(load, key=lambda r: (caps[r] if r < len(caps) else 0.0) / load[r])
-        return Rate((caps[best] if best < len(caps) else 0.0) / load[best], best)
+            return _tightest(self._caps, load)
+        if len(caps) < len(self._caps):
+            caps = caps + [0.0] * (len(self._caps) - len(caps))
+        return _tightest(caps, load)
 
     def _greedy_ring(self, key: tuple[int, ...]) -> tuple[int, ...]:
         """Nearest neighbour by pair bandwidth, then 2-opt on the ring's rate."""
-
-        def pair_bw(a: int, b: int) -> float:
-            return self.solo_rate(self.load([((a, b), 1.0)])).gbps
-
+        pair_bw = self._pair_rate
         order = [key[0]]
         left = set(key[1:])
         while left:
@@ -814,6 +841,19 @@ def _largest(parts: list[tuple[int, ...]]) -> tuple[int, ...]:
         if len(part) > len(best):
             best = part
     return best
+
+
+def _tightest(caps: list[float], load: dict[int, float]) -> Rate:
+    """min over `load` of caps[r] / load[r], the first of equals in `load`'s order (as
+    `min(load, key=...)` picks), with that resource."""
+    best, rate = -1, math.inf
+    for r, w in load.items():
+        x = caps[r] / w
+        if best < 0 or x < rate:
+            best, rate = r, x
+    if best < 0:
+        raise ValueError("no resource carries this load")
+    return Rate(rate, best)
 
 
 def _reverse(order: tuple[int, ...]) -> tuple[int, ...]:

@@ -70,10 +70,11 @@ def rank_groups(
 
 
 def _key(dimension: str, groups: Sequence[tuple[int, ...]]) -> Any:
-    """What a dimension's cost depends on: its groups as sets (a pipeline chain up to
-    reading it backwards)."""
+    """What a dimension's cost depends on: its groups as sets; pipeline chains as sequences
+    (the cost model is not the same both ways: a send across sockets may be staged on one
+    side, so neither one chain nor the whole pipeline read backwards costs the same)."""
     if dimension == "pp":
-        return frozenset(min(g, g[::-1]) for g in groups)
+        return frozenset(tuple(g) for g in groups)
     return frozenset(frozenset(g) for g in groups)
 
 
@@ -135,7 +136,7 @@ class StepCost:
         if len(group) < 2:
             return 0.0
         chain = dimension == "pp"
-        key = min(group, group[::-1]) if chain else frozenset(group)
+        key = tuple(group) if chain else frozenset(group)
         memo_key = ("solo", collective, nbytes, chain, key)
         t = self.memo.get(memo_key)
         if t is None:
@@ -285,8 +286,8 @@ def place(
     step time; among equals, the one that leaves the other free GPUs best connected.
 
     Exact for up to EXACT_LIMIT GPUs (branch and bound over every mapping, modulo the server's
-    GPU symmetries and relabelling TP positions, DP replicas and reading the pipeline
-    backwards, which change no cost); up to BOUNDED_LIMIT the same search within
+    GPU symmetries and relabelling TP positions and DP replicas, which change no cost; not
+    reading the pipeline backwards, which can); up to BOUNDED_LIMIT the same search within
     `time_budget_s` (exact when it finishes, else the best mapping it found); beyond,
     a swap local search from the naive order and a hierarchy-ordered start, bounded by
     `time_budget_s`, never worse than naive."""
@@ -434,7 +435,7 @@ def _exact(
 ) -> tuple[tuple[int, ...], float]:
     """Branch and bound over rank->GPU mappings, built rank by rank in Megatron order with
     the relabellings that change no group fixed (TP positions of stage 0's first row and DP
-    replicas of its first column ascending, a pipeline read forwards). A group's time alone
+    replicas of its first column ascending). A group's time alone
     is a lower bound of its time beside the other groups of its dimension (sharing only slows
     it), and the step time is monotone in each dimension's time: as soon as a group is
     complete its solo time raises its dimension's bound, as soon as a dimension is complete
@@ -456,6 +457,14 @@ def _exact(
         for grp in positions[d]:
             groups_at[max(grp)].append((slot[d], d, grp))
         dims_at[max(max(g) for g in positions[d])].append((slot[d], d))
+    # A pipeline chain's first stages alone send over a subset of its hops: no faster link,
+    # no lighter load, no lower latency class than the whole chain (see _chain_time), so
+    # their time bounds the chain's before its last stage is placed (PP4, PP8 layouts).
+    prefixes_at: list[list[tuple[int, str, tuple[int, ...]]]] = [[] for _ in range(n)]
+    if "pp" in live:
+        for grp in positions["pp"]:
+            for i in range(1, len(grp) - 1):
+                prefixes_at[grp[i]].append((slot["pp"], "pp", grp[: i + 1]))
     total = plan.total_us
 
     def solo(d: str, group: tuple[int, ...]) -> float:
@@ -482,7 +491,7 @@ def _exact(
     tp, dp, ep = layout.tp, layout.dp, layout.ep
     # Symmetry breaking: only the lexicographically least mapping of each class of mappings
     # equal up to a server symmetry (GPUs relabelled) and a layout symmetry (TP positions
-    # and, without EP, DP replicas permuted, the pipeline read backwards) is completed. Its
+    # and, without EP, DP replicas permuted) is completed. Its
     # necessary conditions, each checked as soon as the ranks it names are placed:
     # - rank 0 holds the least GPU of its orbit, and no rank that a layout symmetry can move
     #   to rank 0 holds a GPU whose orbit has a smaller one;
@@ -497,12 +506,7 @@ def _exact(
         inside = {pos[g] for g in gpus}
         perms = [x for x in perms if all(x[q] in inside for q in inside)]
         least = tuple(min(x[q] for x in perms) for q in range(len(sym.gpus)))
-    rank0_orbit = {
-        t + tp * (d + dp * st)
-        for t in range(tp)
-        for d in (range(dp) if ep == 1 else range(1))
-        for st in {0, layout.pp - 1}
-    }
+    rank0_orbit = {t + tp * d for t in range(tp) for d in (range(dp) if ep == 1 else range(1))}
     mapping: list[int] = []
     used: set[int] = set()
 
@@ -532,8 +536,14 @@ def _exact(
                 continue  # a symmetry fixing the earlier ranks' GPUs maps this one lower
             mapping.append(g)
             here = lb
-            if groups_at[r]:
+            if prefixes_at[r]:
                 here = lb[:]
+                for s, d, grp in prefixes_at[r]:
+                    t = solo(d, tuple(mapping[p] for p in grp))
+                    if t > here[s]:
+                        here[s] = t
+            if groups_at[r]:
+                here = here[:]
                 for s, d, grp in groups_at[r]:
                     t = solo(d, tuple(mapping[p] for p in grp))
                     if t > here[s]:

@@ -42,14 +42,22 @@ class Symmetry:
         self.columns = tuple(
             tuple(1 << perm[p] for perm in self.perms) for p in range(len(self.gpus))
         )
+        self._weights: dict[int, tuple[tuple[int, ...], ...]] = {}
+        self._masks: dict[frozenset[int], list[int]] = {}
 
     @property
     def order(self) -> int:
         return len(self.perms)
 
     def _images(self, group: Sequence[int]) -> list[int]:
-        cols = [self.columns[self.position[g]] for g in group]
-        return list(map(sum, zip(*cols, strict=True)))
+        """The group's bit mask under each symmetry (remembered: searches meet a group in
+        many branches)."""
+        key = frozenset(group)
+        got = self._masks.get(key)
+        if got is None:
+            cols = [self.columns[self.position[g]] for g in key]
+            got = self._masks[key] = list(map(sum, zip(*cols, strict=True)))
+        return got
 
     def set_key(self, group: Sequence[int]) -> int:
         """The same for two groups exactly when a known symmetry maps one onto the other:
@@ -61,20 +69,28 @@ class Symmetry:
         images = [self._images(g) for g in groups]
         return min(map(tuple, map(sorted, zip(*images, strict=True))))
 
-    def chains_key(self, chains: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
-        """Canonical key of pipeline chains (order matters, up to reading backwards)."""
-        pos = [[self.position[g] for g in c] for c in chains]
-        best: tuple[tuple[int, ...], ...] | None = None
-        for perm in self.perms:
-            key = []
-            for c in pos:
-                t = tuple(perm[p] for p in c)
-                key.append(min(t, t[::-1]))
-            k = tuple(sorted(key))
-            if best is None or k < best:
-                best = k
-        assert best is not None
-        return best
+    def chains_key(self, chains: Sequence[Sequence[int]]) -> tuple[int, ...]:
+        """Canonical key of pipeline chains (in their direction: the cost model is not the
+        same both ways): each chain's image under every symmetry as a number in base n
+        (position i weighted by n^i, and a leading digit at n^length so that chains of
+        different lengths never share a key), summed in C over every symmetry at once."""
+        n = len(self.gpus)
+        images = []
+        for c in chains:
+            lead = [n ** len(c)] * self.order
+            digits = [self._weighted(i)[self.position[g]] for i, g in enumerate(c)]
+            images.append(map(sum, zip(lead, *digits, strict=True)))
+        return min(map(tuple, map(sorted, zip(*images, strict=True))))
+
+    def _weighted(self, i: int) -> tuple[tuple[int, ...], ...]:
+        """Per position, its image under each symmetry times n^i (chain position i)."""
+        got = self._weights.get(i)
+        if got is None:
+            w = len(self.gpus) ** i
+            got = self._weights[i] = tuple(
+                tuple(perm[p] * w for perm in self.perms) for p in range(len(self.gpus))
+            )
+        return got
 
 
 _CACHE: weakref.WeakKeyDictionary[CostModel, Symmetry] = weakref.WeakKeyDictionary()
@@ -178,7 +194,7 @@ def _find(model: CostModel) -> Symmetry:
         x = found[i]
         i += 1
         for g in gens:
-            y = tuple(g[x[k]] for k in range(n))
+            y = tuple(map(g.__getitem__, x))  # y[k] = g[x[k]]
             if y not in seen:
                 seen.add(y)
                 found.append(y)
