@@ -6,12 +6,14 @@ the Redis in REDIS_URL (defaults: the services `make test` uses, Redis database 
 needs both running:
 
     .venv/bin/python bench/ingest.py [--servers 10000 --reports 300]
+    .venv/bin/python bench/ingest.py --profile 200   # in process, under cProfile, with queries
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -34,22 +36,26 @@ def main() -> int:
     parser.add_argument("--reads", type=int, default=500)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--workers", type=int, default=4, help="gunicorn workers")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        metavar="N",
+        default=0,
+        help="instead: N new and N duplicate reports in process under cProfile, top functions",
+    )
     args = parser.parse_args()
     with live_server(args.workers) as base:
         from topoweb.fleet.services import create_api_token, create_collector_token
 
         texts = [p.read_text(encoding="utf-8") for p in TOPOLOGIES]
+        if args.profile:
+            profile(texts, args.profile)
+            return 0
         hosts = [f"bench-{i:05d}" for i in range(args.reports)]
         tokens = {h: create_collector_token(h) for h in hosts}
 
         def post(host: str) -> int:
-            body = {
-                "hostname": host,
-                "captured_at": "2026-11-29T10:00:00Z",
-                "collector_version": "bench",
-                "topo_text": texts[int(host[-5:]) % len(texts)],
-            }
-            return request(f"{base}/api/v1/reports/", tokens[host], json.dumps(body).encode())
+            return request(f"{base}/api/v1/reports/", tokens[host], _report(host, texts))
 
         for label, expect in (("new", 201), ("duplicate", 200)):
             started = time.perf_counter()
@@ -81,6 +87,67 @@ def main() -> int:
             f"with {stored} servers stored"
         )
     return 0
+
+
+def _report(host: str, texts: list[str]) -> bytes:
+    """The body a collector on `host` posts: one of the fixtures' matrices, by the host's number."""
+    body = {
+        "hostname": host,
+        "captured_at": "2026-11-29T10:00:00Z",
+        "collector_version": "bench",
+        "topo_text": texts[int(host[-5:]) % len(texts)],
+    }
+    return json.dumps(body).encode()
+
+
+def profile(texts: list[str], count: int) -> None:
+    """Where a report's time goes, in this process with Django's test client (full middleware
+    stack, same database and Redis): `count` new reports timed, `count` more under cProfile,
+    then the same again as duplicates; the queries of one of each."""
+    import cProfile
+    import pstats
+    from typing import Any
+
+    from django.db import connection
+    from django.test import Client
+
+    from topoweb.fleet.services import create_collector_token
+
+    hosts = [f"prof-{i:05d}" for i in range(2 * count + 1)]
+    clients = {
+        h: Client(HTTP_HOST="127.0.0.1", HTTP_AUTHORIZATION=f"Bearer {create_collector_token(h)}")
+        for h in hosts
+    }
+    for label, expect in (("new", 201), ("duplicate", 200)):
+
+        def call(host: str, expect: int = expect) -> None:
+            response = clients[host].post(
+                "/api/v1/reports/", _report(host, texts), content_type="application/json"
+            )
+            assert response.status_code in (expect, 400), (host, response.status_code)
+
+        queries: list[str] = []
+
+        def record(execute: Any, sql: str, *rest: Any, queries: list[str] = queries) -> Any:
+            queries.append(sql)
+            return execute(sql, *rest)
+
+        with connection.execute_wrapper(record):
+            call(hosts[0])
+        started = time.perf_counter()
+        for host in hosts[1 : count + 1]:
+            call(host)
+        each_ms = (time.perf_counter() - started) / count * 1000
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for host in hosts[count + 1 :]:
+            call(host)
+        profiler.disable()
+        print(f"=== {label} report: {each_ms:.2f} ms per request in process (unprofiled)")
+        print(f"{len(queries)} queries: " + "; ".join(" ".join(q.split())[:100] for q in queries))
+        pstats.Stats(profiler).sort_stats(
+            os.environ.get("BENCH_PROFILE_SORT", "tottime")
+        ).print_stats(int(os.environ.get("BENCH_PROFILE_TOP", "25")))
 
 
 def _seed(count: int) -> int:
