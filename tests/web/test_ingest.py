@@ -677,3 +677,23 @@ def test_a_report_with_malformed_nvml_facts_is_refused_naming_the_place(
     assert error["code"] == "parse_error"
     assert "gpus[0].pcie.max_width is 'sixteen'" in error["message"]
     assert not Snapshot.objects.exists()
+
+
+def test_a_report_text_with_a_surrogate_is_refused_naming_the_first_as_drf_does(
+    collector_client: Any,
+) -> None:
+    # The texts' surrogate check is a regex search, not DRF's loop: same message, same code
+    # point (the first one), same place; and the serializer kept between requests is not
+    # left holding the refused report (the next, valid one is stored).
+    client = collector_client("gpu-a01")
+    client.raise_request_exception = False
+    body = json.dumps(report("gpu-a01", H200))[:-1] + ', "nccl_xml": "<a>\\udbff\\ud800</a>"}'
+
+    response = client.post("/api/v1/reports", body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == {
+        "nccl_xml": ["Surrogate characters are not allowed: U+DBFF."]
+    }
+    assert not Server.objects.exists()
+    assert client.post("/api/v1/reports", report("gpu-a01", H200), format="json").status_code == 201
