@@ -603,6 +603,51 @@ def test_the_same_report_twice_at_once_stores_one_snapshot_and_answers_201_then_
     assert Snapshot.objects.filter(nvml__isnull=False).count() == 1
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_new_hosts_first_report_twice_at_once_stores_one_server_and_one_snapshot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Neither request finds the server; the second's insert of it fails on the unique
+    hostname, its transaction rolls back whole, and it answers with the first's snapshot."""
+    from django.db import connections
+
+    from topoweb.fleet import services
+
+    _keep_tasks_off_the_broker(monkeypatch)
+    both_checked = threading.Barrier(2, timeout=10)
+    original = services._stored_duplicate
+    calls: list[int] = []
+
+    def after_both_checked(*args: Any) -> Any:
+        found = original(*args)
+        calls.append(1)
+        if len(calls) <= 2:  # the two checks before parsing; not the one after the race
+            both_checked.wait()
+        return found
+
+    monkeypatch.setattr(services, "_stored_duplicate", after_both_checked)
+    answers: list[tuple[int, int]] = []
+
+    def send() -> None:
+        try:
+            response = post_report(collector_client_for("gpu-new"), report("gpu-new", H200))
+            answers.append((response.status_code, response.json()["id"]))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert sorted(status for status, _ in answers) == [200, 201]
+    assert answers[0][1] == answers[1][1]
+    assert Server.objects.filter(hostname="gpu-new").count() == 1
+    assert Snapshot.objects.count() == 1
+    assert Server.objects.get(hostname="gpu-new").latest_snapshot_id == answers[0][1]
+
+
 def _keep_tasks_off_the_broker(monkeypatch: pytest.MonkeyPatch) -> None:
     # These tests commit for real; the session's worker thread must not run their analyses
     # and health checks while the test database is truncated under it.
