@@ -3,6 +3,7 @@ database state each leaves behind."""
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import threading
@@ -742,3 +743,24 @@ def test_a_report_text_with_a_surrogate_is_refused_naming_the_first_as_drf_does(
     }
     assert not Server.objects.exists()
     assert client.post("/api/v1/reports", report("gpu-a01", H200), format="json").status_code == 201
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_new_reports_tasks_are_sent_together_once_it_commits(
+    collector_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[list[tuple[str, tuple[Any, ...]]]] = []
+    # The module, not the Celery app that topoweb.config exports under the same name.
+    celery_app = importlib.import_module("topoweb.config.celery_app")
+    monkeypatch.setattr(celery_app, "_send", lambda pending: sent.append(list(pending)))
+    client = collector_client("gpu-a01")
+    assert client.post("/api/v1/reports", report("gpu-a01"), format="json").status_code == 201
+    server = Server.objects.get(hostname="gpu-a01")
+    analysis = Analysis.objects.get()
+    assert sent == [[("analysis.run", (analysis.pk,)), ("health.evaluate", (server.pk,))]]
+
+    # A duplicate enqueues nothing; a report that fails to parse stores and sends nothing.
+    assert client.post("/api/v1/reports", report("gpu-a01"), format="json").status_code == 200
+    bad = report("gpu-a01", topo_text="not a matrix")
+    assert client.post("/api/v1/reports", bad, format="json").status_code == 400
+    assert len(sent) == 1

@@ -21,6 +21,7 @@ from django.db.models import Case, Q, Value, When
 from django.utils import timezone
 
 from topoweb.config import limits
+from topoweb.config.celery_app import enqueue_together
 from topoweb.config.compiled import CompiledQuery
 from topoweb.core.costs import build_model, calibrate_from_nccl, calibrate_from_p2p
 from topoweb.core.fingerprint import describe_links, topology_fingerprint
@@ -207,7 +208,9 @@ def ingest_report(
     )
     for attempt in (1, 2):
         try:
-            return _store_report(report)
+            # The analysis and the health evaluation the hooks enqueue: one broker round trip.
+            with enqueue_together():
+                return _store_report(report)
         except IntegrityError:
             # Another request stored this same report, or this host's first one, between the
             # check above and this one's commit: this transaction rolled back whole (no
