@@ -8,6 +8,7 @@ import io
 import json
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -764,3 +765,35 @@ def test_a_new_reports_tasks_are_sent_together_once_it_commits(
     bad = report("gpu-a01", topo_text="not a matrix")
     assert client.post("/api/v1/reports", bad, format="json").status_code == 400
     assert len(sent) == 1
+
+
+def test_a_token_due_a_mark_is_marked_used_by_the_reports_own_statement(
+    collector_client: Any, django_assert_num_queries: Any
+) -> None:
+    client = collector_client("gpu-a01")
+    assert post_report(client, report("gpu-a01", H200)).status_code == 201
+    long_ago = timezone.now() - timedelta(hours=1)
+    CollectorToken.objects.update(last_used_at=long_ago)
+
+    # The token's lookup, then one statement: the duplicate found, its server seen, the token
+    # marked.
+    with django_assert_num_queries(2):
+        assert post_report(client, report("gpu-a01", H200)).status_code == 200
+    assert CollectorToken.objects.get().last_used_at > long_ago
+
+    # A new report marks it the same way.
+    CollectorToken.objects.update(last_used_at=long_ago)
+    assert post_report(client, report("gpu-a01", V100)).status_code == 201
+    assert CollectorToken.objects.get().last_used_at > long_ago
+
+
+def test_a_refused_report_still_marks_its_token_used(collector_client: Any) -> None:
+    client = collector_client("gpu-a01")
+    long_ago = timezone.now() - timedelta(hours=1)
+    for body, status in (
+        (report("gpu-b02", H200), 403),  # another host's
+        ({"hostname": "gpu-a01"}, 400),  # invalid
+    ):
+        CollectorToken.objects.update(last_used_at=long_ago)
+        assert post_report(client, body).status_code == status
+        assert CollectorToken.objects.get().last_used_at > long_ago

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import DatabaseError
 from django.db.models import OuterRef, Subquery
 from django.http import HttpResponse
 from django.utils import timezone
@@ -269,8 +270,22 @@ class ReportApi(_CountedIngest):
             benchmarks=[
                 services.BenchmarkInput(b["kind"], b["text"]) for b in payload.get("benchmarks", [])
             ],
+            collector_token=token,
         )
         return _ingested(result)
+
+    def perform_authentication(self, request: Request) -> None:
+        super().perform_authentication(request)
+        self.collector_token = request.auth if isinstance(request.auth, CollectorToken) else None
+
+    def handle_exception(self, exc: Exception) -> Response:
+        # The token is marked used by the report's first statement (CollectorTokenAuthentication
+        # leaves it): a request refused before it (invalid, throttled, another host's) is marked
+        # here, unless the database itself failed.
+        token = getattr(self, "collector_token", None)
+        if token is not None and not isinstance(exc, DatabaseError):
+            selectors.mark_used(token)
+        return super().handle_exception(exc)
 
 
 class UploadTextSerializer(serializers.Serializer):

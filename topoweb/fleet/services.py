@@ -39,7 +39,7 @@ from topoweb.fleet.models import (
     Source,
     TopologyClass,
 )
-from topoweb.fleet.selectors import hash_token, usual_topology_class_id
+from topoweb.fleet.selectors import hash_token, mark_used, needs_mark, usual_topology_class_id
 
 BENCHMARK_KINDS = (
     Benchmark.Kind.NCCL.value,
@@ -162,6 +162,7 @@ def ingest_report(
     uploaded_by: User | None = None,
     gpu_model_hint: str = "",
     nccl_xml: str = "",
+    collector_token: CollectorToken | None = None,
 ) -> Ingested:
     """Store one topology report with its benchmarks, or find the identical one already stored.
 
@@ -170,10 +171,11 @@ def ingest_report(
     parsed before anything is written, so bad input raises ParseError (message and line from
     the core; for NVML facts, the place in them) with nothing stored. A report already stored
     (the same content for the same host) is recognised first, before any parsing: most of a
-    fleet's reports are unchanged since the last one."""
+    fleet's reports are unchanged since the last one. The `collector_token` that sent it, when
+    it is due to be marked used, is marked by that same first statement."""
     limits.check_benchmark_count(len(benchmarks))
     digest = content_sha256(topo_text, nvml, host, benchmarks, nccl_xml)
-    stored = _stored_duplicate(hostname, digest)
+    stored = _stored_duplicate(hostname, digest, collector_token)
     if stored is not None:
         return stored
     topology = parse_text(topo_text, expected="topology")
@@ -347,17 +349,31 @@ FROM {Snapshot._meta.db_table} AS snapshot
 WHERE server.hostname = %s AND snapshot.server_id = server.id AND snapshot.content_sha256 = %s
 RETURNING server.id, snapshot.id, snapshot.document -> 'warnings'
 """
+# The same, marking the collector token used too (whatever the report turns out to be): one
+# statement, and one commit to wait for, instead of two.
+_DUPLICATE_MARKING_TOKEN_SQL = f"""
+WITH token AS (UPDATE {CollectorToken._meta.db_table} SET last_used_at = %s WHERE id = %s)
+{_DUPLICATE_SQL.strip()}
+"""
 
 
-def _stored_duplicate(hostname: str, digest: str) -> Ingested | None:
+def _stored_duplicate(
+    hostname: str, digest: str, token: CollectorToken | None = None
+) -> Ingested | None:
     """The stored snapshot with this content for this host (its id, server and the reader's
-    warnings, what the answer shows), found in one query, its server marked seen; None when
-    the report is new."""
+    warnings, what the answer shows), found in one query, its server marked seen, and `token`
+    marked used if it is due; None when the report is new."""
     now = timezone.now()
+    if token is not None and not needs_mark(token, now):
+        token = None
     if connection.vendor == "postgresql":
         # Found and marked seen in one statement, by the (server, content) unique index.
         with connection.cursor() as cursor:
-            cursor.execute(_DUPLICATE_SQL, [now, hostname, digest])
+            if token is None:
+                cursor.execute(_DUPLICATE_SQL, [now, hostname, digest])
+            else:
+                cursor.execute(_DUPLICATE_MARKING_TOKEN_SQL, [now, token.pk, now, hostname, digest])
+                token.last_used_at = now
             row = cursor.fetchone()
         if row is None:
             return None
@@ -365,6 +381,7 @@ def _stored_duplicate(hostname: str, digest: str) -> Ingested | None:
         if isinstance(warnings, str):
             warnings = json.loads(warnings)
     else:
+        mark_used(token)
         rows = _duplicate.rows(hostname, digest)
         if not rows:
             return None
