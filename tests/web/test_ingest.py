@@ -3,10 +3,12 @@ database state each leaves behind."""
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -603,6 +605,51 @@ def test_the_same_report_twice_at_once_stores_one_snapshot_and_answers_201_then_
     assert Snapshot.objects.filter(nvml__isnull=False).count() == 1
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_new_hosts_first_report_twice_at_once_stores_one_server_and_one_snapshot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Neither request finds the server; the second's insert of it fails on the unique
+    hostname, its transaction rolls back whole, and it answers with the first's snapshot."""
+    from django.db import connections
+
+    from topoweb.fleet import services
+
+    _keep_tasks_off_the_broker(monkeypatch)
+    both_checked = threading.Barrier(2, timeout=10)
+    original = services._stored_duplicate
+    calls: list[int] = []
+
+    def after_both_checked(*args: Any) -> Any:
+        found = original(*args)
+        calls.append(1)
+        if len(calls) <= 2:  # the two checks before parsing; not the one after the race
+            both_checked.wait()
+        return found
+
+    monkeypatch.setattr(services, "_stored_duplicate", after_both_checked)
+    answers: list[tuple[int, int]] = []
+
+    def send() -> None:
+        try:
+            response = post_report(collector_client_for("gpu-new"), report("gpu-new", H200))
+            answers.append((response.status_code, response.json()["id"]))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert sorted(status for status, _ in answers) == [200, 201]
+    assert answers[0][1] == answers[1][1]
+    assert Server.objects.filter(hostname="gpu-new").count() == 1
+    assert Snapshot.objects.count() == 1
+    assert Server.objects.get(hostname="gpu-new").latest_snapshot_id == answers[0][1]
+
+
 def _keep_tasks_off_the_broker(monkeypatch: pytest.MonkeyPatch) -> None:
     # These tests commit for real; the session's worker thread must not run their analyses
     # and health checks while the test database is truncated under it.
@@ -677,3 +724,76 @@ def test_a_report_with_malformed_nvml_facts_is_refused_naming_the_place(
     assert error["code"] == "parse_error"
     assert "gpus[0].pcie.max_width is 'sixteen'" in error["message"]
     assert not Snapshot.objects.exists()
+
+
+def test_a_report_text_with_a_surrogate_is_refused_naming_the_first_as_drf_does(
+    collector_client: Any,
+) -> None:
+    # The texts' surrogate check is a regex search, not DRF's loop: same message, same code
+    # point (the first one), same place; and the serializer kept between requests is not
+    # left holding the refused report (the next, valid one is stored).
+    client = collector_client("gpu-a01")
+    client.raise_request_exception = False
+    body = json.dumps(report("gpu-a01", H200))[:-1] + ', "nccl_xml": "<a>\\udbff\\ud800</a>"}'
+
+    response = client.post("/api/v1/reports", body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == {
+        "nccl_xml": ["Surrogate characters are not allowed: U+DBFF."]
+    }
+    assert not Server.objects.exists()
+    assert client.post("/api/v1/reports", report("gpu-a01", H200), format="json").status_code == 201
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_new_reports_tasks_are_sent_together_once_it_commits(
+    collector_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[list[tuple[str, tuple[Any, ...]]]] = []
+    # The module, not the Celery app that topoweb.config exports under the same name.
+    celery_app = importlib.import_module("topoweb.config.celery_app")
+    monkeypatch.setattr(celery_app, "_send", lambda pending: sent.append(list(pending)))
+    client = collector_client("gpu-a01")
+    assert client.post("/api/v1/reports", report("gpu-a01"), format="json").status_code == 201
+    server = Server.objects.get(hostname="gpu-a01")
+    analysis = Analysis.objects.get()
+    assert sent == [[("analysis.run", (analysis.pk,)), ("health.evaluate", (server.pk,))]]
+
+    # A duplicate enqueues nothing; a report that fails to parse stores and sends nothing.
+    assert client.post("/api/v1/reports", report("gpu-a01"), format="json").status_code == 200
+    bad = report("gpu-a01", topo_text="not a matrix")
+    assert client.post("/api/v1/reports", bad, format="json").status_code == 400
+    assert len(sent) == 1
+
+
+def test_a_token_due_a_mark_is_marked_used_by_the_reports_own_statement(
+    collector_client: Any, django_assert_num_queries: Any
+) -> None:
+    client = collector_client("gpu-a01")
+    assert post_report(client, report("gpu-a01", H200)).status_code == 201
+    long_ago = timezone.now() - timedelta(hours=1)
+    CollectorToken.objects.update(last_used_at=long_ago)
+
+    # The token's lookup, then one statement: the duplicate found, its server seen, the token
+    # marked.
+    with django_assert_num_queries(2):
+        assert post_report(client, report("gpu-a01", H200)).status_code == 200
+    assert CollectorToken.objects.get().last_used_at > long_ago
+
+    # A new report marks it the same way.
+    CollectorToken.objects.update(last_used_at=long_ago)
+    assert post_report(client, report("gpu-a01", V100)).status_code == 201
+    assert CollectorToken.objects.get().last_used_at > long_ago
+
+
+def test_a_refused_report_still_marks_its_token_used(collector_client: Any) -> None:
+    client = collector_client("gpu-a01")
+    long_ago = timezone.now() - timedelta(hours=1)
+    for body, status in (
+        (report("gpu-b02", H200), 403),  # another host's
+        ({"hostname": "gpu-a01"}, 400),  # invalid
+    ):
+        CollectorToken.objects.update(last_used_at=long_ago)
+        assert post_report(client, body).status_code == status
+        assert CollectorToken.objects.get().last_used_at > long_ago

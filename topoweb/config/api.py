@@ -7,6 +7,7 @@ Every error answers `{"error": {"code": str, "message": str, "line": int | null,
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any, cast
@@ -205,6 +206,15 @@ return {count, left}
 """
 
 
+@functools.lru_cache(maxsize=8)
+def _redis_client(client_class: Any, pool: Any) -> Any:
+    """A client over the cache's connection pool, built once. It holds no connection of its
+    own (each command borrows one from the pool), so threads may share it, and the pool starts
+    afresh in a forked process (it checks its pid), so a gunicorn worker may too. Bounded:
+    threads' caches each have their own pool."""
+    return client_class(connection_pool=pool)
+
+
 def _count_in_redis(cache: Any, key: str, duration: float) -> tuple[int, float] | None:
     """The caller's count in its window with one Redis round trip, or None when the cache is
     not Django's Redis backend. Django stores integers raw, so the counter stays readable
@@ -214,7 +224,9 @@ def _count_in_redis(cache: Any, key: str, duration: float) -> tuple[int, float] 
         return None
     cache = backend
     full_key = cache.make_and_validate_key(key)
-    client = cache._cache.get_client(full_key, write=True)
+    # Django's get_client builds a new client (and its table of reply callbacks) per call: one
+    # per connection pool is kept instead.
+    client = _redis_client(cache._cache._client, cache._cache._get_connection_pool(True))
     window_ms = max(1, int(duration * 1000))
     count, left_ms = client.eval(_WINDOW_LUA, 1, full_key, window_ms)
     return int(count), float(left_ms) / 1000.0

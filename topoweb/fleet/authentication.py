@@ -32,13 +32,16 @@ def _bearer(request: Request) -> str | None:
 
 
 class CollectorTokenAuthentication(authentication.BaseAuthentication):
-    """`request.auth` becomes the CollectorToken; the user stays anonymous."""
+    """`request.auth` becomes the CollectorToken; the user stays anonymous. The token is not
+    marked used here: the report's first statement does it (a host reporting every few minutes
+    would pay a write of its own per report), and the report endpoint for a request refused
+    before that statement."""
 
     def authenticate(self, request: Request) -> tuple[Any, CollectorToken] | None:
         token = _bearer(request)
         if token is None:
             return None
-        found = selectors.active_collector_token(token)
+        found = selectors.active_collector_token(token, mark=False)
         if found is None:
             raise exceptions.AuthenticationFailed("Unknown or revoked collector token.")
         return AnonymousUser(), found

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -73,12 +73,15 @@ _api_token = CompiledQuery(
 )
 
 
-def active_collector_token(token: str) -> CollectorToken | None:
+def active_collector_token(token: str, mark: bool = True) -> CollectorToken | None:
+    """The token; marked used unless `mark` is False (the caller then marks it, with
+    `needs_mark` and `mark_used`)."""
     rows = _collector_token.rows(hash_token(token))
     found = (
         CollectorToken.from_db(DEFAULT_DB_ALIAS, _fields(CollectorToken), rows[0]) if rows else None
     )
-    _mark_used(found)
+    if mark:
+        mark_used(found)
     return found
 
 
@@ -91,17 +94,19 @@ def active_api_token(token: str) -> ApiToken | None:
     found = ApiToken.from_db(DEFAULT_DB_ALIAS, _fields(ApiToken), rows[0][:split])
     user_model = get_user_model()
     found.user = user_model.from_db(DEFAULT_DB_ALIAS, _fields(user_model), rows[0][split:])
-    _mark_used(found)
+    mark_used(found)
     return found
 
 
-def _mark_used(token: CollectorToken | ApiToken | None) -> None:
+def needs_mark(token: CollectorToken | ApiToken, now: datetime) -> bool:
     # At most one write a minute per token: a scheduler polling the API should not turn every
     # read into a write.
+    return token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION
+
+
+def mark_used(token: CollectorToken | ApiToken | None) -> None:
     now = timezone.now()
-    if token is not None and (
-        token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION
-    ):
+    if token is not None and needs_mark(token, now):
         token.last_used_at = now
         token.save(update_fields=["last_used_at"])
 

@@ -21,6 +21,7 @@ from django.db.models import Case, Q, Value, When
 from django.utils import timezone
 
 from topoweb.config import limits
+from topoweb.config.celery_app import enqueue_together
 from topoweb.config.compiled import CompiledQuery
 from topoweb.core.costs import build_model, calibrate_from_nccl, calibrate_from_p2p
 from topoweb.core.fingerprint import describe_links, topology_fingerprint
@@ -38,7 +39,7 @@ from topoweb.fleet.models import (
     Source,
     TopologyClass,
 )
-from topoweb.fleet.selectors import hash_token, usual_topology_class_id
+from topoweb.fleet.selectors import hash_token, mark_used, needs_mark, usual_topology_class_id
 
 BENCHMARK_KINDS = (
     Benchmark.Kind.NCCL.value,
@@ -161,6 +162,7 @@ def ingest_report(
     uploaded_by: User | None = None,
     gpu_model_hint: str = "",
     nccl_xml: str = "",
+    collector_token: CollectorToken | None = None,
 ) -> Ingested:
     """Store one topology report with its benchmarks, or find the identical one already stored.
 
@@ -169,10 +171,11 @@ def ingest_report(
     parsed before anything is written, so bad input raises ParseError (message and line from
     the core; for NVML facts, the place in them) with nothing stored. A report already stored
     (the same content for the same host) is recognised first, before any parsing: most of a
-    fleet's reports are unchanged since the last one."""
+    fleet's reports are unchanged since the last one. The `collector_token` that sent it, when
+    it is due to be marked used, is marked by that same first statement."""
     limits.check_benchmark_count(len(benchmarks))
     digest = content_sha256(topo_text, nvml, host, benchmarks, nccl_xml)
-    stored = _stored_duplicate(hostname, digest)
+    stored = _stored_duplicate(hostname, digest, collector_token)
     if stored is not None:
         return stored
     topology = parse_text(topo_text, expected="topology")
@@ -187,65 +190,112 @@ def ingest_report(
         topology = merge_sources(topology, xml)
     facts = read_nvml(nvml) if nvml is not None else None
     parsed_benchmarks = [_parse_benchmark(i, b) for i, b in enumerate(benchmarks)]
+    report = _Report(
+        hostname=hostname,
+        digest=digest,
+        topo_text=topo_text,
+        nccl_xml=nccl_xml,
+        topology=topology,
+        document=topology.to_document(),
+        captured_at=captured_at,
+        source=source,
+        collector_version=collector_version,
+        nvml=nvml,
+        host=host,
+        facts=facts,
+        benchmarks=benchmarks,
+        parsed_benchmarks=parsed_benchmarks,
+        uploaded_by=uploaded_by,
+        gpu_model_hint=gpu_model_hint,
+    )
+    for attempt in (1, 2):
+        try:
+            # The analysis and the health evaluation the hooks enqueue: one broker round trip.
+            with enqueue_together():
+                return _store_report(report)
+        except IntegrityError:
+            # Another request stored this same report, or this host's first one, between the
+            # check above and this one's commit: this transaction rolled back whole (no
+            # savepoint per insert, each a round trip). The same report is answered as a
+            # duplicate; a server that appeared meanwhile is used on the second try.
+            stored = _stored_duplicate(hostname, digest)
+            if stored is not None:
+                return stored
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class _Report:
+    """A report parsed and checked, ready to store."""
+
+    hostname: str
+    digest: str
+    topo_text: str
+    nccl_xml: str
+    topology: Topology
+    document: dict[str, Any]  # topology.to_document(), built once for the class and snapshot
+    captured_at: datetime
+    source: str
+    collector_version: str
+    nvml: dict[str, Any] | None
+    host: dict[str, Any] | None
+    facts: NvmlFacts | None
+    benchmarks: Sequence[BenchmarkInput]
+    parsed_benchmarks: list[ParsedBenchmark]
+    uploaded_by: User | None
+    gpu_model_hint: str
+
+
+def _store_report(report: _Report) -> Ingested:
+    """One transaction, each write one statement; a unique violation (a race) rolls it back
+    whole and raises IntegrityError."""
+    topology = report.topology
     now = timezone.now()
     with transaction.atomic():
         # The previous snapshot comes with the server: one query, not two.
-        server, _ = Server.objects.select_related("latest_snapshot").get_or_create(
-            hostname=hostname
+        server = (
+            Server.objects.select_related("latest_snapshot")
+            .filter(hostname=report.hostname)
+            .first()
         )
-        # Found stored above; one that raced in since is answered below (IntegrityError).
-        gpu_model = _gpu_model(facts, gpu_model_hint, parsed_benchmarks)
+        if server is None:
+            server = Server.objects.create(hostname=report.hostname)
+        gpu_model = _gpu_model(report.facts, report.gpu_model_hint, report.parsed_benchmarks)
         previous = server.latest_snapshot
         if not gpu_model and previous is not None and previous.gpu_count == len(topology.gpus):
             # A re-upload without NVML facts names no model: the GPUs did not change with it.
             gpu_model = previous.gpu_model
-        sku_name = _sku_name(server, host)
+        sku_name = _sku_name(server, report.host)
         _one_ingest_per_sku_at_a_time(sku_name)
-        topology_class = _topology_class(topology, sku_name, gpu_model)
-        try:
-            with transaction.atomic():
-                snapshot = Snapshot.objects.create(
-                    server=server,
-                    content_sha256=digest,
-                    raw_text=topo_text,
-                    nccl_xml=nccl_xml,
-                    document=topology.to_document(),
-                    source=source,
-                    uploaded_by=uploaded_by,
-                    collector_version=collector_version,
-                    captured_at=captured_at,
-                    nvml=nvml,
-                    host=host,
-                    topology_class=topology_class,
-                    gpu_count=len(topology.gpus),
-                    nic_count=len(topology.nics),
-                    gpu_model=gpu_model,
-                    has_nvlink=any(link.is_nvlink for link in topology.gpu_links()),
-                    nvlink_summary=nvlink_summary(topology),
-                    warning_count=len(topology.warnings),
-                )
-        except IntegrityError:
-            # The same report raced in through another request: answer with that one.
-            snapshot = Snapshot.objects.get(server=server, content_sha256=digest)
-            return Ingested(server=server, created=False, snapshot=snapshot)
-        for item, parsed in zip(benchmarks, parsed_benchmarks, strict=True):
-            _store_benchmark(
-                server,
-                snapshot,
-                item.kind,
-                item.text,
-                parsed,
-                source,
-                uploaded_by,
-                captured_at,
-                topology,
-            )
-        latest = server.latest_snapshot
+        topology_class = _topology_class(topology, sku_name, gpu_model, report.document)
+        snapshot = Snapshot.objects.create(
+            server=server,
+            content_sha256=report.digest,
+            raw_text=report.topo_text,
+            nccl_xml=report.nccl_xml,
+            document=report.document,
+            source=report.source,
+            uploaded_by=report.uploaded_by,
+            collector_version=report.collector_version,
+            captured_at=report.captured_at,
+            nvml=report.nvml,
+            host=report.host,
+            topology_class=topology_class,
+            gpu_count=len(topology.gpus),
+            nic_count=len(topology.nics),
+            gpu_model=gpu_model,
+            has_nvlink=any(link.is_nvlink for link in topology.gpu_links()),
+            nvlink_summary=nvlink_summary(topology),
+            warning_count=len(topology.warnings),
+        )
+        _store_report_benchmarks(server, snapshot, report)
         update_fields = ["last_seen_at", "sku_name"]
         server.last_seen_at = now
         server.sku_name = sku_name
         # Spooled reports can arrive late: the newest capture, not the newest arrival, is current.
-        if latest is None or captured_at >= latest.captured_at:
+        if previous is None or report.captured_at >= previous.captured_at:
             server.latest_snapshot = snapshot
             server.topology_class = topology_class
             update_fields += ["latest_snapshot", "topology_class"]
@@ -254,6 +304,33 @@ def ingest_report(
         for snapshot_hook in _AFTER_SNAPSHOT:
             snapshot_hook(server, snapshot)
     return Ingested(server=server, created=True, snapshot=snapshot)
+
+
+def _store_report_benchmarks(server: Server, snapshot: Snapshot, report: _Report) -> None:
+    """The report's benchmarks in one insert; one this server already has stays as it is
+    (linked to the snapshot it came with), as do repeats within the report."""
+    if not report.benchmarks:
+        return
+    Benchmark.objects.bulk_create(
+        [
+            Benchmark(
+                server=server,
+                content_sha256=hashlib.sha256(item.text.encode()).hexdigest(),
+                **_benchmark_fields(
+                    snapshot,
+                    item.kind,
+                    item.text,
+                    parsed,
+                    report.source,
+                    report.uploaded_by,
+                    report.captured_at,
+                    report.topology,
+                ),
+            )
+            for item, parsed in zip(report.benchmarks, report.parsed_benchmarks, strict=True)
+        ],
+        ignore_conflicts=True,
+    )
 
 
 _duplicate = CompiledQuery(
@@ -272,17 +349,31 @@ FROM {Snapshot._meta.db_table} AS snapshot
 WHERE server.hostname = %s AND snapshot.server_id = server.id AND snapshot.content_sha256 = %s
 RETURNING server.id, snapshot.id, snapshot.document -> 'warnings'
 """
+# The same, marking the collector token used too (whatever the report turns out to be): one
+# statement, and one commit to wait for, instead of two.
+_DUPLICATE_MARKING_TOKEN_SQL = f"""
+WITH token AS (UPDATE {CollectorToken._meta.db_table} SET last_used_at = %s WHERE id = %s)
+{_DUPLICATE_SQL.strip()}
+"""
 
 
-def _stored_duplicate(hostname: str, digest: str) -> Ingested | None:
+def _stored_duplicate(
+    hostname: str, digest: str, token: CollectorToken | None = None
+) -> Ingested | None:
     """The stored snapshot with this content for this host (its id, server and the reader's
-    warnings, what the answer shows), found in one query, its server marked seen; None when
-    the report is new."""
+    warnings, what the answer shows), found in one query, its server marked seen, and `token`
+    marked used if it is due; None when the report is new."""
     now = timezone.now()
+    if token is not None and not needs_mark(token, now):
+        token = None
     if connection.vendor == "postgresql":
         # Found and marked seen in one statement, by the (server, content) unique index.
         with connection.cursor() as cursor:
-            cursor.execute(_DUPLICATE_SQL, [now, hostname, digest])
+            if token is None:
+                cursor.execute(_DUPLICATE_SQL, [now, hostname, digest])
+            else:
+                cursor.execute(_DUPLICATE_MARKING_TOKEN_SQL, [now, token.pk, now, hostname, digest])
+                token.last_used_at = now
             row = cursor.fetchone()
         if row is None:
             return None
@@ -290,6 +381,7 @@ def _stored_duplicate(hostname: str, digest: str) -> Ingested | None:
         if isinstance(warnings, str):
             warnings = json.loads(warnings)
     else:
+        mark_used(token)
         rows = _duplicate.rows(hostname, digest)
         if not rows:
             return None
@@ -457,8 +549,26 @@ def _store_benchmark(
     source: str,
     uploaded_by: User | None,
     captured_at: datetime,
-    topology: Topology | None = None,
 ) -> tuple[Benchmark, bool]:
+    return Benchmark.objects.get_or_create(
+        server=server,
+        content_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        defaults=_benchmark_fields(snapshot, kind, text, parsed, source, uploaded_by, captured_at),
+    )
+
+
+def _benchmark_fields(
+    snapshot: Snapshot | None,
+    kind: str,
+    text: str,
+    parsed: ParsedBenchmark,
+    source: str,
+    uploaded_by: User | None,
+    captured_at: datetime,
+    topology: Topology | None = None,
+) -> dict[str, Any]:
+    """A parsed benchmark output's row, less its server and digest: calibrated on the
+    topology it ran on."""
     if isinstance(parsed, NcclRun):
         extra: dict[str, Any] = {
             "collective": (parsed.collective or "")[:64],  # the column; the document keeps all
@@ -469,21 +579,17 @@ def _store_benchmark(
         extra = {"gpu_count": len(to_p2p(parsed).gpus) or None}
     else:
         extra = {"gpu_count": len(parsed.gpus)}
-    return Benchmark.objects.get_or_create(
-        server=server,
-        content_sha256=hashlib.sha256(text.encode()).hexdigest(),
-        defaults={
-            "calibration": calibration_document(snapshot, parsed, topology),
-            "snapshot": snapshot,
-            "kind": kind,
-            "raw_text": text,
-            "document": parsed.to_document(),
-            "source": source,
-            "uploaded_by": uploaded_by,
-            "captured_at": captured_at,
-            **extra,
-        },
-    )
+    return {
+        "calibration": calibration_document(snapshot, parsed, topology),
+        "snapshot": snapshot,
+        "kind": kind,
+        "raw_text": text,
+        "document": parsed.to_document(),
+        "source": source,
+        "uploaded_by": uploaded_by,
+        "captured_at": captured_at,
+        **extra,
+    }
 
 
 def calibration_document(
@@ -566,12 +672,14 @@ def _sku_name(server: Server, host: dict[str, Any] | None) -> str:
 _fingerprint = functools.lru_cache(maxsize=1024)(topology_fingerprint)
 
 
-def _topology_class(topology: Topology, sku_name: str, gpu_model: str) -> TopologyClass:
+def _topology_class(
+    topology: Topology, sku_name: str, gpu_model: str, document: dict[str, Any]
+) -> TopologyClass:
     topology_class, created = TopologyClass.objects.get_or_create(
         fingerprint=_fingerprint(topology),
         defaults={
             "sku_name": sku_name,
-            "document": topology.to_document(),
+            "document": document,
             "gpu_count": len(topology.gpus),
             "nic_count": len(topology.nics),
             "gpu_model": gpu_model,
