@@ -593,6 +593,8 @@ class CostModel:
         bound = min(min(out_sum.values()), min(in_sum.values()))
         full = len(key) - 1
         for r, flows in on.items():
+            if len(flows) < full:
+                continue  # neither rule below can load it (a dedicated NVLink bundle)
             # Per sender and per receiver: how many of its flows cross, the lightest weight.
             sent: dict[int, list[float]] = {}
             into: dict[int, list[float]] = {}
