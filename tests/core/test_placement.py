@@ -11,7 +11,7 @@ import pytest
 
 from tests.core import topologies as T
 from tests.core.topo_fixtures import fixture_text, glued_h200
-from topoweb.core.costs import CostModel, build_model, slowest_group_us
+from topoweb.core.costs import CostModel, build_model, slowest_group_us, solo_time_bound
 from topoweb.core.formats.topo import parse
 from topoweb.core.ledger import PRESETS, Layout, ModelShape
 from topoweb.core.placement import (
@@ -49,11 +49,13 @@ def _topo_12() -> object:
         (T.l40s_4gpu, "NVIDIA L40S", Layout(2, 1, 2), "llama-7b"),
         (T.dgx1_v100_mesh, "Tesla V100-SXM2-32GB", Layout(1, 4, 2), "llama-7b"),
         (T.pcie_only_8gpu, "NVIDIA H100 PCIe", Layout(1, 4, 2), "llama-7b"),
+        (lambda: _odd(8, 3), None, Layout(4, 2, 1), "llama-7b"),
+        (lambda: _odd(8, 6), None, Layout(4, 1, 2), "llama-7b"),
     ],
     ids=[
         "dgx1-tp4-pp2", "dgx1-tp2-pp2-dp2", "dgx1-moe-pp2-dp4-ep2", "topo_12-tp2-pp4",
         "pcie8-tp2-dp4", "pcie8-tp2-pp2-dp2", "h200-tp2-pp2-dp2", "l40s-tp2-dp2",
-        "dgx1-pp4-dp2", "pcie8-pp4-dp2",
+        "dgx1-pp4-dp2", "pcie8-pp4-dp2", "odd8-3-tp4-pp2", "odd8-6-tp4-dp2",
     ],
 )  # fmt: skip
 def test_the_exact_search_matches_brute_force_over_every_mapping(
@@ -363,3 +365,43 @@ def test_a_pipelines_first_stages_alone_never_cost_more_than_the_whole_chain(
             whole = slowest_group_us(model, "sendrecv", [chain], nbytes, True)
             for k in range(2, len(chain)):
                 assert slowest_group_us(model, "sendrecv", [chain[:k]], nbytes, True) <= whole
+
+
+@pytest.mark.parametrize(
+    ("build", "gpu", "p2p"),
+    [
+        (T.dgx1_v100_mesh, "Tesla V100-SXM2-32GB", "auto"),
+        (T.pcie_only_8gpu, "NVIDIA H100 PCIe", "on"),
+        (T.pcie_only_8gpu, "NVIDIA H100 PCIe", "off"),
+        (T.pcie_nv4_pairs_16gpu, None, "auto"),
+        (T.h200_nv18_12nic, "NVIDIA H200", "auto"),
+        (lambda: _odd(8, 3), None, "auto"),
+        (lambda: _odd(7, 9), None, "auto"),
+        (T.gtx1070_7gpu, None, "auto"),
+    ],
+    ids=["dgx1", "pcie8-p2p", "pcie8-no-p2p", "pcie16-nv4", "h200", "odd8", "odd7", "gtx1070"],
+)
+def test_the_bound_that_skips_a_ring_search_never_exceeds_the_priced_time(
+    build: object, gpu: str | None, p2p: str
+) -> None:
+    # The search cuts a branch on solo_time_bound before pricing its groups: sound only if it
+    # is never above the group's priced time alone (itself never above its time in company).
+    model = build_model(build(), gpu, p2p=p2p)  # type: ignore[operator, arg-type]
+    gpus = sorted(model.gpu_ids)
+    rng = random.Random(7)
+    groups = [c for k in (2, 3, 4) for c in itertools.combinations(gpus, k)]
+    groups += [tuple(rng.sample(gpus, rng.randrange(5, len(gpus) + 1))) for _ in range(40)]
+    if len(gpus) > 8:
+        groups = rng.sample(groups, 300)
+    tight = 0
+    for group in groups:
+        assert model.ring_rate_bound(group) >= model.solo_rate(
+            model.group_load("all_reduce", group)
+        ).gbps * (1 - 1e-12)
+        for coll in ("all_reduce", "reduce_scatter", "all_gather"):
+            for nbytes in (1 << 10, 1 << 20, 1 << 28):
+                bound = solo_time_bound(model, coll, group, nbytes)
+                priced = slowest_group_us(model, coll, [group], nbytes)
+                assert 0 < bound <= priced, (group, coll, nbytes)
+                tight += bound >= priced * (1 - 1e-6)
+    assert tight  # the bound is not vacuous: somewhere it meets the priced time

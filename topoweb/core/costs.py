@@ -251,6 +251,8 @@ class CostModel:
         self._all_pairs: dict[tuple[int, ...], Rate] = {}  # see all_pairs_rate
         # Per local GPU set: ring order, solo ring rate, open-chain rate, all hops NVLink.
         self._solo_shapes: dict[tuple[int, ...], tuple[tuple[int, ...], Rate, Rate, bool]] = {}
+        self._rate_bounds: dict[tuple[int, ...], float] = {}  # see ring_rate_bound
+        self._pair_loads: dict[Flow, list[tuple[int, float]]] = {}  # see _pair_load
 
     # --- construction ----------------------------------------------------------------------
 
@@ -561,6 +563,59 @@ class CostModel:
             out = max(out, a)
         return out
 
+    def ring_rate_bound(self, gpus: Sequence[int]) -> float:
+        """An upper bound of the solo rate of any rings over `gpus` (every channel mix NCCL
+        could build), from the O(p^2) routes of its pairs, without a ring search. Each ring of
+        a mix visits every GPU once and the mix's shares sum to 1, so (1) a GPU's out-flows
+        carry shares summing to 1, each at most its pair's solo rate: the rate is at most the
+        sum of a GPU's pair rates out (or in); (2) a resource carries at least, from each
+        GPU, its lightest out-flow's weight on it (or into each GPU, its lightest in-flow's),
+        and, where every flow from the GPUs sending over it to the others crosses it, the
+        lightest such weight (a ring leaves a set of GPUs at least once): the rate is at most
+        its capacity over that load."""
+        key = tuple(sorted(gpus))
+        got = self._rate_bounds.get(key)
+        if got is not None:
+            return got
+        caps = self._caps
+        pair_rate = self._pair_rate
+        out_sum = dict.fromkeys(key, 0.0)
+        in_sum = dict.fromkeys(key, 0.0)
+        on: dict[int, list[tuple[int, int, float]]] = {}  # resource -> flows crossing it
+        for a in key:
+            for b in key:
+                if a != b:
+                    x = pair_rate(a, b)
+                    out_sum[a] += x
+                    in_sum[b] += x
+                    for r, w in self._pair_load(a, b):
+                        on.setdefault(r, []).append((a, b, w))
+        bound = min(min(out_sum.values()), min(in_sum.values()))
+        full = len(key) - 1
+        for r, flows in on.items():
+            if len(flows) < full:
+                continue  # neither rule below can load it (a dedicated NVLink bundle)
+            # Per sender and per receiver: how many of its flows cross, the lightest weight.
+            sent: dict[int, list[float]] = {}
+            into: dict[int, list[float]] = {}
+            for a, b, w in flows:
+                sent.setdefault(a, []).append(w)
+                into.setdefault(b, []).append(w)
+            least = max(
+                sum(min(ws) for ws in sent.values() if len(ws) == full),
+                sum(min(ws) for ws in into.values() if len(ws) == full),
+            )
+            for inside, end in ((sent, 1), (into, 0)):
+                k = len(inside)
+                if k <= full:  # some GPU outside: a ring leaves (enters) `inside` at least once
+                    cross = [f[2] for f in flows if f[end] not in inside]
+                    if len(cross) == k * (full + 1 - k):
+                        least = max(least, min(cross))
+            if least > 0:
+                bound = min(bound, caps[r] / least)
+        self._rate_bounds[key] = bound
+        return bound
+
     # --- ring search -----------------------------------------------------------------------
 
     def ring_channels(self, gpus: Sequence[int]) -> tuple[tuple[tuple[int, ...], float], ...]:
@@ -636,6 +691,14 @@ class CostModel:
                 channels.append((back, got.gbps))
         total = sum(x for _, x in channels)
         return tuple((o, x / total) for o, x in channels)
+
+    def _pair_load(self, a: int, b: int) -> list[tuple[int, float]]:
+        """The resources one GPU pair's flow crosses, each with its summed weight (cached)."""
+        f = (a, b)
+        got = self._pair_loads.get(f)
+        if got is None:
+            got = self._pair_loads[f] = list(self.load([(f, 1.0)]).items())
+        return got
 
     def _pair_rate(self, a: int, b: int) -> float:
         """Solo rate of one GPU pair (computed once per model)."""
@@ -1622,6 +1685,65 @@ def _group_variants(
     if _calibrated_class(model, key):
         return [_calibrated_ring(model, collective, tuple(sorted(key)), nbytes, rate)]
     return _nccl_variants(model, collective, key, nbytes, rate)
+
+
+# Relative margin on a bound's rate: it is computed in another order than the priced rate,
+# so the two could differ in the last bits where the bound is tight (an NVLink mesh).
+BOUND_MARGIN = 1e-9
+
+
+def solo_time_bound(model: CostModel, collective: str, gpus: Sequence[int], nbytes: int) -> float:
+    """A lower bound of `slowest_group_us(model, collective, [gpus], nbytes)` (the group
+    alone, hence of its time beside others too) that needs no ring search: NCCL's formulas
+    of `_nccl_variants` with the ring rate replaced by `ring_rate_bound` (no lower), every
+    latency row the ring could pay (no higher), and the NVLS time, which does not depend on
+    the ring. 0.0 where this derives nothing (other collectives, calibrated classes, jobs
+    over several nodes)."""
+    key = tuple(sorted(gpus))
+    p = len(key)
+    if (
+        p < 2
+        or model.nodes > 1
+        or model.calibration.scale
+        or collective not in ("all_reduce", "reduce_scatter", "all_gather")
+    ):
+        return 0.0
+    gen = model.hardware.generation
+    bus_max = model.ring_rate_bound(key) * (1 + BOUND_MARGIN)
+    nvlink = [model.hop_class((a, b)) == "nvlink" for a in key for b in key if a != b]
+    hops = ["nvlink"] if all(nvlink) else (["pcie"] if not any(nvlink) else ["nvlink", "pcie"])
+    ll128_ok = "nvlink" in hops and not gen.name.startswith(("Kepler", "Maxwell", "Pascal"))
+    ll_max = _ll_max(model, 1)
+    steps = _nsteps(collective, p)
+    best = math.inf
+    for i, proto in enumerate(PROTOCOLS):
+        if proto == "LL128" and not ll128_ok:
+            continue
+        busbw = {"LL": min(ll_max, 0.5 * bus_max), "LL128": 0.92 * bus_max, "Simple": bus_max}
+        algbw = busbw[proto] * p / steps
+        for hop in hops:
+            lat = BASE_LATENCY_US["ring"][i] + steps * HOP_LATENCY_US[hop]["ring"][i]
+            best = min(best, lat + _us(nbytes, algbw))
+    if collective == "all_reduce" and p > 2:
+        log_size = int(math.log2(nbytes >> 6)) if nbytes >= 64 else -1
+        bus = 0.92 * bus_max
+        for i, proto in enumerate(PROTOCOLS):
+            if proto == "LL128" and not ll128_ok:
+                continue
+            busbw_t = {"LL": min(bus / 3.8, ll_max), "LL128": bus * (7 / 9), "Simple": bus}
+            algbw = 0.5 * busbw_t[proto]
+            if 0 <= log_size < len(TREE_CORRECTION[proto]):
+                algbw *= TREE_CORRECTION[proto][log_size]
+            for hop in hops:
+                lat = BASE_LATENCY_US["tree"][i] + 2 * (
+                    (p - 1) * HOP_LATENCY_US[hop]["tree"][i] + 0.0
+                )
+                best = min(best, lat + _us(nbytes, algbw))
+    alone = _Shape([key], key, Rate(math.inf, -1), Rate(math.inf, -1), True, math.inf, -1)
+    nvls = _nvls_variant(model, collective, key, nbytes, alone, None, 0.0)
+    if nvls is not None:
+        best = min(best, nvls.time_us)
+    return best
 
 
 def slowest_group_us(

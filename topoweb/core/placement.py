@@ -13,7 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from topoweb.core.costs import CostModel, collective_cost, slowest_group_us, with_options
+from topoweb.core.costs import (
+    CostModel,
+    collective_cost,
+    slowest_group_us,
+    solo_time_bound,
+    with_options,
+)
 from topoweb.core.ledger import PRESETS, Layout, LedgerEntry, ModelShape, price
 from topoweb.core.model import Device, link_class_rank
 from topoweb.core.steptime import (
@@ -148,6 +154,36 @@ class StepCost:
                 t = self.memo.get(class_key)
             if t is None:
                 t = slowest_group_us(self.model, collective, [group], nbytes, chain)
+                if class_key is not None:
+                    self.memo[class_key] = t
+            self.memo[memo_key] = t
+        return t
+
+    def solo_bound_us(
+        self, dimension: str, collective: str, nbytes: int, group: tuple[int, ...]
+    ) -> float:
+        """A lower bound of `solo_us` without a ring search (costs.solo_time_bound), where
+        that search is dear: groups of 4 GPUs or more with an NVLink pair, whose rings are
+        searched again and again to pack NVLink capacity. 0.0 elsewhere: a group of up to 3
+        GPUs is its own ring, a PCIe group's ring is one quick search (pricing costs about
+        what bounding would), and pipeline chains need no ring."""
+        if len(group) < 4 or dimension == "pp":
+            return 0.0
+        memo_key = ("bound", collective, nbytes, frozenset(group))
+        t = self.memo.get(memo_key)
+        if t is None and not any(
+            self.model.hop_class((a, b)) == "nvlink" for a in group for b in group if a != b
+        ):
+            t = self.memo[memo_key] = 0.0
+        if t is None:
+            # Per class, as `solo_us` prices it: the class's representative bounds the time
+            # the search will use for this group.
+            class_key: Any = None
+            if self.symmetric:
+                class_key = ("~bound", collective, nbytes, symmetry(self.model).set_key(group))
+                t = self.memo.get(class_key)
+            if t is None:
+                t = solo_time_bound(self.model, collective, group, nbytes)
                 if class_key is not None:
                     self.memo[class_key] = t
             self.memo[memo_key] = t
@@ -470,6 +506,9 @@ def _exact(
     def solo(d: str, group: tuple[int, ...]) -> float:
         return sum(k * objective.solo_us(d, c, b, group) for c, b, k in wanted[d])
 
+    def solo_bound(d: str, group: tuple[int, ...]) -> float:
+        return sum(k * objective.solo_bound_us(d, c, b, group) for c, b, k in wanted[d])
+
     def contended(d: str, mapping: Sequence[int]) -> float:
         gs = [tuple(mapping[p] for p in grp) for grp in positions[d]]
         key = _key(d, gs)
@@ -543,6 +582,16 @@ def _exact(
                     if t > here[s]:
                         here[s] = t
             if groups_at[r]:
+                # Bounds that need no ring search first: a branch they cut is never priced
+                # (kept apart from `here`, so what the search sums stays the priced times).
+                probe = here[:]
+                for s, d, grp in groups_at[r]:
+                    t = solo_bound(d, tuple(mapping[p] for p in grp))
+                    if t > probe[s]:
+                        probe[s] = t
+                if total(probe[0] + probe[1] + probe[3], probe[2]) >= best_us * (1 - 1e-9):
+                    mapping.pop()
+                    continue
                 here = here[:]
                 for s, d, grp in groups_at[r]:
                     t = solo(d, tuple(mapping[p] for p in grp))
