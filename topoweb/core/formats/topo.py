@@ -64,6 +64,9 @@ _piece_cache: dict[str, tuple[tuple[str, ...], str]] = {}
 # position, which real rows rarely need.
 _Found = tuple[int, int, str]
 _single_cell: dict[str, str] = {}  # tokens that are exactly one cell -> canonical class
+_cell_of = _single_cell.__getitem__
+# First letters of the link classes: a token starting otherwise holds no cell.
+_CELL_INITIALS = frozenset("NSPX")
 _PIECE_CACHE_LIMIT = 4096
 
 
@@ -73,7 +76,7 @@ class _Column:
     start: int  # column of the label in the tab-expanded header
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen __init__ sets each field through object.__setattr__
 class _Row:
     label: str
     line: int  # 1-based
@@ -180,6 +183,7 @@ def _read_rows(
 ) -> tuple[list[_Row], int, list[str]]:
     """Rows under the header until the header's devices are all used; the index after them."""
     labels: list[str] = []
+    row_tokens: list[list[str]] = []
     offset = 0
     index = header_index + 1
     while offset < len(blob) and index < len(lines):
@@ -187,6 +191,7 @@ def _read_rows(
         if not tokens or not blob.startswith(tokens[0], offset):
             break
         labels.append(tokens[0])
+        row_tokens.append(tokens)
         offset += len(tokens[0])
         index += 1
     if offset < len(blob):
@@ -205,7 +210,7 @@ def _read_rows(
     for number, label in enumerate(labels):
         line_index = header_index + 1 + number
         line = lines[line_index]
-        cells, found = _row_cells(line, label, labels, line_index + 1)
+        cells, found = _row_cells(row_tokens[number], label, labels, line_index + 1)
         values = _place_values(found, line, columns, header_start, label, line_index + 1, warnings)
         short = len(found) < len(columns) and bool(found)
         rows.append(_Row(label, line_index + 1, cells, values, short))
@@ -214,16 +219,19 @@ def _read_rows(
 
 
 def _row_cells(
-    line: str, label: str, labels: list[str], line_number: int
+    tokens: list[str], label: str, labels: list[str], line_number: int
 ) -> tuple[tuple[str, ...], list[_Found]]:
-    """The row's link cells (canonical) and the values that follow them."""
+    """The row's link cells (canonical) and the values that follow them; `tokens` is the
+    row's line split on whitespace, its label first."""
     size = len(labels)
-    tokens = line.split()
-    # Fast path, the common case: one known cell per token.
-    quick = [_single_cell.get(token) for token in tokens[1 : size + 1]]
-    if len(quick) == size and None not in quick:
-        trailing = [(n, 0, tokens[n]) for n in range(size + 1, len(tokens))]
-        return cast("tuple[str, ...]", tuple(quick)), trailing  # no None: checked above
+    # Fast path, the common case: one known cell per token (a KeyError leaves it).
+    try:
+        quick = tuple(map(_cell_of, tokens[1 : size + 1]))
+    except KeyError:
+        pass
+    else:
+        if len(quick) == size:
+            return quick, [(n, 0, tokens[n]) for n in range(size + 1, len(tokens))]
     cells: list[str] = []
     found: list[_Found] = []
     for number in range(1, len(tokens)):
@@ -304,6 +312,8 @@ def _place_values(
     """One value per header column: in order when all are there, else by position."""
     count = len(columns)
     for _, _, token in found:
+        if token[:1] not in _CELL_INITIALS:
+            continue  # an affinity value, not a link class
         pieces, rest = _split_cells(token)
         if pieces and not rest:
             raise ParseError(
@@ -318,11 +328,9 @@ def _place_values(
             f"names {count} such columns ({names})",
             line=line_number,
         )
-    values: list[str | None] = [None] * count
     if len(found) == count:
-        for i, (_, _, token) in enumerate(found):
-            values[i] = None if token in _MISSING else token
-        return tuple(values)
+        return tuple(None if token in _MISSING else token for _, _, token in found)
+    values: list[str | None] = [None] * count
     if not found:
         return tuple(values)
     # Fewer values than columns: a value belongs under the first label that starts at or
@@ -484,6 +492,16 @@ def _repair_glued_affinity(
 
 def _check_square_and_symmetric(rows: list[_Row]) -> None:
     ids = [r.label for r in rows]
+    # Whole-matrix checks first (C loops over the cells); only a matrix that fails one is
+    # walked cell by cell below, to name the first fault exactly as before.
+    matrix = [r.cells for r in rows]
+    if (
+        len(set(ids)) == len(ids)
+        and all(cells[i] == "X" for i, cells in enumerate(matrix))
+        and sum(cells.count("X") for cells in matrix) == len(matrix)
+        and list(zip(*matrix, strict=True)) == matrix
+    ):
+        return
     seen: dict[str, int] = {}
     for row in rows:
         if row.label in seen:
@@ -526,6 +544,7 @@ def _read_nic_legend(lines: list[str], start: int) -> dict[str, str]:
 
 # Links are immutable and a fleet repeats the same few matrices: one object per distinct link.
 _link = functools.lru_cache(maxsize=1 << 16)(Link)
+_device = functools.lru_cache(maxsize=1 << 16)(Device)
 
 
 def _build(
@@ -534,31 +553,42 @@ def _build(
     nic_names: dict[str, str],
     warnings: list[str],
 ) -> Topology:
-    fields = [_COLUMN_FIELDS[c.name] for c in columns]
+    # Where each field's value sits in a row's values (the last column of a repeated label).
+    at = {_COLUMN_FIELDS[c.name]: i for i, c in enumerate(columns)}
+    cpu_at, numa_at, gpu_numa_at = (
+        at.get("cpu_affinity"),
+        at.get("numa_affinity"),
+        at.get("gpu_numa_id"),
+    )
     gpus: list[tuple[int, Device]] = []
     nics: list[tuple[int, Device]] = []
     for position, row in enumerate(rows):
-        attrs = dict(zip(fields, row.values, strict=True))
-        cpu, numa, gpu_numa = (
-            attrs.get("cpu_affinity"),
-            attrs.get("numa_affinity"),
-            attrs.get("gpu_numa_id"),
-        )
+        values = row.values
+        cpu = None if cpu_at is None else values[cpu_at]
+        numa = None if numa_at is None else values[numa_at]
+        gpu_numa = None if gpu_numa_at is None else values[gpu_numa_at]
         gpu = _GPU_ID.match(row.label)
         if gpu:
-            device = Device(row.label, "gpu", int(gpu.group(1)), cpu, numa, gpu_numa)
+            device = _device(row.label, "gpu", int(gpu.group(1)), cpu, numa, gpu_numa, None)
             gpus.append((position, device))
         else:
             # `NIC<n>` needs the legend for its RDMA name; `mlx5_0` and friends are their name.
             name = nic_names.get(row.label, None if row.label.startswith("NIC") else row.label)
-            device = Device(row.label, "nic", len(nics), cpu, numa, gpu_numa, nic_name=name)
+            device = _device(row.label, "nic", len(nics), cpu, numa, gpu_numa, name)
             nics.append((position, device))
     ordered = gpus + nics
-    links = [
-        _link(a.id, b.id, rows[pa].cells[pb])
-        for n, (pa, a) in enumerate(ordered)
-        for (pb, b) in ordered[n + 1 :]
-    ]
+    ids = [d.id for _, d in ordered]
+    positions = [p for p, _ in ordered]
+    # Every pair once, in device order, as three columns for one C-level map over _link.
+    ends_a: list[str] = []
+    ends_b: list[str] = []
+    classes: list[str] = []
+    for n, a in enumerate(ids[:-1]):
+        cells = rows[positions[n]].cells
+        ends_a += [a] * (len(ids) - n - 1)
+        ends_b += ids[n + 1 :]
+        classes += map(cells.__getitem__, positions[n + 1 :])
+    links = list(map(_link, ends_a, ends_b, classes))
     try:
         return Topology(
             devices=tuple(d for _, d in ordered), links=tuple(links), warnings=tuple(warnings)
