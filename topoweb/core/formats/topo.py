@@ -65,8 +65,7 @@ _piece_cache: dict[str, tuple[tuple[str, ...], str]] = {}
 _Found = tuple[int, int, str]
 _single_cell: dict[str, str] = {}  # tokens that are exactly one cell -> canonical class
 _cell_of = _single_cell.__getitem__
-# First letters of the link classes: a token starting otherwise holds no cell.
-_CELL_INITIALS = frozenset("NSPX")
+_not_cells: set[str] = set()  # tokens seen that are not a whole run of link classes
 _PIECE_CACHE_LIMIT = 4096
 
 
@@ -171,6 +170,8 @@ def _split_cells(token: str) -> tuple[tuple[str, ...], str]:
         _piece_cache[token] = result
         if len(pieces) == 1 and pos == len(token):
             _single_cell[token] = pieces[0]
+        elif not pieces or pos < len(token):
+            _not_cells.add(token)
     return result
 
 
@@ -205,10 +206,24 @@ def _read_rows(
         )
 
     size = len(labels)
+    count = len(columns)
     warnings: list[str] = []
     rows: list[_Row] = []
     for number, label in enumerate(labels):
         line_index = header_index + 1 + number
+        # Fast path, the common row: known single cells, then one value per column, none of
+        # them link classes. What it returns is what the general path below would.
+        tokens = row_tokens[number]
+        rest = tokens[size + 1 :]
+        if len(rest) == count and _not_cells.issuperset(rest):
+            try:
+                cells = tuple(map(_cell_of, tokens[1 : size + 1]))
+            except KeyError:
+                cells = ()
+            if len(cells) == size:
+                values = tuple([None if token in _MISSING else token for token in rest])
+                rows.append(_Row(label, line_index + 1, cells, values))
+                continue
         line = lines[line_index]
         cells, found = _row_cells(row_tokens[number], label, labels, line_index + 1)
         values = _place_values(found, line, columns, header_start, label, line_index + 1, warnings)
@@ -312,8 +327,6 @@ def _place_values(
     """One value per header column: in order when all are there, else by position."""
     count = len(columns)
     for _, _, token in found:
-        if token[:1] not in _CELL_INITIALS:
-            continue  # an affinity value, not a link class
         pieces, rest = _split_cells(token)
         if pieces and not rest:
             raise ParseError(
