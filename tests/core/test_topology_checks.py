@@ -44,3 +44,12 @@ def test_a_pair_given_twice_is_refused() -> None:
 def test_duplicate_device_ids_are_refused() -> None:
     with pytest.raises(DocumentError, match="duplicate device ids"):
         Topology((*DEVICES, Device("GPU0", "gpu", 2)), GOOD)
+
+
+def test_pair_keys_kept_across_topologies_still_find_each_ones_own_links() -> None:
+    first = Topology(DEVICES, GOOD)
+    changed = (GOOD[0], Link("NIC0", "GPU0", "PHB"), GOOD[2])
+    second = Topology(DEVICES, changed)
+    assert first.link_class("GPU0", "NIC0") == "PIX"
+    assert second.link_class("GPU0", "NIC0") == "PHB"
+    assert second.link("GPU0", "NIC0") is changed[1]

@@ -593,7 +593,7 @@ def _build(
     ordered = gpus + nics
     ids = [d.id for _, d in ordered]
     positions = [p for p, _ in ordered]
-    # Every pair once, in device order, as three columns for one C-level map over _link.
+    # Every pair once, in device order, as three columns for one C-level look-up in _links.
     ends_a: list[str] = []
     ends_b: list[str] = []
     classes: list[str] = []
