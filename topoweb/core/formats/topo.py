@@ -64,6 +64,8 @@ _piece_cache: dict[str, tuple[tuple[str, ...], str]] = {}
 # position, which real rows rarely need.
 _Found = tuple[int, int, str]
 _single_cell: dict[str, str] = {}  # tokens that are exactly one cell -> canonical class
+_cell_of = _single_cell.__getitem__
+_not_cells: set[str] = set()  # tokens seen that are not a whole run of link classes
 _PIECE_CACHE_LIMIT = 4096
 
 
@@ -73,7 +75,7 @@ class _Column:
     start: int  # column of the label in the tab-expanded header
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen __init__ sets each field through object.__setattr__
 class _Row:
     label: str
     line: int  # 1-based
@@ -168,6 +170,8 @@ def _split_cells(token: str) -> tuple[tuple[str, ...], str]:
         _piece_cache[token] = result
         if len(pieces) == 1 and pos == len(token):
             _single_cell[token] = pieces[0]
+        elif not pieces or pos < len(token):
+            _not_cells.add(token)
     return result
 
 
@@ -180,6 +184,7 @@ def _read_rows(
 ) -> tuple[list[_Row], int, list[str]]:
     """Rows under the header until the header's devices are all used; the index after them."""
     labels: list[str] = []
+    row_tokens: list[list[str]] = []
     offset = 0
     index = header_index + 1
     while offset < len(blob) and index < len(lines):
@@ -187,6 +192,7 @@ def _read_rows(
         if not tokens or not blob.startswith(tokens[0], offset):
             break
         labels.append(tokens[0])
+        row_tokens.append(tokens)
         offset += len(tokens[0])
         index += 1
     if offset < len(blob):
@@ -200,12 +206,26 @@ def _read_rows(
         )
 
     size = len(labels)
+    count = len(columns)
     warnings: list[str] = []
     rows: list[_Row] = []
     for number, label in enumerate(labels):
         line_index = header_index + 1 + number
+        # Fast path, the common row: known single cells, then one value per column, none of
+        # them link classes. What it returns is what the general path below would.
+        tokens = row_tokens[number]
+        rest = tokens[size + 1 :]
+        if len(rest) == count and _not_cells.issuperset(rest):
+            try:
+                cells = tuple(map(_cell_of, tokens[1 : size + 1]))
+            except KeyError:
+                cells = ()
+            if len(cells) == size:
+                values = tuple([None if token in _MISSING else token for token in rest])
+                rows.append(_Row(label, line_index + 1, cells, values))
+                continue
         line = lines[line_index]
-        cells, found = _row_cells(line, label, labels, line_index + 1)
+        cells, found = _row_cells(row_tokens[number], label, labels, line_index + 1)
         values = _place_values(found, line, columns, header_start, label, line_index + 1, warnings)
         short = len(found) < len(columns) and bool(found)
         rows.append(_Row(label, line_index + 1, cells, values, short))
@@ -214,16 +234,19 @@ def _read_rows(
 
 
 def _row_cells(
-    line: str, label: str, labels: list[str], line_number: int
+    tokens: list[str], label: str, labels: list[str], line_number: int
 ) -> tuple[tuple[str, ...], list[_Found]]:
-    """The row's link cells (canonical) and the values that follow them."""
+    """The row's link cells (canonical) and the values that follow them; `tokens` is the
+    row's line split on whitespace, its label first."""
     size = len(labels)
-    tokens = line.split()
-    # Fast path, the common case: one known cell per token.
-    quick = [_single_cell.get(token) for token in tokens[1 : size + 1]]
-    if len(quick) == size and None not in quick:
-        trailing = [(n, 0, tokens[n]) for n in range(size + 1, len(tokens))]
-        return cast("tuple[str, ...]", tuple(quick)), trailing  # no None: checked above
+    # Fast path, the common case: one known cell per token (a KeyError leaves it).
+    try:
+        quick = tuple(map(_cell_of, tokens[1 : size + 1]))
+    except KeyError:
+        pass
+    else:
+        if len(quick) == size:
+            return quick, [(n, 0, tokens[n]) for n in range(size + 1, len(tokens))]
     cells: list[str] = []
     found: list[_Found] = []
     for number in range(1, len(tokens)):
@@ -318,11 +341,9 @@ def _place_values(
             f"names {count} such columns ({names})",
             line=line_number,
         )
-    values: list[str | None] = [None] * count
     if len(found) == count:
-        for i, (_, _, token) in enumerate(found):
-            values[i] = None if token in _MISSING else token
-        return tuple(values)
+        return tuple(None if token in _MISSING else token for _, _, token in found)
+    values: list[str | None] = [None] * count
     if not found:
         return tuple(values)
     # Fewer values than columns: a value belongs under the first label that starts at or
@@ -525,7 +546,19 @@ def _read_nic_legend(lines: list[str], start: int) -> dict[str, str]:
 
 
 # Links are immutable and a fleet repeats the same few matrices: one object per distinct link.
-_link = functools.lru_cache(maxsize=1 << 16)(Link)
+_links: dict[tuple[str, str, str], Link] = {}
+_link_of = _links.__getitem__
+_LINK_CACHE_LIMIT = 1 << 16
+_device = functools.lru_cache(maxsize=1 << 16)(Device)
+
+
+def _new_link(key: tuple[str, str, str]) -> Link:
+    link = _links.get(key)
+    if link is None:
+        link = Link(*key)
+        if len(_links) < _LINK_CACHE_LIMIT:
+            _links[key] = link
+    return link
 
 
 def _build(
@@ -534,31 +567,46 @@ def _build(
     nic_names: dict[str, str],
     warnings: list[str],
 ) -> Topology:
-    fields = [_COLUMN_FIELDS[c.name] for c in columns]
+    # Where each field's value sits in a row's values (the last column of a repeated label).
+    at = {_COLUMN_FIELDS[c.name]: i for i, c in enumerate(columns)}
+    cpu_at, numa_at, gpu_numa_at = (
+        at.get("cpu_affinity"),
+        at.get("numa_affinity"),
+        at.get("gpu_numa_id"),
+    )
     gpus: list[tuple[int, Device]] = []
     nics: list[tuple[int, Device]] = []
     for position, row in enumerate(rows):
-        attrs = dict(zip(fields, row.values, strict=True))
-        cpu, numa, gpu_numa = (
-            attrs.get("cpu_affinity"),
-            attrs.get("numa_affinity"),
-            attrs.get("gpu_numa_id"),
-        )
+        values = row.values
+        cpu = None if cpu_at is None else values[cpu_at]
+        numa = None if numa_at is None else values[numa_at]
+        gpu_numa = None if gpu_numa_at is None else values[gpu_numa_at]
         gpu = _GPU_ID.match(row.label)
         if gpu:
-            device = Device(row.label, "gpu", int(gpu.group(1)), cpu, numa, gpu_numa)
+            device = _device(row.label, "gpu", int(gpu.group(1)), cpu, numa, gpu_numa, None)
             gpus.append((position, device))
         else:
             # `NIC<n>` needs the legend for its RDMA name; `mlx5_0` and friends are their name.
             name = nic_names.get(row.label, None if row.label.startswith("NIC") else row.label)
-            device = Device(row.label, "nic", len(nics), cpu, numa, gpu_numa, nic_name=name)
+            device = _device(row.label, "nic", len(nics), cpu, numa, gpu_numa, name)
             nics.append((position, device))
     ordered = gpus + nics
-    links = [
-        _link(a.id, b.id, rows[pa].cells[pb])
-        for n, (pa, a) in enumerate(ordered)
-        for (pb, b) in ordered[n + 1 :]
-    ]
+    ids = [d.id for _, d in ordered]
+    positions = [p for p, _ in ordered]
+    # Every pair once, in device order, as three columns for one C-level look-up in _links.
+    ends_a: list[str] = []
+    ends_b: list[str] = []
+    classes: list[str] = []
+    in_order = positions == list(range(len(positions)))  # GPUs before NICs in the matrix
+    for n, a in enumerate(ids[:-1]):
+        cells = rows[positions[n]].cells
+        ends_a += [a] * (len(ids) - n - 1)
+        ends_b += ids[n + 1 :]
+        classes += cells[n + 1 :] if in_order else map(cells.__getitem__, positions[n + 1 :])
+    try:
+        links = list(map(_link_of, zip(ends_a, ends_b, classes, strict=True)))
+    except KeyError:
+        links = list(map(_new_link, zip(ends_a, ends_b, classes, strict=True)))
     try:
         return Topology(
             devices=tuple(d for _, d in ordered), links=tuple(links), warnings=tuple(warnings)
