@@ -194,26 +194,8 @@ def _reference(model: CostModel) -> Reference:
 
 
 def _odd(n: int, seed: int) -> Topology:
-    """GPUs on random sockets and switches with random NV1/NV2/NV4 bridges: few symmetries,
-    rings of unequal links."""
-    rng = random.Random(seed)
-    sock = [rng.randrange(2) for _ in range(n)]
-    switch = [rng.randrange(3) for _ in range(n)]
-    bridges = {
-        (i, j): rng.choice(["NV1", "NV2", "NV4"])
-        for i in range(n)
-        for j in range(i + 1, n)
-        if rng.random() < 0.4
-    }
-
-    def cls(i: int, j: int) -> str:
-        if (i, j) in bridges:
-            return bridges[(i, j)]
-        if sock[i] != sock[j]:
-            return "SYS"
-        return "PIX" if switch[i] == switch[j] else "PXB"
-
-    return T.from_function(n, cls, lambda i: sock[i])
+    """An asymmetric box of this file's cases (T.asymmetric_box, NVLink on 0.4 of pairs)."""
+    return T.asymmetric_box(n, seed, nvlink_share=0.4)
 
 
 def _dgx1_calibrated() -> CostModel:

@@ -261,26 +261,8 @@ def test_the_exact_search_on_some_free_gpus_matches_brute_force_over_them(
 
 
 def _odd(n: int, seed: int) -> object:
-    """An asymmetric box: GPUs on random sockets and switches, random NV1/NV2/NV4 bridges
-    (so few symmetries, and chains, sets and pairs of one model priced side by side)."""
-    rng = random.Random(seed)
-    sock = [rng.randrange(2) for _ in range(n)]
-    switch = [rng.randrange(3) for _ in range(n)]
-    bridges = {
-        (i, j): rng.choice(["NV1", "NV2", "NV4"])
-        for i in range(n)
-        for j in range(i + 1, n)
-        if rng.random() < 0.3
-    }
-
-    def cls(i: int, j: int) -> str:
-        if (i, j) in bridges:
-            return bridges[(i, j)]
-        if sock[i] != sock[j]:
-            return "SYS"
-        return "PIX" if switch[i] == switch[j] else "PXB"
-
-    return T.from_function(n, cls, lambda i: sock[i])
+    """An asymmetric box of this file's cases (T.asymmetric_box, NVLink on 0.3 of pairs)."""
+    return T.asymmetric_box(n, seed, nvlink_share=0.3)
 
 
 def _true_step_us(model: CostModel, layout: Layout, shape: ModelShape) -> Callable[..., float]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 from topoweb.core.model import Device, Link, Topology
@@ -271,3 +272,27 @@ def nvl72() -> Topology:
 def nvswitch_16gpu() -> Topology:
     """A DGX-2 style 16-GPU NVSwitch box (NV6 everywhere), four GPUs per NUMA node."""
     return from_function(16, lambda i, j: "NV6", lambda i: i // 4)
+
+
+def asymmetric_box(n: int, seed: int, nvlink_share: float) -> Topology:
+    """GPUs on random sockets and PCIe switches with random NV1/NV2/NV4 bridges between about
+    `nvlink_share` of the pairs: few symmetries, rings of unequal links (the same `seed` and
+    share give the same box)."""
+    rng = random.Random(seed)
+    sock = [rng.randrange(2) for _ in range(n)]
+    switch = [rng.randrange(3) for _ in range(n)]
+    bridges = {
+        (i, j): rng.choice(["NV1", "NV2", "NV4"])
+        for i in range(n)
+        for j in range(i + 1, n)
+        if rng.random() < nvlink_share
+    }
+
+    def cls(i: int, j: int) -> str:
+        if (i, j) in bridges:
+            return bridges[(i, j)]
+        if sock[i] != sock[j]:
+            return "SYS"
+        return "PIX" if switch[i] == switch[j] else "PXB"
+
+    return from_function(n, cls, lambda i: sock[i])
