@@ -31,9 +31,7 @@ import os
 import secrets
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.live import _free_port, gunicorn, live_server, request  # noqa: E402
+from bench.live import _free_port, gunicorn, live_server, lua_string, request  # noqa: E402
+from bench.live import wrk as run_wrk  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
 TOPOLOGIES = sorted(p for p in FIXTURES.glob("topo_*.txt"))
@@ -126,34 +125,8 @@ class Run:
         return (self.created if status == 201 else self.same) / self.seconds
 
 
-def lua_string(text: str) -> str:
-    """A Lua string literal of `text` (UTF-8): printable ASCII as is, every other byte as a
-    decimal escape, which every Lua reads the same (JSON's \\u escapes are not Lua)."""
-    out = []
-    for byte in text.encode():
-        char = chr(byte)
-        if char in '"\\' or not 32 <= byte < 127:
-            out.append(f"\\{byte:03d}")
-        else:
-            out.append(char)
-    return '"' + "".join(out) + '"'
-
-
 def wrk(url: str, script: str, seconds: int, args: argparse.Namespace) -> Run:
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as handle:
-        handle.write(script)
-    try:
-        out = subprocess.run(
-            ["wrk", "-t", str(args.threads), "-c", str(args.connections), "-s", handle.name]
-            + ["-d", f"{seconds}s", "--timeout", "10s", url],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-    finally:
-        os.unlink(handle.name)
-    line = next(x for x in out.splitlines() if x.startswith("WRK "))
-    s = json.loads(line[4:])
+    s = run_wrk(url, script, seconds, args.threads, args.connections)
     return Run(
         seconds=s["duration_us"] / 1e6,
         created=s["created"],

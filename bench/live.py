@@ -4,16 +4,19 @@ script can seed rows and create tokens."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -171,3 +174,36 @@ def _wait_until_up(probe: str) -> None:
         except OSError:
             time.sleep(0.2)
     raise SystemExit(f"{probe} did not answer within 30 s")
+
+
+def lua_string(text: str) -> str:
+    """A Lua string literal of `text` (UTF-8): printable ASCII as is, every other byte as a
+    decimal escape, which every Lua reads the same (JSON's \\u escapes are not Lua)."""
+    out = []
+    for byte in text.encode():
+        char = chr(byte)
+        if char in '"\\' or not 32 <= byte < 127:
+            out.append(f"\\{byte:03d}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def wrk(url: str, script: str, seconds: int, threads: int, connections: int) -> dict[str, Any]:
+    """Debian's wrk against `url` for `seconds` with a Lua `script` whose `done` writes one line
+    "WRK {json}": that JSON object, read back."""
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as handle:
+        handle.write(script)
+    try:
+        out = subprocess.run(
+            ["wrk", "-t", str(threads), "-c", str(connections), "-s", handle.name]
+            + ["-d", f"{seconds}s", "--timeout", "10s", url],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    finally:
+        os.unlink(handle.name)
+    line = next(x for x in out.splitlines() if x.startswith("WRK "))
+    summary: dict[str, Any] = json.loads(line[4:])
+    return summary

@@ -18,9 +18,7 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +27,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.live import _free_port, gunicorn, live_server  # noqa: E402
+from bench.live import _free_port, gunicorn, live_server, lua_string  # noqa: E402
+from bench.live import wrk as run_wrk  # noqa: E402
 
 HOST = "hgx-h200-a01"  # the demo fleet's 8-GPU + 12-NIC H200 (tests/fixtures/topo_01)
 # (label, method, path, body): the questions a scheduler asks.
@@ -71,32 +70,15 @@ class Result:
     failed: int
 
 
-def _lua_string(text: str) -> str:
-    return json.dumps(text)  # a JSON string of ASCII is a valid Lua string literal
-
-
 def drive(url: str, method: str, body: object, token: str, args: argparse.Namespace) -> Result:
     """wrk against one URL: a short warm-up, then the measured run."""
     script = LUA.format(
-        method=_lua_string(method),
-        body=_lua_string(json.dumps(body)) if body is not None else "nil",
-        authorization=_lua_string(f"Bearer {token}"),
+        method=lua_string(method),
+        body=lua_string(json.dumps(body)) if body is not None else "nil",
+        authorization=lua_string(f"Bearer {token}"),
     )
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as handle:
-        handle.write(script)
-    try:
-        base = ["wrk", "-t", str(args.threads), "-c", str(args.connections), "-s", handle.name]
-        subprocess.run([*base, "-d", f"{args.warmup}s", url], check=True, capture_output=True)
-        out = subprocess.run(
-            [*base, "-d", f"{args.duration}s", "--timeout", "10s", url],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-    finally:
-        os.unlink(handle.name)
-    line = next(x for x in out.splitlines() if x.startswith("WRK "))
-    s = json.loads(line[4:])
+    run_wrk(url, script, args.warmup, args.threads, args.connections)
+    s = run_wrk(url, script, args.duration, args.threads, args.connections)
     return Result(
         rps=s["requests"] / (s["duration_us"] / 1e6),
         p50_ms=s["p50"] / 1000,
