@@ -563,13 +563,34 @@ def test_two_odd_servers_of_a_sku_reporting_at_once_both_get_201(
     assert Snapshot.objects.filter(server__hostname__startswith="odd-").count() == 4
 
 
+def _posted_twice_at_once(hostname: str, body: dict[str, Any]) -> list[tuple[int, int]]:
+    """The same report posted by two threads at once (each with its own connection): their
+    (status, snapshot id) answers."""
+    from django.db import connections
+
+    answers: list[tuple[int, int]] = []
+
+    def send() -> None:
+        try:
+            response = post_report(collector_client_for(hostname), body)
+            answers.append((response.status_code, response.json()["id"]))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    return answers
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_same_report_twice_at_once_stores_one_snapshot_and_answers_201_then_200(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Both requests pass the "already stored?" check before either inserts; the unique
     constraint on (server, content) makes the second answer with the first one's snapshot."""
-    from django.db import connections
 
     from topoweb.fleet import services
 
@@ -584,21 +605,7 @@ def test_the_same_report_twice_at_once_stores_one_snapshot_and_answers_201_then_
         return original(*args)
 
     monkeypatch.setattr(services, "_topology_class", after_both_checked)
-    answers: list[tuple[int, int]] = []
-
-    def send() -> None:
-        try:
-            body = report("gpu-a01", H200, nvml=NVML_H200)
-            response = post_report(collector_client_for("gpu-a01"), body)
-            answers.append((response.status_code, response.json()["id"]))
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=send) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    answers = _posted_twice_at_once("gpu-a01", report("gpu-a01", H200, nvml=NVML_H200))
 
     assert sorted(status for status, _ in answers) == [200, 201]
     assert answers[0][1] == answers[1][1]
@@ -611,7 +618,6 @@ def test_a_new_hosts_first_report_twice_at_once_stores_one_server_and_one_snapsh
 ) -> None:
     """Neither request finds the server; the second's insert of it fails on the unique
     hostname, its transaction rolls back whole, and it answers with the first's snapshot."""
-    from django.db import connections
 
     from topoweb.fleet import services
 
@@ -628,20 +634,7 @@ def test_a_new_hosts_first_report_twice_at_once_stores_one_server_and_one_snapsh
         return found
 
     monkeypatch.setattr(services, "_stored_duplicate", after_both_checked)
-    answers: list[tuple[int, int]] = []
-
-    def send() -> None:
-        try:
-            response = post_report(collector_client_for("gpu-new"), report("gpu-new", H200))
-            answers.append((response.status_code, response.json()["id"]))
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=send) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    answers = _posted_twice_at_once("gpu-new", report("gpu-new", H200))
 
     assert sorted(status for status, _ in answers) == [200, 201]
     assert answers[0][1] == answers[1][1]
