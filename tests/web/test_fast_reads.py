@@ -31,6 +31,7 @@ from topoweb.api.fleet import (
     ServerSummarySerializer,
     serialized_server_detail,
 )
+from topoweb.config.api import validated
 from topoweb.config.renderers import JSONRenderer, RawJSON
 from topoweb.fleet import selectors
 from topoweb.fleet.models import ApiToken, Server, Snapshot
@@ -319,10 +320,10 @@ def test_a_question_body_validates_as_a_fresh_serializer_validates_it() -> None:
     for serializer_class, body in QUESTION_BODIES * 2:
         fresh = serializer_class(data=body)
         if fresh.is_valid():
-            assert analysis_apis._validated(serializer_class, body) == fresh.validated_data
+            assert validated(serializer_class, body) == fresh.validated_data
         else:
             with pytest.raises(ValidationError) as refused:
-                analysis_apis._validated(serializer_class, body)
+                validated(serializer_class, body)
             assert refused.value.detail == fresh.errors
 
 

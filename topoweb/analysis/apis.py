@@ -4,8 +4,7 @@ selector, and shapes the answer; the POSTs are questions, not writes."""
 
 from __future__ import annotations
 
-import functools
-from typing import Any, TypeVar
+from typing import Any
 
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
@@ -27,6 +26,7 @@ from topoweb.config.api import (
     ErrorSerializer,
     QueryThrottle,
     hostname_field,
+    validated,
 )
 from topoweb.config.parsers import JSONParser
 from topoweb.config.permissions import CanQuery
@@ -47,30 +47,6 @@ QUERY_ERRORS = {
     ),
     429: ERRORS[429],
 }
-
-
-S = TypeVar("S", bound=serializers.Serializer)
-
-
-@functools.cache
-def _reader(serializer_class: type[S]) -> S:
-    return serializer_class()
-
-
-def _validated(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
-    """The body as `serializer_class(data=data).is_valid()` validates it. DRF deep-copies every
-    declared field each time a serializer is made (most of half a millisecond for these bodies),
-    so one instance per class, made once, validates each valid body: validation keeps no state
-    on it. A body it refuses goes through a fresh serializer, which words the 400 as always."""
-    try:
-        valid: dict[str, Any] = _reader(serializer_class).run_validation(data)
-        return valid
-    except serializers.ValidationError:
-        pass
-    checked = serializer_class(data=data)
-    checked.is_valid(raise_exception=True)
-    valid = checked.validated_data
-    return valid
 
 
 class InvalidQuery(exceptions.APIException):
@@ -153,7 +129,7 @@ class CostApi(APIView):
         responses={200: CostDocumentSerializer, **QUERY_ERRORS},
     )
     def post(self, request: Request, hostname: str) -> Response:
-        q = _validated(self.CostInputSerializer, request.data)
+        q = validated(self.CostInputSerializer, request.data)
         server = selectors.server_for_questions(hostname)
         doc = _answer(
             selectors.cost_of,
@@ -295,7 +271,7 @@ class PlacementApi(APIView):
         responses={200: PlacementDocumentSerializer, **QUERY_ERRORS},
     )
     def post(self, request: Request, hostname: str) -> HttpResponse:
-        q = _validated(self.PlacementInputSerializer, request.data)
+        q = validated(self.PlacementInputSerializer, request.data)
         server = selectors.server_for_questions(hostname)
         layout = _answer(Layout, q["tp"], q["pp"], q["dp"], q["ep"])
         shape = _answer(selectors.resolve_shape, q.get("model"), _overrides(q))
@@ -345,7 +321,7 @@ class RecommendationApi(APIView):
         responses={200: RecommendationSerializer, **QUERY_ERRORS},
     )
     def post(self, request: Request, hostname: str) -> Response:
-        q = _validated(self.RecommendationInputSerializer, request.data)
+        q = validated(self.RecommendationInputSerializer, request.data)
         server = server_by_hostname(hostname)
         shape = _answer(selectors.resolve_shape, q.get("model"), _overrides(q))
         doc = _answer(selectors.recommendation_for, server, q.get("free"), shape, q["zero"])
@@ -434,7 +410,7 @@ class SelectApi(APIView):
         responses={200: SelectionResultSerializer, **QUERY_ERRORS},
     )
     def post(self, request: Request) -> HttpResponse:
-        q = _validated(self.SelectInputSerializer, request.data)
+        q = validated(self.SelectInputSerializer, request.data)
         wanted = _wanted(q)
         body = _answer(selectors.selection, q["k"], wanted, q["collective"], _selection_json)
         return _json_response(body)
@@ -497,7 +473,7 @@ class JobApi(APIView):
         responses={200: JobResultSerializer, **QUERY_ERRORS},
     )
     def post(self, request: Request) -> Response:
-        q = _validated(self.JobInputSerializer, request.data)
+        q = validated(self.JobInputSerializer, request.data)
         wanted = _wanted(q)
         layout = _answer(Layout, q["tp"], q["pp"], q["dp"], q["ep"]) if "tp" in q else None
         shape = _answer(selectors.resolve_shape, q.get("model"))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import threading
 from datetime import datetime, tzinfo
 from typing import Any, cast
 
@@ -37,6 +36,7 @@ from topoweb.config.api import (
     PayloadTooLarge,
     WindowCountPagination,
     hostname_field,
+    validated,
     window_page,
 )
 from topoweb.config.compiled import CompiledQuery
@@ -177,26 +177,6 @@ class ReportInputSerializer(serializers.Serializer):
         return value
 
 
-# Each request building its own serializer deep-copies a dozen fields (more CPU than checking a
-# report). A report is checked by one serializer kept per thread; the first complaint sends the
-# request to a fresh serializer, which gives DRF's errors exactly as it always has.
-_kept = threading.local()
-
-
-def _valid_report(data: Any) -> dict[str, Any]:
-    """The report's fields as ReportInputSerializer validates them; its 400 when invalid."""
-    kept = getattr(_kept, "report", None)
-    if kept is None:
-        kept = _kept.report = ReportInputSerializer()
-    try:
-        return dict(kept.run_validation(data))
-    except serializers.ValidationError:
-        pass
-    fresh = ReportInputSerializer(data=data)
-    fresh.is_valid(raise_exception=True)
-    return dict(fresh.validated_data)
-
-
 class IngestedSerializer(serializers.Serializer):
     id = serializers.IntegerField(help_text="The snapshot's id (the benchmark's for one)")
     kind = serializers.CharField()
@@ -254,7 +234,7 @@ class ReportApi(_CountedIngest):
     )
     def post(self, request: Request) -> Response:
         _check_size(request)
-        payload = _valid_report(request.data)
+        payload = validated(ReportInputSerializer, request.data)
         token = request.auth
         assert isinstance(token, CollectorToken)
         if token.hostname != payload["hostname"]:
