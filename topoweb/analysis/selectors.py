@@ -246,23 +246,40 @@ def server_cost_model(server: Server) -> CostModel:
 
 # --- answers computed once ------------------------------------------------------------------
 
+
+class KeptAnswers:
+    """Answers that depend only on their key, computed on the first ask and kept in this
+    process, at most `size` of them, least recently used first out. A computation that raises
+    keeps nothing."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._kept: OrderedDict[Hashable, Any] = OrderedDict()
+
+    def get(self, key: Hashable, compute: Callable[[], T]) -> T:
+        try:
+            self._kept.move_to_end(key)
+            return cast(T, self._kept[key])
+        except KeyError:
+            pass
+        answer = compute()
+        self._kept[key] = answer
+        if len(self._kept) > self.size:
+            self._kept.popitem(last=False)
+        return answer
+
+    def clear(self) -> None:
+        self._kept.clear()
+
+
 ANSWER_CACHE_SIZE = 1024
-_answers: OrderedDict[Hashable, Any] = OrderedDict()
+_answers = KeptAnswers(ANSWER_CACHE_SIZE)
 
 
 def answer_once(key: Hashable, compute: Callable[[], T]) -> T:
     """The answer to a question that depends only on `key` (a model key and the question),
-    computed on the first ask and kept, least recently used first out, in this process."""
-    try:
-        _answers.move_to_end(key)
-        return cast(T, _answers[key])
-    except KeyError:
-        pass
-    answer = compute()
-    _answers[key] = answer
-    if len(_answers) > ANSWER_CACHE_SIZE:
-        _answers.popitem(last=False)
-    return answer
+    computed on the first ask and kept (KeptAnswers) in this process."""
+    return _answers.get(key, compute)
 
 
 def _as_is(doc: dict[str, Any]) -> Any:

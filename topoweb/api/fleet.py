@@ -520,21 +520,16 @@ def _paginated(
 
 # ServerFilterSerializer's validated data by query string: a function of the string alone
 # (fixed choices and bounds), so kept per process; an invalid string raises each time.
-_FILTERS: dict[str, dict[str, Any]] = {}
-_FILTERS_SIZE = 1024
+_FILTERS = analysis_selectors.KeptAnswers(1024)
 
 
 def _list_filters(request: Request) -> dict[str, Any]:
-    query = str(request.META.get("QUERY_STRING", ""))
-    wanted = _FILTERS.get(query)
-    if wanted is None:
+    def validate() -> dict[str, Any]:
         params = ServerFilterSerializer(data=request.query_params)
         params.is_valid(raise_exception=True)
-        wanted = dict(params.validated_data)
-        if len(_FILTERS) >= _FILTERS_SIZE:
-            _FILTERS.pop(next(iter(_FILTERS)))
-        _FILTERS[query] = wanted
-    return dict(wanted)
+        return dict(params.validated_data)
+
+    return dict(_FILTERS.get(str(request.META.get("QUERY_STRING", "")), validate))
 
 
 _HEALTH_FILTERS = ("health", "finding", "severity", "no_critical")
@@ -556,8 +551,7 @@ def _summaries(wanted: dict[str, Any]) -> QuerySet[Server, dict[str, Any]]:
 # the same few questions, and building and compiling the ORM query cost it more than the
 # database answering. Filters read as text patterns (sku, gpu_model, search: Django escapes
 # them for LIKE, per database) keep the list built per request.
-_LIST_QUERIES: dict[tuple[Any, ...], CompiledQuery] = {}
-_LIST_QUERIES_SIZE = 256
+_LIST_QUERIES = analysis_selectors.KeptAnswers(256)
 _LIST_VALUES = {"gpu_count": int, "finding": str, "severity": str}
 _LIST_PATTERNS = ("sku", "gpu_model", "search")
 
@@ -573,19 +567,16 @@ def _summary_rows(wanted: dict[str, Any]) -> QuerySet[Server, dict[str, Any]] | 
 
     def window(bottom: int, top: int) -> list[dict[str, Any]]:
         key = (tuple(given), shape, bottom, top)
-        query = _LIST_QUERIES.get(key)
-        if query is None:
 
-            def build(*markers: Any) -> QuerySet[Server, dict[str, Any]]:
-                return window_page(
-                    _summaries(dict(shape) | dict(zip(given, markers, strict=True))), bottom, top
-                )
-
-            if len(_LIST_QUERIES) >= _LIST_QUERIES_SIZE:
-                _LIST_QUERIES.pop(next(iter(_LIST_QUERIES)))
-            query = _LIST_QUERIES[key] = CompiledQuery(
-                build, kinds=tuple(_LIST_VALUES[name] for name in given)
+        def build(*markers: Any) -> QuerySet[Server, dict[str, Any]]:
+            return window_page(
+                _summaries(dict(shape) | dict(zip(given, markers, strict=True))), bottom, top
             )
+
+        query = _LIST_QUERIES.get(
+            key,
+            lambda: CompiledQuery(build, kinds=tuple(_LIST_VALUES[name] for name in given)),
+        )
         return query.dicts(*values)
 
     return CompiledPages(window, lambda: _summaries(wanted))
@@ -695,31 +686,33 @@ def _analysis_json(
     answer) and then served as the stored JSON text."""
     if analysis_id is None:
         return None
-    key = (analysis_id, updated_at, content_sha256)
-    text = _ANALYSIS_TEXT.get(key)
-    if text is None:
-        analysis = analysis_selectors.current_analysis(topology_class_id)
-        if analysis is None:  # deleted since
-            return None
-        data = dict(AnalysisSerializer(analysis).data)
-        if data.get("result") and content_sha256 is not None and document_text is not None:
-            # Stored in the class's canonical GPU order: served in this server's own, read from
-            # the snapshot's content and topology (a carrier of the two, never saved).
-            snapshot = Snapshot(content_sha256=content_sha256, document=json.loads(document_text))
-            data["result"] = analysis_selectors.analysis_result_for(
-                Server(latest_snapshot=snapshot), data["result"]
-            )
-        text = dumps(data).decode()
-        if len(_ANALYSIS_TEXT) >= _ANALYSIS_TEXT_SIZE:
-            _ANALYSIS_TEXT.pop(next(iter(_ANALYSIS_TEXT)))
-        _ANALYSIS_TEXT[key] = text
-    return RawJSON(text)
+    text = _ANALYSIS_TEXT.get(
+        (analysis_id, updated_at, content_sha256),
+        lambda: _analysis_text(topology_class_id, content_sha256, document_text),
+    )
+    return None if text is None else RawJSON(text)
+
+
+def _analysis_text(
+    topology_class_id: int | None, content_sha256: str | None, document_text: str | None
+) -> str | None:
+    analysis = analysis_selectors.current_analysis(topology_class_id)
+    if analysis is None:  # deleted since: its key (id, last update) is never read again
+        return None
+    data = dict(AnalysisSerializer(analysis).data)
+    if data.get("result") and content_sha256 is not None and document_text is not None:
+        # Stored in the class's canonical GPU order: served in this server's own, read from
+        # the snapshot's content and topology (a carrier of the two, never saved).
+        snapshot = Snapshot(content_sha256=content_sha256, document=json.loads(document_text))
+        data["result"] = analysis_selectors.analysis_result_for(
+            Server(latest_snapshot=snapshot), data["result"]
+        )
+    return dumps(data).decode()
 
 
 # Per process: (analysis id, its last update, the snapshot content) -> the answer's JSON text.
 # The update time changes with every write to the analysis, so a stale entry is never served.
-_ANALYSIS_TEXT: dict[tuple[Any, ...], str] = {}
-_ANALYSIS_TEXT_SIZE = 512
+_ANALYSIS_TEXT = analysis_selectors.KeptAnswers(512)
 
 
 def _current_analysis_key() -> dict[str, Any]:
