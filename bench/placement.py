@@ -27,17 +27,6 @@ from topoweb.core.ledger import PRESETS, Layout  # noqa: E402
 from topoweb.core.placement import place, recommend  # noqa: E402
 from topoweb.core.steptime import gpu_spec  # noqa: E402
 
-
-def _pcie_72() -> object:
-    """72 PCIe GPUs: 9 sockets... no such server exists; 8 switches of 9 under 2 sockets is
-    the shape of the largest PCIe boxes scaled up, to time the search, not to advise."""
-    return T.from_function(
-        72,
-        lambda i, j: "SYS" if i // 36 != j // 36 else ("PIX" if i // 9 == j // 9 else "PXB"),
-        lambda i: i // 36,
-    )
-
-
 CASES: list[tuple[str, Callable[[], object], str | None, Layout]] = [
     ("8 GPU NVSwitch H200, TP2 PP2 DP2", T.h200_nv18_12nic, "NVIDIA H200", Layout(2, 2, 2)),
     ("8 GPU DGX-1 mesh, TP4 PP2", T.dgx1_v100_mesh, "Tesla V100-SXM2-32GB", Layout(4, 2, 1)),
@@ -46,7 +35,7 @@ CASES: list[tuple[str, Callable[[], object], str | None, Layout]] = [
     ("16 GPU PCIe + NV4 pairs, TP2 PP2 DP4", T.pcie_nv4_pairs_16gpu, None, Layout(2, 2, 4)),
     ("16 GPU NVSwitch (NV6), TP8 DP2", T.nvswitch_16gpu, "Tesla V100-SXM3-32GB", Layout(8, 1, 2)),
     ("72 GPU NVL72, TP8 PP9", T.nvl72, "NVIDIA GB200", Layout(8, 9, 1)),
-    ("72 GPU PCIe (synthetic), TP2 PP4 DP9", _pcie_72, "NVIDIA L40S", Layout(2, 4, 9)),
+    ("72 GPU PCIe (synthetic), TP2 PP4 DP9", T.pcie_72gpu, "NVIDIA L40S", Layout(2, 4, 9)),
 ]
 
 

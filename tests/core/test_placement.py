@@ -11,6 +11,7 @@ import pytest
 
 from tests.core import topologies as T
 from tests.core.topo_fixtures import fixture_text, glued_h200
+from topoweb.core import placement
 from topoweb.core.costs import CostModel, build_model, slowest_group_us, solo_time_bound
 from topoweb.core.formats.topo import parse
 from topoweb.core.ledger import PRESETS, Layout, ModelShape
@@ -112,6 +113,40 @@ def test_larger_servers_are_searched_fast_and_never_worse_than_naive() -> None:
         result = place(model, layout, time_budget_s=0.3)
         assert time.perf_counter() - start < 1.0
         assert result.step_us <= result.naive_step_us
+
+
+def test_each_nesting_of_the_dimensions_packs_its_groups_along_the_hierarchy() -> None:
+    model = build_model(T.pcie_only_8gpu(), "NVIDIA H100 PCIe")
+    gpus = sorted(model.gpu_ids)
+    order = placement._hierarchy_order(model, gpus)
+    layout = Layout(2, 2, 2)
+    starts = placement._nested_orders(model, gpus, layout)
+    assert len(starts) == 6 and starts[0] == tuple(order)  # Megatron's order along it first
+    innermost = set()
+    for mapping in starts:
+        assert sorted(mapping) == gpus
+        groups = rank_groups(mapping, layout)
+        for dim in ("tp", "dp", "pp"):
+            spans = [sorted(order.index(g) for g in grp) for grp in groups[dim]]
+            if all(s == list(range(s[0], s[0] + len(s))) for s in spans):
+                innermost.add(dim)  # every group of it is a run of the hierarchy order
+    assert innermost == {"tp", "dp", "pp"}
+
+
+def test_a_72_gpu_pcie_tree_is_searched_from_the_fastest_nesting() -> None:
+    # Two sockets of four 9-GPU switches, TP2 PP4 DP9: Megatron's order along the hierarchy
+    # sends every pipeline across the sockets; a TP x PP block under each switch is faster.
+    # No single swap lowers the slowest group of a dimension there, so the local search
+    # alone stays where it starts: only the start can reach the faster layout.
+    model = build_model(T.pcie_72gpu(), "NVIDIA L40S")
+    layout = Layout(2, 4, 9)
+    result = place(model, layout)
+    cost = StepCost(build_model(T.pcie_72gpu(), "NVIDIA L40S"), layout)
+    starts = [cost(m) for m in placement._nested_orders(model, sorted(model.gpu_ids), layout)]
+    assert result.search.startswith("local search")
+    assert min(starts) < 0.95 * starts[0]
+    assert result.step_us <= min(starts) * (1 + 1e-9)
+    assert cost(result.mapping) == pytest.approx(result.step_us)
 
 
 def test_an_impossible_job_is_refused_with_the_arithmetic() -> None:
@@ -223,7 +258,7 @@ def test_a_job_no_server_can_hold_spans_the_fewest_servers_on_one_rail_group_fir
 def test_on_16_gpus_pruning_by_server_symmetry_finds_what_the_plain_search_finds(
     layout: Layout, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from topoweb.core import placement, symmetry
+    from topoweb.core import symmetry
 
     model = build_model(T.pcie_nv4_pairs_16gpu())
     result = place(model, layout, time_budget_s=30)

@@ -269,6 +269,16 @@ def nvl72() -> Topology:
     return from_function(72, lambda i, j: "NV18", lambda i: i // 2)
 
 
+def pcie_72gpu() -> Topology:
+    """72 PCIe GPUs: 8 switches of 9 under 2 sockets (no such server exists; the shape of the
+    largest PCIe boxes scaled up, to time and test the search on a 72-GPU tree, not to advise)."""
+    return from_function(
+        72,
+        lambda i, j: "SYS" if i // 36 != j // 36 else ("PIX" if i // 9 == j // 9 else "PXB"),
+        lambda i: i // 36,
+    )
+
+
 def nvswitch_16gpu() -> Topology:
     """A DGX-2 style 16-GPU NVSwitch box (NV6 everywhere), four GPUs per NUMA node."""
     return from_function(16, lambda i, j: "NV6", lambda i: i // 4)
