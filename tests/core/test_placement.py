@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import time
 from collections.abc import Callable
@@ -133,20 +134,61 @@ def test_each_nesting_of_the_dimensions_packs_its_groups_along_the_hierarchy() -
     assert innermost == {"tp", "dp", "pp"}
 
 
-def test_a_72_gpu_pcie_tree_is_searched_from_the_fastest_nesting() -> None:
+def test_a_72_gpu_pcie_tree_is_placed_exactly_from_the_fastest_nesting() -> None:
     # Two sockets of four 9-GPU switches, TP2 PP4 DP9: Megatron's order along the hierarchy
     # sends every pipeline across the sockets; a TP x PP block under each switch is faster.
-    # No single swap lowers the slowest group of a dimension there, so the local search
-    # alone stays where it starts: only the start can reach the faster layout.
+    # No single swap lowers the slowest group of a dimension there, so only a start reaches
+    # it, and the bound over what crosses the sockets proves nothing beats it.
     model = build_model(T.pcie_72gpu(), "NVIDIA L40S")
     layout = Layout(2, 4, 9)
-    result = place(model, layout)
+    result = place(model, layout, time_budget_s=5)
     cost = StepCost(build_model(T.pcie_72gpu(), "NVIDIA L40S"), layout)
     starts = [cost(m) for m in placement._nested_orders(model, sorted(model.gpu_ids), layout)]
-    assert result.search.startswith("local search")
+    assert result.search.startswith("exact (no mapping can beat it")
     assert min(starts) < 0.95 * starts[0]
-    assert result.step_us <= min(starts) * (1 + 1e-9)
+    assert result.step_us == pytest.approx(min(starts))
     assert cost(result.mapping) == pytest.approx(result.step_us)
+    # TP4 PP2 DP9: the bound stays under the best start; the answer says it is not proven.
+    other = place(model, Layout(4, 2, 9), time_budget_s=5)
+    assert other.search.startswith("local search")
+
+
+def _pcie_layouts() -> list[tuple[tuple[int, int, int], Layout]]:
+    return [
+        ((2, 2, 3), Layout(2, 2, 3)),
+        ((2, 2, 3), Layout(2, 3, 2)),
+        ((2, 2, 3), Layout(2, 1, 6)),
+        ((2, 2, 4), Layout(2, 2, 4)),
+        ((2, 2, 4), Layout(4, 2, 2)),
+        ((2, 2, 4), Layout(2, 1, 8)),
+    ]
+
+
+@pytest.mark.parametrize(("tree", "layout"), _pcie_layouts())
+def test_the_cut_bound_never_proves_a_step_time_some_mapping_beats(
+    tree: tuple[int, int, int], layout: Layout
+) -> None:
+    # 2 sockets x 2 switches x 3-4 GPUs, where the branch and bound is exact: a time above the
+    # optimum must never be proven unbeatable; at the optimum the bound is often tight.
+    model = build_model(T.pcie_tree(*tree), "NVIDIA L40S")
+    best = place(model, layout, time_budget_s=60)
+    assert best.search == "exact"
+    cost = StepCost(build_model(T.pcie_tree(*tree), "NVIDIA L40S"), layout)
+    gpus = sorted(model.gpu_ids)
+    assert not placement._cut_bound_proves(cost, gpus, best.step_us * (1 + 1e-6), math.inf)
+    tight = placement._cut_bound_proves(cost, gpus, best.step_us, math.inf)
+    assert tight == (layout not in (Layout(2, 3, 2), Layout(4, 2, 2)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_on_random_two_socket_pcie_boxes_the_cut_bound_stays_under_the_optimum(seed: int) -> None:
+    model = build_model(T.asymmetric_box(8, seed, nvlink_share=0.0), "NVIDIA L40S")
+    gpus = sorted(model.gpu_ids)
+    for layout in layouts_for(PRESETS["llama-7b"], 8):
+        best = place(model, layout)
+        assert best.search.startswith("exact")
+        cost = StepCost(model, layout)
+        assert not placement._cut_bound_proves(cost, gpus, best.step_us * (1 + 1e-6), math.inf)
 
 
 def test_an_impossible_job_is_refused_with_the_arithmetic() -> None:

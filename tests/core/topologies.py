@@ -269,14 +269,25 @@ def nvl72() -> Topology:
     return from_function(72, lambda i, j: "NV18", lambda i: i // 2)
 
 
+def pcie_tree(sockets: int, switches: int, per_switch: int) -> Topology:
+    """PCIe GPUs only: `per_switch` under each PCIe switch (PIX), `switches` switches under
+    each socket (PXB), `sockets` sockets (SYS across)."""
+    socket, switch = switches * per_switch, per_switch
+    return from_function(
+        sockets * socket,
+        lambda i, j: (
+            "SYS"
+            if i // socket != j // socket
+            else ("PIX" if i // switch == j // switch else "PXB")
+        ),
+        lambda i: i // socket,
+    )
+
+
 def pcie_72gpu() -> Topology:
     """72 PCIe GPUs: 8 switches of 9 under 2 sockets (no such server exists; the shape of the
     largest PCIe boxes scaled up, to time and test the search on a 72-GPU tree, not to advise)."""
-    return from_function(
-        72,
-        lambda i, j: "SYS" if i // 36 != j // 36 else ("PIX" if i // 9 == j // 9 else "PXB"),
-        lambda i: i // 36,
-    )
+    return pcie_tree(2, 4, 9)
 
 
 def nvswitch_16gpu() -> Topology:

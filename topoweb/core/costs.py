@@ -1708,10 +1708,25 @@ def solo_time_bound(model: CostModel, collective: str, gpus: Sequence[int], nbyt
         or collective not in ("all_reduce", "reduce_scatter", "all_gather")
     ):
         return 0.0
-    gen = model.hardware.generation
     bus_max = model.ring_rate_bound(key) * (1 + BOUND_MARGIN)
     nvlink = [model.hop_class((a, b)) == "nvlink" for a in key for b in key if a != b]
     hops = ["nvlink"] if all(nvlink) else (["pcie"] if not any(nvlink) else ["nvlink", "pcie"])
+    best = ring_time_bound(model, collective, p, nbytes, bus_max, hops)
+    alone = _Shape([key], key, Rate(math.inf, -1), Rate(math.inf, -1), True, math.inf, -1)
+    nvls = _nvls_variant(model, collective, key, nbytes, alone, None, 0.0)
+    if nvls is not None:
+        best = min(best, nvls.time_us)
+    return best
+
+
+def ring_time_bound(
+    model: CostModel, collective: str, p: int, nbytes: int, bus_max: float, hops: Sequence[str]
+) -> float:
+    """A lower bound of the ring and tree times of `collective` (all_reduce, reduce_scatter,
+    all_gather) over p GPUs of one node whose ring gets at most `bus_max` GB/s and whose hops
+    are of the `hops` latency classes: NCCL's formulas of `_nccl_variants` at that rate, with
+    every latency row the ring could pay (the least wins)."""
+    gen = model.hardware.generation
     ll128_ok = "nvlink" in hops and not gen.name.startswith(("Kepler", "Maxwell", "Pascal"))
     ll_max = _ll_max(model, 1)
     steps = _nsteps(collective, p)
@@ -1739,10 +1754,6 @@ def solo_time_bound(model: CostModel, collective: str, gpus: Sequence[int], nbyt
                     (p - 1) * HOP_LATENCY_US[hop]["tree"][i] + 0.0
                 )
                 best = min(best, lat + _us(nbytes, algbw))
-    alone = _Shape([key], key, Rate(math.inf, -1), Rate(math.inf, -1), True, math.inf, -1)
-    nvls = _nvls_variant(model, collective, key, nbytes, alone, None, 0.0)
-    if nvls is not None:
-        best = min(best, nvls.time_us)
     return best
 
 
@@ -1776,8 +1787,12 @@ def slowest_group_us(
 def _chain_time(model: CostModel, c: tuple[int, ...], nbytes: int, rate: Rate) -> float:
     flows = [(c[i], c[i + 1]) for i in range(len(c) - 1)]
     hop = "nvlink" if all(model.hop_class(f) == "nvlink" for f in flows) else "pcie"
-    lat = BASE_LATENCY_US["ring"][2] + HOP_LATENCY_US[hop]["ring"][2]
-    return lat + _us(nbytes, rate.gbps)
+    return chain_time(nbytes, rate.gbps, hop)
+
+
+def chain_time(nbytes: int, gbps: float, hop: str) -> float:
+    """A pipeline chain's time at `gbps` with hops of one latency class (nvlink or pcie)."""
+    return BASE_LATENCY_US["ring"][2] + HOP_LATENCY_US[hop]["ring"][2] + _us(nbytes, gbps)
 
 
 def chain_costs(

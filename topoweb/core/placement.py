@@ -4,18 +4,22 @@ that fits in memory (core/steptime.py), which free GPUs a smaller job should tak
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from topoweb.core.costs import (
+    BOUND_MARGIN,
     CostModel,
+    chain_time,
     collective_cost,
+    ring_time_bound,
     slowest_group_us,
     solo_time_bound,
     with_options,
@@ -324,9 +328,11 @@ def place(
     Exact for up to EXACT_LIMIT GPUs (branch and bound over every mapping, modulo the server's
     GPU symmetries and relabelling TP positions and DP replicas, which change no cost; not
     reading the pipeline backwards, which can); up to BOUNDED_LIMIT the same search within
-    `time_budget_s` (exact when it finishes, else the best mapping it found); beyond,
-    a swap local search from the naive order and a hierarchy-ordered start, bounded by
-    `time_budget_s`, never worse than naive."""
+    `time_budget_s` (exact when it finishes, else the best mapping it found); beyond, the
+    best of the naive order and the hierarchy order with each nesting of TP, DP and PP,
+    exact when a bound over what crosses between two NUMA nodes proves nothing beats it
+    (`_cut_bound_proves`), else improved by swaps; all within `time_budget_s`, never worse
+    than naive."""
     shape = shape or DEFAULT_SHAPE
     spec = spec or gpu_spec(None, model.hardware.generation.name)
     pool = tuple(sorted(model.check_gpus(free if free is not None else sorted(model.gpu_ids))))
@@ -361,8 +367,14 @@ def place(
                 "(the best mapping found, not proven optimal)"
             )
     else:
-        best, best_us, evals = _local_search(objective, model, list(gpus), time_budget_s, seed)
-        search = f"local search ({evals} evaluations)"
+        best, best_us, evals, proven = _local_search(
+            objective, model, list(gpus), time_budget_s, seed
+        )
+        search = (
+            "exact (no mapping can beat it: a bound over what crosses between the NUMA nodes)"
+            if proven
+            else f"local search ({evals} evaluations)"
+        )
     if best_us > naive_us:  # only rounding can do this; never advise worse than naive
         best, best_us = naive, naive_us
     groups = {k: v for k, v in rank_groups(best, layout).items() if v and len(v[0]) > 1}
@@ -747,7 +759,9 @@ def _nested_orders(model: CostModel, gpus: Sequence[int], layout: Layout) -> lis
 
 def _local_search(
     objective: StepCost, model: CostModel, gpus: list[int], budget_s: float, seed: int
-) -> tuple[tuple[int, ...], float, int]:
+) -> tuple[tuple[int, ...], float, int, bool]:
+    """The best mapping found within `budget_s`: the best start, proven optimal when the
+    bound over what crosses between NUMA nodes meets it (True), else improved by swaps."""
     deadline = time.perf_counter() + budget_s
     rng = random.Random(seed)
     # Starts: the index order, then the hierarchy order with each dimension in turn nearest
@@ -763,6 +777,8 @@ def _local_search(
         evals += 1
         if us < best_us:
             best, best_us = start, us
+    if _cut_bound_proves(objective, gpus, best_us, deadline):
+        return best, best_us, evals, True
     current, current_us = best, best_us
     n = len(gpus)
     pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
@@ -782,7 +798,181 @@ def _local_search(
             best, best_us = current, current_us
         if not improved:
             break  # a local optimum: every single swap is worse or equal
-    return best, best_us, evals
+    return best, best_us, evals, False
+
+
+# Past this many ways to split one DP replica's TP x PP ranks over two NUMA nodes, the cut
+# bound is not tried (TP x PP = 8: 256 ways).
+CUT_SPLITS_LIMIT = 4096
+RING_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def _cut_bound_proves(
+    objective: StepCost, gpus: Sequence[int], best_us: float, deadline: float
+) -> bool:
+    """True when no mapping of `gpus` runs faster than `best_us` (within 1e-9, as the branch
+    and bound cuts), by a bound over what crosses between the two NUMA nodes: where a PCIe
+    server's dimensions cannot all stay local, the price is paid there. False when it proves
+    nothing, or runs past `deadline`.
+
+    A TP or DP ring with GPUs on both nodes leaves each of them at least once, and a pipeline
+    hop between them is one flow: each loads, at least, the links every path from one node to
+    the other takes (host bridge, socket link), at their least weight. Under max-min sharing
+    the slowest group of a dimension gets no more than capacity / load on any link (the first
+    link to fill caps every group crossing it, and loads only grow as ranks are placed), nor
+    more than the links every path out of one GPU take allow; NCCL's formulas at that rate
+    (costs.ring_time_bound, costs.chain_time) bound the dimension's time, and the step time is
+    monotone in each dimension's. The bound depends only on how each DP replica splits its
+    TP x PP ranks over the nodes, not on which replica takes which split: multisets of splits
+    are enumerated (modulo TP relabellings, and swapping the nodes when they mirror each
+    other), branch and bound against `best_us`; a DP group seen on one node only must also
+    cross when the replicas left cannot all put its rank there. Single PCIe servers of two
+    NUMA nodes, without NVLink or calibration (the formulas are NCCL's uncalibrated ones);
+    alltoall (EP) adds nothing to the bound."""
+    model, layout, plan = objective.model, objective.layout, objective.plan
+    if model.nodes > 1 or model.calibration.scale or model.hierarchy.nvlink_domains:
+        return False
+    tp, pp, dp, cells = layout.tp, layout.pp, layout.dp, layout.tp * layout.pp
+    numa = {g: model.hierarchy.numa_of(model.gpu_ids[g]) for g in gpus}
+    names = sorted(set(numa.values()))
+    if len(names) != 2 or 2**cells > CUT_SPLITS_LIMIT:
+        return False
+    side = {g: names.index(numa[g]) for g in gpus}
+    # The links every path from one node to the other takes (least weight, per direction),
+    # and the most any one GPU's paths out of it allow.
+    least: list[dict[int, float] | None] = [None, None]
+    fastest = 0.0
+    for a in gpus:
+        out: dict[int, float] | None = None
+        for b in gpus:
+            if a != b:
+                load = model.load([((a, b), 1.0)])
+                out = _common(out, load)
+                if side[a] != side[b]:
+                    least[side[a]] = _common(least[side[a]], load)
+        caps_out = (model.resources[r].capacity_gbps / w for r, w in (out or {}).items())
+        fastest = max(fastest, min(caps_out, default=math.inf))
+    there, back = least[0] or {}, least[1] or {}
+    links = sorted(set(there) | set(back))
+    cut = [(model.resources[r].capacity_gbps, there.get(r, 0.0), back.get(r, 0.0)) for r in links]
+
+    # A dimension's time once x of its flows leave node 0 and y leave node 1 (a ring across
+    # the nodes: one each way; a pipeline hop: one), per TP/PP/DP term of the step plan.
+    size = {"tp": tp, "pp": pp, "dp": dp, "ep": layout.ep}
+    terms: dict[str, list[tuple[int, Callable[[float], float]]]] = {"tp": [], "pp": [], "dp": []}
+    for dim, coll, nbytes, count in plan.collectives:
+        if size[dim] < 2:
+            continue
+        if dim == "pp" and coll == "sendrecv":
+            terms[dim].append((count, functools.partial(chain_time, nbytes, hop="pcie")))
+        elif dim in ("tp", "dp") and coll in RING_COLLECTIVES:
+            at = functools.partial(ring_time_bound, model, coll, size[dim], nbytes, hops=("pcie",))
+            terms[dim].append((count, at))
+    # Memoised per dimension on x + y * stride (x, y count flows: fewer than the GPUs).
+    times: dict[str, dict[int, float]] = {"tp": {}, "pp": {}, "dp": {}}
+    stride = len(gpus) + 1
+
+    def dim_us(dim: str, x: int, y: int) -> float:
+        rate = min([fastest, *(c / (x * a + y * b) for c, a, b in cut if x * a + y * b > 0)])
+        rate *= 1 + BOUND_MARGIN
+        got = times[dim][x + stride * y] = sum(count * at(rate) for count, at in terms[dim])
+        return got
+
+    tp_us, pp_us, dp_us = times["tp"], times["pp"], times["dp"]
+    total_us = plan.total_us
+
+    def bound(tp_x: int, pp_x: int, pp_y: int, on0: int, on1: int, room1: int, rest: int) -> float:
+        """on0, on1: the DP groups (a bit per TP x PP rank) seen on node 0, on node 1."""
+        rows = (on0 & on1).bit_count()
+        if rest:  # groups on one node that the `rest` replicas left cannot all keep there
+            room0 = rest * cells - room1
+            rows += max(0, (on0 & ~on1).bit_count() - room0 // rest)
+            rows += max(0, (on1 & ~on0).bit_count() - room1 // rest)
+        t = tp_us.get(tp_x * (stride + 1))
+        if t is None:
+            t = dim_us("tp", tp_x, tp_x)
+        p = pp_us.get(pp_x + stride * pp_y)
+        if p is None:
+            p = dim_us("pp", pp_x, pp_y)
+        d = dp_us.get(rows * (stride + 1))
+        if d is None:
+            d = dim_us("dp", rows, rows)
+        return total_us(t + p, d)
+
+    # Each split (bit c: rank t + TP * p on node 1): its TP groups across the nodes, its
+    # pipeline hops 0 -> 1 and 1 -> 0, and its ranks on node 1; those that alone leave the
+    # bound under `best_us`, largest first.
+    limit = best_us * (1 - 1e-9)
+    full = (1 << cells) - 1
+    room1 = sum(side[g] for g in gpus)
+    mirrored = room1 * 2 == len(gpus) and sorted(cut) == sorted((c, b, a) for c, a, b in cut)
+    relabel = [
+        (perm, flip)
+        for perm in (itertools.permutations(range(tp)) if tp <= 4 else [tuple(range(tp))])
+        for flip in ((0, full) if mirrored else (0,))
+    ]
+    stage = (1 << tp) - 1
+    splits = []
+    for code in range(full, -1, -1):
+        bit = [code >> c & 1 for c in range(cells)]
+        tp_x = sum(0 < code >> (tp * p) & stage < stage for p in range(pp))
+        hops = [(bit[t + tp * p], bit[t + tp * (p + 1)]) for t in range(tp) for p in range(pp - 1)]
+        pp_x, pp_y = hops.count((0, 1)), hops.count((1, 0))
+        ones = code.bit_count()
+        if ones > room1 or cells - ones > len(gpus) - room1:
+            continue
+        if bound(tp_x, pp_x, pp_y, full ^ code, code, room1 - ones, dp - 1) >= limit:
+            continue
+        # Relabelling TP positions, or swapping mirrored nodes, changes no bound: of a multiset
+        # and its images only one whose first (largest) split no image of it exceeds is tried.
+        images = (
+            sum(bit[t + tp * p] << (perm[t] + tp * p) for t in range(tp) for p in range(pp)) ^ flip
+            for perm, flip in relabel
+        )
+        splits.append((code, tp_x, pp_x, pp_y, ones, all(code >= x for x in images)))
+
+    # What a replica split over both nodes adds at the least: the replicas left must split
+    # when node 1's room left is no multiple of TP x PP.
+    mixed = {(tx, px, py) for _c, tx, px, py, ones, _k in splits if 0 < ones < cells}
+    least_mixed = [
+        m for m in mixed if not any(o != m and all(map(int.__le__, o, m)) for o in mixed)
+    ]
+
+    def proves(d: int, first: int, tp_x: int, pp_x: int, pp_y: int, on0: int, on1: int,
+               room1: int) -> bool:  # fmt: skip
+        """Every multiset of splits extending this one (splits from `first` on) is cut."""
+        if time.perf_counter() > deadline:
+            return False
+        if (
+            d
+            and room1 % cells
+            and all(
+                bound(tp_x + tx, pp_x + px, pp_y + py, on0, on1, room1, dp - d) >= limit
+                for tx, px, py in least_mixed
+            )
+        ):
+            return True
+        rest = dp - d - 1
+        for i in range(first, len(splits)):
+            code, tx, px, py, ones, canonical = splits[i]
+            left1 = room1 - ones
+            if left1 < 0 or left1 > rest * cells or (d == 0 and not canonical):
+                continue
+            a, b, c0, c1 = tp_x + tx, pp_x + px, on0 | (full ^ code), on1 | code
+            if bound(a, b, pp_y + py, c0, c1, left1, rest) >= limit:
+                continue
+            if not rest or not proves(d + 1, i, a, b, pp_y + py, c0, c1, left1):
+                return False  # a class the bound cannot rule out (or no time left)
+        return True
+
+    return proves(0, 0, 0, 0, 0, 0, 0, room1)
+
+
+def _common(got: dict[int, float] | None, load: dict[int, float]) -> dict[int, float]:
+    """The links in both (the first call: all of `load`), at their least weight."""
+    if got is None:
+        return dict(load)
+    return {r: min(w, load[r]) for r, w in got.items() if r in load}
 
 
 # --- k-GPU selection -----------------------------------------------------------------------
