@@ -180,6 +180,23 @@ def test_the_cut_bound_never_proves_a_step_time_some_mapping_beats(
     assert tight == (layout not in (Layout(2, 3, 2), Layout(4, 2, 2)))
 
 
+def test_the_cut_tables_are_kept_per_gpu_set() -> None:
+    # Socket 0's GPUs of the second set all sit under switch 0: every path out of them also
+    # takes that switch's uplink, which the first set's paths need not.
+    model = build_model(T.pcie_tree(2, 2, 4), "NVIDIA L40S")
+    one_switch = (0, 1, 2, 3, 8, 9, 12, 13)
+    for gpus, layout in ((tuple(model.gpu_ids), Layout(2, 1, 8)), (one_switch, Layout(2, 1, 4))):
+        cost = StepCost(model, layout)
+        placement._cut_bound_proves(cost, gpus, place(model, layout, gpus).step_us, math.inf)
+    side = {g: g // 8 for g in one_switch}
+    other = build_model(T.pcie_tree(2, 2, 4), "NVIDIA L40S")
+    fresh = placement._cut_tables(other, one_switch, side, math.inf)
+    assert fresh is not None
+    kept = cost.memo[("cut", one_switch)]
+    assert (kept[0], sorted(kept[1])) == (fresh[0], sorted(fresh[1]))  # links in another order
+    assert len(fresh[1]) > len(cost.memo[("cut", tuple(range(16)))][1])
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_on_random_two_socket_pcie_boxes_the_cut_bound_stays_under_the_optimum(seed: int) -> None:
     model = build_model(T.asymmetric_box(8, seed, nvlink_share=0.0), "NVIDIA L40S")

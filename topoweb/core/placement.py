@@ -838,23 +838,16 @@ def _cut_bound_proves(
     if len(names) != 2 or 2**cells > CUT_SPLITS_LIMIT:
         return False
     side = {g: names.index(numa[g]) for g in gpus}
-    # The links every path from one node to the other takes (least weight, per direction),
-    # and the most any one GPU's paths out of it allow.
-    least: list[dict[int, float] | None] = [None, None]
-    fastest = 0.0
-    for a in gpus:
-        out: dict[int, float] | None = None
-        for b in gpus:
-            if a != b:
-                load = model.load([((a, b), 1.0)])
-                out = _common(out, load)
-                if side[a] != side[b]:
-                    least[side[a]] = _common(least[side[a]], load)
-        caps_out = (model.resources[r].capacity_gbps / w for r, w in (out or {}).items())
-        fastest = max(fastest, min(caps_out, default=math.inf))
-    there, back = least[0] or {}, least[1] or {}
-    links = sorted(set(there) | set(back))
-    cut = [(model.resources[r].capacity_gbps, there.get(r, 0.0), back.get(r, 0.0)) for r in links]
+    # The links every path from one node to the other takes, and the fastest rate any GPU's
+    # paths out of it allow: per cost model and GPU set (every layout asked reuses them).
+    key = ("cut", tuple(sorted(gpus)))
+    tables = objective.memo.get(key)
+    if tables is None:
+        tables = _cut_tables(model, gpus, side, deadline)
+        if tables is None:
+            return False
+        objective.memo[key] = tables
+    fastest, cut = tables
 
     # A dimension's time once x of its flows leave node 0 and y leave node 1 (a ring across
     # the nodes: one each way; a pipeline hop: one), per TP/PP/DP term of the step plan.
@@ -966,6 +959,32 @@ def _cut_bound_proves(
         return True
 
     return proves(0, 0, 0, 0, 0, 0, 0, room1)
+
+
+def _cut_tables(
+    model: CostModel, gpus: Sequence[int], side: Mapping[int, int], deadline: float
+) -> tuple[float, list[tuple[float, float, float]]] | None:
+    """For `_cut_bound_proves`: the most any GPU's paths out of it allow (their common links'
+    capacity over weight), and per link that every path from node 0 to node 1 or back takes:
+    its capacity and least weight each way. None past `deadline` (O(GPUs^2) routes)."""
+    least: list[dict[int, float] | None] = [None, None]
+    fastest = 0.0
+    for a in gpus:
+        if time.perf_counter() > deadline:
+            return None
+        out: dict[int, float] | None = None
+        for b in gpus:
+            if a != b:
+                load = model.load([((a, b), 1.0)])
+                out = _common(out, load)
+                if side[a] != side[b]:
+                    least[side[a]] = _common(least[side[a]], load)
+        caps_out = (model.resources[r].capacity_gbps / w for r, w in (out or {}).items())
+        fastest = max(fastest, min(caps_out, default=math.inf))
+    there, back = least[0] or {}, least[1] or {}
+    links = sorted(set(there) | set(back))
+    cut = [(model.resources[r].capacity_gbps, there.get(r, 0.0), back.get(r, 0.0)) for r in links]
+    return fastest, cut
 
 
 def _common(got: dict[int, float] | None, load: dict[int, float]) -> dict[int, float]:
