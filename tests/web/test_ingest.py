@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from django.core.cache import cache
 from django.core.management import CommandError, call_command
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -790,3 +792,43 @@ def test_a_refused_report_still_marks_its_token_used(collector_client: Any) -> N
         CollectorToken.objects.update(last_used_at=long_ago)
         assert post_report(client, body).status_code == status
         assert CollectorToken.objects.get().last_used_at > long_ago
+
+
+def _synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return str(cursor.fetchone()[0])
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a PostgreSQL setting")
+@pytest.mark.django_db(transaction=True)
+def test_a_duplicate_marks_its_server_seen_without_waiting_for_the_disk_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _keep_tasks_off_the_broker(monkeypatch)
+    client = collector_client_for("gpu-a01")
+    assert post_report(client, report("gpu-a01", H200)).status_code == 201
+    long_ago = timezone.now() - timedelta(hours=1)
+    Server.objects.update(last_seen_at=long_ago)
+
+    with CaptureQueriesContext(connection) as queries:
+        assert post_report(client, report("gpu-a01", H200)).status_code == 200
+    assert Server.objects.get().last_seen_at > long_ago
+    # Its own statement, its whole transaction, asks for a commit that does not wait for the
+    # WAL flush; the connection's later transactions (a new report) still wait for it.
+    assert "synchronous_commit" in queries.captured_queries[-1]["sql"]
+    assert _synchronous_commit() == "on"
+
+    # Inside a caller's transaction the setting would hold for the caller's writes too: left.
+    with transaction.atomic():
+        Server.objects.update(last_seen_at=long_ago)
+        found = ingest_report(
+            hostname="gpu-a01",
+            topo_text=fixture_text(H200),
+            captured_at=timezone.now(),
+            source=Source.COLLECTOR,
+            collector_version="0.1.0",
+        )
+        assert not found.created
+        assert _synchronous_commit() == "on"
+    assert Server.objects.get().last_seen_at > long_ago

@@ -355,6 +355,21 @@ _DUPLICATE_MARKING_TOKEN_SQL = f"""
 WITH token AS (UPDATE {CollectorToken._meta.db_table} SET last_used_at = %s WHERE id = %s)
 {_DUPLICATE_SQL.strip()}
 """
+# A duplicate's statement, run on its own (autocommit: it is its whole transaction), commits
+# without waiting for the disk: set_config(..., true) holds for this transaction only, and only
+# when a stored snapshot matched (RETURNING runs per updated row). What it writes are marks,
+# the server's last_seen_at and the token's last_used_at: on a crash of PostgreSQL (not of a
+# client) the last few hundred milliseconds of them (wal_writer_delay, 3 x by default) can be
+# lost, never data, never a corrupt row, and the next report marks them again. The wait it
+# saves, a WAL flush per report, is most of what a duplicate costs. A new report, and any write
+# after this one on the connection, commits durably as before; inside a caller's transaction
+# the statement leaves the setting alone (it would hold for everything the caller writes).
+_LAZY_COMMIT = ", set_config('synchronous_commit', 'off', true)"
+_DUPLICATE_SQLS = {
+    (marks_token, lazy): sql.strip() + (_LAZY_COMMIT if lazy else "")
+    for marks_token, sql in ((False, _DUPLICATE_SQL), (True, _DUPLICATE_MARKING_TOKEN_SQL))
+    for lazy in (False, True)
+}
 
 
 def _stored_duplicate(
@@ -368,16 +383,17 @@ def _stored_duplicate(
         token = None
     if connection.vendor == "postgresql":
         # Found and marked seen in one statement, by the (server, content) unique index.
+        sql = _DUPLICATE_SQLS[token is not None, not connection.in_atomic_block]
         with connection.cursor() as cursor:
             if token is None:
-                cursor.execute(_DUPLICATE_SQL, [now, hostname, digest])
+                cursor.execute(sql, [now, hostname, digest])
             else:
-                cursor.execute(_DUPLICATE_MARKING_TOKEN_SQL, [now, token.pk, now, hostname, digest])
+                cursor.execute(sql, [now, token.pk, now, hostname, digest])
                 token.last_used_at = now
             row = cursor.fetchone()
         if row is None:
             return None
-        server_id, snapshot_id, warnings = row
+        server_id, snapshot_id, warnings = row[:3]
         if isinstance(warnings, str):
             warnings = json.loads(warnings)
     else:
