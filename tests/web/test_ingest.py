@@ -810,13 +810,16 @@ def test_a_duplicate_marks_its_server_seen_without_waiting_for_the_disk_and_noth
     assert post_report(client, report("gpu-a01", H200)).status_code == 201
     long_ago = timezone.now() - timedelta(hours=1)
     Server.objects.update(last_seen_at=long_ago)
+    CollectorToken.objects.update(last_used_at=long_ago)
 
     with CaptureQueriesContext(connection) as queries:
         assert post_report(client, report("gpu-a01", H200)).status_code == 200
     assert Server.objects.get().last_seen_at > long_ago
+    assert CollectorToken.objects.get().last_used_at > long_ago
     # Its own statement, its whole transaction, asks for a commit that does not wait for the
-    # WAL flush; the connection's later transactions (a new report) still wait for it.
-    assert "synchronous_commit" in queries.captured_queries[-1]["sql"]
+    # WAL flush, by either update (the server's, the token's); the connection's later
+    # transactions (a new report) still wait for it.
+    assert queries.captured_queries[-1]["sql"].count("'synchronous_commit', 'off', true") == 2
     assert _synchronous_commit() == "on"
 
     # Inside a caller's transaction the setting would hold for the caller's writes too: left.

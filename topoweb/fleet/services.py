@@ -347,28 +347,34 @@ _DUPLICATE_SQL = f"""
 UPDATE {Server._meta.db_table} AS server SET last_seen_at = %s
 FROM {Snapshot._meta.db_table} AS snapshot
 WHERE server.hostname = %s AND snapshot.server_id = server.id AND snapshot.content_sha256 = %s
-RETURNING server.id, snapshot.id, snapshot.document -> 'warnings'
+RETURNING server.id, snapshot.id, snapshot.document -> 'warnings'{{lazy}}
 """
 # The same, marking the collector token used too (whatever the report turns out to be): one
 # statement, and one commit to wait for, instead of two.
-_DUPLICATE_MARKING_TOKEN_SQL = f"""
-WITH token AS (UPDATE {CollectorToken._meta.db_table} SET last_used_at = %s WHERE id = %s)
-{_DUPLICATE_SQL.strip()}
+_MARKING_TOKEN = f"""
+WITH token AS (UPDATE {CollectorToken._meta.db_table} SET last_used_at = %s WHERE id = %s{{lazy}})
 """
-# A duplicate's statement, run on its own (autocommit: it is its whole transaction), commits
-# without waiting for the disk: set_config(..., true) holds for this transaction only, and only
-# when a stored snapshot matched (RETURNING runs per updated row). What it writes are marks,
-# the server's last_seen_at and the token's last_used_at: on a crash of PostgreSQL (not of a
-# client) the last few hundred milliseconds of them (wal_writer_delay, 3 x by default) can be
-# lost, never data, never a corrupt row, and the next report marks them again. The wait it
-# saves, a WAL flush per report, is most of what a duplicate costs. A new report, and any write
-# after this one on the connection, commits durably as before; inside a caller's transaction
-# the statement leaves the setting alone (it would hold for everything the caller writes).
-_LAZY_COMMIT = ", set_config('synchronous_commit', 'off', true)"
+# The statement, run on its own (autocommit: it is its whole transaction), commits without
+# waiting for the disk: set_config(..., true) holds for this transaction only, set by whichever
+# of its updates writes a row (RETURNING runs per row written, a data-modifying WITH's too).
+# What it writes are marks, the server's last_seen_at and the token's last_used_at: a crash of
+# PostgreSQL (not of a client) can lose the last few hundred milliseconds of them (at most
+# 3 x wal_writer_delay), never data, never a corrupt row, and the next report marks them again.
+# The wait it saves, a WAL flush, is most of what a duplicate costs. A new report's own
+# transaction, and every later one on the connection, commits durably as before (and flushes
+# these marks with it); inside a caller's transaction the statement leaves the setting alone:
+# it would hold for everything the caller writes.
+_LAZY_COMMIT = "set_config('synchronous_commit', 'off', true)"
+
+
+def _duplicate_sql(marks_token: bool, lazy: bool) -> str:
+    marking = _MARKING_TOKEN.format(lazy=f" RETURNING {_LAZY_COMMIT}" if lazy else "")
+    found = _DUPLICATE_SQL.format(lazy=f", {_LAZY_COMMIT}" if lazy else "")
+    return (marking.strip() + "\n" if marks_token else "") + found.strip()
+
+
 _DUPLICATE_SQLS = {
-    (marks_token, lazy): sql.strip() + (_LAZY_COMMIT if lazy else "")
-    for marks_token, sql in ((False, _DUPLICATE_SQL), (True, _DUPLICATE_MARKING_TOKEN_SQL))
-    for lazy in (False, True)
+    (t, lazy): _duplicate_sql(t, lazy) for t in (False, True) for lazy in (False, True)
 }
 
 
