@@ -254,14 +254,8 @@ def _store_report(report: _Report) -> Ingested:
     topology = report.topology
     now = timezone.now()
     with transaction.atomic():
-        # The previous snapshot comes with the server: one query, not two.
-        server = (
-            Server.objects.select_related("latest_snapshot")
-            .filter(hostname=report.hostname)
-            .first()
-        )
-        if server is None:
-            server = Server.objects.create(hostname=report.hostname)
+        found: list[Server] = _server_to_store.objects(report.hostname)
+        server = found[0] if found else Server.objects.create(hostname=report.hostname)
         gpu_model = _gpu_model(report.facts, report.gpu_model_hint, report.parsed_benchmarks)
         previous = server.latest_snapshot
         if not gpu_model and previous is not None and previous.gpu_count == len(topology.gpus):
@@ -304,6 +298,24 @@ def _store_report(report: _Report) -> Ingested:
         for snapshot_hook in _AFTER_SNAPSHOT:
             snapshot_hook(server, snapshot)
     return Ingested(server=server, created=True, snapshot=snapshot)
+
+
+# The server a report is stored on, with what the ingest reads of its previous snapshot: one
+# query compiled once, of a few columns (not the previous snapshot's text and documents).
+_server_to_store = CompiledQuery(
+    lambda hostname: (
+        Server.objects.select_related("latest_snapshot")
+        .only(
+            "hostname",
+            "labels",
+            "sku_name",
+            "latest_snapshot__captured_at",
+            "latest_snapshot__gpu_count",
+            "latest_snapshot__gpu_model",
+        )
+        .filter(hostname=hostname)
+    )
+)
 
 
 def _store_report_benchmarks(server: Server, snapshot: Snapshot, report: _Report) -> None:
@@ -694,21 +706,35 @@ def _sku_name(server: Server, host: dict[str, Any] | None) -> str:
 _fingerprint = functools.lru_cache(maxsize=1024)(topology_fingerprint)
 
 
+# A report's class, as the ingest reads it when it exists (most reports): the names it may
+# fill in, not the class's topology document.
+_topology_class_names = CompiledQuery(
+    lambda fingerprint: TopologyClass.objects.only("sku_name", "gpu_model").filter(
+        fingerprint=fingerprint
+    )
+)
+
+
 def _topology_class(
     topology: Topology, sku_name: str, gpu_model: str, document: dict[str, Any]
 ) -> TopologyClass:
-    topology_class, created = TopologyClass.objects.get_or_create(
-        fingerprint=_fingerprint(topology),
-        defaults={
-            "sku_name": sku_name,
-            "document": document,
-            "gpu_count": len(topology.gpus),
-            "nic_count": len(topology.nics),
-            "gpu_model": gpu_model,
-            "nvlink_summary": nvlink_summary(topology),
-            "description": describe_links(topology),
-        },
-    )
+    fingerprint = _fingerprint(topology)
+    found: list[TopologyClass] = _topology_class_names.objects(fingerprint)
+    if found:
+        topology_class, created = found[0], False
+    else:
+        topology_class, created = TopologyClass.objects.get_or_create(
+            fingerprint=fingerprint,
+            defaults={
+                "sku_name": sku_name,
+                "document": document,
+                "gpu_count": len(topology.gpus),
+                "nic_count": len(topology.nics),
+                "gpu_model": gpu_model,
+                "nvlink_summary": nvlink_summary(topology),
+                "description": describe_links(topology),
+            },
+        )
     # A class first seen through an anonymous upload learns its names from later reports.
     missing = {
         name: value
