@@ -835,3 +835,20 @@ def test_a_duplicate_marks_its_server_seen_without_waiting_for_the_disk_and_noth
         assert not found.created
         assert _synchronous_commit() == "on"
     assert Server.objects.get().last_seen_at > long_ago
+
+
+def test_the_stored_topology_document_is_the_parsed_one_and_reads_back_equal(
+    collector_client: Any,
+) -> None:
+    from topoweb.core.formats import parse_text
+    from topoweb.fleet.services import _document_json
+
+    answer = post_report(collector_client("gpu-a01"), report("gpu-a01", H200))
+    assert answer.status_code == 201
+
+    parsed = parse_text(fixture_text(H200), expected="topology").to_document()
+    assert Snapshot.objects.get().document == parsed
+    assert TopologyClass.objects.get().document == parsed
+    # Text orjson refuses goes to the field's own encoding, unchanged.
+    odd = {"devices": [{"nic_name": "mlx5_\ud800"}]}
+    assert _document_json(odd) is odd

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import orjson
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
-from django.db.models import Case, Q, Value, When
+from django.db.models import Case, JSONField, Q, Value, When
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from topoweb.config import limits
@@ -269,7 +271,7 @@ def _store_report(report: _Report) -> Ingested:
             content_sha256=report.digest,
             raw_text=report.topo_text,
             nccl_xml=report.nccl_xml,
-            document=report.document,
+            document=_document_json(report.document),
             source=report.source,
             uploaded_by=report.uploaded_by,
             collector_version=report.collector_version,
@@ -284,6 +286,7 @@ def _store_report(report: _Report) -> Ingested:
             nvlink_summary=nvlink_summary(topology),
             warning_count=len(topology.warnings),
         )
+        snapshot.document = report.document  # as read back, not the expression it was sent as
         _store_report_benchmarks(server, snapshot, report)
         update_fields = ["last_seen_at", "sku_name"]
         server.last_seen_at = now
@@ -298,6 +301,19 @@ def _store_report(report: _Report) -> Ingested:
         for snapshot_hook in _AFTER_SNAPSHOT:
             snapshot_hook(server, snapshot)
     return Ingested(server=server, created=True, snapshot=snapshot)
+
+
+def _document_json(document: dict[str, Any]) -> Any:
+    """A topology document for its JSON column, encoded by orjson: a tenth of json.dumps's
+    time (0.5 ms for 8 GPUs and 12 NICs). The document holds strings, integers, null, lists and
+    objects only, so the JSON value stored is the one json.dumps gives (SQLite, which keeps the
+    text, keeps it spaced differently); one that orjson refuses (a lone surrogate) goes to the
+    field's own encoding, which fails as it always has."""
+    try:
+        text = orjson.dumps(document).decode()
+    except orjson.JSONEncodeError:
+        return document
+    return Cast(Value(text), JSONField())
 
 
 # The server a report is stored on, with what the ingest reads of its previous snapshot: one
