@@ -417,7 +417,7 @@ def _stored_duplicate(
         token = None
     if connection.vendor == "postgresql":
         # Found and marked seen in one statement, by the (server, content) unique index.
-        sql = _DUPLICATE_SQLS[token is not None, not connection.in_atomic_block]
+        sql = _DUPLICATE_SQLS[token is not None, connection.get_autocommit()]
         with connection.cursor() as cursor:
             if token is None:
                 cursor.execute(sql, [now, hostname, digest])
