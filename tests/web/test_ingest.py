@@ -761,6 +761,12 @@ def test_a_new_reports_tasks_are_sent_together_once_it_commits(
     assert client.post("/api/v1/reports", bad, format="json").status_code == 400
     assert len(sent) == 1
 
+    # Once its class's analysis is done, a new report of the class sends the health task only.
+    Analysis.objects.update(status=Analysis.Status.DONE)
+    changed = report("gpu-a01", nvml=NVML_H200)
+    assert client.post("/api/v1/reports", changed, format="json").status_code == 201
+    assert sent[1:] == [[("health.evaluate", (server.pk,))]]
+
 
 def test_a_token_due_a_mark_is_marked_used_by_the_reports_own_statement(
     collector_client: Any, django_assert_num_queries: Any
