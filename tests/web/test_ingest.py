@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from django.core.cache import cache
 from django.core.management import CommandError, call_command
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -759,6 +761,12 @@ def test_a_new_reports_tasks_are_sent_together_once_it_commits(
     assert client.post("/api/v1/reports", bad, format="json").status_code == 400
     assert len(sent) == 1
 
+    # Once its class's analysis is done, a new report of the class sends the health task only.
+    Analysis.objects.update(status=Analysis.Status.DONE)
+    changed = report("gpu-a01", nvml=NVML_H200)
+    assert client.post("/api/v1/reports", changed, format="json").status_code == 201
+    assert sent[1:] == [[("health.evaluate", (server.pk,))]]
+
 
 def test_a_token_due_a_mark_is_marked_used_by_the_reports_own_statement(
     collector_client: Any, django_assert_num_queries: Any
@@ -790,3 +798,63 @@ def test_a_refused_report_still_marks_its_token_used(collector_client: Any) -> N
         CollectorToken.objects.update(last_used_at=long_ago)
         assert post_report(client, body).status_code == status
         assert CollectorToken.objects.get().last_used_at > long_ago
+
+
+def _synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return str(cursor.fetchone()[0])
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a PostgreSQL setting")
+@pytest.mark.django_db(transaction=True)
+def test_a_duplicate_marks_its_server_seen_without_waiting_for_the_disk_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _keep_tasks_off_the_broker(monkeypatch)
+    client = collector_client_for("gpu-a01")
+    assert post_report(client, report("gpu-a01", H200)).status_code == 201
+    long_ago = timezone.now() - timedelta(hours=1)
+    Server.objects.update(last_seen_at=long_ago)
+    CollectorToken.objects.update(last_used_at=long_ago)
+
+    with CaptureQueriesContext(connection) as queries:
+        assert post_report(client, report("gpu-a01", H200)).status_code == 200
+    assert Server.objects.get().last_seen_at > long_ago
+    assert CollectorToken.objects.get().last_used_at > long_ago
+    # Its own statement, its whole transaction, asks for a commit that does not wait for the
+    # WAL flush, by either update (the server's, the token's); the connection's later
+    # transactions (a new report) still wait for it.
+    assert queries.captured_queries[-1]["sql"].count("'synchronous_commit', 'off', true") == 2
+    assert _synchronous_commit() == "on"
+
+    # Inside a caller's transaction the setting would hold for the caller's writes too: left.
+    with transaction.atomic():
+        Server.objects.update(last_seen_at=long_ago)
+        found = ingest_report(
+            hostname="gpu-a01",
+            topo_text=fixture_text(H200),
+            captured_at=timezone.now(),
+            source=Source.COLLECTOR,
+            collector_version="0.1.0",
+        )
+        assert not found.created
+        assert _synchronous_commit() == "on"
+    assert Server.objects.get().last_seen_at > long_ago
+
+
+def test_the_stored_topology_document_is_the_parsed_one_and_reads_back_equal(
+    collector_client: Any,
+) -> None:
+    from topoweb.core.formats import parse_text
+    from topoweb.fleet.services import _document_json
+
+    answer = post_report(collector_client("gpu-a01"), report("gpu-a01", H200))
+    assert answer.status_code == 201
+
+    parsed = parse_text(fixture_text(H200), expected="topology").to_document()
+    assert Snapshot.objects.get().document == parsed
+    assert TopologyClass.objects.get().document == parsed
+    # Text orjson refuses goes to the field's own encoding, unchanged.
+    odd = {"devices": [{"nic_name": "mlx5_\ud800"}]}
+    assert _document_json(odd) is odd

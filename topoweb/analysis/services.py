@@ -21,6 +21,7 @@ from topoweb.analysis import selectors
 from topoweb.analysis.models import Analysis
 from topoweb.config import metrics
 from topoweb.config.celery_app import enqueue
+from topoweb.config.compiled import CompiledQuery
 from topoweb.core.analysis import COST_MODEL_VERSION, analyse
 from topoweb.core.model import DocumentError
 from topoweb.fleet.models import Server, Snapshot, TopologyClass
@@ -36,13 +37,26 @@ def current_analysis_for(topology_class: TopologyClass) -> Analysis:
     return analysis
 
 
-def request_analysis(topology_class: TopologyClass) -> Analysis:
+# What every new snapshot asks of its class's analysis: one query compiled once, of two
+# columns (not the row with its result, the whole analysis document).
+_current_status = CompiledQuery(
+    lambda class_id: Analysis.objects.filter(
+        topology_class_id=class_id, cost_model_version=COST_MODEL_VERSION
+    ).values_list("id", "status"),
+    kinds=(int,),
+)
+
+
+def request_analysis(topology_class: TopologyClass) -> None:
     """Make sure the class has a current analysis, and enqueue it once the caller commits."""
-    analysis = current_analysis_for(topology_class)
-    if analysis.status == Analysis.Status.PENDING:
-        analysis_id = analysis.pk
+    found = _current_status.rows(topology_class.pk)
+    if found:
+        analysis_id, status = found[0]
+    else:
+        analysis = current_analysis_for(topology_class)
+        analysis_id, status = analysis.pk, analysis.status
+    if status == Analysis.Status.PENDING:
         transaction.on_commit(lambda: enqueue_analysis(analysis_id))
-    return analysis
 
 
 def enqueue_analysis(analysis_id: int) -> bool:
