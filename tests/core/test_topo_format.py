@@ -398,6 +398,20 @@ def test_it_rejects_a_diagonal_that_is_not_x() -> None:
     assert "diagonal" in exc.message
 
 
+def test_it_rejects_an_x_off_the_diagonal_naming_the_pair() -> None:
+    text = fixture_text("topo_01").replace(
+        "NIC1\tNODE\tNODE\tNODE\tNODE\tSYS\tSYS\tSYS\tSYS\tNODE\t X \tPIX",
+        "NIC1\tNODE\tNODE\tNODE\tNODE\tSYS\tSYS\tSYS\tSYS\tNODE\t X \t X ",
+    )
+    text = text.replace(
+        "NIC2\tNODE\tNODE\tNODE\tNODE\tSYS\tSYS\tSYS\tSYS\tNODE\tPIX",
+        "NIC2\tNODE\tNODE\tNODE\tNODE\tSYS\tSYS\tSYS\tSYS\tNODE\t X ",
+    )
+    exc = error(text)
+    assert exc.line == 13
+    assert exc.message == "NIC2-NIC1 is X, but X marks only the diagonal"
+
+
 def test_it_rejects_an_unknown_cell_naming_the_column() -> None:
     text = fixture_text("topo_10").replace(
         "NIC1    NODE    NODE    PIX", "NIC1    NODE    QPI     PIX"

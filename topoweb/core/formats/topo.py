@@ -209,19 +209,25 @@ def _read_rows(
     count = len(columns)
     warnings: list[str] = []
     rows: list[_Row] = []
+    none_values = (None,) * count
     for number, label in enumerate(labels):
         line_index = header_index + 1 + number
-        # Fast path, the common row: known single cells, then one value per column, none of
-        # them link classes. What it returns is what the general path below would.
+        # Fast path, the common rows: known single cells, then one value per column, none of
+        # them link classes, or no value at all (a NIC's row). What it returns is what the
+        # general path below would.
         tokens = row_tokens[number]
         rest = tokens[size + 1 :]
-        if len(rest) == count and _not_cells.issuperset(rest):
+        if not rest or (len(rest) == count and _not_cells.issuperset(rest)):
             try:
                 cells = tuple(map(_cell_of, tokens[1 : size + 1]))
             except KeyError:
                 cells = ()
             if len(cells) == size:
-                values = tuple([None if token in _MISSING else token for token in rest])
+                values = (
+                    tuple([None if token in _MISSING else token for token in rest])
+                    if rest
+                    else none_values
+                )
                 rows.append(_Row(label, line_index + 1, cells, values))
                 continue
         line = lines[line_index]
@@ -505,6 +511,17 @@ def _repair_glued_affinity(
 
 def _check_square_and_symmetric(rows: list[_Row]) -> None:
     ids = [r.label for r in rows]
+    # The whole matrix at once in C: distinct labels, X on the diagonal and nowhere else, and
+    # equal to its transpose. Only a matrix that fails is walked cell by cell, to name the
+    # first fault.
+    matrix = [r.cells for r in rows]
+    if (
+        len(set(ids)) == len(ids)
+        and [cells[i] for i, cells in enumerate(matrix)] == ["X"] * len(matrix)
+        and sum(cells.count("X") for cells in matrix) == len(matrix)
+        and matrix == list(zip(*matrix, strict=True))
+    ):
+        return
     seen: dict[str, int] = {}
     for row in rows:
         if row.label in seen:
@@ -536,10 +553,11 @@ def _check_square_and_symmetric(rows: list[_Row]) -> None:
 def _read_nic_legend(lines: list[str], start: int) -> dict[str, str]:
     """`NIC<n>: mlx5_<m>` entries after the matrix, up to the next command's output."""
     names: dict[str, str] = {}
+    # The substring tests spare a regex on lines that cannot match it (most of them).
     for line in lines[start:]:
-        if "nvidia-smi" in line or _HEADER_GPU.search(line):
+        if "nvidia-smi" in line or ("GPU" in line and _HEADER_GPU.search(line)):
             break
-        match = _NIC_LEGEND_ENTRY.match(line)
+        match = _NIC_LEGEND_ENTRY.match(line) if "NIC" in line else None
         if match:
             names.setdefault(match.group(1), match.group(2))
     return names
