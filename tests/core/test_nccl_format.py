@@ -150,6 +150,12 @@ def test_it_reports_the_cuda_failure_of_a_markdown_mangled_alltoall_run() -> Non
     assert run.avg_busbw_gbps is None
 
 
+def test_a_log_line_that_starts_with_a_digit_still_gives_the_nccl_version() -> None:
+    # Rows are told by their first digit; a host named by its address is not a row.
+    text = text_of("nccl_09").replace("node:12225:12225 [0] NCCL INFO", "10.0.0.7:12225 NCCL INFO")
+    assert nccl.parse(text).nccl_version == "2.25.1+cuda12.4"
+
+
 def test_it_reads_a_two_gpu_sweep_with_stripped_trailing_whitespace() -> None:
     run = run_of("nccl_11")
     assert run.n_gpus == 2 and len(run.ranks) == 2

@@ -28,6 +28,7 @@ _BINARY_RE = re.compile(r"(?:^|[\s/=])([a-z][a-z0-9_]*?)_perf(?:_mpi)?(?=\s|$)")
 _PROMPT_RE = re.compile(r"^\s*(?:\S*@\S*?[$#]_?\s+|[$#>]\s+|Running:\s+)")
 _INFO_RE = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b")
 
+_TYPE_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _INT_RE = re.compile(r"^-?[0-9]+$")
 _FLOAT_RE = re.compile(r"^-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?$")
 _DIGITS_RE = re.compile(r"^[0-9]+$")
@@ -89,14 +90,22 @@ def parse(text: str) -> NcclRun:
     st = _State()
     for lineno, raw in enumerate(lines, 1):
         line = raw.rstrip()
-        if not line.strip():
+        stripped = line.lstrip()
+        if not stripped:
             continue
-        if _read_header_fact(st, line):
-            continue
-        if _starts_new_run(st, line):
-            st.warnings.append(f"line {lineno} starts a second run; only the first run was read")
-            break
-        if _read_table_line(st, line, lineno, truncated=lineno == last):
+        # Header, banner and summary lines start with '#' or a word: a line that starts with a
+        # digit can only be a table row, unless it names the NCCL version.
+        if not stripped[0].isdigit() or "NCCL version" in line:
+            if _read_header_fact(st, line):
+                continue
+            if _starts_new_run(st, line):
+                st.warnings.append(
+                    f"line {lineno} starts a second run; only the first run was read"
+                )
+                break
+            if _read_table_line(st, line, lineno):
+                continue
+        if _read_row_line(st, line, lineno, truncated=lineno == last):
             continue
         if _FAILURE_RE.search(line):
             st.failures.append(line.strip())
@@ -177,7 +186,8 @@ def _layout_of(tokens: list[str], lineno: int) -> _Layout:
     return _Layout(leading, check)
 
 
-def _read_table_line(st: _State, line: str, lineno: int, truncated: bool) -> bool:
+def _read_table_line(st: _State, line: str, lineno: int) -> bool:
+    """A column header, summary or banner line (the lines of a table that are not rows)."""
     if (tokens := _column_header(line)) is not None:
         st.layout = _layout_of(tokens, lineno)
         return True
@@ -189,8 +199,11 @@ def _read_table_line(st: _State, line: str, lineno: int, truncated: bool) -> boo
         if m.group(2) != "OK":
             st.errors.append(f"out of bounds values: {m.group(1)} {m.group(2)}")
         return True
-    if line.lstrip().startswith("#"):
-        return True  # the out-of-place/in-place banner, the units line, bare '#'
+    return line.lstrip().startswith("#")  # the out-of-place/in-place banner, units, bare '#'
+
+
+def _read_row_line(st: _State, line: str, lineno: int, truncated: bool) -> bool:
+    """A table row: read, or False when the line does not have a row's shape."""
     tokens = line.split()
     layout = st.layout
     if layout is None:
@@ -225,7 +238,7 @@ def _row(tokens: list[str], layout: _Layout, lineno: int) -> NcclRow:
     lead = dict(zip(layout.leading, tokens, strict=False))  # the rest are measured
     n = len(layout.leading)
     type_ = lead["type"]
-    if not re.match(r"^[A-Za-z][A-Za-z0-9_]*$", type_):
+    if not _TYPE_NAME_RE.match(type_):
         raise ParseError(f"element type {type_!r} is not a type name", lineno)
     root = lead.get("root")
     return NcclRow(
@@ -240,7 +253,9 @@ def _row(tokens: list[str], layout: _Layout, lineno: int) -> NcclRow:
 
 
 def _measurement(cells: list[str], layout: _Layout, which: str, lineno: int) -> NcclMeasurement:
-    time, algbw, busbw = (_optional(cells[i], f"{which} {_MEASURE[i]}", lineno) for i in range(3))
+    time = _optional(cells[0], f"{which} time", lineno)
+    algbw = _optional(cells[1], f"{which} algbw", lineno)
+    busbw = _optional(cells[2], f"{which} busbw", lineno)
     check = cells[3]
     if layout.check == "#wrong":
         wrong = None if check == "N/A" else _integer(check, f"{which} #wrong", lineno)
