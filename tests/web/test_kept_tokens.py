@@ -238,3 +238,18 @@ def test_an_unreachable_redis_falls_back_to_the_token_query(
     ApiToken.objects.update(revoked_at=timezone.now())  # no signal, and no Redis to tell
 
     assert client.get("/api/v1/servers/").status_code == 401
+
+
+def test_the_stamp_is_set_once_when_missing_and_never_comes_back_after_a_flush(
+    redis_cache: None,
+) -> None:
+    window = [("throttle_query_test", 60.0)]
+    first, _ = throttles.redis_trip("a-stamp", window) or (None, None)
+    again, counts = throttles.redis_trip("a-stamp", window) or (None, [])
+    by_get, _ = throttles.redis_trip("a-stamp", []) or (None, None)
+    caches["default"].delete("a-stamp")
+    after_flush, _ = throttles.redis_trip("a-stamp", []) or (None, None)
+
+    assert first and first == again == by_get
+    assert counts[0][0] == 2  # the window counted in the same trip
+    assert after_flush and after_flush != first

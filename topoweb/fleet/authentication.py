@@ -123,14 +123,16 @@ def _tokens_changed(sender: Any, **kwargs: Any) -> None:
     """After commit, renews TOKENS_STAMP: kept tokens are looked up again by every process.
     Connected to every save and delete of tokens and users (admin, services, cascades),
     except the marks of use and sign-ins, which refuse nobody; a bulk update() sends no
-    signal, so whatever revokes tokens or deactivates users that way must call it too."""
+    signal, so whatever revokes tokens or deactivates users that way must call
+    renew_tokens_stamp too."""
     update_fields = kwargs.get("update_fields")
     if update_fields is not None and set(update_fields) <= {"last_used_at", "last_login"}:
         return
-    transaction.on_commit(_renew_tokens_stamp, using=kwargs.get("using"))
+    transaction.on_commit(renew_tokens_stamp, using=kwargs.get("using"))
 
 
-def _renew_tokens_stamp() -> None:
+def renew_tokens_stamp() -> None:
+    """Every process looks its kept tokens up again (nothing without Redis)."""
     try:
         renew_stamp(TOKENS_STAMP)
     except Exception:
