@@ -76,6 +76,13 @@ def committed(change: Callable[[], Any], capture: Any) -> None:
         change()
 
 
+def revoke_the_api_token() -> None:
+    """As the admin does: a save of the token row."""
+    token = ApiToken.objects.get()
+    token.revoked_at = timezone.now()
+    token.save(update_fields=["revoked_at"])
+
+
 def test_a_kept_token_is_read_without_a_token_query(redis_cache: None, process: Any) -> None:
     client = bearer(create_api_token("scheduler"))
     assert client.get("/api/v1/servers/").status_code == 200
@@ -95,13 +102,7 @@ def test_a_revoked_api_token_is_refused_by_another_process_on_its_next_request(
     process()  # the worker that serves the revocation
     assert client.get("/api/v1/servers/").status_code == 200
 
-    token = ApiToken.objects.get()
-
-    def revoke() -> None:
-        token.revoked_at = timezone.now()
-        token.save(update_fields=["revoked_at"])
-
-    committed(revoke, django_capture_on_commit_callbacks)
+    committed(revoke_the_api_token, django_capture_on_commit_callbacks)
     authentication._kept_tokens = first  # back to the first worker (the fixture restores it)
 
     assert client.get("/api/v1/servers/").status_code == 401
@@ -130,13 +131,7 @@ def test_a_flushed_redis_does_not_bring_back_a_revoked_token(
     first = process()
     assert client.get("/api/v1/servers/").status_code == 200  # kept under the first stamp
     process()
-    token = ApiToken.objects.get()
-
-    def revoke() -> None:
-        token.revoked_at = timezone.now()
-        token.save(update_fields=["revoked_at"])
-
-    committed(revoke, django_capture_on_commit_callbacks)
+    committed(revoke_the_api_token, django_capture_on_commit_callbacks)
     caches["default"].delete(authentication.TOKENS_STAMP)  # Redis flushed or restarted empty
     authentication._kept_tokens = first
 
