@@ -101,6 +101,12 @@ def check(url: str, method: str, body: object, token: str) -> None:
         response.read()
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of a process on this machine (its PostgreSQL backend)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def profile(token: str, count: int) -> None:
     """Where a request's time goes, in this process with Django's test client (full
     middleware stack, same database), after one warm-up request per endpoint."""
@@ -129,16 +135,25 @@ def profile(token: str, count: int) -> None:
 
         with connection.execute_wrapper(record):
             call()
-        started = time.perf_counter()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            backend = cursor.fetchone()[0]
+        started, cpu, db_cpu = time.perf_counter(), time.process_time(), _cpu_seconds(backend)
         for _ in range(count):
             call()
         each_ms = (time.perf_counter() - started) / count * 1000
+        cpu_ms = (time.process_time() - cpu) / count * 1000
+        db_cpu_ms = (_cpu_seconds(backend) - db_cpu) / count * 1000
         profiler = cProfile.Profile()
         profiler.enable()
         for _ in range(count):
             call()
         profiler.disable()
         print(f"=== {label}: {each_ms:.2f} ms per request in process (unprofiled)")
+        # CPU time moves less than wall time when other programs share the machine.
+        print(
+            f"CPU per request: {cpu_ms:.2f} ms here, {db_cpu_ms:.2f} ms in its PostgreSQL backend"
+        )
         print(f"{len(queries)} queries: " + "; ".join(sql[:150] for sql in queries))
         pstats.Stats(profiler).sort_stats(
             os.environ.get("BENCH_PROFILE_SORT", "tottime")

@@ -24,13 +24,13 @@ from topoweb.config.api import (
     ERRORS,
     READ_ERRORS,
     ErrorSerializer,
-    QueryThrottle,
     hostname_field,
     validated,
 )
 from topoweb.config.parsers import JSONParser
 from topoweb.config.permissions import CanQuery
 from topoweb.config.renderers import JSONRenderer
+from topoweb.config.throttles import QueryThrottle
 from topoweb.core.costs import COLLECTIVES, OPERATIONS
 from topoweb.core.ledger import PRESETS, Layout
 from topoweb.fleet.selectors import server_by_hostname

@@ -31,7 +31,6 @@ from topoweb.config.api import (
     ERRORS,
     READ_ERRORS,
     CompiledPages,
-    IngestThrottle,
     Pagination,
     PayloadTooLarge,
     WindowCountPagination,
@@ -43,6 +42,7 @@ from topoweb.config.compiled import CompiledQuery
 from topoweb.config.metrics import count_report
 from topoweb.config.parsers import JSONParser
 from topoweb.config.renderers import RawJSON, dumps
+from topoweb.config.throttles import IngestThrottle
 from topoweb.core.ecosystem import Export
 from topoweb.core.formats import ParseError
 from topoweb.core.health import KINDS, SEVERITIES

@@ -1,22 +1,18 @@
 """The API's shared plumbing, used by every app and importing none: one JSON error shape for
-every failure (and its OpenAPI description), the hostname rule, pagination, the throttles, and
-the refusal of paths no row can match. The one read rule is in config.permissions.
+every failure (and its OpenAPI description), the hostname rule, pagination, and the refusal of
+paths no row can match. The throttles are in config.throttles, the one read rule in
+config.permissions.
 
 Every error answers `{"error": {"code": str, "message": str, "line": int | null,
 "details": object | null}}`."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from collections.abc import Callable
 from typing import Any, cast
 
-from django.conf import settings
-from django.core.cache import DEFAULT_CACHE_ALIAS, caches
-from django.core.cache.backends.base import BaseCache
-from django.core.cache.backends.redis import RedisCache
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.paginator import Page
 from django.core.paginator import Paginator as DjangoPaginator
@@ -30,9 +26,7 @@ from django.views.defaults import page_not_found, server_error
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions, serializers, status
 from rest_framework.pagination import PageNumberPagination
-from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from topoweb.config.limits import LimitExceeded
@@ -215,127 +209,6 @@ class Pagination(PageNumberPagination):
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
-
-
-# INCR and, for the window's first request (or a counter somehow left without expiry), the
-# expiry, atomically in Redis; answers the count and the milliseconds the window has left.
-_WINDOW_LUA = """
-local count = redis.call('INCR', KEYS[1])
-local left = redis.call('PTTL', KEYS[1])
-if left < 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  left = tonumber(ARGV[1])
-end
-return {count, left}
-"""
-
-
-@functools.lru_cache(maxsize=8)
-def _redis_client(client_class: Any, pool: Any) -> Any:
-    """A client over the cache's connection pool, built once. It holds no connection of its
-    own (each command borrows one from the pool), so threads may share it, and the pool starts
-    afresh in a forked process (it checks its pid), so a gunicorn worker may too. Bounded:
-    threads' caches each have their own pool."""
-    return client_class(connection_pool=pool)
-
-
-def _count_in_redis(cache: Any, key: str, duration: float) -> tuple[int, float] | None:
-    """The caller's count in its window with one Redis round trip, or None when the cache is
-    not Django's Redis backend. Django stores integers raw, so the counter stays readable
-    by cache.get and resettable by cache.delete."""
-    backend = cache if isinstance(cache, BaseCache) else caches[DEFAULT_CACHE_ALIAS]
-    if not isinstance(backend, RedisCache):  # DRF's `cache` is the default cache's proxy
-        return None
-    cache = backend
-    full_key = cache.make_and_validate_key(key)
-    # Django's get_client builds a new client (and its table of reply callbacks) per call: one
-    # per connection pool is kept instead.
-    client = _redis_client(cache._cache._client, cache._cache._get_connection_pool(True))
-    window_ms = max(1, int(duration * 1000))
-    count, left_ms = client.eval(_WINDOW_LUA, 1, full_key, window_ms)
-    return int(count), float(left_ms) / 1000.0
-
-
-class SettingRateThrottle(SimpleRateThrottle):
-    """Per token (or user, or address), at the rate a setting names, read per request."""
-
-    rate_setting = ""
-
-    def get_rate(self) -> str | None:
-        return str(getattr(settings, self.rate_setting))
-
-    def allow_request(self, request: Request, view: Any) -> bool:
-        """One counter per caller in the cache (Redis when configured), so every worker process
-        counts against the same budget. The window opens with the caller's first request and
-        lasts the rate's period; the count is an atomic increment, so callers racing on two
-        workers cannot both take the last slot (DRF's own read-then-write history can)."""
-        # The rate is read per request so that a settings change applies without a restart.
-        self.rate = self.get_rate()
-        self.num_requests, self.duration = self.parse_rate(self.rate)
-        key = self.get_cache_key(request, view)
-        if key is None or self.num_requests is None or self.duration is None:
-            return True
-        self.remaining: float | None = None
-        try:
-            # One round trip in Redis (INCR and the window's expiry together), else a few calls.
-            counted = _count_in_redis(self.cache, key, self.duration) or self._count_in_cache(
-                key, self.duration
-            )
-            if counted is None:
-                return True
-            count, self.remaining = counted
-        except Exception:
-            # A cache that is down must not turn reports away: they are worth more than the
-            # limit. The failure is logged; the budget applies again once the cache is back.
-            log.warning("throttle %s not applied: the cache is unreachable", self.scope)
-            return True
-        return bool(count <= self.num_requests)
-
-    def _count_in_cache(self, key: str, duration: int) -> tuple[int, float] | None:
-        """The same window with Django's cache API (per-process caches, tests): the count and
-        the seconds the window has left, or None when no window could be opened."""
-        now = self.timer()
-        self.cache.add(f"{key}:opened", now, timeout=duration)
-        for _ in range(2):  # the window may close between add and incr: open a new one
-            self.cache.add(key, 0, timeout=duration)
-            try:
-                count = int(self.cache.incr(key))
-                break
-            except ValueError:
-                continue
-        else:
-            return None
-        opened = float(self.cache.get(f"{key}:opened", now))
-        return count, duration - (now - opened)
-
-    def wait(self) -> float | None:
-        """Seconds until the caller's window closes (the Retry-After of a 429)."""
-        remaining = getattr(self, "remaining", None)
-        return None if remaining is None else max(0.0, remaining)
-
-    def get_cache_key(self, request: Request, view: Any) -> str | None:
-        if request.auth is not None and hasattr(request.auth, "pk"):
-            ident = f"{type(request.auth).__name__}:{request.auth.pk}"
-        elif request.user and request.user.is_authenticated:
-            ident = f"user:{request.user.pk}"
-        else:
-            ident = self.get_ident(request)
-        return self.cache_format % {"scope": self.scope, "ident": ident}
-
-
-class IngestThrottle(SettingRateThrottle):
-    """Reports and uploads, at TOPOWEB_INGEST_RATE."""
-
-    scope = "ingest"
-    rate_setting = "TOPOWEB_INGEST_RATE"
-
-
-class QueryThrottle(SettingRateThrottle):
-    """Cost, placement and selection questions (each runs the cost model), at
-    TOPOWEB_QUERY_RATE: open to anonymous callers when TOPOWEB_PUBLIC_READ is on."""
-
-    scope = "query"
-    rate_setting = "TOPOWEB_QUERY_RATE"
 
 
 MAX_PAGE_NUMBER = 1_000_000

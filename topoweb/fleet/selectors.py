@@ -85,8 +85,8 @@ def active_collector_token(token: str, mark: bool = True) -> CollectorToken | No
     return found
 
 
-def active_api_token(token: str) -> ApiToken | None:
-    """The token with its user, in one query."""
+def active_api_token(token: str, mark: bool = True) -> ApiToken | None:
+    """The token with its user, in one query; marked used unless `mark` is False."""
     rows = _api_token.rows(hash_token(token))
     if not rows:
         return None
@@ -94,7 +94,8 @@ def active_api_token(token: str) -> ApiToken | None:
     found = ApiToken.from_db(DEFAULT_DB_ALIAS, _fields(ApiToken), rows[0][:split])
     user_model = get_user_model()
     found.user = user_model.from_db(DEFAULT_DB_ALIAS, _fields(user_model), rows[0][split:])
-    mark_used(found)
+    if mark:
+        mark_used(found)
     return found
 
 
