@@ -13,7 +13,13 @@ import pytest
 from tests.core import topologies as T
 from tests.core.topo_fixtures import fixture_text, glued_h200
 from topoweb.core import placement
-from topoweb.core.costs import CostModel, build_model, slowest_group_us, solo_time_bound
+from topoweb.core.costs import (
+    CostModel,
+    build_model,
+    chain_time_bound,
+    slowest_group_us,
+    solo_time_bound,
+)
 from topoweb.core.formats.topo import parse
 from topoweb.core.ledger import PRESETS, Layout, ModelShape
 from topoweb.core.placement import (
@@ -481,3 +487,53 @@ def test_the_bound_that_skips_a_ring_search_never_exceeds_the_priced_time(
                 assert 0 < bound <= priced, (group, coll, nbytes)
                 tight += bound >= priced * (1 - 1e-6)
     assert tight  # the bound is not vacuous: somewhere it meets the priced time
+
+
+@pytest.mark.parametrize(
+    ("build", "gpu", "p2p", "shared"),
+    [
+        (T.dgx1_v100_mesh, "Tesla V100-SXM2-32GB", "auto", False),
+        (T.pcie_only_8gpu, "NVIDIA H100 PCIe", "on", True),
+        (T.pcie_only_8gpu, "NVIDIA H100 PCIe", "off", True),
+        (T.pcie_nv4_pairs_16gpu, None, "auto", True),
+        (lambda: _odd(8, 3), None, "auto", True),
+        (lambda: _odd(7, 9), None, "auto", True),
+        (T.gtx1070_7gpu, None, "auto", True),
+        (T.h200_nv18_12nic, "NVIDIA H200", "auto", False),
+    ],
+    ids=["dgx1", "pcie8-p2p", "pcie8-no-p2p", "pcie16-nv4", "odd8", "odd7", "gtx1070", "h200"],
+)
+def test_the_bound_from_some_chains_load_never_exceeds_the_contended_time_of_all(
+    build: object, gpu: str | None, p2p: str, shared: bool
+) -> None:
+    # The search cuts a branch on chain_time_bound over the pipeline chains placed so far:
+    # sound only if, at the rate those chains' summed load leaves (what other chains may
+    # share: `private` resources left out), it is never above the contended time of the whole
+    # pipeline, whatever the chains not yet placed.
+    model = build_model(build(), gpu, p2p=p2p)  # type: ignore[operator, arg-type]
+    gpus = sorted(model.gpu_ids)
+    rng = random.Random(3)
+    cut_more = 0
+    for _ in range(40):
+        size = rng.choice([k for k in (2, 3, 4) if len(gpus) >= 2 * k])
+        order = rng.sample(gpus, len(gpus))
+        chains = [tuple(order[i : i + size]) for i in range(0, len(gpus) - size + 1, size)]
+        for nbytes in (1 << 12, 1 << 22, 1 << 28):
+            f = chain_time_bound(model, nbytes)
+            assert f is not None
+            whole = slowest_group_us(model, "sendrecv", chains, nbytes, True)
+            solo = max(slowest_group_us(model, "sendrecv", [c], nbytes, True) for c in chains)
+            total: dict[int, float] = {}
+            for k, c in enumerate(chains, 1):
+                load = model.load(((c[i], c[i + 1]), 1.0) for i in range(len(c) - 1))
+                for r, w in load.items():
+                    if not model.private(r):
+                        total[r] = total.get(r, 0.0) + w
+                if not total:
+                    continue
+                rate = min(model.resources[r].capacity_gbps / w for r, w in total.items())
+                bound = f(rate)
+                assert 0 < bound <= whole, (chains[:k], nbytes)
+                cut_more += bound > solo
+    # Where chains share PCIe switches and sockets it cuts what their solo times cannot.
+    assert cut_more or not shared

@@ -6,6 +6,7 @@ fair share over the recovered hierarchy), NCCL's algorithms (ring, tree, NVLS) a
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
@@ -872,6 +873,11 @@ class CostModel:
             return self.load([((gpus[0], gpus[1]), 1.0)])
         return self._channel_load(self.ring_channels(key))
 
+    def private(self, r: int) -> bool:
+        """Only flows from or to one GPU cross this resource (its NVLink bundle to a peer, its
+        NVSwitch port, its own PCIe link): groups of disjoint GPUs never share it."""
+        return self.resources[r].kind in ("nvlink_pair", "nvswitch_port", "pcie_link")
+
     def describe(self, r: int) -> str:
         return self.resources[r].description
 
@@ -1657,6 +1663,16 @@ def concurrent_costs(
 ) -> list[CollectiveCost]:
     """The same collective run at once by several disjoint groups (TP groups of a job): rates
     from the max-min fair share of every resource they cross, then NCCL's choice per group."""
+    return [
+        _result(model, collective, k, nbytes, best, variants)
+        for k, best, variants in _concurrent(model, collective, groups, nbytes)
+    ]
+
+
+def _concurrent(
+    model: CostModel, collective: str, groups: Sequence[Sequence[int]], nbytes: int
+) -> list[tuple[tuple[int, ...], _Variant, list[_Variant]]]:
+    """Per group of `concurrent_costs`: its GPUs, NCCL's choice and the variants."""
     keys = [model.check_gpus(g) for g in groups]
     seen: set[int] = set()
     for k in keys:
@@ -1667,9 +1683,24 @@ def concurrent_costs(
     out = []
     for k, rate in zip(keys, rates, strict=True):
         variants = _group_variants(model, collective, k, nbytes, rate)
-        best = min(variants, key=lambda v: v.time_us)
-        out.append(_result(model, collective, k, nbytes, best, variants))
+        out.append((k, min(variants, key=lambda v: v.time_us), variants))
     return out
+
+
+def slowest_cost(
+    model: CostModel,
+    collective: str,
+    groups: Sequence[Sequence[int]],
+    nbytes: int,
+    chains: bool = False,
+) -> CollectiveCost:
+    """The slowest (the first of equals) of `concurrent_costs`, or of `chain_costs` with
+    `chains`, with only its result built (what a ledger entry reports)."""
+    timed = (
+        _chains(model, groups, nbytes) if chains else _concurrent(model, collective, groups, nbytes)
+    )
+    k, best, variants = max(timed, key=lambda x: x[1].time_us)
+    return _result(model, "sendrecv" if chains else collective, k, nbytes, best, variants)
 
 
 def _group_variants(
@@ -1710,7 +1741,7 @@ def solo_time_bound(model: CostModel, collective: str, gpus: Sequence[int], nbyt
         return 0.0
     bus_max = model.ring_rate_bound(key) * (1 + BOUND_MARGIN)
     nvlink = [model.hop_class((a, b)) == "nvlink" for a in key for b in key if a != b]
-    hops = ["nvlink"] if all(nvlink) else (["pcie"] if not any(nvlink) else ["nvlink", "pcie"])
+    hops = ("nvlink",) if all(nvlink) else (("pcie",) if not any(nvlink) else ("nvlink", "pcie"))
     best = ring_time_bound(model, collective, p, nbytes, bus_max, hops)
     alone = _Shape([key], key, Rate(math.inf, -1), Rate(math.inf, -1), True, math.inf, -1)
     nvls = _nvls_variant(model, collective, key, nbytes, alone, None, 0.0)
@@ -1726,35 +1757,61 @@ def ring_time_bound(
     all_gather) over p GPUs of one node whose ring gets at most `bus_max` GB/s and whose hops
     are of the `hops` latency classes: NCCL's formulas of `_nccl_variants` at that rate, with
     every latency row the ring could pay (the least wins)."""
-    gen = model.hardware.generation
-    ll128_ok = "nvlink" in hops and not gen.name.startswith(("Kepler", "Maxwell", "Pascal"))
-    ll_max = _ll_max(model, 1)
+    name = model.hardware.generation.name
+    variants = _ring_bound_variants(name, _ll_max(model, 1), collective, p, nbytes, tuple(hops))
+    return min(lat + _us(nbytes, min(cap, a * bus_max)) for lat, a, cap in variants)
+
+
+@functools.lru_cache(maxsize=1024)
+def _ring_bound_variants(
+    generation: str, ll_max: float, collective: str, p: int, nbytes: int, hops: tuple[str, ...]
+) -> tuple[tuple[float, float, float], ...]:
+    """`ring_time_bound`'s variants as (latency, a, cap): at a rate x a variant's algorithm
+    bandwidth is min(cap, a x); the same for every group of p GPUs (kept per process)."""
+    ll128_ok = "nvlink" in hops and not generation.startswith(("Kepler", "Maxwell", "Pascal"))
     steps = _nsteps(collective, p)
-    best = math.inf
+    variants: list[tuple[float, float, float]] = []
     for i, proto in enumerate(PROTOCOLS):
         if proto == "LL128" and not ll128_ok:
             continue
-        busbw = {"LL": min(ll_max, 0.5 * bus_max), "LL128": 0.92 * bus_max, "Simple": bus_max}
-        algbw = busbw[proto] * p / steps
-        for hop in hops:
-            lat = BASE_LATENCY_US["ring"][i] + steps * HOP_LATENCY_US[hop]["ring"][i]
-            best = min(best, lat + _us(nbytes, algbw))
+        lat = min(BASE_LATENCY_US["ring"][i] + steps * HOP_LATENCY_US[h]["ring"][i] for h in hops)
+        share, cap = {"LL": (0.5, ll_max), "LL128": (0.92, math.inf), "Simple": (1.0, math.inf)}[
+            proto
+        ]
+        variants.append((lat, share * p / steps, cap * p / steps))
     if collective == "all_reduce" and p > 2:
         log_size = int(math.log2(nbytes >> 6)) if nbytes >= 64 else -1
-        bus = 0.92 * bus_max
         for i, proto in enumerate(PROTOCOLS):
             if proto == "LL128" and not ll128_ok:
                 continue
-            busbw_t = {"LL": min(bus / 3.8, ll_max), "LL128": bus * (7 / 9), "Simple": bus}
-            algbw = 0.5 * busbw_t[proto]
+            lat = min(
+                BASE_LATENCY_US["tree"][i] + 2 * (p - 1) * HOP_LATENCY_US[h]["tree"][i]
+                for h in hops
+            )
+            corr = 1.0
             if 0 <= log_size < len(TREE_CORRECTION[proto]):
-                algbw *= TREE_CORRECTION[proto][log_size]
-            for hop in hops:
-                lat = BASE_LATENCY_US["tree"][i] + 2 * (
-                    (p - 1) * HOP_LATENCY_US[hop]["tree"][i] + 0.0
-                )
-                best = min(best, lat + _us(nbytes, algbw))
-    return best
+                corr = TREE_CORRECTION[proto][log_size]
+            share, cap = {
+                "LL": (0.92 / 3.8, ll_max),
+                "LL128": (0.92 * 7 / 9, math.inf),
+                "Simple": (0.92, math.inf),
+            }[proto]
+            variants.append((lat, 0.5 * share * corr, 0.5 * cap * corr))
+    return tuple(variants)
+
+
+def chain_time_bound(model: CostModel, nbytes: int) -> Callable[[float], float] | None:
+    """f(rate): a lower bound of `slowest_group_us(model, "sendrecv", chains, nbytes, True)`
+    for any pipeline chains among which are chains whose summed load (`load` of their sends)
+    leaves at most `rate` = min over resources of capacity / that load. Max-min sharing
+    (`share`) freezes its first chains at that minimum over every chain's load, which is no
+    higher, and a chain's time (`chain_time`) only grows as its rate falls: at `rate`, with
+    the cheaper latency row, it bounds the slowest chain. None for jobs over several nodes."""
+    if model.nodes > 1:
+        return None
+    return lambda rate: min(
+        chain_time(nbytes, rate * (1 + BOUND_MARGIN), hop) for hop in ("nvlink", "pcie")
+    )
 
 
 def slowest_group_us(
@@ -1800,6 +1857,16 @@ def chain_costs(
 ) -> list[CollectiveCost]:
     """Pipeline sends: each chain passes `nbytes` from stage to stage, every boundary at
     once; all chains run together and share what they cross."""
+    return [
+        _result(model, "sendrecv", c, nbytes, v, variants)
+        for c, v, variants in _chains(model, chains, nbytes)
+    ]
+
+
+def _chains(
+    model: CostModel, chains: Sequence[Sequence[int]], nbytes: int
+) -> list[tuple[tuple[int, ...], _Variant, list[_Variant]]]:
+    """Per chain of `chain_costs`: its GPUs and its time as a variant."""
     keys = [model.check_gpus(c) for c in chains]
     loads = [model.load(((c[i], c[i + 1]), 1.0) for i in range(len(c) - 1)) for c in keys]
     rates = model.share(loads)
@@ -1808,7 +1875,7 @@ def chain_costs(
         t = _chain_time(model, c, nbytes, rate)
         lat = t - _us(nbytes, rate.gbps)
         v = _Variant("chain", t, c, rate.gbps, lat, rate.bottleneck)
-        out.append(_result(model, "sendrecv", c, nbytes, v, [v]))
+        out.append((c, v, [v]))
     return out
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from topoweb.core.costs import CostModel, chain_costs, concurrent_costs
+from topoweb.core.costs import CostModel, slowest_cost
 
 
 @dataclass(frozen=True)
@@ -231,11 +231,7 @@ def price(
         gs = [g for g in groups.get(e.dimension, ()) if len(g) > 1]
         if not gs:
             continue
-        if e.dimension == "pp":
-            costs = chain_costs(model, gs, e.bytes)
-        else:
-            costs = concurrent_costs(model, e.collective, gs, e.bytes)
-        slow = max(costs, key=lambda c: c.time_us)
+        slow = slowest_cost(model, e.collective, gs, e.bytes, e.dimension == "pp")
         out.append(
             PricedEntry(
                 e,

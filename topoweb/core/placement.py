@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import operator
 import random
 import time
 import weakref
@@ -18,6 +19,7 @@ from topoweb.core.costs import (
     BOUND_MARGIN,
     CostModel,
     chain_time,
+    chain_time_bound,
     collective_cost,
     ring_time_bound,
     slowest_group_us,
@@ -499,27 +501,73 @@ def _exact(
     slot = {d: i for i, d in enumerate(DIMENSIONS)}
     # What completes at each rank: (dimension slot, positions of the group), and the
     # dimensions whose last group completes there.
-    groups_at: list[list[tuple[int, str, tuple[int, ...]]]] = [[] for _ in range(n)]
+    # (itemgetter of the group's positions: its GPUs from the mapping, as a tuple)
+    groups_at: list[list[tuple[int, str, Callable[[Any], Any]]]] = [[] for _ in range(n)]
     dims_at: list[list[tuple[int, str]]] = [[] for _ in range(n)]
     for d in live:
         for grp in positions[d]:
-            groups_at[max(grp)].append((slot[d], d, grp))
+            groups_at[max(grp)].append((slot[d], d, operator.itemgetter(*grp)))
         dims_at[max(max(g) for g in positions[d])].append((slot[d], d))
+    # Ranks where a group that `solo_bound` can bound without a ring search completes.
+    bounded_at = [False] * n
+    for d in live:
+        if d != "pp" and len(positions[d][0]) >= 4:
+            for grp in positions[d]:
+                bounded_at[max(grp)] = True
     # A pipeline chain's first stages alone send over a subset of its hops: no faster link,
     # no lighter load, no lower latency class than the whole chain (see _chain_time), so
     # their time bounds the chain's before its last stage is placed (PP4, PP8 layouts).
-    prefixes_at: list[list[tuple[int, str, tuple[int, ...]]]] = [[] for _ in range(n)]
+    prefixes_at: list[list[tuple[int, str, Callable[[Any], Any]]]] = [[] for _ in range(n)]
     if "pp" in live:
         for grp in positions["pp"]:
             for i in range(1, len(grp) - 1):
-                prefixes_at[grp[i]].append((slot["pp"], "pp", grp[: i + 1]))
+                prefixes_at[grp[i]].append((slot["pp"], "pp", operator.itemgetter(*grp[: i + 1])))
     total = plan.total_us
+    model = objective.model
+    # A group's summed solo time and bound per dimension, kept for this search by the group's
+    # GPUs in rank order: the same group meets the search in many branches, and these dicts
+    # answer it without the cost memo's keys (frozensets, symmetry classes).
+    solos: dict[tuple[str, tuple[int, ...]], float] = {}
+    bounds: dict[tuple[str, tuple[int, ...]], float] = {}
 
     def solo(d: str, group: tuple[int, ...]) -> float:
-        return sum(k * objective.solo_us(d, c, b, group) for c, b, k in wanted[d])
+        t = solos.get((d, group))
+        if t is None:
+            t = solos[(d, group)] = sum(
+                k * objective.solo_us(d, c, b, group) for c, b, k in wanted[d]
+            )
+        return t
 
     def solo_bound(d: str, group: tuple[int, ...]) -> float:
-        return sum(k * objective.solo_bound_us(d, c, b, group) for c, b, k in wanted[d])
+        t = bounds.get((d, group))
+        if t is None:
+            t = bounds[(d, group)] = sum(
+                k * objective.solo_bound_us(d, c, b, group) for c, b, k in wanted[d]
+            )
+        return t
+
+    # What the complete pipeline chains load together bounds the pipeline's contended time
+    # (costs.chain_time_bound) before its last chain is placed, and before its contended
+    # time is priced once it is. (Groups of other dimensions would need their rings, which
+    # pricing under symmetries often spares: a bound from them cost more than it cut.)
+    shared: dict[str, Callable[[float], float]] = {}
+    if "pp" in live:
+        fs = [(k, chain_time_bound(model, b)) for _c, b, k in wanted["pp"]]
+        if all(f is not None for _, f in fs):
+            shared["pp"] = _summed([(k, f) for k, f in fs if f is not None])
+    loads: dict[tuple[int, ...], tuple[list[tuple[int, float]], float]] = {}
+    caps = model._caps
+
+    def load(chain: tuple[int, ...]) -> tuple[list[tuple[int, float]], float]:
+        """The chain's load on what other chains may also cross (`private` resources left
+        out: the rate they give is no lower, so a bound from it still holds), and the least
+        capacity / load over all of it (its rate alone)."""
+        got = loads.get(chain)
+        if got is None:
+            ld = model.load(((chain[i], chain[i + 1]), 1.0) for i in range(len(chain) - 1))
+            shareable = [(x, w) for x, w in ld.items() if not model.private(x)]
+            got = loads[chain] = (shareable, min(caps[x] / w for x, w in ld.items()))
+        return got
 
     def contended(d: str, mapping: Sequence[int]) -> float:
         gs = [tuple(mapping[p] for p in grp) for grp in positions[d]]
@@ -561,7 +609,18 @@ def _exact(
     mapping: list[int] = []
     used: set[int] = set()
 
-    def dfs(r: int, lb: list[float], stab: list[tuple[int, ...]]) -> None:
+    def dfs(
+        r: int,
+        lb: list[float],
+        cb: list[float],
+        together: list[dict[int, float]],
+        rates: list[float],
+        stab: list[tuple[int, ...]],
+    ) -> None:
+        """`lb`: per dimension slot, the priced times so far (solo, then contended), which a
+        complete mapping sums; `cb`: the same raised by bounds, which cut branches;
+        `together`: per slot, the summed load of its complete groups on what groups may
+        share (see `load`), and `rates` the least capacity / load over it."""
         nonlocal best, best_us
         if deadline is not None and time.perf_counter() > deadline:
             raise _OutOfTime
@@ -570,62 +629,98 @@ def _exact(
             if us < best_us * (1 - 1e-12):
                 best, best_us = tuple(mapping), us
             return
-        lowest = [min(c) for c in zip(*stab, strict=True)] if len(stab) > 1 else None
-        for g in order:
-            if g in used:
-                continue
+        if r == 0:
+            candidates = [g for g in order if least[pos[g]] == pos[g]]
+        else:
+            candidates = [g for g in order if g not in used]
+            if r in rank0_orbit:
+                first = pos[mapping[0]]
+                candidates = [g for g in candidates if least[pos[g]] >= first]
+            if 1 < r < tp:  # TP positions 1.. ascending
+                candidates = [g for g in candidates if g > mapping[r - 1]]
+            if ep == 1 and 2 * tp <= r < tp * dp and r % tp == 0:
+                # DP replicas 1.. ascending by their first GPU
+                candidates = [g for g in candidates if g > mapping[r - tp]]
+            if len(stab) > 1:
+                # No symmetry fixing the earlier ranks' GPUs maps this one lower.
+                lowest = [min(c) for c in zip(*stab, strict=True)]
+                candidates = [g for g in candidates if lowest[pos[g]] >= pos[g]]
+        for g in candidates:
             q = pos[g]
-            if r == 0 and least[q] != q:
-                continue
-            if 0 < r and r in rank0_orbit and least[q] < pos[mapping[0]]:
-                continue
-            if 1 < r < tp and g < mapping[r - 1]:
-                continue  # TP positions 1.. ascending
-            if ep == 1 and 2 * tp <= r < tp * dp and r % tp == 0 and g < mapping[r - tp]:
-                continue  # DP replicas 1.. ascending by their first GPU
-            if lowest is not None and lowest[q] < q:
-                continue  # a symmetry fixing the earlier ranks' GPUs maps this one lower
             mapping.append(g)
-            here = lb
+            here, cut, together_r, rates_r = lb, cb, together, rates
             if prefixes_at[r]:
-                here = lb[:]
-                for s, d, grp in prefixes_at[r]:
-                    t = solo(d, tuple(mapping[p] for p in grp))
+                here, cut = lb[:], cb[:]
+                for s, d, gpus_of in prefixes_at[r]:
+                    t = solo(d, gpus_of(mapping))
                     if t > here[s]:
                         here[s] = t
+                    if t > cut[s]:
+                        cut[s] = t
             if groups_at[r]:
-                # Bounds that need no ring search first: a branch they cut is never priced
-                # (kept apart from `here`, so what the search sums stays the priced times).
-                probe = here[:]
-                for s, d, grp in groups_at[r]:
-                    t = solo_bound(d, tuple(mapping[p] for p in grp))
-                    if t > probe[s]:
-                        probe[s] = t
-                if total(probe[0] + probe[1] + probe[3], probe[2]) >= best_us * (1 - 1e-9):
-                    mapping.pop()
-                    continue
-                here = here[:]
-                for s, d, grp in groups_at[r]:
-                    t = solo(d, tuple(mapping[p] for p in grp))
+                done = [(s, d, gpus_of(mapping)) for s, d, gpus_of in groups_at[r]]
+                if bounded_at[r]:
+                    # Bounds that need no ring search first: a branch they cut is never
+                    # priced.
+                    probe = cut[:]
+                    for s, d, grp in done:
+                        t = solo_bound(d, grp)
+                        if t > probe[s]:
+                            probe[s] = t
+                    if total(probe[0] + probe[1] + probe[3], probe[2]) >= best_us * (1 - 1e-9):
+                        mapping.pop()
+                        continue
+                here, cut, together_r, rates_r = here[:], cut[:], together[:], rates[:]
+                for s, d, grp in done:
+                    t = solo(d, grp)
                     if t > here[s]:
                         here[s] = t
-                # Contended times only for what the solo bounds did not already cut.
+                    if t > cut[s]:
+                        cut[s] = t
+                    f = shared.get(d)
+                    if f is not None:
+                        items, alone = load(grp)
+                        before = rate = rates_r[s]
+                        load_s = together_r[s] = dict(together_r[s])
+                        for res, w in items:
+                            x = load_s[res] = load_s.get(res, 0.0) + w
+                            if caps[res] / x < rate:
+                                rate = caps[res] / x
+                        rates_r[s] = rate
+                        # f falls as the rate rises, and cut[s] holds f(before) and this
+                        # group's solo time (no less than f(alone)): only a rate below both
+                        # (groups sharing a link) can raise it.
+                        if rate < before and rate < alone:
+                            t = f(rate)
+                            if t > cut[s]:
+                                cut[s] = t
+                # Contended times only for what the cheaper bounds did not already cut.
                 for s, d in dims_at[r]:
-                    if total(here[0] + here[1] + here[3], here[2]) >= best_us * (1 - 1e-9):
+                    if total(cut[0] + cut[1] + cut[3], cut[2]) >= best_us * (1 - 1e-9):
                         break
-                    here[s] = max(here[s], contended(d, mapping))
-            if total(here[0] + here[1] + here[3], here[2]) < best_us * (1 - 1e-9):
+                    t = contended(d, mapping)
+                    if t > here[s]:
+                        here[s] = t
+                    if t > cut[s]:
+                        cut[s] = t
+            if total(cut[0] + cut[1] + cut[3], cut[2]) < best_us * (1 - 1e-9):
                 used.add(g)
-                dfs(r + 1, here, [x for x in stab if x[q] == q] if len(stab) > 1 else stab)
+                nxt = [x for x in stab if x[q] == q] if len(stab) > 1 else stab
+                dfs(r + 1, here, cut, together_r, rates_r, nxt)
                 used.discard(g)
             mapping.pop()
 
     try:
-        dfs(0, [0.0, 0.0, 0.0, 0.0], perms)
+        dfs(0, [0.0] * 4, [0.0] * 4, [{} for _ in range(4)], [math.inf] * 4, perms)
     except _OutOfTime as stop:
         stop.best, stop.best_us = best, best_us
         raise
     return best, best_us
+
+
+def _summed(terms: Sequence[tuple[int, Callable[[float], float]]]) -> Callable[[float], float]:
+    """rate -> the sum of count x bound over a dimension's collectives."""
+    return lambda rate: sum(k * f(rate) for k, f in terms)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ past AUTOMORPHISM_LIMIT found, the search for more stops and keys merge a little
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -37,50 +38,77 @@ class Symmetry:
         self.complete = len(self.perms) < AUTOMORPHISM_LIMIT if complete is None else complete
         # Per position, the least position of its orbit under the whole group.
         self.least = tuple(least) if least is not None else tuple(range(len(self.gpus)))
-        # Per position, the bit of its image under each symmetry: a group's images are the
-        # column sums (summed in C, over every symmetry at once).
-        self.columns = tuple(
-            tuple(1 << perm[p] for perm in self.perms) for p in range(len(self.gpus))
-        )
+        self._columns: dict[int, tuple[int, ...]] = {}
         self._weights: dict[int, tuple[tuple[int, ...], ...]] = {}
         self._masks: dict[frozenset[int], list[int]] = {}
+        # Keys of concurrent groups: each group's image under a symmetry is an atom (a small
+        # index given on first sight, one numbering for sets and one for chains), and a set
+        # of disjoint groups is the sum of its atoms' bits, so its image under every symmetry
+        # is a column sum, in C. Per group: its atoms' bits under each symmetry.
+        self._set_atoms: dict[int, int] = {}
+        self._chain_atoms: dict[int, int] = {}
+        self._set_bits: dict[frozenset[int], list[int]] = {}
+        self._chain_bits: dict[tuple[int, ...], list[int]] = {}
 
     @property
     def order(self) -> int:
         return len(self.perms)
 
-    def _images(self, group: Sequence[int]) -> list[int]:
+    def _column(self, p: int) -> tuple[int, ...]:
+        """The bit of position p's image under each symmetry (a group's images are the
+        column sums, summed in C over every symmetry at once); built on first use."""
+        got = self._columns.get(p)
+        if got is None:
+            got = self._columns[p] = tuple(map((1).__lshift__, map(itemgetter(p), self.perms)))
+        return got
+
+    def _images(self, group: Collection[int]) -> list[int]:
         """The group's bit mask under each symmetry (remembered: searches meet a group in
         many branches)."""
         key = frozenset(group)
         got = self._masks.get(key)
         if got is None:
-            cols = [self.columns[self.position[g]] for g in key]
+            cols = [self._column(self.position[g]) for g in key]
             got = self._masks[key] = list(map(sum, zip(*cols, strict=True)))
         return got
+
+    def _chain_images(self, chain: Sequence[int]) -> list[int]:
+        """The chain's image under each symmetry as a number in base n (position i weighted
+        by n^i, and a leading digit at n^length so that chains of different lengths never
+        share a number), summed in C over every symmetry at once."""
+        n = len(self.gpus)
+        lead = [n ** len(chain)] * self.order
+        digits = [self._weighted(i)[self.position[g]] for i, g in enumerate(chain)]
+        return list(map(sum, zip(lead, *digits, strict=True)))
 
     def set_key(self, group: Sequence[int]) -> int:
         """The same for two groups exactly when a known symmetry maps one onto the other:
         the smallest bit mask of the group's images."""
         return min(self._images(group))
 
-    def sets_key(self, groups: Sequence[Sequence[int]]) -> tuple[int, ...]:
-        """Canonical key of concurrent groups (one relabelling for all of them)."""
-        images = [self._images(g) for g in groups]
-        return min(map(tuple, map(sorted, zip(*images, strict=True))))
+    def sets_key(self, groups: Sequence[Sequence[int]]) -> int:
+        """Canonical key of concurrent (disjoint) groups, one relabelling for all of them:
+        the least, over the symmetries, sum of their images' atom bits."""
+        bits = []
+        for g in groups:
+            key = frozenset(g)
+            got = self._set_bits.get(key)
+            if got is None:
+                got = self._set_bits[key] = _atom_bits(self._set_atoms, self._images(key))
+            bits.append(got)
+        return min(map(sum, zip(*bits, strict=True)))
 
-    def chains_key(self, chains: Sequence[Sequence[int]]) -> tuple[int, ...]:
-        """Canonical key of pipeline chains (in their direction: the cost model is not the
-        same both ways): each chain's image under every symmetry as a number in base n
-        (position i weighted by n^i, and a leading digit at n^length so that chains of
-        different lengths never share a key), summed in C over every symmetry at once."""
-        n = len(self.gpus)
-        images = []
+    def chains_key(self, chains: Sequence[Sequence[int]]) -> int:
+        """Canonical key of disjoint pipeline chains in their direction (the cost model is
+        not the same both ways), as `sets_key` with chains for groups."""
+        bits = []
         for c in chains:
-            lead = [n ** len(c)] * self.order
-            digits = [self._weighted(i)[self.position[g]] for i, g in enumerate(c)]
-            images.append(map(sum, zip(lead, *digits, strict=True)))
-        return min(map(tuple, map(sorted, zip(*images, strict=True))))
+            key = tuple(c)
+            got = self._chain_bits.get(key)
+            if got is None:
+                got = self._chain_bits[key] = _atom_bits(self._chain_atoms, self._chain_images(key))
+            bits.append(got)
+        return min(map(sum, zip(*bits, strict=True)))
 
     def _weighted(self, i: int) -> tuple[tuple[int, ...], ...]:
         """Per position, its image under each symmetry times n^i (chain position i)."""
@@ -91,6 +119,16 @@ class Symmetry:
                 tuple(perm[p] * w for perm in self.perms) for p in range(len(self.gpus))
             )
         return got
+
+
+def _atom_bits(atoms: dict[int, int], images: list[int]) -> list[int]:
+    """1 << the atom of each image, numbering images not seen before (in increasing order:
+    the numbering depends only on what was asked, never on set iteration). Distinct images
+    get distinct atoms, so a sum of the bits of disjoint groups' images (distinct images
+    under one symmetry) tells which images they were: equal sums, equal image sets."""
+    for x in sorted(set(images).difference(atoms)):
+        atoms[x] = len(atoms)
+    return list(map((1).__lshift__, map(atoms.__getitem__, images)))
 
 
 _CACHE: weakref.WeakKeyDictionary[CostModel, Symmetry] = weakref.WeakKeyDictionary()
@@ -204,8 +242,9 @@ def _find(model: CostModel) -> Symmetry:
     # Orbits of the whole group (from the generators: exact whatever the limit).
     least = list(range(n))
     for a in range(n):
-        for b in _orbit(a, gens):
-            least[b] = min(least[b], a)
+        if least[a] == a:  # no smaller point's orbit holds a: a is the least of its own
+            for b in _orbit(a, gens):
+                least[b] = a
     return Symmetry(gpus, found, tuple(least), complete)
 
 
