@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from typing import cast
 
 from topoweb.core.formats.errors import ParseError
-from topoweb.core.model import Device, DocumentError, Link, Topology, normalise_link_class
+from topoweb.core.model import Device, Link, Topology, normalise_link_class
 
 # One link class at the start of a run of glued cells; longest spellings first so that
 # `NODEPIX` splits as NODE+PIX. `X` is the diagonal.
@@ -625,9 +625,7 @@ def _build(
         links = list(map(_link_of, zip(ends_a, ends_b, classes, strict=True)))
     except KeyError:
         links = list(map(_new_link, zip(ends_a, ends_b, classes, strict=True)))
-    try:
-        return Topology(
-            devices=tuple(d for _, d in ordered), links=tuple(links), warnings=tuple(warnings)
-        )
-    except DocumentError as exc:  # validation above should make this unreachable
-        raise ParseError(f"inconsistent matrix: {exc}", line=rows[0].line) from exc
+    # What Topology's checks would refuse, this reader has already refused with the line at
+    # fault: labels are distinct and X only on the diagonal (_check_square_and_symmetric),
+    # every other cell is a canonical class (_split_cells), one link per pair (built above).
+    return Topology.from_checked(tuple(d for _, d in ordered), tuple(links), tuple(warnings))
