@@ -39,7 +39,6 @@ from topoweb.core.model import Device, Link, Topology, normalise_link_class
 # One link class at the start of a run of glued cells; longest spellings first so that
 # `NODEPIX` splits as NODE+PIX. `X` is the diagonal.
 _CELL_PIECE = re.compile(r"NODE|SYS|SOC|PHB|PXB|PIX|NV[1-9]\d*|X")
-_GPU_ID = re.compile(r"GPU(\d+)\Z")
 _HEADER_GPU = re.compile(r"GPU\d+")
 _COLUMN_LABEL = re.compile(r"CPU\s+Affinity|NUMA\s+Affinity|GPU\s+NUMA\s+ID")
 _NIC_LEGEND_ENTRY = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
@@ -599,9 +598,9 @@ def _build(
         cpu = None if cpu_at is None else values[cpu_at]
         numa = None if numa_at is None else values[numa_at]
         gpu_numa = None if gpu_numa_at is None else values[gpu_numa_at]
-        gpu = _GPU_ID.match(row.label)
-        if gpu:
-            device = _device(row.label, "gpu", int(gpu.group(1)), cpu, numa, gpu_numa, None)
+        # `GPU<n>` (what the regex GPU(\d+)\Z matched: \d is isdecimal), for a fifth of its cost.
+        if row.label[:3] == "GPU" and row.label[3:].isdecimal():
+            device = _device(row.label, "gpu", int(row.label[3:]), cpu, numa, gpu_numa, None)
             gpus.append((position, device))
         else:
             # `NIC<n>` needs the legend for its RDMA name; `mlx5_0` and friends are their name.
