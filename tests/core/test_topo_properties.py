@@ -26,6 +26,11 @@ def parses_or_parse_error(text: str) -> None:
         assert exc.line is None or exc.line >= 1
     else:
         assert isinstance(result, Topology)
+        # The reader builds its Topology without the constructor's checks (it has made them
+        # itself): whatever it returns must pass them and index every pair the same.
+        checked = Topology(result.devices, result.links, result.warnings)
+        assert checked == result
+        assert result._by_pair == checked._by_pair
 
 
 # --- nothing but ParseError -----------------------------------------------------------------

@@ -53,3 +53,20 @@ def test_pair_keys_kept_across_topologies_still_find_each_ones_own_links() -> No
     assert first.link_class("GPU0", "NIC0") == "PIX"
     assert second.link_class("GPU0", "NIC0") == "PHB"
     assert second.link("GPU0", "NIC0") is changed[1]
+
+
+def test_from_checked_skips_the_checks_but_builds_the_same_topology_and_index() -> None:
+    checked = Topology(DEVICES, GOOD, ("a warning",))
+    trusted = Topology.from_checked(DEVICES, GOOD, ("a warning",))
+    assert trusted == checked and "_by_pair" not in vars(trusted)  # the index waits for a look-up
+    assert trusted.link("NIC0", "GPU1") is GOOD[2]
+    assert trusted.link_class("GPU1", "GPU0") == "NV4"
+    assert trusted.link_class("GPU0", "GPU0") == "X"
+    with pytest.raises(KeyError):
+        trusted.link("GPU0", "GPU9")
+    # Every field __init__ sets, and the index once built: nothing missing or extra.
+    assert vars(trusted) == vars(checked)
+    assert (
+        trusted.details == {}
+        and trusted.details is not Topology.from_checked(DEVICES, GOOD, ()).details
+    )

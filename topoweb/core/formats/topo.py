@@ -34,12 +34,11 @@ from dataclasses import dataclass, replace
 from typing import cast
 
 from topoweb.core.formats.errors import ParseError
-from topoweb.core.model import Device, DocumentError, Link, Topology, normalise_link_class
+from topoweb.core.model import Device, Link, Topology, normalise_link_class
 
 # One link class at the start of a run of glued cells; longest spellings first so that
 # `NODEPIX` splits as NODE+PIX. `X` is the diagonal.
 _CELL_PIECE = re.compile(r"NODE|SYS|SOC|PHB|PXB|PIX|NV[1-9]\d*|X")
-_GPU_ID = re.compile(r"GPU(\d+)\Z")
 _HEADER_GPU = re.compile(r"GPU\d+")
 _COLUMN_LABEL = re.compile(r"CPU\s+Affinity|NUMA\s+Affinity|GPU\s+NUMA\s+ID")
 _NIC_LEGEND_ENTRY = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
@@ -599,9 +598,9 @@ def _build(
         cpu = None if cpu_at is None else values[cpu_at]
         numa = None if numa_at is None else values[numa_at]
         gpu_numa = None if gpu_numa_at is None else values[gpu_numa_at]
-        gpu = _GPU_ID.match(row.label)
-        if gpu:
-            device = _device(row.label, "gpu", int(gpu.group(1)), cpu, numa, gpu_numa, None)
+        # `GPU<n>` (what the regex GPU(\d+)\Z matched: \d is isdecimal), for a fifth of its cost.
+        if row.label[:3] == "GPU" and row.label[3:].isdecimal():
+            device = _device(row.label, "gpu", int(row.label[3:]), cpu, numa, gpu_numa, None)
             gpus.append((position, device))
         else:
             # `NIC<n>` needs the legend for its RDMA name; `mlx5_0` and friends are their name.
@@ -625,9 +624,7 @@ def _build(
         links = list(map(_link_of, zip(ends_a, ends_b, classes, strict=True)))
     except KeyError:
         links = list(map(_new_link, zip(ends_a, ends_b, classes, strict=True)))
-    try:
-        return Topology(
-            devices=tuple(d for _, d in ordered), links=tuple(links), warnings=tuple(warnings)
-        )
-    except DocumentError as exc:  # validation above should make this unreachable
-        raise ParseError(f"inconsistent matrix: {exc}", line=rows[0].line) from exc
+    # What Topology's checks would refuse, this reader has already refused with the line at
+    # fault: labels are distinct and X only on the diagonal (_check_square_and_symmetric),
+    # every other cell is a canonical class (_split_cells), one link per pair (built above).
+    return Topology.from_checked(tuple(d for _, d in ordered), tuple(links), tuple(warnings))
