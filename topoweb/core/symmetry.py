@@ -10,14 +10,18 @@ past AUTOMORPHISM_LIMIT found, the search for more stops and keys merge a little
 from __future__ import annotations
 
 import weakref
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from operator import itemgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from topoweb.core.costs import CostModel
 
 AUTOMORPHISM_LIMIT = 256
+
+
+# What a canonical key is made of: a group (its GPUs in any order) or a chain (in its order).
+_Key = TypeVar("_Key", frozenset[int], tuple[int, ...])
 
 
 class Symmetry:
@@ -89,24 +93,31 @@ class Symmetry:
     def sets_key(self, groups: Sequence[Sequence[int]]) -> int:
         """Canonical key of concurrent (disjoint) groups, one relabelling for all of them:
         the least, over the symmetries, sum of their images' atom bits."""
-        bits = []
-        for g in groups:
-            key = frozenset(g)
-            got = self._set_bits.get(key)
-            if got is None:
-                got = self._set_bits[key] = _atom_bits(self._set_atoms, self._images(key))
-            bits.append(got)
-        return min(map(sum, zip(*bits, strict=True)))
+        return self._least_sum(
+            map(frozenset, groups), self._set_bits, self._set_atoms, self._images
+        )
 
     def chains_key(self, chains: Sequence[Sequence[int]]) -> int:
         """Canonical key of disjoint pipeline chains in their direction (the cost model is
         not the same both ways), as `sets_key` with chains for groups."""
+        return self._least_sum(
+            map(tuple, chains), self._chain_bits, self._chain_atoms, self._chain_images
+        )
+
+    @staticmethod
+    def _least_sum(
+        keys: Iterable[_Key],
+        kept: dict[_Key, list[int]],
+        atoms: dict[int, int],
+        images: Callable[[_Key], list[int]],
+    ) -> int:
+        """The least, over the symmetries, sum of the keys' images' atom bits; each key's bits
+        (one per symmetry) computed on its first sight and kept in `kept`."""
         bits = []
-        for c in chains:
-            key = tuple(c)
-            got = self._chain_bits.get(key)
+        for key in keys:
+            got = kept.get(key)
             if got is None:
-                got = self._chain_bits[key] = _atom_bits(self._chain_atoms, self._chain_images(key))
+                got = kept[key] = _atom_bits(atoms, images(key))
             bits.append(got)
         return min(map(sum, zip(*bits, strict=True)))
 
