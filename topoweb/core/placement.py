@@ -524,27 +524,25 @@ def _exact(
                 prefixes_at[grp[i]].append((slot["pp"], "pp", operator.itemgetter(*grp[: i + 1])))
     total = plan.total_us
     model = objective.model
+
     # A group's summed solo time and bound per dimension, kept for this search by the group's
     # GPUs in rank order: the same group meets the search in many branches, and these dicts
     # answer it without the cost memo's keys (frozensets, symmetry classes).
-    solos: dict[tuple[str, tuple[int, ...]], float] = {}
-    bounds: dict[tuple[str, tuple[int, ...]], float] = {}
+    def summed(
+        price: Callable[[str, str, int, tuple[int, ...]], float],
+    ) -> Callable[[str, tuple[int, ...]], float]:
+        kept: dict[tuple[str, tuple[int, ...]], float] = {}
 
-    def solo(d: str, group: tuple[int, ...]) -> float:
-        t = solos.get((d, group))
-        if t is None:
-            t = solos[(d, group)] = sum(
-                k * objective.solo_us(d, c, b, group) for c, b, k in wanted[d]
-            )
-        return t
+        def per_group(d: str, group: tuple[int, ...]) -> float:
+            t = kept.get((d, group))
+            if t is None:
+                t = kept[(d, group)] = sum(k * price(d, c, b, group) for c, b, k in wanted[d])
+            return t
 
-    def solo_bound(d: str, group: tuple[int, ...]) -> float:
-        t = bounds.get((d, group))
-        if t is None:
-            t = bounds[(d, group)] = sum(
-                k * objective.solo_bound_us(d, c, b, group) for c, b, k in wanted[d]
-            )
-        return t
+        return per_group
+
+    solo = summed(objective.solo_us)
+    solo_bound = summed(objective.solo_bound_us)
 
     # What the complete pipeline chains load together bounds the pipeline's contended time
     # (costs.chain_time_bound) before its last chain is placed, and before its contended
