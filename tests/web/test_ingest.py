@@ -3,11 +3,13 @@ database state each leaves behind."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import io
 import json
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -515,7 +517,6 @@ def test_two_odd_servers_of_a_sku_reporting_at_once_both_get_201(
     report on the same schedule; two odd servers' transactions flagging each other's rows
     deadlocked, and PostgreSQL failed one of them (a 500). Ingests of one SKU now take turns:
     the second starts its SKU work only after the first committed."""
-    from django.db import connections
 
     from topoweb.fleet import services
 
@@ -545,19 +546,12 @@ def test_two_odd_servers_of_a_sku_reporting_at_once_both_get_201(
     statuses: dict[str, int] = {}
 
     def send(name: str) -> None:
-        try:
-            clients[name].raise_request_exception = False
-            nvml = {"available": True, "driver_version": "570.1", "gpus": []}
-            body = report(name, V100_OTHER_MESH, host=sku, nvml=nvml)
-            statuses[name] = post_report(clients[name], body).status_code
-        finally:
-            connections.close_all()
+        clients[name].raise_request_exception = False
+        nvml = {"available": True, "driver_version": "570.1", "gpus": []}
+        body = report(name, V100_OTHER_MESH, host=sku, nvml=nvml)
+        statuses[name] = post_report(clients[name], body).status_code
 
-    threads = [threading.Thread(target=send, args=(name,), name=name) for name in clients]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    _at_once(*(functools.partial(send, name) for name in clients))
 
     first, second = sorted(spans, key=lambda span: span[1])
     assert second[1] >= first[2]  # the second refresh began after the first one ended
@@ -565,25 +559,34 @@ def test_two_odd_servers_of_a_sku_reporting_at_once_both_get_201(
     assert Snapshot.objects.filter(server__hostname__startswith="odd-").count() == 4
 
 
-def _posted_twice_at_once(hostname: str, body: dict[str, Any]) -> list[tuple[int, int]]:
-    """The same report posted by two threads at once (each with its own connection): their
-    (status, snapshot id) answers."""
+def _at_once(*works: Callable[[], None]) -> None:
+    """Each of `works` in a thread of its own, all started before any is awaited; each thread
+    has its own database connection, closed when its work ends."""
     from django.db import connections
 
-    answers: list[tuple[int, int]] = []
-
-    def send() -> None:
+    def run(work: Callable[[], None]) -> None:
         try:
-            response = post_report(collector_client_for(hostname), body)
-            answers.append((response.status_code, response.json()["id"]))
+            work()
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=send) for _ in range(2)]
+    threads = [threading.Thread(target=run, args=(work,)) for work in works]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=30)
+
+
+def _posted_twice_at_once(hostname: str, body: dict[str, Any]) -> list[tuple[int, int]]:
+    """The same report posted by two threads at once (each with its own connection): their
+    (status, snapshot id) answers."""
+    answers: list[tuple[int, int]] = []
+
+    def send() -> None:
+        response = post_report(collector_client_for(hostname), body)
+        answers.append((response.status_code, response.json()["id"]))
+
+    _at_once(send, send)
     return answers
 
 
@@ -658,7 +661,6 @@ def test_the_same_benchmark_uploaded_twice_at_once_is_stored_and_judged_once(
 ) -> None:
     """Both uploads pass the "already stored?" check before either inserts; the second must
     answer with the first one's row (not created) and queue no second health check."""
-    from django.db import connections
     from django.utils import timezone
 
     from topoweb.fleet import services
@@ -681,24 +683,17 @@ def test_the_same_benchmark_uploaded_twice_at_once_is_stored_and_judged_once(
     outcomes: list[tuple[bool, int]] = []
 
     def upload() -> None:
-        try:
-            done = services.ingest_benchmark(
-                hostname="gpu-a01",
-                kind="nccl-tests",
-                text=text,
-                captured_at=timezone.now(),
-                source="upload",
-            )
-            assert done.benchmark is not None
-            outcomes.append((done.created, done.benchmark.pk))
-        finally:
-            connections.close_all()
+        done = services.ingest_benchmark(
+            hostname="gpu-a01",
+            kind="nccl-tests",
+            text=text,
+            captured_at=timezone.now(),
+            source="upload",
+        )
+        assert done.benchmark is not None
+        outcomes.append((done.created, done.benchmark.pk))
 
-    threads = [threading.Thread(target=upload) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    _at_once(upload, upload)
 
     assert sorted(created for created, _ in outcomes) == [False, True]
     assert outcomes[0][1] == outcomes[1][1]
