@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import DataError
 from django.utils import timezone
 from django.utils.translation import gettext_lazy
 from rest_framework import serializers
@@ -119,6 +120,111 @@ def test_the_rows_write_times_as_drfs_datetime_field_writes_them(zone: str) -> N
                     fleet_apis._datetime_text(value, fleet_apis._answer_zone())
             else:
                 assert fleet_apis._datetime_text(value, fleet_apis._answer_zone()) == expected
+
+
+# Labels as staff or scripts may store them: numbers past 64 bits and past a float's range,
+# floats near their limits, nesting, non-ASCII, escapes, nulls, keys that look like numbers.
+ODD_LABELS = [
+    '{"rack": "r1", "sku": "HGX H200"}',
+    "{}",
+    '{"serial": 123456789012345678901234567890, "neg": -9223372036854775809}',
+    '{"u64": 18446744073709551615, "i64": -9223372036854775808, "n": 1234567890123456789}',
+    '{"huge": 1e400, "tiny": 1e-400, "m": -0.0, "z": -0, "n": 1.50, "e": 1E+2}',
+    '{"f": 0.1, "g": 2.2250738585072014e-308, "h": 1.7976931348623157e308, "j": 1e22}',
+    '{"digits": "12345678901234567890", "nested": {"a": [1, {"b": null}], "7": true}}',
+    '{"\u00e9t\u00e9": "\u2028\u2029 \\"q\\" \\\\ \\t\\n\\u0001 \U0001f600", "7": null, "": "e"}',
+    '{"deep": ' + "[" * 40 + '"x"' + "]" * 40 + "}",
+    '{"same": 1, "same": 2}',
+]
+
+
+@pytest.mark.parametrize("labels", ODD_LABELS)
+def test_the_list_and_detail_write_stored_labels_byte_for_byte_as_the_serializers(
+    reader: APIClient, fleet: None, labels: str
+) -> None:
+    from django.db import connection
+
+    cast = "::jsonb" if connection.vendor == "postgresql" else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE fleet_server SET labels = %s{cast} WHERE hostname = %s", [labels, "h200-01"]
+        )
+    listed = reader.get("/api/v1/servers/", {"gpu_count": 8, "ordering": "hostname"})
+    rows = ServerSummarySerializer(
+        selectors.server_list(selectors.ServerFilters(gpu_count=8)), many=True
+    ).data
+    page = {"count": len(rows), "next": None, "previous": None, "results": rows}
+    assert listed.content == JSONRenderer().render(page)
+    fleet_apis._ANALYSIS_TEXT.clear()
+    detail = reader.get("/api/v1/servers/h200-01/").content
+    assert detail == JSONRenderer().render(serialized_server_detail("h200-01"))
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris", "America/St_Johns"])
+def test_the_list_and_detail_write_last_seen_times_byte_for_byte_as_the_serializers(
+    reader: APIClient, fleet: None, zone: str
+) -> None:
+    seen = [
+        datetime.datetime(2026, 11, 30, 20, 15, tzinfo=datetime.UTC),  # a whole second
+        datetime.datetime(2026, 7, 1, 23, 59, 59, 120000, tzinfo=datetime.UTC),
+        datetime.datetime(2026, 3, 29, 0, 30, 0, 1, tzinfo=datetime.UTC),  # Paris's DST starts
+        datetime.datetime(1, 1, 2, 0, 0, tzinfo=datetime.UTC),
+        datetime.datetime(9999, 12, 31, 12, 59, 59, 999999, tzinfo=datetime.UTC),
+        None,
+    ]
+    hosts = ["h200-01", "v100-01", "v100-02", "v100-03", "rtx-01", "empty-01"]
+    for host, at in zip(hosts, seen, strict=True):
+        Server.objects.filter(hostname=host).update(last_seen_at=at)
+    with timezone.override(zone):
+        for ordering in ("hostname", "-last_seen_at"):
+            listed = reader.get("/api/v1/servers/", {"ordering": ordering})
+            rows = ServerSummarySerializer(
+                selectors.server_list(selectors.ServerFilters(ordering=ordering)), many=True
+            ).data
+            page = {"count": len(rows), "next": None, "previous": None, "results": rows}
+            assert listed.content == JSONRenderer().render(page), ordering
+        for host in hosts:
+            fleet_apis._ANALYSIS_TEXT.clear()
+            detail = reader.get(f"/api/v1/servers/{host}/").content
+            assert detail == JSONRenderer().render(serialized_server_detail(host)), host
+        # Past what a datetime holds once in the zone: DRF's own refusal, as before.
+        Server.objects.filter(hostname="h200-01").update(
+            last_seen_at=datetime.datetime(9999, 12, 31, 23, 59, 59, tzinfo=datetime.UTC)
+        )
+        answer = reader.get("/api/v1/servers/")
+        if zone == "Europe/Paris":
+            assert answer.status_code == 400
+            assert answer.json()["error"]["details"] == ["Datetime value out of range."]
+        else:
+            assert answer.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["0001-01-01T00:00:00.000000BC", "10000-01-01T00:00:00.000000AD", "infinity", "-infinity"],
+)
+def test_a_time_python_cannot_hold_fails_as_psycopg_fails_to_load_it(text: str) -> None:
+    with pytest.raises(DataError):
+        fleet_apis._utc_text(text, ZoneInfo("UTC"))
+
+
+def test_the_database_writes_times_as_the_list_reads_them() -> None:
+    """selectors.UtcText, for the times on either side of what Python can hold."""
+    from django.db import connection
+    from django.db.models.expressions import RawSQL
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the database writes times as text on PostgreSQL only")
+    for stored, text in [
+        ("2026-11-30 20:15:00+00", "2026-11-30T20:15:00.000000AD"),
+        ("2026-11-30 21:15:00.5+01", "2026-11-30T20:15:00.500000AD"),
+        ("0001-01-01 00:00:00+00 BC", "0001-01-01T00:00:00.000000BC"),
+        ("infinity", "infinity"),
+    ]:
+        Server.objects.get_or_create(hostname="any-01")
+        value = RawSQL("%s::timestamptz", [stored])
+        row = Server.objects.annotate(t=selectors.UtcText(value)).values_list("t", flat=True)
+        assert row[0] == text, stored
 
 
 def test_a_page_past_the_end_still_answers_404_and_an_empty_filter_an_empty_page(

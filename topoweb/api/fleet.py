@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime, tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import Any, cast
 
+import orjson
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpResponse
 from django.utils import timezone
@@ -458,30 +459,70 @@ def _datetime_text(value: datetime | None, zone: tzinfo | None) -> str | None:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-def _or_none(value: Any, convert: Any) -> Any:
-    return None if value is None else convert(value)
+# A selectors.UtcText in Python's datetime range (years 1 to 9999 of our era).
+_UTC_TEXT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}AD")
+
+
+def _utc_text(value: datetime | str | None, zone: tzinfo | None) -> str | None:
+    """_datetime_text of a time read as selectors.UtcText (a datetime where the database did
+    not write it): in UTC, the text itself (DRF writes no fraction for a whole second, and Z
+    for +00:00); in another zone, the datetime it stands for, written by _datetime_text."""
+    if value is None or isinstance(value, datetime):
+        return _datetime_text(value, zone)
+    if _UTC_TEXT.fullmatch(value) is None:
+        # Before year 1 or after 9999, or infinite: psycopg refuses to load such a time, and
+        # so does this (a 500, as before).
+        raise DataError(f"time out of Python's range: {value!r}")
+    if getattr(zone, "key", None) != "UTC":
+        at = datetime.fromisoformat(value[:-2]).replace(tzinfo=UTC)
+        return _datetime_text(at, zone)
+    return value[:-9] + "Z" if value.endswith(".000000AD") else value[:-2] + "Z"
+
+
+# Nineteen digits in a row: maybe an integer past 64 bits, which orjson reads as a float.
+_LONG_DIGITS = re.compile(r"\d{19}")
+
+
+def _labels(text: str | None) -> dict[str, Any] | None:
+    """What DictField writes for labels stored as this JSON text: the object read by orjson
+    (the same values as json.loads, Django's reader, for every JSON PostgreSQL stores, but
+    for integers past 64 bits and numbers past a float's range: those by json.loads)."""
+    if text is None:
+        return None
+    if _LONG_DIGITS.search(text):
+        value = json.loads(text)
+    else:
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            value = json.loads(text)
+    if value is None:
+        return None
+    if type(value) is dict:  # JSON's keys are strings already: DictField's str(key) is a copy
+        return value
+    return {str(k): v for k, v in value.items()}  # not an object: DictField's own error
 
 
 def summary_from_row(row: dict[str, Any], zone: tzinfo | None) -> dict[str, Any]:
     """What ServerSummarySerializer writes for a server, from its selectors.server_summaries
-    row: the same fields in the same order, without building model objects and fields.
+    row: the same fields in the same order, without building model objects and fields (the
+    columns come typed from the database: str, int, bool or None, which the fields keep).
     `zone`: _answer_zone(), read once per answer."""
     health, findings_count = health_selectors.summary_health(row)
-    labels = row["labels"]
     return {
         "hostname": row["hostname"],
         "sku": row["sku_name"],
-        "labels": {str(k): v for k, v in labels.items()} if labels is not None else None,
-        "gpu_model": _or_none(row["latest_snapshot__gpu_model"], str),
-        "gpu_count": _or_none(row["latest_snapshot__gpu_count"], int),
-        "nic_count": _or_none(row["latest_snapshot__nic_count"], int),
-        "has_nvlink": _or_none(row["latest_snapshot__has_nvlink"], bool),
-        "nvlink_summary": _or_none(row["latest_snapshot__nvlink_summary"], str),
+        "labels": _labels(row["labels_text"]),
+        "gpu_model": row["latest_snapshot__gpu_model"],
+        "gpu_count": row["latest_snapshot__gpu_count"],
+        "nic_count": row["latest_snapshot__nic_count"],
+        "has_nvlink": row["latest_snapshot__has_nvlink"],
+        "nvlink_summary": row["latest_snapshot__nvlink_summary"],
         "health": health,
         "findings_count": findings_count,
-        "fingerprint": _or_none(row["topology_class__fingerprint"], str),
+        "fingerprint": row["topology_class__fingerprint"],
         "latest_snapshot_id": row["latest_snapshot_id"],
-        "last_seen_at": _datetime_text(row["last_seen_at"], zone),
+        "last_seen_at": _utc_text(row["last_seen_text"], zone),
     }
 
 

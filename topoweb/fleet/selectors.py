@@ -9,12 +9,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import (
     Count,
     F,
+    Func,
     Model,
     OuterRef,
     Q,
@@ -147,11 +149,10 @@ def server_list(filters: ServerFilters) -> QuerySet[Server]:
     return _filtered(qs, filters)
 
 
-# What a server's summary shows, as server_summaries() reads it.
+# What a server's summary shows, as server_summaries() reads it, with summary_texts().
 SUMMARY_COLUMNS = (
     "hostname",
     "sku_name",
-    "labels",
     "latest_snapshot_id",
     "latest_snapshot__gpu_model",
     "latest_snapshot__gpu_count",
@@ -163,14 +164,41 @@ SUMMARY_COLUMNS = (
     "health__critical_count",
     "health__warning_count",
     "differs_from_sku",
-    "last_seen_at",
 )
 
 
+class UtcText(Func):
+    """A time (with time zone) as PostgreSQL writes it in UTC with all six digits of its
+    microseconds and its era: `2026-11-30T20:15:00.000000AD`, whatever the session's time zone
+    and DateStyle; an infinity as its own text (`infinity`), NULL as NULL."""
+
+    template = (
+        "CASE WHEN isfinite(%(expressions)s) THEN to_char(%(expressions)s AT TIME ZONE 'UTC', "
+        "'YYYY-MM-DD\"T\"HH24:MI:SS.USBC') ELSE (%(expressions)s)::text END"
+    )
+    output_field = TextField()
+
+    def as_sql(self, *args: Any, **kwargs: Any) -> Any:
+        sql, params = super().as_sql(*args, **kwargs)
+        return sql, (*params, *params, *params)  # the expression is written three times
+
+
+def summary_texts() -> dict[str, Any]:
+    """The two summary columns that cost the most to load as Python values, read as text
+    (api.fleet.summary_from_row writes them): `labels_text`, the labels' stored JSON text, and
+    `last_seen_text`, the last report's time as UtcText on PostgreSQL with USE_TZ (else the
+    datetime itself, as loaded)."""
+    seen: Any = F("last_seen_at")
+    if settings.USE_TZ and connections[DEFAULT_DB_ALIAS].vendor == "postgresql":
+        seen = UtcText("last_seen_at")
+    return {"labels_text": Cast("labels", TextField()), "last_seen_text": seen}
+
+
 def server_summaries(servers: QuerySet[Server]) -> QuerySet[Server, dict[str, Any]]:
-    """A (filtered) server list as rows of SUMMARY_COLUMNS, for the list a scheduler polls:
-    no model objects built (health.selectors.summary_health reads a row's health)."""
-    rows: QuerySet[Server, dict[str, Any]] = servers.values(*SUMMARY_COLUMNS)
+    """A (filtered) server list as rows of SUMMARY_COLUMNS and summary_texts(), for the list
+    a scheduler polls: no model objects built (health.selectors.summary_health reads a row's
+    health)."""
+    rows: QuerySet[Server, dict[str, Any]] = servers.values(*SUMMARY_COLUMNS, **summary_texts())
     return rows
 
 
@@ -271,7 +299,7 @@ def server_detail_values(hostname: str, **more: Any) -> QuerySet[Server, dict[st
     row: QuerySet[Server, dict[str, Any]] = (
         Server.objects.filter(hostname=hostname)
         .annotate(**_stored_counts_and_texts())
-        .values(*DETAIL_COLUMNS, *_stored_counts_and_texts(), **more)
+        .values(*DETAIL_COLUMNS, *_stored_counts_and_texts(), **summary_texts(), **more)
         .order_by()[:1]
     )
     return row
