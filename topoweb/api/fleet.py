@@ -9,6 +9,7 @@ import math
 import re
 from datetime import UTC, datetime, tzinfo
 from typing import Any, cast
+from zoneinfo import ZoneInfo
 
 import orjson
 from django.conf import settings
@@ -459,8 +460,9 @@ def _datetime_text(value: datetime | None, zone: tzinfo | None) -> str | None:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-# A selectors.UtcText in Python's datetime range (years 1 to 9999 of our era).
-_UTC_TEXT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}AD")
+# UTC as get_current_timezone() gives it for TIME_ZONE = "UTC" (zoneinfo keeps one object per
+# key): a time is written as the database wrote it only in this zone.
+_UTC = ZoneInfo("UTC")
 
 
 def _utc_text(value: datetime | str | None, zone: tzinfo | None) -> str | None:
@@ -469,11 +471,12 @@ def _utc_text(value: datetime | str | None, zone: tzinfo | None) -> str | None:
     for +00:00); in another zone, the datetime it stands for, written by _datetime_text."""
     if value is None or isinstance(value, datetime):
         return _datetime_text(value, zone)
-    if _UTC_TEXT.fullmatch(value) is None:
-        # Before year 1 or after 9999, or infinite: psycopg refuses to load such a time, and
-        # so does this (a 500, as before).
+    # UtcText writes every time from year 1 to 9999 of our era in 28 characters ending in AD;
+    # before or after, or infinite, it is one Python cannot hold: psycopg refuses to load
+    # such a time, and so does this (a 500, as before).
+    if len(value) != 28 or not value.endswith("AD"):
         raise DataError(f"time out of Python's range: {value!r}")
-    if getattr(zone, "key", None) != "UTC":
+    if zone is not _UTC:
         at = datetime.fromisoformat(value[:-2]).replace(tzinfo=UTC)
         return _datetime_text(at, zone)
     return value[:-9] + "Z" if value.endswith(".000000AD") else value[:-2] + "Z"

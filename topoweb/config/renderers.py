@@ -5,16 +5,22 @@ compact, UTF-8, dates and times as DRF's encoder writes them (handed back to it)
 strings and other types DRF knows through its encoder, U+2028/U+2029 escaped. Anything orjson
 refuses (an integer past 64 bits, a requested indent) goes through DRF's own path; NaN and
 infinities, which DRF refuses, become null. Stored JSON read as text (`RawJSON`) is written
-verbatim."""
+verbatim.
+
+ContentNegotiation is DRF's, answering without parsing in the usual case (no Accept header or
+`*/*`, no format asked)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 import orjson
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import BaseRenderer
 from rest_framework.renderers import JSONRenderer as DrfJSONRenderer
+from rest_framework.request import Request
 from rest_framework.utils.encoders import JSONEncoder
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
@@ -78,3 +84,27 @@ class JSONRenderer(DrfJSONRenderer):
                     )
                 return out
         return cast(bytes, super().render(data, accepted_media_type, renderer_context))
+
+
+class ContentNegotiation(DefaultContentNegotiation):
+    """DRF's negotiation, which parses the Accept header into media types on every request:
+    without a format asked for (suffix or query parameter) and with no Accept header or `*/*`
+    (what clients send unless told otherwise), it picks the first renderer and its own media
+    type, as DRF's loop does for `*/*` when that media type has no parameters. Anything else
+    goes DRF's way."""
+
+    def select_renderer(
+        self, request: Request, renderers: Iterable[BaseRenderer], format_suffix: str | None = None
+    ) -> tuple[BaseRenderer, str]:
+        if (
+            isinstance(renderers, list | tuple)
+            and renderers
+            and request.META.get("HTTP_ACCEPT", "*/*") == "*/*"
+            and not format_suffix
+            and not request.query_params.get(self.settings.URL_FORMAT_OVERRIDE)
+            and ";" not in renderers[0].media_type
+        ):
+            return renderers[0], renderers[0].media_type
+        return cast(
+            tuple[BaseRenderer, str], super().select_renderer(request, renderers, format_suffix)
+        )
