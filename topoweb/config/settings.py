@@ -52,7 +52,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "topoweb.config.api.PageMessagesMiddleware",  # Django's MessageMiddleware, off the API
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "topoweb.ui.middleware.ContentSecurityPolicyMiddleware",
 ]
