@@ -16,6 +16,7 @@ from topoweb.core import layout
 from topoweb.core.costs import EXACT_RING, build_model, collective_cost
 from topoweb.core.export import graph_document
 from topoweb.core.formats.topo import parse
+from topoweb.core.model import Device, Topology
 from topoweb.core.placement import DEFAULT_SHAPE, best_group, recommend
 from topoweb.core.steptime import layouts_for
 
@@ -115,3 +116,24 @@ def test_a_576_gpu_nvswitch_domain_is_drawn_in_work_and_size_linear_in_its_gpus(
     # tests a GPU here (267 lines, each against all ~600 boxes, before).
     assert counts["lines"] <= 100 * 576
     assert counts["boxes"] <= 60 * 576
+
+
+def test_a_gpu_is_found_by_its_index_without_a_scan_of_the_gpus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The acceptance report looks up both GPUs of every pair: a scan each was cubic on 576.
+    topo = parse(synthetic.nvswitch_domain(72))
+    scans = Counter[str]()
+    listed = Topology.gpus.fget
+    assert listed is not None
+
+    def counted(self: Topology) -> tuple[Device, ...]:
+        scans["gpus"] += 1
+        return listed(self)
+
+    monkeypatch.setattr(Topology, "gpus", property(counted))
+    assert [topo.gpu(i).id for i in range(72)] == [f"GPU{i}" for i in range(72)]
+    assert [topo.gpu(i).id for i in range(72)] == [f"GPU{i}" for i in range(72)]
+    with pytest.raises(KeyError):
+        topo.gpu(72)
+    assert scans["gpus"] <= 1
