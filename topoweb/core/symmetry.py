@@ -199,8 +199,7 @@ def _find(model: CostModel) -> Symmetry:
     while i < len(found) and len(found) < AUTOMORPHISM_LIMIT:
         x = found[i]
         i += 1
-        for g in gens:
-            y = tuple(map(g.__getitem__, x))  # y[k] = g[x[k]]
+        for y in map(itemgetter(*x), gens):  # y[k] = g[x[k]], built in C
             if y not in seen:
                 seen.add(y)
                 found.append(y)
