@@ -8,10 +8,24 @@ from contextlib import contextmanager
 from typing import Any
 
 from celery import Celery
+from celery.app.amqp import AMQP
+
+from topoweb.config.broker import KeptDeclarations
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "topoweb.config.settings")
 
-app = Celery("topoweb")
+
+class _AMQP(AMQP):  # type: ignore[misc]
+    """Celery's, with producers that skip re-declaring a queue their connection declared."""
+
+    @property
+    def producer_pool(self) -> Any:
+        pool = super().producer_pool
+        pool.Producer = KeptDeclarations  # read when the pool makes a producer
+        return pool
+
+
+app = Celery("topoweb", amqp=_AMQP)
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
