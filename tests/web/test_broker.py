@@ -3,6 +3,7 @@ connection pool, a queue declared once per connection, and the messages as Celer
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -17,15 +18,6 @@ from topoweb.config.celery_app import app, enqueue, enqueue_together
 QUEUE = "celery"
 
 
-@pytest.fixture
-def queue() -> Any:
-    """The default queue's Redis list, emptied before and after."""
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    client.delete(QUEUE)
-    yield client
-    client.delete(QUEUE)
-
-
 def test_the_app_publishes_through_the_kept_client_transport_and_producer() -> None:
     assert settings.CELERY_BROKER_TRANSPORT == "topoweb.config.broker:Transport"
     with app.connection_for_write() as connection:
@@ -34,25 +26,36 @@ def test_the_app_publishes_through_the_kept_client_transport_and_producer() -> N
         assert isinstance(producer, broker.KeptDeclarations)
 
 
-def test_tasks_sent_together_arrive_as_celery_sends_them(queue: Any) -> None:
+def test_tasks_sent_together_go_out_in_one_pipeline_as_celery_sends_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What reaches Redis, caught at the pipeline (a live worker of another test would take
+    # the messages off the queue first), and not sent: no worker runs tasks 7 and 9.
+    sent: list[list[tuple[Any, ...]]] = []
+
+    def execute(self: redis.client.Pipeline, raise_on_error: bool = True) -> list[Any]:
+        sent.append([args for args, _ in self.command_stack])
+        self.reset()
+        return []
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", execute)
     with enqueue_together():
         assert enqueue("analysis.run", 7)
         assert enqueue("health.evaluate", 9)
-    messages = [json.loads(m) for m in reversed(queue.lrange(QUEUE, 0, -1))]
+    assert len(sent) == 1
+    assert [(command, key) for command, key, _ in sent[0]] == [("LPUSH", QUEUE)] * 2
+    messages = [json.loads(message) for _, _, message in sent[0]]
     assert [(m["headers"]["task"], json.loads(_body(m))[0]) for m in messages] == [
         ("analysis.run", [7]),
         ("health.evaluate", [9]),
     ]
     # The task's own limits travel in the message, as apply_async puts them there.
-    limits = messages[0]["headers"]["timelimit"]
     task = app.tasks["analysis.run"]
-    assert limits == [task.time_limit, task.soft_time_limit]
+    assert messages[0]["headers"]["timelimit"] == [task.time_limit, task.soft_time_limit]
     assert all(m["properties"]["delivery_info"]["routing_key"] == QUEUE for m in messages)
 
 
 def _body(message: dict[str, Any]) -> str:
-    import base64
-
     return base64.b64decode(message["body"]).decode()
 
 
