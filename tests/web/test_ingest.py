@@ -17,9 +17,12 @@ import pytest
 from django.core.cache import cache
 from django.core.management import CommandError, call_command
 from django.db import connection, transaction
+from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from rest_framework.request import Request
 from rest_framework.test import APIClient
+from rest_framework.views import APIView
 
 from tests.core.topo_fixtures import glued_h200
 from tests.web.conftest import (
@@ -34,6 +37,7 @@ from tests.web.conftest import (
     uploader,
 )
 from topoweb.analysis.models import Analysis
+from topoweb.api.fleet import ReportApi, UploadApi
 from topoweb.fleet.models import Benchmark, CollectorToken, Server, Snapshot, Source, TopologyClass
 from topoweb.fleet.services import (
     BenchmarkInput,
@@ -853,3 +857,37 @@ def test_the_stored_topology_document_is_the_parsed_one_and_reads_back_equal(
     # Text orjson refuses goes to the field's own encoding, unchanged.
     odd = {"devices": [{"nic_name": "mlx5_\ud800"}]}
     assert _document_json(odd) is odd
+
+
+@pytest.mark.parametrize("query", ["", "format=json", "format=xml", "x=1"])
+@pytest.mark.parametrize(
+    "accept",
+    [
+        None,
+        "*/*",
+        "application/json",
+        "application/json; indent=4",
+        "text/html",
+        "application/xml",
+        "text/html;q=0.9, */*;q=0.1",
+        "application/*",
+        "",
+    ],
+)
+def test_the_ingest_endpoints_negotiate_as_drf_does(accept: str | None, query: str) -> None:
+    headers = {} if accept is None else {"HTTP_ACCEPT": accept}
+    for view_class in (ReportApi, UploadApi):
+        answers = []
+        for negotiate in (
+            view_class.perform_content_negotiation,
+            APIView.perform_content_negotiation,
+        ):
+            view = view_class()
+            view.format_kwarg = None
+            request = Request(RequestFactory().post(f"/api/v1/reports/?{query}", **headers))
+            try:
+                renderer, media_type = negotiate(view, request)
+                answers.append((type(renderer), media_type))
+            except Exception as exc:  # DRF's 406 and 404 must stay
+                answers.append((type(exc), str(exc)))
+        assert answers[0] == answers[1], (view_class, accept, query)

@@ -31,6 +31,7 @@ from topoweb.config.api import (
     ERRORS,
     READ_ERRORS,
     CompiledPages,
+    JsonNegotiation,
     Pagination,
     PayloadTooLarge,
     WindowCountPagination,
@@ -189,7 +190,7 @@ class IngestedSerializer(serializers.Serializer):
     )
 
 
-class _CountedIngest(APIView):
+class _CountedIngest(JsonNegotiation, APIView):
     """Counts every answer of an ingest endpoint for /metrics, refusals included."""
 
     def handle_exception(self, exc: Exception) -> Response:

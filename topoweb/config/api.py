@@ -55,6 +55,31 @@ def validated(serializer_class: type[serializers.Serializer], data: Any) -> dict
     return dict(checked.validated_data)
 
 
+class JsonNegotiation:
+    """For an APIView that renders JSON only: a request that asks for anything (no Accept
+    header, `*/*`) or for JSON, with no query string (DRF's `?format=`) and no format suffix,
+    gets the renderer at once, as DRF's negotiation would give it (the renderer and its own
+    media type); any other request goes through DRF's negotiation, its 406 and 404 included.
+    The ingest endpoints' requests, most of a busy server's, skip parsing the Accept header
+    into media types and ordering them by precedence."""
+
+    renderer_classes: Any
+    _PLAIN_ACCEPT = frozenset({None, "*/*", "application/json"})
+
+    def perform_content_negotiation(self, request: Any, force: bool = False) -> Any:
+        meta = request._request.META
+        if (
+            len(self.renderer_classes) == 1
+            and meta.get("HTTP_ACCEPT") in self._PLAIN_ACCEPT
+            and not meta.get("QUERY_STRING")
+            and not getattr(self, "format_kwarg", None)
+        ):
+            renderer = self.renderer_classes[0]()
+            if renderer.media_type == "application/json":
+                return renderer, renderer.media_type
+        return super().perform_content_negotiation(request, force)  # type: ignore[misc]
+
+
 hostname_field = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9._-]*$", "A hostname is letters, digits, dots, dashes, underscores."
 )
