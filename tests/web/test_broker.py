@@ -42,9 +42,11 @@ def test_tasks_sent_together_go_out_in_one_pipeline_as_celery_sends_them(
     with enqueue_together():
         assert enqueue("analysis.run", 7)
         assert enqueue("health.evaluate", 9)
-    assert len(sent) == 1
-    assert [(command, key) for command, key, _ in sent[0]] == [("LPUSH", QUEUE)] * 2
-    messages = [json.loads(message) for _, _, message in sent[0]]
+    # A connection new to this process first declares the queue (LLEN, SADD): its own pipelines.
+    pushed = [stack for stack in sent if any(args[0] == "LPUSH" for args in stack)]
+    assert len(pushed) == 1
+    assert [(command, key) for command, key, _ in pushed[0]] == [("LPUSH", QUEUE)] * 2
+    messages = [json.loads(message) for _, _, message in pushed[0]]
     assert [(m["headers"]["task"], json.loads(_body(m))[0]) for m in messages] == [
         ("analysis.run", [7]),
         ("health.evaluate", [9]),
@@ -90,3 +92,15 @@ def test_a_queue_is_declared_once_per_connection(monkeypatch: pytest.MonkeyPatch
     client = redis.Redis.from_url(settings.REDIS_URL)
     assert client.llen("topoweb-test-declared") == 6
     client.delete("topoweb-test-declared")
+
+
+def test_celery_sees_a_changed_celery_setting_and_the_old_value_after() -> None:
+    """Celery reads Django's CELERY_* settings once (a dict); override_settings empties it."""
+    from django.test import override_settings
+
+    from topoweb.config.celery_app import app
+
+    before = app.conf.task_always_eager
+    with override_settings(CELERY_TASK_ALWAYS_EAGER=not before):
+        assert app.conf.task_always_eager is (not before)
+    assert app.conf.task_always_eager is before

@@ -9,6 +9,7 @@ from typing import Any
 
 from celery import Celery
 from celery.app.amqp import AMQP
+from django.core.signals import setting_changed
 
 from topoweb.config.broker import KeptDeclarations
 
@@ -30,10 +31,16 @@ class _CelerySettings(Mapping[str, Any]):
     configuration (after Django's settings are set up). Celery looks a setting up under several
     spellings through every source before its default: through Django's settings object each
     miss raised and caught an AttributeError, 15-50 us a lookup, 16 lookups per pair of task
-    messages; in a dict a miss is a KeyError in C."""
+    messages; in a dict a miss is a KeyError in C. A changed CELERY_* setting (tests'
+    override_settings) empties the dict, as Django's own cached settings do."""
 
     def __init__(self) -> None:
         self._names: dict[str, Any] | None = None
+        setting_changed.connect(self._forget, weak=False)
+
+    def _forget(self, *, setting: str, **_: Any) -> None:
+        if setting.startswith("CELERY_"):
+            self._names = None
 
     def _read(self) -> dict[str, Any]:
         if self._names is None:
