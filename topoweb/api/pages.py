@@ -175,7 +175,7 @@ def server_page(server: Server) -> dict[str, Any]:
             left_out["affinity"] = why
         topo = snapshot.to_domain()
         warnings = list(topo.warnings)
-        graph = selectors.graph_elements(snapshot)
+        graph = selectors.graph_elements(snapshot, topo)
         matrix = matrix_document(topo, newest_p2p(server), result.get("p2p_prediction"))
         details = device_details(topo, affinity)
     return {
