@@ -471,7 +471,7 @@ def matrix_document(
     out: dict[str, Any] = {
         "devices": ids,
         "labels": labels,
-        "classes": [[topo.link_class(a, b) for b in ids] for a in ids],
+        "classes": [[row[b] for b in ids] for row in map(topo.class_row, ids)],
         "directions": {},
     }
     matrices = (p2p or {}).get("matrices") or {}
@@ -542,6 +542,7 @@ def device_details(topo: Topology, affinity: dict[str, Any] | None) -> dict[str,
     gpus = {g["gpu"]: (i, g) for i, g in enumerate((affinity or {}).get("gpus") or [])}
     hints = (affinity or {}).get("binding_hints") or []
     out: dict[str, dict[str, Any]] = {}
+    gpu_ids = [g.id for g in topo.gpus]
     for d in topo.devices:
         rows: list[list[str]] = [["Device", _nic_label(topo, d.id)], ["Kind", d.kind]]
         found = gpus.get(d.index) if d.kind == "gpu" else None
@@ -559,9 +560,10 @@ def device_details(topo: Topology, affinity: dict[str, Any] | None) -> dict[str,
                 nearest = "–"
             rows.append(["Nearest NIC", nearest])
             by_class: dict[str, int] = {}
-            for other in topo.gpus:
-                if other.id != d.id:
-                    cls = topo.link_class(d.id, other.id)
+            classes = topo.class_row(d.id)
+            for other in gpu_ids:
+                if other != d.id:
+                    cls = classes[other]
                     by_class[cls] = by_class.get(cls, 0) + 1
             peers = sorted(by_class.items(), key=lambda kv: link_class_rank(kv[0]))
             rows.append(["GPU peers", " · ".join(f"{c}: {n}" for c, n in peers) or "–"])
