@@ -263,12 +263,23 @@ export function attachTooltips(cy, tooltip) {
   cy.on("pan zoom", () => { tooltip.hidden = true; });
 }
 
+// A GPU's rows of the server's paths, one per peer. A row of an NVSwitch fabric ({class, fabric})
+// stands for every other GPU joined to the fabric node (or its `peers` where given), each
+// reached over the GPU's and the peer's edge to the fabric.
+function peerRows(cy, gpuId, rows) {
+  return rows.flatMap((p) => {
+    if (!p.fabric) return [p];
+    const peers = p.peers || cy.getElementById(p.fabric).neighborhood("node").map((n) => n.id()).filter((id) => id !== gpuId);
+    return peers.map((peer) => ({ peer, class: p.class, elements: [gpuId, `nv:${gpuId}:${p.fabric}`, p.fabric, `nv:${peer}:${p.fabric}`, peer] }));
+  });
+}
+
 // Highlights the real path from a GPU to every other GPU and NIC, as the server traced it by
 // their link class (a NODE peer through the host bridge, not NVLink hops); fades the rest and
 // names each peer's class on it.
 export function highlightPaths(cy, gpu) {
   clearHighlight(cy);
-  const paths = (cy.scratch("_paths") || {})[gpu.id()] || [];
+  const paths = peerRows(cy, gpu.id(), (cy.scratch("_paths") || {})[gpu.id()] || []);
   let onPath = cy.collection().union(gpu);
   // The server lists peers nearest first; drawn farthest first, so that where paths share an
   // edge the nearer class colours it.

@@ -205,8 +205,9 @@ function renderSummary(s, analysis, findings) {
 }
 
 // Server-wide launch advice: the GPU order and each GPU's NUMA binding and NIC.
-function renderAffinity(affinity) {
+function renderAffinity(affinity, leftOut) {
   const box = clear($("affinity"));
+  if (!affinity && leftOut) { box.append(el("p", { class: "muted", id: "affinity-left-out", text: `Not computed for this server: ${leftOut}` })); return; }
   if (!affinity) { box.append(el("p", { class: "muted", text: "No affinity information (no topology yet)." })); return; }
   box.append(el("p", {}, "All GPUs, nearest first per NUMA node: ", el("code", { id: "cuda-visible-devices", text: `CUDA_VISIBLE_DEVICES=${affinity.cuda_visible_devices}` })));
   for (const g of (affinity.gpus || []).filter((x) => x.warning)) box.append(el("p", { class: "warning-note" }, el("strong", { text: `⚠ GPU${g.gpu}: ` }), g.warning));
@@ -456,7 +457,7 @@ async function main() {
     renderNoTopology();
     document.body.dataset.graphReady = "1";
   }
-  renderAffinity(state.affinity);
+  renderAffinity(state.affinity, state.left_out?.affinity);
   renderPresets(state.presets);
   renderBestLayouts(state.best_layouts, state.recommendations, state.step_assumptions);
   renderBenchmarks(state.benchmarks);

@@ -4,10 +4,19 @@ real ones and on the pathological ring (neighbours NV1, the rest SYS)."""
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+from typing import Any
+
+import pytest
+
 from tests import synthetic
 from tests.core import topologies as T
+from topoweb.core import layout
 from topoweb.core.costs import EXACT_RING, build_model, collective_cost
+from topoweb.core.export import graph_document
 from topoweb.core.formats.topo import parse
+from topoweb.core.model import Device, Topology
 from topoweb.core.placement import DEFAULT_SHAPE, best_group, recommend
 from topoweb.core.steptime import layouts_for
 
@@ -71,3 +80,60 @@ def test_a_16_gpu_server_prices_every_layout_however_small_the_budget() -> None:
     found = recommend(model, DEFAULT_SHAPE, time_budget_s=0.0)
     assert found.unpriced == 0 and "unpriced_layouts" not in found.to_document()
     assert len(found.placements) == len(layouts_for(DEFAULT_SHAPE, 16))
+
+
+def test_a_576_gpu_nvswitch_domain_is_drawn_in_work_and_size_linear_in_its_gpus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topo = parse(synthetic.nvswitch_domain(576))
+    counts: Counter[str] = Counter()
+    line_test, box_test = layout._Obstacles.hits, layout._inside
+
+    def counted_line(*args: Any, **kwargs: Any) -> bool:
+        counts["lines"] += 1
+        return line_test(*args, **kwargs)
+
+    def counted_box(*args: Any) -> bool:
+        counts["boxes"] += 1
+        return box_test(*args)
+
+    monkeypatch.setattr(layout._Obstacles, "hits", counted_line)
+    monkeypatch.setattr(layout, "_inside", counted_box)
+    doc = graph_document(topo)
+    elements = doc["elements"]
+    kinds = Counter(e["data"].get("kind", "edge") for e in elements)
+    assert kinds["gpu"] == 576 and kinds["nvswitch"] == 1
+    nvlink = [e["data"] for e in elements if e["data"]["id"].startswith("nv:")]
+    assert len(nvlink) == 576  # each GPU to the fabric node, no pair edge
+    assert {d["target"] for d in nvlink} == {"nvswitch0"}
+    # the GPUs, their PCIe and NVLink edges; two NUMA boxes and CPUs, the fabric, the socket link
+    assert len(elements) == 3 * 576 + 6
+    # Every GPU's peers are one row naming the fabric, not 575 rows.
+    assert all(rows == [{"class": "NV18", "fabric": "nvswitch0"}] for rows in doc["paths"].values())
+    assert len(json.dumps(doc)) < 1_000_000  # 43 MB with a row a pair
+    # Each GPU's drop to the fabric tries a bounded number of lanes (a side is given up at the
+    # first obstacle), each line tested against the boxes near it only: 68 lines and 40 box
+    # tests a GPU here (267 lines, each against all ~600 boxes, before).
+    assert counts["lines"] <= 100 * 576
+    assert counts["boxes"] <= 60 * 576
+
+
+def test_a_gpu_is_found_by_its_index_without_a_scan_of_the_gpus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The acceptance report looks up both GPUs of every pair: a scan each was cubic on 576.
+    topo = parse(synthetic.nvswitch_domain(72))
+    scans = Counter[str]()
+    listed = Topology.gpus.fget
+    assert listed is not None
+
+    def counted(self: Topology) -> tuple[Device, ...]:
+        scans["gpus"] += 1
+        return listed(self)
+
+    monkeypatch.setattr(Topology, "gpus", property(counted))
+    assert [topo.gpu(i).id for i in range(72)] == [f"GPU{i}" for i in range(72)]
+    assert [topo.gpu(i).id for i in range(72)] == [f"GPU{i}" for i in range(72)]
+    with pytest.raises(KeyError):
+        topo.gpu(72)
+    assert scans["gpus"] <= 1

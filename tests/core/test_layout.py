@@ -12,8 +12,9 @@ import pytest
 
 from topoweb.core.export import graph_document
 from topoweb.core.formats import parse_text
+from topoweb.core.hierarchy import recover_hierarchy
 from topoweb.core.layout import hits
-from topoweb.core.model import Topology
+from topoweb.core.model import Device, Link, Topology
 from topoweb.core.svg import graph_svg
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -171,19 +172,40 @@ def test_a_node_peer_on_a_dgx1_is_reached_through_the_host_not_over_nvlink_hops(
 def test_paths_list_peers_nearest_first_and_cross_the_socket_link_for_sys() -> None:
     doc = graph_document(topology(H200))
     rows = doc["paths"]["GPU0"]
-    assert rows[0]["class"] == "NV18"
+    # The NVSwitch peers are one row: every other GPU joined to the fabric node, each over
+    # its edge to the fabric (the page expands it); then one row per NIC.
+    assert rows[0] == {"class": "NV18", "fabric": "nvswitch0"}
     assert rows[-1]["class"] == "SYS"
-    to = paths_of(doc, "GPU0")
+    assert len(rows) == 1 + 12
+    to = {p["peer"]: p for p in rows[1:]}
     assert "sys:numa0:numa1" in to["NIC6"]["elements"]
-    assert to["GPU4"]["elements"] == [
-        "GPU0",
-        "nv:GPU0:nvswitch0",
-        "nvswitch0",
-        "nv:GPU4:nvswitch0",
-        "GPU4",
-    ]
     every_id = {e["data"]["id"] for e in doc["elements"]}
-    assert all(set(p["elements"]) <= every_id for rows in doc["paths"].values() for p in rows)
+    assert {f"nv:GPU{i}:nvswitch0" for i in range(8)} <= every_id
+    assert all(
+        set(p["elements"]) <= every_id
+        for rows in doc["paths"].values()
+        for p in rows
+        if "fabric" not in p
+    )
+
+
+def test_a_fabric_whose_pairs_differ_in_class_names_the_peers_of_each_class() -> None:
+    # NVML says NVSwitch; GPU0-GPU1 shows one bundle short (a degraded link).
+    devices = tuple(Device(f"GPU{i}", "gpu", i) for i in range(4))
+    links = tuple(
+        Link(f"GPU{a}", f"GPU{b}", "NV12" if (a, b) == (0, 1) else "NV18")
+        for a in range(4)
+        for b in range(a + 1, 4)
+    )
+    topo = Topology(devices, links)
+    doc = graph_document(topo, recover_hierarchy(topo, "NVIDIA H100 80GB HBM3", nvswitch=True))
+    assert doc["paths"]["GPU0"] == [
+        {"class": "NV12", "fabric": "nvswitch0", "peers": ["GPU1"]},
+        {"class": "NV18", "fabric": "nvswitch0", "peers": ["GPU2", "GPU3"]},
+    ]
+    assert doc["paths"]["GPU2"] == [
+        {"class": "NV18", "fabric": "nvswitch0", "peers": ["GPU0", "GPU1", "GPU3"]}
+    ]
 
 
 def test_tree_edges_carry_orthogonal_routes_from_the_child_to_its_parent() -> None:

@@ -9,8 +9,10 @@ import pytest
 
 from tests.core import topologies as T
 from tests.core.topo_fixtures import fixture_text
+from topoweb.core import placement
 from topoweb.core.costs import build_model, slowest_group_us
 from topoweb.core.formats.topo import parse
+from topoweb.core.ledger import Layout
 from topoweb.core.symmetry import symmetry
 
 
@@ -41,7 +43,6 @@ def test_every_symmetry_found_leaves_group_costs_unchanged(build: object) -> Non
             image = [tuple(gpus[perm[sym.position[g]]] for g in grp) for grp in groups]
             if sym.complete:  # else keys merge less, but only images of each other
                 assert sym.sets_key(image) == sym.sets_key(groups)
-                assert sym.chains_key(image) == sym.chains_key(groups)
             for collective, nbytes in (("all_reduce", 1 << 26), ("all_gather", 1 << 20)):
                 assert slowest_group_us(model, collective, image, nbytes) == pytest.approx(
                     slowest_group_us(model, collective, groups, nbytes), rel=1e-9
@@ -70,25 +71,14 @@ def test_groups_mapped_onto_each_other_share_a_key_and_others_do_not() -> None:
     assert sym.set_key((0, 1)) != sym.set_key((0, 2)) != sym.set_key((0, 4))
 
 
-def test_chains_of_different_lengths_never_share_a_key() -> None:
-    # PP2 and PP3 layouts of one model send the same bytes and share the memo: a pair of
-    # two-stage chains and one three-stage chain must not collide, whatever the encoding.
-    for build in (T.pcie_only_8gpu, T.dgx1_v100_mesh):
-        sym = symmetry(build_model(build()))
-        keys = {
-            sym.chains_key([(0, 1), (2, 3)]),
-            sym.chains_key([(0, 1, 2)]),
-            sym.chains_key([(0, 1, 2), (3, 4, 5)]),
-            sym.chains_key([(0, 1, 2, 3)]),
-            sym.chains_key([(0, 1)]),
-        }
-        assert len(keys) == 5
-
-
-def test_a_chain_keeps_its_direction_and_reordered_stages_change_its_key() -> None:
-    sym = symmetry(build_model(T.pcie_only_8gpu()))
-    # 0-2 and 2-4 are PXB and SYS hops; 0-4-2 crosses the socket twice.
-    assert sym.chains_key([(0, 2, 4)]) != sym.chains_key([(0, 4, 2)])
-    assert sym.chains_key([(0, 2, 4)]) != sym.chains_key([(4, 2, 0)])
-    # Swapping the two GPUs of a switch is a symmetry: their chains share a key.
-    assert sym.chains_key([(0, 2, 4)]) == sym.chains_key([(1, 2, 4)])
+def test_pipeline_chains_are_priced_by_their_own_gpus_in_their_direction() -> None:
+    # A chain costs a route per hop and no ring search: cheaper than a symmetry key, so the
+    # search memoises chains as themselves (in order: a chain read backwards costs otherwise)
+    # and keeps class keys for the groups whose rings are searched.
+    model = build_model(T.pcie_nv4_pairs_16gpu())
+    placement.place(model, Layout(2, 2, 4), time_budget_s=60)
+    memo = placement._TIMES[model]
+    assert any(k[0] == "~" and k[1] == "dp" for k in memo)
+    assert not any(k[0] == "~" and k[1] == "pp" for k in memo)
+    assert not any(k[0] == "~solo" and k[3] for k in memo)  # (.., chain, key)
+    assert any(k[0] == "pp" and all(isinstance(c, tuple) for c in k[3]) for k in memo)

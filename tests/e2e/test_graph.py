@@ -129,6 +129,27 @@ def test_clicking_gpu0_on_a_dgx1_reaches_its_node_peers_through_the_host_not_ove
     assert "nv:GPU0:GPU1" in lit["edges"]
 
 
+def test_clicking_gpu0_on_an_nvswitch_server_lights_every_gpu_over_the_fabric(
+    page: Page, graphs: None
+) -> None:
+    # The server sends GPU0's NVSwitch peers as one row naming the fabric; the page expands it.
+    open_server(page, H200)
+    click_node(page, "GPU0")
+    lit = page.evaluate(
+        """() => {
+          const cy = window.topowebCy;
+          return {
+            edges: cy.edges('.path').map((e) => e.id()),
+            peers: Object.fromEntries(cy.nodes('.peer').map((n) => [n.id(), n.data('peer_label')])),
+          };
+        }"""
+    )
+    assert {f"nv:GPU{i}:nvswitch0" for i in range(8)} <= set(lit["edges"])
+    assert {f"GPU{i}": f"GPU{i}\nNV18" for i in range(1, 8)}.items() <= lit["peers"].items()
+    assert "GPU0" not in lit["peers"]
+    assert any(v.endswith("\nSYS") for v in lit["peers"].values())  # and the NICs, by class
+
+
 def test_the_graph_exports_as_png_and_svg_the_matrix_as_csv_and_a_link_reopens_the_view(
     page: Page, graphs: None
 ) -> None:

@@ -52,7 +52,7 @@ def test_the_server_page_reads_everything_it_shows_in_one_answer(
 
     assert body["server"]["hostname"] == "h200-01"
     assert body["analysis"]["status"] == "done"
-    assert len(body["graph"]["paths"]["GPU0"]) == 19
+    assert len(body["graph"]["paths"]["GPU0"]) == 1 + 12  # its NVSwitch peers, then 12 NICs
     assert body["matrix"]["classes"][0][:2] == ["X", "NV18"]
     gpu0 = dict(body["devices"]["GPU0"]["rows"])
     assert gpu0["NUMA node"] == "NUMA node 0"

@@ -881,7 +881,10 @@ class GraphSerializer(serializers.Serializer):
     paths = serializers.DictField(
         child=serializers.ListField(child=serializers.DictField()),
         help_text="Per GPU, nearest first: each other device (peer), its link class and the "
-        "ids of the drawn elements on the real path to it",
+        "ids of the drawn elements on the real path to it. The GPU's peers on an NVSwitch "
+        "fabric are one row {class, fabric}: every other GPU with an edge to that fabric node, "
+        "each over GPU, nv:GPU:fabric, fabric, nv:peer:fabric, peer (with `peers` naming them, "
+        "one row per class, where the fabric's pairs differ in class)",
     )
     nic_groups = serializers.DictField(
         help_text="present: NICs on one PCIe switch are grouped; collapsed: drawn as one node first"

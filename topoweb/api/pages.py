@@ -18,6 +18,7 @@ from topoweb.analysis.models import Analysis
 from topoweb.analysis.serializers import AnalysisSerializer, FindingSerializer
 from topoweb.api.fleet import ServerSummarySerializer
 from topoweb.config.api import READ_ERRORS
+from topoweb.config.limits import LimitExceeded
 from topoweb.core.export import device_details, matrix_document
 from topoweb.core.ledger import Layout
 from topoweb.fleet import selectors
@@ -165,12 +166,17 @@ def server_page(server: Server) -> dict[str, Any]:
     snapshot = server.latest_snapshot
     graph = matrix = details = affinity = None
     warnings: list[str] = []
+    left_out: dict[str, str] = {}
     if snapshot is not None:
+        # Decided first, from the GPU count: a server past the query limit is served without
+        # its request-time parts (each named with the reason), never refused as a whole.
+        affinity, why = analysis_selectors.page_affinity(server)
+        if why is not None:
+            left_out["affinity"] = why
         topo = snapshot.to_domain()
         warnings = list(topo.warnings)
-        graph = selectors.graph_elements(snapshot)
+        graph = selectors.graph_elements(snapshot, topo)
         matrix = matrix_document(topo, newest_p2p(server), result.get("p2p_prediction"))
-        affinity = analysis_selectors.affinity_of(server)
         details = device_details(topo, affinity)
     return {
         "server": {
@@ -201,6 +207,7 @@ def server_page(server: Server) -> dict[str, Any]:
         "recommendations": result.get("recommendations") or {},
         "step_assumptions": result.get("step_assumptions") or "",
         "presets": analysis_selectors.model_presets(),
+        "left_out": left_out,
     }
 
 
@@ -236,6 +243,12 @@ class ServerPageSerializer(serializers.Serializer):
     )
     step_assumptions = serializers.CharField()
     presets = serializers.ListField(child=serializers.DictField())
+    left_out = serializers.DictField(
+        child=serializers.CharField(),
+        help_text="Parts of the page not given for this server (e.g. `affinity` past "
+        "TOPOWEB_MAX_QUERY_GPUS, which would build the cost model in the request), each with "
+        "the reason; empty when the page is whole",
+    )
 
 
 class ServerPageApi(APIView):
@@ -452,6 +465,8 @@ def _place(side: dict[str, Any], preset: str, asked: Layout | None) -> None:
             side["placement_error"] = (rec.get("no_fit") or {}).get("message") or "fits no layout"
     except ValueError as exc:
         side["placement_error"] = f"not possible: {exc}"
+    except LimitExceeded as exc:  # past TOPOWEB_MAX_QUERY_GPUS: this row only, with the reason
+        side["placement_error"] = exc.message
 
 
 def compare_page(a: str, b: str, preset: str = "", asked: Layout | None = None) -> dict[str, Any]:

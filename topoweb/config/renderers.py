@@ -7,8 +7,8 @@ refuses (an integer past 64 bits, a requested indent) goes through DRF's own pat
 infinities, which DRF refuses, become null. Stored JSON read as text (`RawJSON`) is written
 verbatim.
 
-ContentNegotiation is DRF's, answering without parsing in the usual case (no Accept header or
-`*/*`, no format asked)."""
+ContentNegotiation is DRF's, answering without parsing in the usual case (no Accept header,
+`*/*` or JSON, no format asked)."""
 
 from __future__ import annotations
 
@@ -88,10 +88,10 @@ class JSONRenderer(DrfJSONRenderer):
 
 class ContentNegotiation(DefaultContentNegotiation):
     """DRF's negotiation, which parses the Accept header into media types on every request:
-    without a format asked for (suffix or query parameter) and with no Accept header or `*/*`
-    (what clients send unless told otherwise), it picks the first renderer and its own media
-    type, as DRF's loop does for `*/*` when that media type has no parameters. Anything else
-    goes DRF's way."""
+    without a format asked for (suffix or query parameter) and with no Accept header, `*/*`
+    (what clients send unless told otherwise) or exactly the first renderer's media type (a
+    client asking for JSON), it picks the first renderer and its own media type, as DRF's loop
+    does when that media type has no parameters. Anything else goes DRF's way."""
 
     def select_renderer(
         self, request: Request, renderers: Iterable[BaseRenderer], format_suffix: str | None = None
@@ -99,7 +99,7 @@ class ContentNegotiation(DefaultContentNegotiation):
         if (
             isinstance(renderers, list | tuple)
             and renderers
-            and request.META.get("HTTP_ACCEPT", "*/*") == "*/*"
+            and request.META.get("HTTP_ACCEPT", "*/*") in ("*/*", renderers[0].media_type)
             and not format_suffix
             and not request.query_params.get(self.settings.URL_FORMAT_OVERRIDE)
             and ";" not in renderers[0].media_type

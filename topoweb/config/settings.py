@@ -150,6 +150,9 @@ if DEBUG:
 # --- Celery -------------------------------------------------------------------------------
 REDIS_URL = env.str("REDIS_URL", default="")
 CELERY_BROKER_URL = REDIS_URL or "memory://"
+if REDIS_URL.startswith(("redis://", "rediss://")):
+    # kombu's Redis transport, keeping one publishing client per connection pool
+    CELERY_BROKER_TRANSPORT = "topoweb.config.broker:Transport"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL  # the embedded default needs no broker
 CELERY_TASK_EAGER_PROPAGATES = True

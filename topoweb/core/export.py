@@ -252,6 +252,7 @@ def graph_document(
                 sys_edges[frozenset((a, b))] = [f"sys:{a}", "socket-link", f"sys:{b}"]
     nv_lat = hw.latency("nvlink")
     nv_path: dict[frozenset[str], list[str]] = {}
+    fabric_of: dict[str, str] = {}  # a GPU on an NVSwitch fabric -> the fabric's node
     for k, domain in enumerate(h.nvlink_domains):
         if domain.fabric == "nvswitch":
             sw = f"nvswitch{k}"
@@ -270,9 +271,8 @@ def graph_document(
                         fabric=True,
                     )
                 )
-            for i, a in enumerate(domain.gpus):
-                for b in domain.gpus[i + 1 :]:
-                    nv_path[frozenset((a, b))] = [f"nv:{a}:{sw}", sw, f"nv:{b}:{sw}"]
+            for g in domain.gpus:
+                fabric_of[g] = sw
         else:
             for i, a in enumerate(domain.gpus):
                 for b in domain.gpus[i + 1 :]:
@@ -336,7 +336,7 @@ def graph_document(
             data["label_at_source"] = True
         if other is not None and drawing is main:
             _route(data, other, "alt_")
-    paths = _paths(topo, h, numas, group_of, sys_edges, nv_path)
+    paths = _paths(topo, h, numas, group_of, sys_edges, nv_path, fabric_of)
     return {
         "elements": nodes + edges,
         "paths": paths,
@@ -362,10 +362,15 @@ def _paths(
     group_of: dict[str, str],
     sys_edges: dict[frozenset[str], list[str]],
     nv_path: dict[frozenset[str], list[str]],
+    fabric_of: dict[str, str],
 ) -> dict[str, list[dict[str, Any]]]:
     """Per GPU, nearest first, for every other device: its link class and the drawn elements
-    on the real path: the NVLink edge (or the NVSwitch) for an NV class, else up the PCIe tree
-    to the nearest shared node and down, across the socket link for SYS."""
+    on the real path: the NVLink edge for an NV class, else up the PCIe tree to the nearest
+    shared node and down, across the socket link for SYS. The peers on the GPU's NVSwitch
+    fabric are one row, `{"class", "fabric"}`: every other GPU joined to the fabric node, each
+    over GPU, nv:GPU:fabric, fabric, nv:peer:fabric, peer; where the fabric's pairs differ in
+    class (NVML's fabric with a degraded link), one such row per class, naming its `peers`.
+    (A row a peer made the document quadratic in GPUs: 43 MB for a 576-GPU domain.)"""
 
     def up(device: str) -> list[str]:
         """Element ids from the device up to its CPU, edges and nodes alternating."""
@@ -392,10 +397,36 @@ def _paths(
     def cut(chain: list[str], at: str) -> list[str]:
         return chain[: chain.index(at) + 1]
 
+    # Per fabric: its GPUs in device order, the devices off it, and its pairs' classes (one
+    # pass over the GPU pairs; one class on every pair is the rule).
+    members: dict[str, list[str]] = {}
+    for d in topo.devices:
+        if d.id in fabric_of:
+            members.setdefault(fabric_of[d.id], []).append(d.id)
+    off = {sw: [d for d in topo.devices if fabric_of.get(d.id) != sw] for sw in members}
+    classes: dict[str, set[str]] = {sw: set() for sw in members}
+    if fabric_of:
+        for lnk in topo.gpu_links():
+            sw = fabric_of.get(lnk.a)
+            if sw is not None and fabric_of.get(lnk.b) == sw:
+                classes[sw].add(lnk.link_class)
+
+    def fabric_rows(g: str, sw: str) -> list[dict[str, Any]]:
+        if len(classes[sw]) == 1:  # every other GPU on the fabric, by the one class
+            return [{"class": next(iter(classes[sw])), "fabric": sw}]
+        peers: dict[str, list[str]] = {}
+        for m in members[sw]:
+            if m != g:
+                peers.setdefault(topo.link_class(g, m), []).append(m)
+        return [{"class": c, "fabric": sw, "peers": ps} for c, ps in peers.items()]
+
     out: dict[str, list[dict[str, Any]]] = {}
     for g in topo.gpus:
         rows = []
-        for d in topo.devices:
+        sw = fabric_of.get(g.id)
+        if sw is not None:
+            rows += fabric_rows(g.id, sw)
+        for d in topo.devices if sw is None else off[sw]:
             if d.id == g.id:
                 continue
             cls = topo.link_class(g.id, d.id)
@@ -440,7 +471,7 @@ def matrix_document(
     out: dict[str, Any] = {
         "devices": ids,
         "labels": labels,
-        "classes": [[topo.link_class(a, b) for b in ids] for a in ids],
+        "classes": [[row[b] for b in ids] for row in map(topo.class_row, ids)],
         "directions": {},
     }
     matrices = (p2p or {}).get("matrices") or {}
@@ -511,6 +542,7 @@ def device_details(topo: Topology, affinity: dict[str, Any] | None) -> dict[str,
     gpus = {g["gpu"]: (i, g) for i, g in enumerate((affinity or {}).get("gpus") or [])}
     hints = (affinity or {}).get("binding_hints") or []
     out: dict[str, dict[str, Any]] = {}
+    gpu_ids = [g.id for g in topo.gpus]
     for d in topo.devices:
         rows: list[list[str]] = [["Device", _nic_label(topo, d.id)], ["Kind", d.kind]]
         found = gpus.get(d.index) if d.kind == "gpu" else None
@@ -528,9 +560,10 @@ def device_details(topo: Topology, affinity: dict[str, Any] | None) -> dict[str,
                 nearest = "–"
             rows.append(["Nearest NIC", nearest])
             by_class: dict[str, int] = {}
-            for other in topo.gpus:
-                if other.id != d.id:
-                    cls = topo.link_class(d.id, other.id)
+            classes = topo.class_row(d.id)
+            for other in gpu_ids:
+                if other != d.id:
+                    cls = classes[other]
                     by_class[cls] = by_class.get(cls, 0) + 1
             peers = sorted(by_class.items(), key=lambda kv: link_class_rank(kv[0]))
             rows.append(["GPU peers", " · ".join(f"{c}: {n}" for c, n in peers) or "–"])

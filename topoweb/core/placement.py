@@ -85,9 +85,7 @@ def _key(dimension: str, groups: Sequence[tuple[int, ...]]) -> Any:
     """What a dimension's cost depends on: its groups as sets; pipeline chains as sequences
     (the cost model is not the same both ways: a send across sockets may be staged on one
     side, so neither one chain nor the whole pipeline read backwards costs the same)."""
-    if dimension == "pp":
-        return frozenset(tuple(g) for g in groups)
-    return frozenset(frozenset(g) for g in groups)
+    return frozenset(map(tuple if dimension == "pp" else frozenset, groups))
 
 
 # Collective times per cost model, shared by every layout and shape asked of that model.
@@ -124,10 +122,11 @@ class StepCost:
         if t is None:
             gs = [g for g in groups if len(g) > 1]
             # Groups a symmetry of the server maps onto these cost the same: priced once.
+            # Not pipeline chains: a route per hop and one max-min share cost less than their
+            # key (in their direction: n^2 atoms), and few chain sets recur under symmetry.
             class_key: Any = None
-            if self.symmetric and gs:
-                sym = symmetry(self.model)
-                canon = sym.chains_key(gs) if dimension == "pp" else sym.sets_key(gs)
+            if self.symmetric and gs and dimension != "pp":
+                canon = symmetry(self.model).sets_key(gs)
                 class_key = ("~", dimension, collective, nbytes, canon)
                 t = self.memo.get(class_key)
             if t is None:
@@ -153,9 +152,8 @@ class StepCost:
         t = self.memo.get(memo_key)
         if t is None:
             class_key: Any = None
-            if self.symmetric:
-                sym = symmetry(self.model)
-                canon = sym.chains_key([group]) if chain else sym.set_key(group)
+            if self.symmetric and not chain:  # a chain alone is cheaper priced than keyed
+                canon = symmetry(self.model).set_key(group)
                 class_key = ("~solo", collective, nbytes, chain, canon)
                 t = self.memo.get(class_key)
             if t is None:
@@ -567,8 +565,11 @@ def _exact(
             got = loads[chain] = (shareable, min(caps[x] / w for x, w in ld.items()))
         return got
 
+    # Per dimension, the GPUs of each of its groups from the mapping (tuples).
+    members = {d: [operator.itemgetter(*grp) for grp in positions[d]] for d in live}
+
     def contended(d: str, mapping: Sequence[int]) -> float:
-        gs = [tuple(mapping[p] for p in grp) for grp in positions[d]]
+        gs = [gpus_of(mapping) for gpus_of in members[d]]
         key = _key(d, gs)
         return sum(k * objective.each_us(d, c, b, key, gs) for c, b, k in wanted[d])
 

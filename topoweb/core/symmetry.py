@@ -2,7 +2,8 @@
 GPU pair's link class (NVLink count, PCIe class), the PCIe tree above each GPU and its
 NVLink domain. Two groups of GPUs that one such relabelling maps onto each other cost the
 same, so the placement search prices one of them and reuses it for the other: groups are
-memoised under a canonical key (the smallest image over the known symmetries).
+memoised under a canonical key (the smallest image over the known symmetries). Pipeline
+chains are not: pricing one (a route per hop, no ring search) costs less than its key.
 
 Any subset of the symmetries gives correct keys (equal keys are still images of each other);
 past AUTOMORPHISM_LIMIT found, the search for more stops and keys merge a little less."""
@@ -10,9 +11,9 @@ past AUTOMORPHISM_LIMIT found, the search for more stops and keys merge a little
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from operator import itemgetter
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from topoweb.core.costs import CostModel
@@ -20,13 +21,9 @@ if TYPE_CHECKING:
 AUTOMORPHISM_LIMIT = 256
 
 
-# What a canonical key is made of: a group (its GPUs in any order) or a chain (in its order).
-_Key = TypeVar("_Key", frozenset[int], tuple[int, ...])
-
-
 class Symmetry:
     """GPU relabellings of one cost model, as bit tables over positions in sorted index
-    order, with canonical keys of groups, group sets and pipeline chains."""
+    order, with canonical keys of groups and of sets of concurrent groups."""
 
     def __init__(
         self,
@@ -43,16 +40,13 @@ class Symmetry:
         # Per position, the least position of its orbit under the whole group.
         self.least = tuple(least) if least is not None else tuple(range(len(self.gpus)))
         self._columns: dict[int, tuple[int, ...]] = {}
-        self._weights: dict[int, tuple[tuple[int, ...], ...]] = {}
         self._masks: dict[frozenset[int], list[int]] = {}
         # Keys of concurrent groups: each group's image under a symmetry is an atom (a small
-        # index given on first sight, one numbering for sets and one for chains), and a set
-        # of disjoint groups is the sum of its atoms' bits, so its image under every symmetry
-        # is a column sum, in C. Per group: its atoms' bits under each symmetry.
+        # index given on first sight), and a set of disjoint groups is the sum of its atoms'
+        # bits, so its image under every symmetry is a column sum, in C. Per group: its
+        # atoms' bits under each symmetry.
         self._set_atoms: dict[int, int] = {}
-        self._chain_atoms: dict[int, int] = {}
         self._set_bits: dict[frozenset[int], list[int]] = {}
-        self._chain_bits: dict[tuple[int, ...], list[int]] = {}
 
     @property
     def order(self) -> int:
@@ -76,15 +70,6 @@ class Symmetry:
             got = self._masks[key] = list(map(sum, zip(*cols, strict=True)))
         return got
 
-    def _chain_images(self, chain: Sequence[int]) -> list[int]:
-        """The chain's image under each symmetry as a number in base n (position i weighted
-        by n^i, and a leading digit at n^length so that chains of different lengths never
-        share a number), summed in C over every symmetry at once."""
-        n = len(self.gpus)
-        lead = [n ** len(chain)] * self.order
-        digits = [self._weighted(i)[self.position[g]] for i, g in enumerate(chain)]
-        return list(map(sum, zip(lead, *digits, strict=True)))
-
     def set_key(self, group: Sequence[int]) -> int:
         """The same for two groups exactly when a known symmetry maps one onto the other:
         the smallest bit mask of the group's images."""
@@ -92,44 +77,15 @@ class Symmetry:
 
     def sets_key(self, groups: Sequence[Sequence[int]]) -> int:
         """Canonical key of concurrent (disjoint) groups, one relabelling for all of them:
-        the least, over the symmetries, sum of their images' atom bits."""
-        return self._least_sum(
-            map(frozenset, groups), self._set_bits, self._set_atoms, self._images
-        )
-
-    def chains_key(self, chains: Sequence[Sequence[int]]) -> int:
-        """Canonical key of disjoint pipeline chains in their direction (the cost model is
-        not the same both ways), as `sets_key` with chains for groups."""
-        return self._least_sum(
-            map(tuple, chains), self._chain_bits, self._chain_atoms, self._chain_images
-        )
-
-    @staticmethod
-    def _least_sum(
-        keys: Iterable[_Key],
-        kept: dict[_Key, list[int]],
-        atoms: dict[int, int],
-        images: Callable[[_Key], list[int]],
-    ) -> int:
-        """The least, over the symmetries, sum of the keys' images' atom bits; each key's bits
-        (one per symmetry) computed on its first sight and kept in `kept`."""
+        the least, over the symmetries, sum of their images' atom bits (each group's bits
+        computed on its first sight and kept)."""
         bits = []
-        for key in keys:
-            got = kept.get(key)
+        for key in map(frozenset, groups):
+            got = self._set_bits.get(key)
             if got is None:
-                got = kept[key] = _atom_bits(atoms, images(key))
+                got = self._set_bits[key] = _atom_bits(self._set_atoms, self._images(key))
             bits.append(got)
         return min(map(sum, zip(*bits, strict=True)))
-
-    def _weighted(self, i: int) -> tuple[tuple[int, ...], ...]:
-        """Per position, its image under each symmetry times n^i (chain position i)."""
-        got = self._weights.get(i)
-        if got is None:
-            w = len(self.gpus) ** i
-            got = self._weights[i] = tuple(
-                tuple(perm[p] * w for perm in self.perms) for p in range(len(self.gpus))
-            )
-        return got
 
 
 def _atom_bits(atoms: dict[int, int], images: list[int]) -> list[int]:
@@ -172,11 +128,12 @@ def _find(model: CostModel) -> Symmetry:
     vertex = [
         code((tuple(kinds.get(x) for x in c), domain(i))) for c, i in zip(chains, ids, strict=True)
     ]
+    above = [set(c) for c in chains]
     label = [[0] * n for _ in range(n)]
     for a in range(n):
         for b in range(n):
             if a != b:
-                common = len(set(chains[a]) & set(chains[b]))
+                common = len(above[a] & above[b])
                 label[a][b] = code((topo.link_class(ids[a], ids[b]), common))
     # Colour refinement: a GPU's colour and the multiset of (label, colour) to every other.
     colour = vertex[:]
@@ -213,8 +170,9 @@ def _find(model: CostModel) -> Symmetry:
     # Generators: for each point a in turn (the earlier ones fixed), one symmetry taking a to
     # each point of its orbit not yet reached (Schreier-Sims style, by backtracking).
     gens: list[tuple[int, ...]] = []
+    identity = tuple(range(n))
     for a in range(n):
-        fixing = [g for g in gens if all(g[k] == k for k in range(a))]
+        fixing = [g for g in gens if g[:a] == identity[:a]]
         orbit = _orbit(a, fixing)
         for b in range(a + 1, n):
             if b in orbit or colour[b] != colour[a]:
@@ -235,15 +193,13 @@ def _find(model: CostModel) -> Symmetry:
                 fixing.append(g)
                 orbit = _orbit(a, fixing)
     # The group they generate, breadth first (the nearest products first), up to the limit.
-    identity = tuple(range(n))
     found = [identity]
     seen = {identity}
     i = 0
     while i < len(found) and len(found) < AUTOMORPHISM_LIMIT:
         x = found[i]
         i += 1
-        for g in gens:
-            y = tuple(map(g.__getitem__, x))  # y[k] = g[x[k]]
+        for y in map(itemgetter(*x), gens):  # y[k] = g[x[k]], built in C
             if y not in seen:
                 seen.add(y)
                 found.append(y)

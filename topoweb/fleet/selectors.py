@@ -426,14 +426,15 @@ def topology_class_by_fingerprint(fingerprint: str) -> TopologyClass:
     return found
 
 
-def graph_elements(snapshot: Snapshot) -> dict[str, Any]:
+def graph_elements(snapshot: Snapshot, topology: Topology | None = None) -> dict[str, Any]:
     """The graph of a snapshot's topology, as core.export draws it: Cytoscape elements at their
     computed positions (devices inside NUMA nodes, the recovered PCIe tree, NVLink pairs or one
     NVSwitch node per fabric), each GPU's paths to its peers, and the NIC groups.
 
     Drawn once per snapshot content and core version (a 576-GPU drawing takes seconds): the
     health worker draws it after each report (`warm_graph`), and requests read it from the
-    cache; a miss (a cold or unreachable cache) draws it on the spot."""
+    cache; a miss (a cold or unreachable cache) draws it on the spot, from `topology` when the
+    caller has already read the snapshot's (a 576-GPU one takes a second to read)."""
     key = _graph_key(snapshot)
     try:
         found = cache.get(key)
@@ -441,7 +442,7 @@ def graph_elements(snapshot: Snapshot) -> dict[str, Any]:
         found = None
     if found is not None:
         return cast(dict[str, Any], found)
-    return graph_document(snapshot.to_domain())
+    return graph_document(topology if topology is not None else snapshot.to_domain())
 
 
 def warm_graph(snapshot: Snapshot) -> None:
