@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 from itertools import combinations
+from typing import Any, cast
 from urllib.parse import quote
 
 import pytest
@@ -107,20 +108,28 @@ def test_the_36_nic_server_starts_with_nics_grouped_per_switch_and_expands_them(
     assert [(a, b) for (a, ba), (b, bb) in combinations(found["nodes"], 2) if overlap(ba, bb)] == []
 
 
-def test_clicking_gpu0_on_a_dgx1_reaches_its_node_peers_through_the_host_not_over_nvlink(
-    page: Page, graphs: None
-) -> None:
-    open_server(page, DGX1)
-    click_node(page, "GPU0")
-    lit = page.evaluate(
-        """() => {
+def lit_by_clicking(page: Page, server: str, node: str) -> dict[str, Any]:
+    """The path edges and the peers' labels that clicking `node` on `server`'s graph lights."""
+    open_server(page, server)
+    click_node(page, node)
+    return cast(
+        dict[str, Any],
+        page.evaluate(
+            """() => {
           const cy = window.topowebCy;
           return {
             edges: cy.edges('.path').map((e) => e.id()),
             peers: Object.fromEntries(cy.nodes('.peer').map((n) => [n.id(), n.data('peer_label')])),
           };
         }"""
+        ),
     )
+
+
+def test_clicking_gpu0_on_a_dgx1_reaches_its_node_peers_through_the_host_not_over_nvlink(
+    page: Page, graphs: None
+) -> None:
+    lit = lit_by_clicking(page, DGX1, "GPU0")
     # GPU5 is NODE from GPU0: up to the CPU and down, never GPU0 -> GPU1 -> GPU5 over NVLink.
     assert "nv:GPU1:GPU5" not in lit["edges"]
     assert {"pcie:GPU0", "pcie:GPU5"} <= set(lit["edges"])
@@ -133,17 +142,7 @@ def test_clicking_gpu0_on_an_nvswitch_server_lights_every_gpu_over_the_fabric(
     page: Page, graphs: None
 ) -> None:
     # The server sends GPU0's NVSwitch peers as one row naming the fabric; the page expands it.
-    open_server(page, H200)
-    click_node(page, "GPU0")
-    lit = page.evaluate(
-        """() => {
-          const cy = window.topowebCy;
-          return {
-            edges: cy.edges('.path').map((e) => e.id()),
-            peers: Object.fromEntries(cy.nodes('.peer').map((n) => [n.id(), n.data('peer_label')])),
-          };
-        }"""
-    )
+    lit = lit_by_clicking(page, H200, "GPU0")
     assert {f"nv:GPU{i}:nvswitch0" for i in range(8)} <= set(lit["edges"])
     assert {f"GPU{i}": f"GPU{i}\nNV18" for i in range(1, 8)}.items() <= lit["peers"].items()
     assert "GPU0" not in lit["peers"]
