@@ -1890,9 +1890,24 @@ def p2p_matrix(model: CostModel) -> dict[str, list[list[float | None]]]:
     """Predicted unidirectional and bidirectional peer-copy bandwidth (GB/s) for every GPU
     pair, as p2pBandwidthLatencyTest's P2P=Enabled matrices lay them out (diagonal None):
     copy-engine rates over NVLink / PCIe P2P, or staged through the host without P2P."""
+    return _p2p_matrices(model, bidirectional=True)
+
+
+def p2p_unidirectional(model: CostModel) -> list[list[float | None]]:
+    """`p2p_matrix`'s unidirectional matrix alone (the same numbers), for callers that do not
+    show the bidirectional one: it skips pricing both ways at once."""
+    return _p2p_matrices(model, bidirectional=False)["unidirectional_gbps"]
+
+
+def _p2p_matrices(model: CostModel, bidirectional: bool) -> dict[str, list[list[float | None]]]:
     idx = sorted(model.gpu_ids)
+    caps = model._copy_caps
     uni: list[list[float | None]] = []
     bi: list[list[float | None]] = []
+    # A pair's figures depend only on its routes' shape (see _route_shape): each shape is
+    # priced once, by its first pair (a 576-GPU NVSwitch domain has one shape, not 165,600).
+    solo: dict[tuple[tuple[float, float], ...], float] = {}
+    both: dict[tuple[Any, ...], float] = {}
     for i, a in enumerate(idx):
         uni.append([])
         bi.append([])
@@ -1901,15 +1916,39 @@ def p2p_matrix(model: CostModel) -> dict[str, list[list[float | None]]]:
                 uni[-1].append(None)
                 bi[-1].append(None)
                 continue
-            uni[-1].append(round(model.solo_rate(model.copy_load([((a, b), 1.0)]), True).gbps, 3))
+            there = model.copy_load([((a, b), 1.0)])
+            key = tuple((caps[r], w) for r, w in there.items())  # all that _tightest reads
+            got = solo.get(key)
+            if got is None:
+                got = solo[key] = round(model.solo_rate(there, True).gbps, 3)
+            uni[-1].append(got)
+            if not bidirectional:
+                continue
             if j < i:  # both ways at once is the same pair of copies, already priced
                 bi[-1].append(bi[j][i])
                 continue
-            both = model.share(
-                [model.copy_load([((a, b), 1.0)]), model.copy_load([((b, a), 1.0)])], copy=True
-            )
-            bi[-1].append(round(sum(r.gbps for r in both), 3))
+            loads = [there, model.copy_load([((b, a), 1.0)])]
+            shape = _route_shape(caps, loads)
+            got = both.get(shape)
+            if got is None:
+                got = both[shape] = round(sum(r.gbps for r in model.share(loads, copy=True)), 3)
+            bi[-1].append(got)
+    if not bidirectional:
+        return {"unidirectional_gbps": uni}
     return {"unidirectional_gbps": uni, "bidirectional_gbps": bi}
+
+
+def _route_shape(caps: list[float], loads: Sequence[dict[int, float]]) -> tuple[Any, ...]:
+    """The loads with their resources renamed 0, 1, ... in order of first appearance, and the
+    renamed resources' capacities. `solo_rate` and `share` read a load only through its
+    resources' capacities, its weights (in its order) and which loads share a resource, so two
+    sets of loads of equal shape get bit-identical rates (the same float operations in the same
+    order); the bottleneck they name may differ, which the matrices do not show."""
+    local: dict[int, int] = {}
+    renamed = tuple(
+        tuple((local.setdefault(r, len(local)), w) for r, w in load.items()) for load in loads
+    )
+    return renamed, tuple(caps[r] for r in local)
 
 
 # --- calibration ---------------------------------------------------------------------------
