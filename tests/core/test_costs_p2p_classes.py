@@ -86,3 +86,19 @@ def test_calibrated_classes_keep_the_pair_by_pair_figures() -> None:
     assert p2p_matrix(build_model(topo, calibration=cal)) == pair_by_pair(
         build_model(topo, calibration=cal)
     )
+
+
+@pytest.mark.parametrize("name", ["dgx1", "pcie-nv4-16", "nvswitch-24", "asym-16", "gtx1070"])
+def test_nvlinked_answers_as_the_domain_scan_and_link_did(name: str) -> None:
+    """Domain membership is a set look-up and the link class a row look-up (a tuple scan per
+    pair made a 576-GPU domain cubic): the same answer for every pair."""
+    topo = TOPOLOGIES[name]
+    model = build_model(topo)
+    domains = {g: d for d in model.hierarchy.nvlink_domains for g in d.gpus}
+    ids = [g.id for g in topo.gpus]
+    for a in ids:
+        for b in ids:
+            if a != b:
+                d = domains.get(a)
+                want = d is not None and b in d.gpus and topo.link(a, b).is_nvlink
+                assert model._nvlinked(a, b) == want

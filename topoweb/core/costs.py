@@ -29,7 +29,7 @@ from topoweb.core.catalogue import (
 )
 from topoweb.core.formats.nvml import HostFacts, NvmlFacts
 from topoweb.core.hierarchy import Hierarchy, recover_hierarchy
-from topoweb.core.model import Device, Link, NcclRun, P2PResult, Topology
+from topoweb.core.model import Device, Link, NcclRun, P2PResult, Topology, nvlink_count
 
 COLLECTIVES: tuple[str, ...] = (
     "all_reduce",
@@ -237,6 +237,10 @@ class CostModel:
         self._nodes_by_id = {n.id: n for n in hierarchy.nodes}
         self._chains: dict[str, tuple[str, ...]] = {}
         self._domain = {g: d for d in hierarchy.nvlink_domains for g in d.gpus}
+        # Each domain's GPUs as a set, asked once per GPU pair (a scan of the domain's tuple
+        # made pricing every pair of a 576-GPU domain cubic).
+        members = {id(d): frozenset(d.gpus) for d in hierarchy.nvlink_domains}
+        self._domain_gpus = {g: members[id(d)] for g, d in self._domain.items()}
         numa_values = {d.id: (d.numa_affinity or "").strip() for d in topo.devices}
         self._socket_key = {
             dev: (f"numa{v}" if v.isdigit() else self.chain(dev)[-1])
@@ -320,8 +324,8 @@ class CostModel:
         return "staged" if cross and "AMD" not in self.hardware.socket_link else "p2p"
 
     def _nvlinked(self, a: str, b: str) -> bool:
-        domain = self._domain.get(a)
-        return domain is not None and b in domain.gpus and self.topo.link(a, b).is_nvlink
+        domain = self._domain_gpus.get(a)
+        return domain is not None and b in domain and nvlink_count(self.topo.class_row(a)[b]) > 0
 
     def path(self, flow: Flow) -> Path:
         got = self._paths.get(flow)
