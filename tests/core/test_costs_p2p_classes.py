@@ -102,3 +102,25 @@ def test_nvlinked_answers_as_the_domain_scan_and_link_did(name: str) -> None:
                 d = domains.get(a)
                 want = d is not None and b in d.gpus and topo.link(a, b).is_nvlink
                 assert model._nvlinked(a, b) == want
+
+
+@pytest.mark.parametrize("name", ["dgx1", "nvswitch-24", "nics-8x12", "pcie-nv4-16"])
+def test_nvlink_copies_take_nccls_route_and_switch_ports_are_the_named_resources(
+    name: str,
+) -> None:
+    topo = TOPOLOGIES[name]
+    model = build_model(topo)
+    ids = model.gpu_ids
+    for a in ids:
+        for b in ids:
+            if a == b:
+                continue
+            copy = model.copy_path((a, b))
+            if model.copy_transport((a, b)) == "nvlink":
+                assert copy == model.path((a, b))
+            for r, _ in copy:
+                res = model.resources[r]
+                assert model._index[res.id] == r
+                if res.kind == "nvswitch_port":
+                    end = ids[a] if res.id.endswith(":out") else ids[b]
+                    assert res.id in (f"nvport:{end}:out", f"nvport:{end}:in")

@@ -258,6 +258,9 @@ class CostModel:
         self._solo_shapes: dict[tuple[int, ...], tuple[tuple[int, ...], Rate, Rate, bool]] = {}
         self._rate_bounds: dict[tuple[int, ...], float] = {}  # see ring_rate_bound
         self._pair_loads: dict[Flow, list[tuple[int, float]]] = {}  # see _pair_load
+        # NVSwitch port resources by GPU id (see _nvlink_path).
+        self._port_out: dict[str, int] = {}
+        self._port_in: dict[str, int] = {}
 
     # --- construction ----------------------------------------------------------------------
 
@@ -336,7 +339,11 @@ class CostModel:
     def copy_path(self, flow: Flow) -> Path:
         got = self._copy_paths.get(flow)
         if got is None:
-            got = self._copy_paths[flow] = self._route(flow, self.copy_transport(flow))
+            how = self.copy_transport(flow)
+            # A pair copies over NVLink exactly when NCCL uses it (both ask p2p != "off" and
+            # _nvlinked), over the same route: built once for both.
+            got = self.path(flow) if how == "nvlink" else self._route(flow, how)
+            self._copy_paths[flow] = got
         return got
 
     def _route(self, flow: Flow, how: str) -> Path:
@@ -349,6 +356,11 @@ class CostModel:
         hw = self.hardware
         domain = self._domain[a]
         if domain.fabric == "nvswitch":
+            # The ports' indices as _resource keeps them under their ids, without building
+            # the ids (a 576-GPU domain asks 331k times).
+            out, inn = self._port_out.get(a, -1), self._port_in.get(b, -1)
+            if out >= 0 and inn >= 0:
+                return ((out, 1.0), (inn, 1.0))
             k = domain.port_links
             bw, copy = k * hw.nvlink_per_link_gbps, k * hw.nvlink_copy_per_link_gbps
             out = self._resource(
@@ -367,6 +379,7 @@ class CostModel:
                 f"NVSwitch port of {b} (NV{k}, ingress)",
                 copy,
             )
+            self._port_out[a], self._port_in[b] = out, inn
             return ((out, 1.0), (inn, 1.0))
         lnk = self.topo.link(a, b)
         r = self._resource(
