@@ -342,7 +342,11 @@ class CostModel:
             how = self.copy_transport(flow)
             # A pair copies over NVLink exactly when NCCL uses it (both ask p2p != "off" and
             # _nvlinked), over the same route: built once for both.
-            got = self.path(flow) if how == "nvlink" else self._route(flow, how)
+            if how == "nvlink":
+                self._transport.setdefault(flow, "nvlink")  # as _choose_transport answers
+                got = self.path(flow)
+            else:
+                got = self._route(flow, how)
             self._copy_paths[flow] = got
         return got
 
