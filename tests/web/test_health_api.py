@@ -364,3 +364,37 @@ def test_a_collector_report_is_judged_by_the_worker_after_it_commits(
     assert set(
         HealthFinding.objects.filter(server__hostname="a100-09").values_list("kind", flat=True)
     ) == {"downtrained_pcie"}
+
+
+def test_an_evaluation_reads_the_topology_once_and_draws_the_graph_from_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.core.cache import cache
+
+    from topoweb.core.export import graph_document
+    from topoweb.fleet import selectors as fleet_selectors
+    from topoweb.fleet.models import Snapshot
+
+    result = ingest_report(
+        hostname="h200-once",
+        topo_text=fixture_text(H200),
+        captured_at=START,
+        source=Source.COLLECTOR,
+        host={"product_name": "HGX H200"},
+    )
+    server = Server.objects.get(pk=result.server.pk)
+    snapshot = server.latest_snapshot
+    assert snapshot is not None
+    key = fleet_selectors._graph_key(snapshot)
+    cache.delete(key)
+    reads = []
+    real = Snapshot.to_domain
+
+    def counted(self: Snapshot) -> Any:
+        reads.append(self.pk)
+        return real(self)
+
+    monkeypatch.setattr(Snapshot, "to_domain", counted)
+    evaluate_server(server.pk)
+    assert reads.count(snapshot.pk) == 1  # findings, report and graph from one reading
+    assert cache.get(key) == graph_document(real(snapshot))

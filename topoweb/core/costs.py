@@ -29,7 +29,7 @@ from topoweb.core.catalogue import (
 )
 from topoweb.core.formats.nvml import HostFacts, NvmlFacts
 from topoweb.core.hierarchy import Hierarchy, recover_hierarchy
-from topoweb.core.model import Device, Link, NcclRun, P2PResult, Topology
+from topoweb.core.model import Device, Link, NcclRun, P2PResult, Topology, nvlink_count
 
 COLLECTIVES: tuple[str, ...] = (
     "all_reduce",
@@ -237,6 +237,10 @@ class CostModel:
         self._nodes_by_id = {n.id: n for n in hierarchy.nodes}
         self._chains: dict[str, tuple[str, ...]] = {}
         self._domain = {g: d for d in hierarchy.nvlink_domains for g in d.gpus}
+        # Each domain's GPUs as a set, asked once per GPU pair (a scan of the domain's tuple
+        # made pricing every pair of a 576-GPU domain cubic).
+        members = {id(d): frozenset(d.gpus) for d in hierarchy.nvlink_domains}
+        self._domain_gpus = {g: members[id(d)] for g, d in self._domain.items()}
         numa_values = {d.id: (d.numa_affinity or "").strip() for d in topo.devices}
         self._socket_key = {
             dev: (f"numa{v}" if v.isdigit() else self.chain(dev)[-1])
@@ -254,6 +258,9 @@ class CostModel:
         self._solo_shapes: dict[tuple[int, ...], tuple[tuple[int, ...], Rate, Rate, bool]] = {}
         self._rate_bounds: dict[tuple[int, ...], float] = {}  # see ring_rate_bound
         self._pair_loads: dict[Flow, list[tuple[int, float]]] = {}  # see _pair_load
+        # NVSwitch port resources by GPU id (see _nvlink_path).
+        self._port_out: dict[str, int] = {}
+        self._port_in: dict[str, int] = {}
 
     # --- construction ----------------------------------------------------------------------
 
@@ -320,8 +327,8 @@ class CostModel:
         return "staged" if cross and "AMD" not in self.hardware.socket_link else "p2p"
 
     def _nvlinked(self, a: str, b: str) -> bool:
-        domain = self._domain.get(a)
-        return domain is not None and b in domain.gpus and self.topo.link(a, b).is_nvlink
+        domain = self._domain_gpus.get(a)
+        return domain is not None and b in domain and nvlink_count(self.topo.class_row(a)[b]) > 0
 
     def path(self, flow: Flow) -> Path:
         got = self._paths.get(flow)
@@ -332,7 +339,15 @@ class CostModel:
     def copy_path(self, flow: Flow) -> Path:
         got = self._copy_paths.get(flow)
         if got is None:
-            got = self._copy_paths[flow] = self._route(flow, self.copy_transport(flow))
+            how = self.copy_transport(flow)
+            # A pair copies over NVLink exactly when NCCL uses it (both ask p2p != "off" and
+            # _nvlinked), over the same route: built once for both.
+            if how == "nvlink":
+                self._transport.setdefault(flow, "nvlink")  # as _choose_transport answers
+                got = self.path(flow)
+            else:
+                got = self._route(flow, how)
+            self._copy_paths[flow] = got
         return got
 
     def _route(self, flow: Flow, how: str) -> Path:
@@ -345,6 +360,11 @@ class CostModel:
         hw = self.hardware
         domain = self._domain[a]
         if domain.fabric == "nvswitch":
+            # The ports' indices as _resource keeps them under their ids, without building
+            # the ids (a 576-GPU domain asks 331k times).
+            out, inn = self._port_out.get(a, -1), self._port_in.get(b, -1)
+            if out >= 0 and inn >= 0:
+                return ((out, 1.0), (inn, 1.0))
             k = domain.port_links
             bw, copy = k * hw.nvlink_per_link_gbps, k * hw.nvlink_copy_per_link_gbps
             out = self._resource(
@@ -363,6 +383,7 @@ class CostModel:
                 f"NVSwitch port of {b} (NV{k}, ingress)",
                 copy,
             )
+            self._port_out[a], self._port_in[b] = out, inn
             return ((out, 1.0), (inn, 1.0))
         lnk = self.topo.link(a, b)
         r = self._resource(
@@ -1890,9 +1911,24 @@ def p2p_matrix(model: CostModel) -> dict[str, list[list[float | None]]]:
     """Predicted unidirectional and bidirectional peer-copy bandwidth (GB/s) for every GPU
     pair, as p2pBandwidthLatencyTest's P2P=Enabled matrices lay them out (diagonal None):
     copy-engine rates over NVLink / PCIe P2P, or staged through the host without P2P."""
+    return _p2p_matrices(model, bidirectional=True)
+
+
+def p2p_unidirectional(model: CostModel) -> list[list[float | None]]:
+    """`p2p_matrix`'s unidirectional matrix alone (the same numbers), for callers that do not
+    show the bidirectional one: it skips pricing both ways at once."""
+    return _p2p_matrices(model, bidirectional=False)["unidirectional_gbps"]
+
+
+def _p2p_matrices(model: CostModel, bidirectional: bool) -> dict[str, list[list[float | None]]]:
     idx = sorted(model.gpu_ids)
+    caps = model._copy_caps
     uni: list[list[float | None]] = []
     bi: list[list[float | None]] = []
+    # A pair's figures depend only on its routes' shape (see _route_shape): each shape is
+    # priced once, by its first pair (a 576-GPU NVSwitch domain has one shape, not 165,600).
+    solo: dict[tuple[tuple[float, float], ...], float] = {}
+    both: dict[tuple[Any, ...], float] = {}
     for i, a in enumerate(idx):
         uni.append([])
         bi.append([])
@@ -1901,15 +1937,39 @@ def p2p_matrix(model: CostModel) -> dict[str, list[list[float | None]]]:
                 uni[-1].append(None)
                 bi[-1].append(None)
                 continue
-            uni[-1].append(round(model.solo_rate(model.copy_load([((a, b), 1.0)]), True).gbps, 3))
+            there = model.copy_load([((a, b), 1.0)])
+            key = tuple((caps[r], w) for r, w in there.items())  # all that _tightest reads
+            got = solo.get(key)
+            if got is None:
+                got = solo[key] = round(model.solo_rate(there, True).gbps, 3)
+            uni[-1].append(got)
+            if not bidirectional:
+                continue
             if j < i:  # both ways at once is the same pair of copies, already priced
                 bi[-1].append(bi[j][i])
                 continue
-            both = model.share(
-                [model.copy_load([((a, b), 1.0)]), model.copy_load([((b, a), 1.0)])], copy=True
-            )
-            bi[-1].append(round(sum(r.gbps for r in both), 3))
+            loads = [there, model.copy_load([((b, a), 1.0)])]
+            shape = _route_shape(caps, loads)
+            got = both.get(shape)
+            if got is None:
+                got = both[shape] = round(sum(r.gbps for r in model.share(loads, copy=True)), 3)
+            bi[-1].append(got)
+    if not bidirectional:
+        return {"unidirectional_gbps": uni}
     return {"unidirectional_gbps": uni, "bidirectional_gbps": bi}
+
+
+def _route_shape(caps: list[float], loads: Sequence[dict[int, float]]) -> tuple[Any, ...]:
+    """The loads with their resources renamed 0, 1, ... in order of first appearance, and the
+    renamed resources' capacities. `solo_rate` and `share` read a load only through its
+    resources' capacities, its weights (in its order) and which loads share a resource, so two
+    sets of loads of equal shape get bit-identical rates (the same float operations in the same
+    order); the bottleneck they name may differ, which the matrices do not show."""
+    local: dict[int, int] = {}
+    renamed = tuple(
+        tuple((local.setdefault(r, len(local)), w) for r, w in load.items()) for load in loads
+    )
+    return renamed, tuple(caps[r] for r in local)
 
 
 # --- calibration ---------------------------------------------------------------------------

@@ -445,12 +445,15 @@ def graph_elements(snapshot: Snapshot, topology: Topology | None = None) -> dict
     return graph_document(topology if topology is not None else snapshot.to_domain())
 
 
-def warm_graph(snapshot: Snapshot) -> None:
-    """Draw a snapshot's graph and keep it for the requests that read it (worker side)."""
+def warm_graph(snapshot: Snapshot, topology: Topology | None = None) -> None:
+    """Draw a snapshot's graph and keep it for the requests that read it (worker side).
+    `topology`: the snapshot's, already read by the caller (reading a 576-GPU one again
+    costs about a CPU second)."""
     key = _graph_key(snapshot)
     try:
         if cache.get(key) is None:
-            cache.set(key, graph_document(snapshot.to_domain()), timeout=GRAPH_CACHE_S)
+            topo = topology if topology is not None else snapshot.to_domain()
+            cache.set(key, graph_document(topo), timeout=GRAPH_CACHE_S)
     except Exception:  # noqa: BLE001 - a cache that is down leaves requests to draw it
         return
 

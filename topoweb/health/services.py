@@ -92,7 +92,7 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
         )
     # The graph pages draw, drawn here once per snapshot rather than by each request.
     if server.latest_snapshot is not None:
-        fleet_selectors.warm_graph(server.latest_snapshot)
+        fleet_selectors.warm_graph(server.latest_snapshot, inputs.topology)
     return health
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topoweb.core.catalogue import infer_generation
-from topoweb.core.costs import COLLECTIVES, build_model, collective_cost, p2p_matrix
+from topoweb.core.costs import COLLECTIVES, build_model, collective_cost, p2p_unidirectional
 from topoweb.core.health.findings import HealthInputError
 from topoweb.core.model import NcclRun, P2PResult, Topology
 
@@ -117,7 +117,7 @@ def expectations_from_model(
     """What the cost model predicts for this wiring and GPU generation (uncalibrated): P2P copy
     bandwidth per ordered GPU pair and large-message busbw of each collective over all GPUs."""
     model = build_model(topo, gpu_model)
-    uni = p2p_matrix(model)["unidirectional_gbps"]
+    uni = p2p_unidirectional(model)
     order = sorted(g.index for g in topo.gpus)
     pairs = {
         (a, b): float(value)
