@@ -64,7 +64,9 @@ def test_from_checked_skips_the_checks_but_builds_the_same_topology_and_index() 
     assert trusted.link_class("GPU0", "GPU0") == "X"
     with pytest.raises(KeyError):
         trusted.link("GPU0", "GPU9")
-    # Every field __init__ sets, and the index once built: nothing missing or extra.
+    # Every field __init__ sets, and the index and class rows once built: nothing missing or
+    # extra (link_class reads the rows, which both build on first use).
+    checked.link_class("GPU1", "GPU0")
     assert vars(trusted) == vars(checked)
     assert (
         trusted.details == {}
