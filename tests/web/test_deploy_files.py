@@ -215,6 +215,22 @@ def test_web_migrates_then_serves_the_wsgi_application_with_gunicorn() -> None:
     assert callable(getattr(importlib.import_module(module), attribute))
 
 
+def test_the_wsgi_module_loads_every_view_and_freezes_what_it_loaded() -> None:
+    # In a fresh interpreter: the views are imported at start, not on the first request, and
+    # the garbage collector no longer walks what was loaded (config/wsgi.py says why).
+    probe = (
+        "import gc, sys; import topoweb.config.wsgi; "
+        "print(gc.get_freeze_count(), 'topoweb.api.fleet' in sys.modules, "
+        "'topoweb.ui.views' in sys.modules)"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    frozen, api_loaded, pages_loaded = ran.stdout.split()
+    assert int(frozen) > 50_000 and api_loaded == pages_loaded == "True"
+
+
 def test_gunicorn_accepts_the_web_command_and_loads_the_app_in_the_compose_environment() -> None:
     gunicorn = command_parts(services()["web"])[1]
     env = {"PATH": os.environ["PATH"], **services()["web"]["environment"]}
