@@ -328,7 +328,7 @@ class CostModel:
 
     def _nvlinked(self, a: str, b: str) -> bool:
         domain = self._domain_gpus.get(a)
-        return domain is not None and b in domain and nvlink_count(self.topo.class_row(a)[b]) > 0
+        return domain is not None and b in domain and nvlink_count(self.topo.link_class(a, b)) > 0
 
     def path(self, flow: Flow) -> Path:
         got = self._paths.get(flow)

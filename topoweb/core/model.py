@@ -238,9 +238,8 @@ class Topology:
         return "X" if a == b else self._class_rows[a][b]
 
     def class_row(self, a: str) -> Mapping[str, str]:
-        """The link class from device `a` to every device ("X" to itself): what link_class
-        answers, for a caller that walks whole rows (the matrix, each GPU's peers: 331k look-ups
-        on a 576-GPU rack, each making a frozenset)."""
+        """The link class from device `a` to every device ("X" to itself), the row link_class
+        reads: for a caller that walks whole rows (the matrix, each GPU's peers)."""
         return self._class_rows[a]
 
     @functools.cached_property

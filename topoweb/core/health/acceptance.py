@@ -81,7 +81,7 @@ def acceptance_report(
                     "figure": f"p2p {a}->{b}",
                     "kind": "p2p",
                     "devices": [a, b],
-                    "class": topo.class_row(a)[b],
+                    "class": topo.link_class(a, b),
                 }
             else:
                 row = {

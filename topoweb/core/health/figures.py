@@ -101,7 +101,7 @@ def expectations_by_class(
         (a.index, b.index): float(p2p_gbps_by_class[cls])
         for a in gpus
         for b in gpus
-        if a.id != b.id and (cls := topo.class_row(a.id)[b.id]) in p2p_gbps_by_class
+        if a.id != b.id and (cls := topo.link_class(a.id, b.id)) in p2p_gbps_by_class
     }
     busbw = {(c, len(gpus)): float(v) for c, v in busbw_gbps_by_collective.items()}
     return Expectations(Figures(pairs, busbw), thresholds, basis)
