@@ -27,10 +27,12 @@ def parses_or_parse_error(text: str) -> None:
     else:
         assert isinstance(result, Topology)
         # The reader builds its Topology without the constructor's checks (it has made them
-        # itself): whatever it returns must pass them and index every pair the same.
+        # itself): whatever it returns must pass them and class every pair the same.
         checked = Topology(result.devices, result.links, result.warnings)
         assert checked == result
-        assert result._by_pair == checked._by_pair
+        assert [result.class_row(d.id) for d in result.devices] == [
+            checked.class_row(d.id) for d in checked.devices
+        ]
 
 
 # --- nothing but ParseError -----------------------------------------------------------------

@@ -12,8 +12,16 @@ GOOD = (Link("GPU0", "GPU1", "NV4"), Link("GPU0", "NIC0", "PIX"), Link("GPU1", "
 
 def test_a_complete_link_set_builds_and_finds_each_pair_either_way() -> None:
     topo = Topology(DEVICES, GOOD)
-    assert topo.link("NIC0", "GPU1") is GOOD[2]
+    assert topo.link("NIC0", "GPU1") == Link("NIC0", "GPU1", "SYS")  # facing as asked
+    assert topo.link("GPU1", "NIC0") == GOOD[2]
     assert topo.link_class("GPU1", "GPU0") == "NV4"
+    assert topo.class_row("GPU0") == {"GPU0": "X", "GPU1": "NV4", "NIC0": "PIX"}
+
+
+@pytest.mark.parametrize(("a", "b"), [("GPU0", "GPU0"), ("GPU0", "GPU9"), ("GPU9", "GPU0")])
+def test_no_link_joins_a_device_to_itself_or_to_a_stranger(a: str, b: str) -> None:
+    with pytest.raises(KeyError):
+        Topology(DEVICES, GOOD).link(a, b)
 
 
 @pytest.mark.parametrize(
@@ -46,27 +54,25 @@ def test_duplicate_device_ids_are_refused() -> None:
         Topology((*DEVICES, Device("GPU0", "gpu", 2)), GOOD)
 
 
-def test_pair_keys_kept_across_topologies_still_find_each_ones_own_links() -> None:
+def test_two_topologies_of_the_same_devices_keep_their_own_links() -> None:
     first = Topology(DEVICES, GOOD)
-    changed = (GOOD[0], Link("NIC0", "GPU0", "PHB"), GOOD[2])
-    second = Topology(DEVICES, changed)
+    second = Topology(DEVICES, (GOOD[0], Link("NIC0", "GPU0", "PHB"), GOOD[2]))
     assert first.link_class("GPU0", "NIC0") == "PIX"
     assert second.link_class("GPU0", "NIC0") == "PHB"
-    assert second.link("GPU0", "NIC0") is changed[1]
+    assert second.link("GPU0", "NIC0") == Link("GPU0", "NIC0", "PHB")
 
 
-def test_from_checked_skips_the_checks_but_builds_the_same_topology_and_index() -> None:
+def test_from_checked_skips_the_checks_but_builds_the_same_topology_and_rows() -> None:
     checked = Topology(DEVICES, GOOD, ("a warning",))
     trusted = Topology.from_checked(DEVICES, GOOD, ("a warning",))
-    assert trusted == checked and "_by_pair" not in vars(trusted)  # the index waits for a look-up
-    assert trusted.link("NIC0", "GPU1") is GOOD[2]
+    # The class rows wait for a look-up.
+    assert trusted == checked and "_class_rows" not in vars(trusted)
+    assert trusted.link("NIC0", "GPU1") == Link("NIC0", "GPU1", "SYS")
     assert trusted.link_class("GPU1", "GPU0") == "NV4"
     assert trusted.link_class("GPU0", "GPU0") == "X"
     with pytest.raises(KeyError):
         trusted.link("GPU0", "GPU9")
-    # Every field __init__ sets, and the index and class rows once built: nothing missing or
-    # extra (link_class reads the rows, which both build on first use).
-    checked.link_class("GPU1", "GPU0")
+    # Every field __init__ sets, and the class rows once built: nothing missing or extra.
     assert vars(trusted) == vars(checked)
     assert (
         trusted.details == {}

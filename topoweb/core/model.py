@@ -111,28 +111,16 @@ class Link:
 
 _LINK_ENDS = operator.attrgetter("a", "b")
 _LINK_CLASS = operator.attrgetter("link_class")
-# The unordered key of a device pair, kept: a fleet's topologies name the same few devices,
-# and building 190 frozensets was a third of a 20-device Topology's construction.
-_pair_keys: dict[tuple[str, str], frozenset[str]] = {}
-_PAIR_KEYS_LIMIT = 1 << 16
 
 
-def _pair_key(ends: tuple[str, str]) -> frozenset[str]:
-    key = _pair_keys.get(ends)
-    if key is None:
-        key = frozenset(ends)
-        if len(_pair_keys) < _PAIR_KEYS_LIMIT:
-            _pair_keys[ends] = key
-    return key
-
-
-def _pair_index(ends: list[tuple[str, str]], links: tuple[Link, ...]) -> dict[frozenset[str], Link]:
-    """Each link under the unordered pair of its ends (a pair given twice keeps the last)."""
-    try:
-        keys = list(map(_pair_keys.__getitem__, ends))
-    except KeyError:
-        keys = list(map(_pair_key, ends))
-    return dict(zip(keys, links, strict=True))
+def _class_rows(devices: tuple[Device, ...], links: tuple[Link, ...]) -> dict[str, dict[str, str]]:
+    """Per device, the class of its link to every device ("X" to itself): the one index of a
+    Topology's pairs. A pair given twice keeps its last link (__post_init__ counts them)."""
+    rows: dict[str, dict[str, str]] = {d.id: {d.id: "X"} for d in devices}
+    for lnk in links:
+        rows[lnk.a][lnk.b] = lnk.link_class
+        rows[lnk.b][lnk.a] = lnk.link_class
+    return rows
 
 
 def _valid_link_class(link_class: str) -> bool:
@@ -174,13 +162,15 @@ class Topology:
                     raise DocumentError(
                         f"link {link.a}-{link.b} has invalid class {link.link_class!r}"
                     )
-        by_pair = _pair_index(ends, self.links)
+        rows = _class_rows(self.devices, self.links)
         expected = len(ids) * (len(ids) - 1) // 2
-        if len(by_pair) != expected or len(self.links) != expected:
+        # Each row holds the device itself and one entry per distinct partner.
+        distinct = (sum(map(len, rows.values())) - len(ids)) // 2
+        if distinct != expected or len(self.links) != expected:
             raise DocumentError(
                 f"{len(ids)} devices need {expected} distinct links, got {len(self.links)}"
             )
-        self.__dict__["_by_pair"] = by_pair  # built to count distinct pairs: keep it
+        self.__dict__["_class_rows"] = rows  # built to count distinct pairs: keep it
 
     @classmethod
     def from_checked(
@@ -188,17 +178,12 @@ class Topology:
     ) -> Topology:
         """A Topology from a reader that has itself guaranteed everything __post_init__
         checks (distinct device ids, one link of a valid class per pair of them): the checks
-        and the pair index were half the cost of reading an 8-GPU 12-NIC matrix, and the
-        index is built on first look-up instead. Every other caller goes through the checks."""
+        and the class rows were half the cost of reading an 8-GPU 12-NIC matrix, and the
+        rows are built on first look-up instead. Every other caller goes through the checks."""
         self = object.__new__(cls)
         # The fields __init__ would set, as it would set them (frozen: straight into __dict__).
         self.__dict__.update(devices=devices, links=links, warnings=warnings, details={})
         return self
-
-    @functools.cached_property
-    def _by_pair(self) -> dict[frozenset[str], Link]:
-        # Set by __post_init__; built here only for a Topology made by from_checked.
-        return _pair_index(list(map(_LINK_ENDS, self.links)), self.links)
 
     @property
     def gpus(self) -> tuple[Device, ...]:
@@ -230,11 +215,13 @@ class Topology:
         return found
 
     def link(self, a: str, b: str) -> Link:
-        return self._by_pair[frozenset((a, b))]
+        """The link between two distinct devices, facing from `a` to `b`; KeyError for a device
+        this topology lacks, or for a device with itself (no link)."""
+        if a == b:
+            raise KeyError((a, b))
+        return Link(a, b, self._class_rows[a][b])
 
     def link_class(self, a: str, b: str) -> str:
-        # From the rows, not the pair index: building that index (a frozenset per pair) took
-        # 0.4 s on a 576-GPU rack, eight times the rows, and most callers want only the class.
         return "X" if a == b else self._class_rows[a][b]
 
     def class_row(self, a: str) -> Mapping[str, str]:
@@ -244,12 +231,8 @@ class Topology:
 
     @functools.cached_property
     def _class_rows(self) -> dict[str, dict[str, str]]:
-        # One link per unordered pair of distinct devices (checked, or guaranteed by the reader).
-        rows: dict[str, dict[str, str]] = {d.id: {d.id: "X"} for d in self.devices}
-        for lnk in self.links:
-            rows[lnk.a][lnk.b] = lnk.link_class
-            rows[lnk.b][lnk.a] = lnk.link_class
-        return rows
+        # Set by __post_init__; built here only for a Topology made by from_checked.
+        return _class_rows(self.devices, self.links)
 
     def gpu_links(self) -> Iterator[Link]:
         return iter(self._gpu_links)
