@@ -19,7 +19,7 @@ from typing import Any
 
 from topoweb.core.formats.ncclxml import cpulist, normalise_busid
 from topoweb.core.hierarchy import recover_hierarchy
-from topoweb.core.model import Topology
+from topoweb.core.model import Topology, nvlink_count
 
 LABEL_PREFIX = "topoweb.io/"
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -64,9 +64,10 @@ def slurm_links(topo: Topology, nvml: Mapping[str, Any] | None = None) -> list[l
     h = recover_hierarchy(topo)
     switched = {g for d in h.nvlink_domains if d.fabric == "nvswitch" for g in d.gpus}
     for i, a in enumerate(gpus):
+        row = topo.class_row(a.id)
         for j, b in enumerate(gpus):
             if i != j and not (a.id in switched and b.id in switched):
-                links[i][j] = topo.link(a.id, b.id).nvlinks
+                links[i][j] = nvlink_count(row[b.id])
     return links
 
 

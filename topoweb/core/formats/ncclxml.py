@@ -25,7 +25,7 @@ from xml.parsers import expat
 from topoweb.core.catalogue import infer_generation
 from topoweb.core.formats.errors import ParseError
 from topoweb.core.hierarchy import recover_hierarchy
-from topoweb.core.model import Device, Link, Topology
+from topoweb.core.model import Device, Link, Topology, nvlink_count
 
 MAX_XML_CHARS = 4 * 2**20  # a 64-GPU dump is ~100 kB; NCCL itself stops at a few thousand nodes
 MAX_XML_NODES = 20_000
@@ -618,13 +618,14 @@ def _synthesise(topo: Topology, facts: HostFacts) -> tuple[str, list[str]]:
         if d.kind == "gpu":
             nvl: list[dict[str, Any]] = []
             dom = domains.get(dev_id)
+            row = topo.class_row(dev_id)
             if dom is not None and dom.fabric == "nvswitch":
-                count = max(topo.link(dev_id, o).nvlinks for o in dom.gpus if o != dev_id)
+                count = max(nvlink_count(row[o]) for o in dom.gpus if o != dev_id)
                 nvl.append(_el("nvlink", {"target": "fffc:00:00.0", "count": count,
                                           "tclass": NVSWITCH_CLASS}))  # fmt: skip
             else:
                 for o in topo.gpus:
-                    if o.id != dev_id and (k := topo.link(dev_id, o.id).nvlinks):
+                    if o.id != dev_id and (k := nvlink_count(row[o.id])):
                         nvl.append(_el("nvlink", {"target": bus[o.id], "count": k,
                                                   "tclass": GPU_CLASS}))  # fmt: skip
             gpu = _el("gpu", {"dev": d.index, "sm": sm, "rank": d.index, "gdr": 1}, nvl)
