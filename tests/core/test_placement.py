@@ -243,6 +243,53 @@ def test_k_gpu_selection_over_many_servers_ranks_the_nvswitch_box_first() -> Non
         select_gpus(servers, 9)
 
 
+def test_servers_sharing_a_model_get_the_choices_their_own_models_would_give() -> None:
+    # A fleet's servers of one kind share a model, and with it each free set's choices: the
+    # answer must be the one fresh models (nothing remembered) give, top list and order.
+    rng = random.Random(7)
+    kinds = (T.dgx1_v100_mesh(), T.pcie_only_8gpu(), T.pcie_nv4_pairs_16gpu())
+    shared = [build_model(topo) for topo in kinds]
+    wanted = [
+        (f"node-{n:02d}", kind, sorted(rng.sample(range(8), rng.randint(2, 8))))
+        for n, kind in enumerate(rng.choices(range(len(kinds)), k=24))
+    ]
+    for k in (1, 2, 3, 4):
+        for top in (1, 5, 12):
+            remembered = select_gpus(
+                {name: (shared[kind], free) for name, kind, free in wanted if len(free) >= k},
+                k,
+                top,
+            )
+            fresh = select_gpus(
+                {
+                    name: (build_model(kinds[kind]), free)
+                    for name, kind, free in wanted
+                    if len(free) >= k
+                },
+                k,
+                top,
+            )
+            assert remembered == fresh
+            # Each server alone, every choice of it kept, merged: the same top list.
+            alone = [
+                s
+                for name, kind, free in wanted
+                if len(free) >= k
+                for s in select_gpus({name: (shared[kind], free)}, k, top=10_000)
+            ]
+            alone.sort(
+                key=lambda s: (
+                    -round(s.busbw_gbps, 1),
+                    -round(s.leftover_busbw_gbps, 1),
+                    s.server,
+                    s.gpus,
+                )
+            )
+            assert [(s.server, s.gpus) for s in remembered] == [
+                (s.server, s.gpus) for s in alone[:top]
+            ]
+
+
 def test_affinity_names_nearest_nics_numa_and_warns_where_no_nic_is_local() -> None:
     advice = affinity(build_model(T.h200_nv18_12nic()))
     gpu1 = advice.gpus[1]

@@ -1129,18 +1129,8 @@ def select_gpus(
         free_t = tuple(sorted(model.check_gpus(free)))
         if len(free_t) < k:
             continue
-        scored = [
-            (subset, *_quality(model, subset)) for subset in _candidate_subsets(model, free_t, k)
-        ]
-        best_bw = max(round(bw, 1) for _, bw, _ in scored)
-        tied = 0
-        for subset, bw, why in scored:
-            left_bw = 0.0
-            if round(bw, 1) == best_bw and tied < LEFTOVER_CANDIDATES:
-                tied += 1
-                left = tuple(g for g in free_t if g not in subset)
-                left_bw = _quality(model, left)[0] if len(left) >= 2 else 0.0
-            found.append(Selection(name, subset, bw, left_bw, why))
+        for gpus, bw, left_bw, why in _best_on(model, free_t, k, top):
+            found.append(Selection(name, gpus, bw, left_bw, why))
     if not found:
         raise ValueError(f"no server has {k} free GPUs")
     found.sort(
@@ -1159,6 +1149,50 @@ def select_gpus(
     return out
 
 
+# Per cost model: each GPU group's quality and each (free GPUs, k, top) question's best
+# choices. Servers that share a model (wired, numbered and calibrated alike) and their free
+# GPUs get the same choices, so a question over a fleet prices each kind of server once, not
+# each server. Bounded per model: a 72-GPU server meets many free sets.
+_SELECTIONS: weakref.WeakKeyDictionary[CostModel, dict[tuple[Any, ...], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+_SELECTIONS_PER_MODEL = 4096
+
+
+def _memo(model: CostModel) -> dict[tuple[Any, ...], Any]:
+    memo = _SELECTIONS.setdefault(model, {})
+    if len(memo) >= _SELECTIONS_PER_MODEL:
+        memo.clear()
+    return memo
+
+
+def _best_on(
+    model: CostModel, free: tuple[int, ...], k: int, top: int
+) -> tuple[tuple[tuple[int, ...], float, float, str], ...]:
+    """One server's `top` best k-GPU choices among `free` (sorted): (GPUs, busbw, leftover
+    busbw, reason), in select_gpus's order. Only these can be among the `top` best over
+    several servers, since a server's own choices keep their order there."""
+    memo = _memo(model)
+    key = ("best", free, k, top)
+    got: tuple[tuple[tuple[int, ...], float, float, str], ...] | None = memo.get(key)
+    if got is not None:
+        return got
+    scored = [(subset, *_quality(model, subset)) for subset in _candidate_subsets(model, free, k)]
+    best_bw = max(round(bw, 1) for _, bw, _ in scored)
+    tied = 0
+    rows = []
+    for subset, bw, why in scored:
+        left_bw = 0.0
+        if round(bw, 1) == best_bw and tied < LEFTOVER_CANDIDATES:
+            tied += 1
+            left = tuple(g for g in free if g not in subset)
+            left_bw = _quality(model, left)[0] if len(left) >= 2 else 0.0
+        rows.append((subset, bw, left_bw, why))
+    rows.sort(key=lambda r: (-round(r[1], 1), -round(r[2], 1), r[0]))
+    got = memo[key] = tuple(rows[:top])
+    return got
+
+
 def best_group(model: CostModel, k: int, free: Sequence[int] | None = None) -> tuple[int, ...]:
     """The best-connected k GPUs by all_reduce bus bandwidth alone (no fragmentation
     tie-break): the group a cost table prices for "k GPUs of this server"."""
@@ -1171,11 +1205,16 @@ def best_group(model: CostModel, k: int, free: Sequence[int] | None = None) -> t
 def _quality(model: CostModel, subset: tuple[int, ...]) -> tuple[float, str]:
     if len(subset) < 2:
         return 0.0, f"a single GPU ({subset[0]}) needs no collective"
-    c = collective_cost(model, "all_reduce", subset, SELECTION_BYTES)
-    return c.busbw_gbps, (
-        f"all_reduce of 256 MiB on GPUs {list(subset)} reaches "
-        f"{c.busbw_gbps:.0f} GB/s busbw, limited by {c.bottleneck}"
-    )
+    memo = _memo(model)
+    got: tuple[float, str] | None = memo.get(("quality", subset))
+    if got is None:
+        c = collective_cost(model, "all_reduce", subset, SELECTION_BYTES)
+        got = memo[("quality", subset)] = (
+            c.busbw_gbps,
+            f"all_reduce of 256 MiB on GPUs {list(subset)} reaches "
+            f"{c.busbw_gbps:.0f} GB/s busbw, limited by {c.bottleneck}",
+        )
+    return got
 
 
 def _candidate_subsets(model: CostModel, free: tuple[int, ...], k: int) -> list[tuple[int, ...]]:
