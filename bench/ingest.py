@@ -1,6 +1,7 @@
 """Ingest and read speed of the running service: uploads per second (new and duplicate reports,
-driven by wrk) beside a bare DRF endpoint's POST, and the p95 latency of the server detail and of
-the fleet page's list (pages under each sort key) with 10,000 servers stored.
+driven by wrk) beside a bare DRF endpoint's POST, the p95 latency of the server detail and of
+the fleet page's list (pages under each sort key) with 10,000 servers stored, and a scheduler's
+k-GPU selection over 1,000 of them and over all of them.
 
 Starts gunicorn on its own database (`<DATABASE_URL's name>_bench<TOPOWEB_TEST_DB_SUFFIX>`,
 recreated each run) with the Redis in REDIS_URL (defaults: the services `make test` uses, Redis
@@ -307,7 +308,45 @@ def main() -> int:
                 f"with {stored} servers stored  target p95 < {TARGET_READ_P95_MS:g} ms "
                 f"{'ok' if p95 < TARGET_READ_P95_MS else 'MISSED'}"
             )
+        _fleet_questions(
+            base, reader, [f"seed-{i:05d}" for i in range(min(1000, args.servers))], stored
+        )
     return 0
+
+
+def _fleet_questions(base: str, reader: str, hosts: list[str], stored: int) -> None:
+    """A scheduler's k-GPU question over many servers at once: 1,000 named ones, each with
+    its own free GPUs (a new question every time, so no answer is reused), and the whole
+    fleet (no servers named). Each kind of server is priced once (they share a cost model),
+    so these grow with the servers' rows, not with their pricing."""
+    import random
+
+    rng = random.Random(11)
+    url = f"{base}/api/v1/placement/select/"
+    named = hosts[:1000]
+
+    def ask(body: dict[str, object]) -> float:
+        started = time.perf_counter()
+        code = request(url, reader, json.dumps(body).encode())
+        assert code == 200, (url, code)
+        return time.perf_counter() - started
+
+    def masks() -> list[dict[str, object]]:
+        return [{"hostname": h, "free": sorted(rng.sample(range(8), 6))} for h in named]
+
+    first = ask({"k": 4, "servers": masks()})
+    each = [ask({"k": 4, "servers": masks()}) for _ in range(20)]
+    print(
+        f"select k=4 over {len(named)} named servers (own free GPUs each): first "
+        f"{first * 1000:.0f} ms, then median {statistics.median(each) * 1000:.0f} ms, max "
+        f"{max(each) * 1000:.0f} ms over {len(each)} new questions (no target in issue 11)"
+    )
+    whole = [ask({"k": k}) for k in (2, 3, 4, 5, 6)]
+    print(
+        f"select over the whole fleet ({stored} servers, none named), k=2..6: median "
+        f"{statistics.median(whole) * 1000:.0f} ms, max {max(whole) * 1000:.0f} ms "
+        "(no target in issue 11)"
+    )
 
 
 def _readable(texts: list[str]) -> list[str]:
@@ -421,6 +460,7 @@ def _seed(count: int) -> int:
                 Snapshot(
                     server=s,
                     content_sha256=f"{i:064x}",
+                    wiring_sha256=template.wiring_sha256,
                     raw_text=template.raw_text,
                     document=template.document,
                     source="upload",
@@ -429,6 +469,7 @@ def _seed(count: int) -> int:
                     gpu_count=template.gpu_count,
                     nic_count=template.nic_count,
                     gpu_model=template.gpu_model,
+                    gpu_memory_bytes=template.gpu_memory_bytes,
                     has_nvlink=template.has_nvlink,
                     nvlink_summary=template.nvlink_summary,
                 )

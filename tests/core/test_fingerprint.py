@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +15,7 @@ from topoweb.core.fingerprint import (
     describe_links,
     nvlink_fabric,
     topology_fingerprint,
+    wiring_sha256,
 )
 from topoweb.core.formats.topo import parse
 from topoweb.core.model import Device, Link, Topology
@@ -219,3 +221,29 @@ def test_describe_links_summarises_each_kind_of_server() -> None:
     assert describe_links(read("topo_04")) == "7x GPU, PCIe only (PIX/PHB), no NICs"
     assert describe_links(read("topo_34")) == "4x GPU, PCIe NODE only, no NICs"
     assert describe_links(read("topo_25")) == "1x GPU, 1 NIC (PHB)"
+
+
+def test_the_wiring_hash_sees_the_numbering_the_fingerprint_forgets() -> None:
+    topo = _in_order(read("topo_12").devices, read("topo_12").links)  # a DGX-1V
+    doc = topo.to_document()
+    renumbered = _in_order(topo.devices, [_swapped(lnk, "GPU0", "GPU4") for lnk in topo.links])
+    assert renumbered.class_row("GPU0") != topo.class_row("GPU0")  # not an automorphism
+    assert topology_fingerprint(renumbered) == topology_fingerprint(topo)
+    assert wiring_sha256(renumbered.to_document()) != wiring_sha256(doc)
+    # The same wiring: reordered keys (a database's JSON) and other warnings do not count.
+    reordered = {key: doc[key] for key in reversed(doc)} | {"warnings": ["another reader's"]}
+    assert wiring_sha256(reordered) == wiring_sha256(doc)
+    first = topo.links[0]
+    changed = _in_order(topo.devices, [Link(first.a, first.b, "SYS"), *topo.links[1:]])
+    assert wiring_sha256(changed.to_document()) != wiring_sha256(doc)
+
+
+def _swapped(link: Link, x: str, y: str) -> Link:
+    swap = {x: y, y: x}
+    return Link(swap.get(link.a, link.a), swap.get(link.b, link.b), link.link_class)
+
+
+def _in_order(devices: tuple[Device, ...], links: Iterable[Link]) -> Topology:
+    """The links each facing the same way and in one order, as one reader would list them."""
+    faced = (Link(min(x.a, x.b), max(x.a, x.b), x.link_class) for x in links)
+    return Topology(devices, tuple(sorted(faced, key=lambda x: (x.a, x.b))))

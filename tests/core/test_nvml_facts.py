@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from topoweb.core.formats import ParseError
-from topoweb.core.formats.nvml import NvmlFactsError, read_host, read_nvml
+from topoweb.core.formats.nvml import (
+    NvmlFactsError,
+    read_host,
+    read_nvml,
+    smallest_gpu_memory,
+)
 
 DRY_RUN = (
     Path(__file__).resolve().parent.parent
@@ -119,3 +124,14 @@ def test_host_facts_of_the_wrong_shape_read_as_unknown() -> None:
 
     assert host.product_name is None
     assert host.rdma_nics[0].device == "mlx5_0" and host.rdma_nics[0].numa_node is None
+
+
+def test_the_smallest_gpu_memory_is_read_where_given_and_never_fails() -> None:
+    assert smallest_gpu_memory(dry_run()["nvml"]) == 150754820096  # the real H200
+    gpus = [{"memory_total_bytes": 80 * 2**30}, {"memory_total_bytes": 40 * 2**30}]
+    assert smallest_gpu_memory({"gpus": gpus}) == 40 * 2**30
+    # What is not an integer is passed over (the facts stay descriptive here).
+    odd = [{"memory_total_bytes": "unsupported"}, {"memory_total_bytes": True}, 7, {}]
+    assert smallest_gpu_memory({"gpus": [*odd, gpus[0]]}) == 80 * 2**30
+    for nothing in (None, {}, {"available": False}, {"gpus": "x"}, {"gpus": odd}, []):
+        assert smallest_gpu_memory(nothing) is None

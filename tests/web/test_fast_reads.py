@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import DataError
+from django.http import Http404
 from django.utils import timezone
 from django.utils.translation import gettext_lazy
 from rest_framework import serializers
@@ -520,3 +521,96 @@ def test_a_duplicate_report_is_recognised_before_any_parsing(
     changed = report("h200-01", nvml={"gpus": [{"name": "NVIDIA H200"}]})
     with pytest.raises(AssertionError, match="must not be parsed"):
         client.post("/api/v1/reports/", changed, format="json")  # new content is parsed
+
+
+# --- one cost model per kind of server --------------------------------------------------------
+
+
+def _device_report(hostname: str, uuid: str, memory_total_bytes: int) -> Server:
+    """The real collector report of tests/fixtures/device_01 (one H200) stored for `hostname`,
+    with its GPU's UUID and memory total changed: what two servers of one kind report."""
+    from topoweb.fleet.models import Source
+    from topoweb.fleet.services import ingest_report
+
+    report = json.loads(fixture_text("device_01_h200-1gpu-firecracker-vm-collector-dryrun.json"))
+    gpu = report["nvml"]["gpus"][0]
+    gpu["uuid"], gpu["memory_total_bytes"] = uuid, memory_total_bytes
+    ingest_report(
+        hostname=hostname,
+        topo_text=report["topo_text"],
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+        nvml=report["nvml"],
+        host=report["host"],
+    )
+    return analysis_selectors.server_for_questions(hostname)
+
+
+def test_servers_wired_and_numbered_alike_share_one_cost_model() -> None:
+    first = _device_report("h200-a", "GPU-aaaa", 150754820096)
+    second = _device_report("h200-b", "GPU-bbbb", 150754820096)
+    assert first.latest_snapshot and second.latest_snapshot
+    assert first.latest_snapshot.content_sha256 != second.latest_snapshot.content_sha256
+    assert first.latest_snapshot.wiring_sha256 == second.latest_snapshot.wiring_sha256 != ""
+    assert analysis_selectors.model_key(first) == analysis_selectors.model_key(second)
+    assert analysis_selectors.server_cost_model(first) is (
+        analysis_selectors.server_cost_model(second)
+    )
+    # A server of another wiring keeps its own.
+    add("v100-01", V100, "DGX-1V")
+    other = analysis_selectors.server_for_questions("v100-01")
+    assert analysis_selectors.model_key(other) != analysis_selectors.model_key(first)
+
+
+def test_placement_answers_of_servers_sharing_a_model_keep_their_own_gpu_memory() -> None:
+    from topoweb.core.ledger import Layout
+
+    roomy = _device_report("h200-a", "GPU-aaaa", 150754820096)
+    small = _device_report("h200-b", "GPU-bbbb", 16 * 2**30)
+    assert small.latest_snapshot and small.latest_snapshot.gpu_memory_bytes == 16 * 2**30
+    shape = analysis_selectors.resolve_shape("llama-7b")
+    answers = [
+        analysis_selectors.placement_for(server, Layout(1, 1, 1), None, shape)
+        for server in (roomy, small, roomy)
+    ]
+    assert [a["fits"] for a in answers] == [True, False, True]
+    assert answers[0] == answers[2]
+
+
+def test_a_question_over_many_servers_loads_each_one_row_and_no_snapshot(
+    fleet: None, django_assert_max_num_queries: Any
+) -> None:
+    names = ["h200-01", "v100-01", "v100-02", "v100-03", "rtx-01"]
+    with django_assert_max_num_queries(1):
+        servers = analysis_selectors.servers_for_questions(names)
+    assert [s.hostname for s in servers] == names
+    every = analysis_selectors.servers_for_questions(None)
+    assert [s.hostname for s in every] == sorted(names)  # empty-01 has no topology
+    for server in every:
+        plain = Server.objects.select_related("latest_snapshot").get(hostname=server.hostname)
+        assert analysis_selectors.model_key(server) == analysis_selectors.model_key(plain)
+    with pytest.raises(Http404, match="'nowhere-01'"):
+        analysis_selectors.servers_for_questions(["h200-01", "nowhere-01"])
+
+
+def test_the_migration_fills_in_what_ingest_stores(fleet: None) -> None:
+    import importlib
+
+    from django.apps import apps
+    from django.db import connection
+
+    _device_report("h200-a", "GPU-aaaa", 150754820096)
+    stored = list(Snapshot.objects.values_list("pk", "wiring_sha256", "gpu_memory_bytes"))
+    assert {m for _, _, m in stored} == {None, 150754820096}
+    Snapshot.objects.update(wiring_sha256="", gpu_memory_bytes=None)
+    migration = importlib.import_module("topoweb.fleet.migrations.0005_snapshot_wiring_sha256")
+
+    class Editor:
+        pass
+
+    editor = Editor()
+    editor.connection = connection  # type: ignore[attr-defined]
+    migration.fill_in(apps, editor)
+    assert sorted(Snapshot.objects.values_list("pk", "wiring_sha256", "gpu_memory_bytes")) == (
+        sorted(stored)
+    )

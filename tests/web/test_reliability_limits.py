@@ -190,10 +190,11 @@ def test_one_server_with_a_broken_stored_topology_does_not_break_fleet_selection
         client = collector_client(host)
         assert client.post("/api/v1/reports", report(host, H200), format="json").status_code == 201
     broken = Server.objects.get(hostname="h200-02").latest_snapshot
-    # Another GPU numbering than the first server's, so the cached model is not shared.
+    # Another wiring than the first server's, so the cached model is not shared.
     Snapshot.objects.filter(pk=broken.pk).update(
         document={"kind": "topology", "version": 1, "devices": "garbage"},
         content_sha256="0" * 64,
+        wiring_sha256="0" * 64,
     )
 
     select = reader.post("/api/v1/placement/select", {"k": 8}, format="json")

@@ -109,13 +109,16 @@ def calibration_inputs(benchmarks: QuerySet[Benchmark]) -> list[CalibrationInput
 
 @dataclass(frozen=True)
 class _ModelKey:
-    """What identifies a built model: the topology (its class plus the snapshot's content,
-    since servers of one class may number their GPUs differently), GPU model and the
-    benchmarks calibrating it. The loader only runs on a cache miss. The class is named by
-    its id: a class row keeps the fingerprint it was made for, and the id needs no join."""
+    """What identifies a built model: the topology (its class plus its wiring as the server
+    numbers it, since servers of one class may number their GPUs differently), GPU model and
+    the benchmarks calibrating it. Servers wired, numbered and calibrated alike share one
+    model, however their reports differ otherwise (a fleet's reports all do: serial numbers,
+    kernels), so a question over a thousand servers builds a model per kind of server, not
+    per server. The loader only runs on a cache miss. The class is named by its id: a class
+    row keeps the fingerprint it was made for, and the id needs no join."""
 
     topology_class_id: int | None
-    content_sha256: str
+    wiring: str  # the snapshot's wiring_sha256 ("content:" + its content hash before it had one)
     gpu_model: str
     benchmarks: str  # with_calibration's identity of the calibrating benchmarks
     load: Callable[[], tuple[Topology, Calibration | None]] = field(
@@ -182,37 +185,74 @@ def with_calibration(servers: QuerySet[Server]) -> QuerySet[Server]:
 
 
 _SERVER_FIELDS = ("id", "hostname", "topology_class_id", "latest_snapshot_id")
-_SNAPSHOT_FIELDS = ("id", "server_id", "content_sha256", "gpu_count", "gpu_model")
+_SNAPSHOT_FIELDS = (
+    "id",
+    "server_id",
+    "content_sha256",
+    "wiring_sha256",
+    "gpu_count",
+    "gpu_model",
+    "gpu_memory_bytes",
+)
+# What a question needs of a server: the columns `model_key` reads, and its calibration.
+_QUESTION_COLUMNS = (
+    *_SERVER_FIELDS,
+    "latest_snapshot__content_sha256",
+    "latest_snapshot__wiring_sha256",
+    "latest_snapshot__gpu_count",
+    "latest_snapshot__gpu_model",
+    "latest_snapshot__gpu_memory_bytes",
+    "calibration",
+)
 _question_server = CompiledQuery(
     lambda hostname: (
         with_calibration(Server.objects.filter(hostname=hostname))
         .order_by()
-        .values_list(
-            *_SERVER_FIELDS,
-            "latest_snapshot__content_sha256",
-            "latest_snapshot__gpu_count",
-            "latest_snapshot__gpu_model",
-            "calibration",
-        )[:1]
+        .values_list(*_QUESTION_COLUMNS)[:1]
     )
 )
 
 
-def server_for_questions(hostname: str) -> Server:
-    """The server a cost or placement question names, with what identifies its model
-    (`model_key`), in one query compiled once: only the columns the key needs are loaded
-    (the rest, the topology document included, on first use). Http404 when there is none."""
-    rows = _question_server.rows(hostname)
-    if not rows:
-        raise Http404(f"no server named {hostname!r}")
-    pk, name, class_id, snapshot_id, digest, gpus, gpu_model, calibration = rows[0]
+def _question_server_from(row: Sequence[Any]) -> Server:
+    """A server of a _QUESTION_COLUMNS row: only those columns are loaded (the rest, the
+    topology document included, on first use)."""
+    pk, name, class_id, snapshot_id, *snapshot, calibration = row
     server = Server.from_db(DEFAULT_DB_ALIAS, _SERVER_FIELDS, (pk, name, class_id, snapshot_id))
     if snapshot_id is not None:
         server.latest_snapshot = Snapshot.from_db(
-            DEFAULT_DB_ALIAS, _SNAPSHOT_FIELDS, (snapshot_id, pk, digest, gpus, gpu_model)
+            DEFAULT_DB_ALIAS, _SNAPSHOT_FIELDS, (snapshot_id, pk, *snapshot)
         )
     server.calibration = calibration  # type: ignore[attr-defined]
     return server
+
+
+def server_for_questions(hostname: str) -> Server:
+    """The server a cost or placement question names, with what identifies its model
+    (`model_key`), in one query compiled once. Http404 when there is none."""
+    rows = _question_server.rows(hostname)
+    if not rows:
+        raise Http404(f"no server named {hostname!r}")
+    return _question_server_from(rows[0])
+
+
+def servers_for_questions(hostnames: Sequence[str] | None) -> list[Server]:
+    """The named servers in that order (Http404 naming the first unknown one), or every
+    server with a topology by hostname, each as `server_for_questions` gives it: one query
+    of a few columns, so that a question over ten thousand servers neither loads their
+    snapshots nor builds three model objects a server."""
+    servers = with_calibration(Server.objects.all()).order_by("hostname")
+    if hostnames is None:
+        servers = servers.filter(latest_snapshot__isnull=False)
+    else:
+        servers = servers.filter(hostname__in=hostnames)
+    found = [_question_server_from(row) for row in servers.values_list(*_QUESTION_COLUMNS)]
+    if hostnames is None:
+        return found
+    by_name = {s.hostname: s for s in found}
+    for name in hostnames:
+        if name not in by_name:
+            raise Http404(f"no server named {name!r}")
+    return [by_name[name] for name in hostnames]
 
 
 def model_key(server: Server) -> _ModelKey:
@@ -233,9 +273,8 @@ def model_key(server: Server) -> _ModelKey:
     def load() -> tuple[Topology, Calibration | None]:
         return snapshot.to_domain(), stored_calibration(server_benchmarks(server))
 
-    return _ModelKey(
-        server.topology_class_id, snapshot.content_sha256, snapshot.gpu_model, calibration, load
-    )
+    wiring = snapshot.wiring_sha256 or "content:" + snapshot.content_sha256
+    return _ModelKey(server.topology_class_id, wiring, snapshot.gpu_model, calibration, load)
 
 
 def server_cost_model(server: Server) -> CostModel:
@@ -389,15 +428,7 @@ def server_gpu_spec(server: Server, model: CostModel) -> GpuSpec:
     total where the collector sent one."""
     snapshot = server.latest_snapshot
     name = snapshot.gpu_model if snapshot is not None else ""
-    memory = None
-    nvml = getattr(snapshot, "nvml", None) if snapshot is not None else None
-    if isinstance(nvml, dict):
-        totals: list[int] = [
-            g["memory_total_bytes"]
-            for g in nvml.get("gpus", [])
-            if isinstance(g, dict) and isinstance(g.get("memory_total_bytes"), int)
-        ]
-        memory = min(totals) if totals else None
+    memory = snapshot.gpu_memory_bytes if snapshot is not None else None
     return gpu_spec(name or None, model.hardware.generation.name, memory)
 
 
@@ -428,7 +459,10 @@ def placement_for(
         )
 
     free_key = tuple(free) if free is not None else None
-    return answer_once(("placement", key, layout, free_key, shape, zero, form), compute)
+    # The answer also reads the GPUs' memory (server_gpu_spec), which servers sharing a model
+    # may not share.
+    memory = server.latest_snapshot.gpu_memory_bytes  # type: ignore[union-attr]  # model_key: set
+    return answer_once(("placement", key, memory, layout, free_key, shape, zero, form), compute)
 
 
 def recommendation_for(
@@ -489,12 +523,12 @@ def selection(
     shortlist."""
     candidates: list[tuple[Server, Sequence[int] | None]]
     if wanted is None:
-        candidates = [(s, None) for s in servers_with_topology()]
+        candidates = [(s, None) for s in servers_for_questions(None)]
     elif len(wanted) == 1:
         candidates = [(server_for_questions(wanted[0][0]), wanted[0][1])]
     else:
-        found = servers_by_hostname([name for name, _ in wanted])
-        candidates = [(found[name], free) for name, free in wanted]
+        found = servers_for_questions([name for name, _ in wanted])
+        candidates = [(server, free) for server, (_, free) in zip(found, wanted, strict=True)]
     # Each server's model key, or why it is left out (too large, no topology yet).
     asked: list[tuple[str, _ModelKey | str, Sequence[int] | None]] = []
     for server, free in candidates:

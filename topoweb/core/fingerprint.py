@@ -1,4 +1,5 @@
-"""Canonical topology hash, invariant to device renumbering, and a one-line link summary.
+"""Canonical topology hash, invariant to device renumbering; the hash of a topology as numbered
+(`wiring_sha256`); and a one-line link summary.
 
 A topology is a complete graph whose vertices are devices coloured by kind (gpu/nic) and whose
 edges are coloured by link class. Two topologies get the same fingerprint exactly when such
@@ -25,6 +26,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
+from typing import Any
 
 from topoweb.core.model import Link, Topology, link_class_rank, nvlink_count
 
@@ -38,6 +41,17 @@ def topology_fingerprint(topo: Topology) -> str:
     """sha256 hex of the canonical form: equal for renumbered copies, different otherwise."""
     form = canonical_form(topo)
     payload = json.dumps(form, separators=(",", ":"), sort_keys=True)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def wiring_sha256(document: Mapping[str, Any]) -> str:
+    """sha256 hex of a topology document as numbered: its devices, links and details, not the
+    reader's warnings. Equal for two servers wired and numbered alike whatever else their
+    reports carried (serial numbers, kernels, warnings), so they can share one cost model;
+    the fingerprint, which forgets the numbering, cannot stand in for it. Key order does not
+    count (a database may give a stored document back reordered)."""
+    wiring = {key: value for key, value in document.items() if key != "warnings"}
+    payload = json.dumps(wiring, separators=(",", ":"), sort_keys=True)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 

@@ -68,6 +68,10 @@ class Snapshot(models.Model):
 
     server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="snapshots")
     content_sha256 = models.CharField(max_length=64)
+    # core.fingerprint.wiring_sha256 of `document`: servers wired and numbered alike share a
+    # cost model by it, whatever else their reports hold. Empty only on a row stored before
+    # it existed and not yet filled in (its model is then keyed by its content).
+    wiring_sha256 = models.CharField(max_length=64, blank=True, default="")
     raw_text = models.TextField()
     # The NCCL topology XML sent with the matrix (`document` is then the merge of both).
     nccl_xml = models.TextField(blank=True, default="")
@@ -87,6 +91,9 @@ class Snapshot(models.Model):
     gpu_count = models.PositiveIntegerField(default=0, db_index=True)
     nic_count = models.PositiveIntegerField(default=0)
     gpu_model = models.CharField(max_length=200, blank=True, db_index=True)
+    # core.formats.nvml.smallest_gpu_memory of `nvml`: what a model must fit into on each GPU,
+    # read by placement questions without loading the facts (None when none was sent).
+    gpu_memory_bytes = models.BigIntegerField(null=True, blank=True)
     has_nvlink = models.BooleanField(default=False)
     nvlink_summary = models.CharField(max_length=200, blank=True)  # e.g. "NV18 x28"
     warning_count = models.PositiveIntegerField(default=0)  # what the reader had to work around

@@ -26,10 +26,10 @@ from topoweb.config import limits
 from topoweb.config.celery_app import enqueue_together
 from topoweb.config.compiled import CompiledQuery
 from topoweb.core.costs import build_model, calibrate_from_nccl, calibrate_from_p2p
-from topoweb.core.fingerprint import describe_links, topology_fingerprint
+from topoweb.core.fingerprint import describe_links, topology_fingerprint, wiring_sha256
 from topoweb.core.formats import ParseError, detect_format, parse_text
 from topoweb.core.formats.nvbandwidth import to_p2p
-from topoweb.core.formats.nvml import NvmlFacts, read_host, read_nvml
+from topoweb.core.formats.nvml import NvmlFacts, read_host, read_nvml, smallest_gpu_memory
 from topoweb.core.merge import merge_sources
 from topoweb.core.model import NcclRun, NvbandwidthRun, P2PResult, Topology
 from topoweb.fleet.models import (
@@ -192,13 +192,15 @@ def ingest_report(
         topology = merge_sources(topology, xml)
     facts = read_nvml(nvml) if nvml is not None else None
     parsed_benchmarks = [_parse_benchmark(i, b) for i, b in enumerate(benchmarks)]
+    document = topology.to_document()
     report = _Report(
         hostname=hostname,
         digest=digest,
         topo_text=topo_text,
         nccl_xml=nccl_xml,
         topology=topology,
-        document=topology.to_document(),
+        document=document,
+        wiring=wiring_sha256(document),
         captured_at=captured_at,
         source=source,
         collector_version=collector_version,
@@ -238,6 +240,7 @@ class _Report:
     nccl_xml: str
     topology: Topology
     document: dict[str, Any]  # topology.to_document(), built once for the class and snapshot
+    wiring: str  # wiring_sha256(document)
     captured_at: datetime
     source: str
     collector_version: str
@@ -269,6 +272,7 @@ def _store_report(report: _Report) -> Ingested:
         snapshot = Snapshot.objects.create(
             server=server,
             content_sha256=report.digest,
+            wiring_sha256=report.wiring,
             raw_text=report.topo_text,
             nccl_xml=report.nccl_xml,
             document=_document_json(report.document),
@@ -282,6 +286,7 @@ def _store_report(report: _Report) -> Ingested:
             gpu_count=len(topology.gpus),
             nic_count=len(topology.nics),
             gpu_model=gpu_model,
+            gpu_memory_bytes=smallest_gpu_memory(report.nvml),
             has_nvlink=any(link.is_nvlink for link in topology.gpu_links()),
             nvlink_summary=nvlink_summary(topology),
             warning_count=len(topology.warnings),

@@ -250,6 +250,19 @@ def read_nvml(doc: Mapping[str, Any]) -> NvmlFacts:
     )
 
 
+def smallest_gpu_memory(doc: Any) -> int | None:
+    """The smallest `memory_total_bytes` among the collector's GPUs (what a model must fit
+    into on every one of them), None when none gives one. Descriptive, like the host facts:
+    a GPU without an integer there is passed over, never an error."""
+    gpus = doc.get("gpus") if isinstance(doc, Mapping) else None
+    totals = [
+        g["memory_total_bytes"]
+        for g in (gpus if isinstance(gpus, list) else ())
+        if isinstance(g, Mapping) and type(g.get("memory_total_bytes")) is int  # not a bool
+    ]
+    return min(totals) if totals else None
+
+
 def read_host(doc: Mapping[str, Any] | None) -> HostFacts:
     """The collector's `host` object as HostFacts. Host facts are descriptive only, so
     anything of the wrong shape reads as unknown rather than failing."""
