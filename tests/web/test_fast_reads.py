@@ -584,11 +584,16 @@ def test_a_question_over_many_servers_loads_each_one_row_and_no_snapshot(
     with django_assert_max_num_queries(1):
         servers = analysis_selectors.servers_for_questions(names)
     assert [s.hostname for s in servers] == names
-    every = analysis_selectors.servers_for_questions(None)
+    Server.objects.filter(hostname="v100-02").update(labels={"rail_group": "leaf-7"})
+    every = analysis_selectors.servers_for_questions(None, rails=True)
     assert [s.hostname for s in every] == sorted(names)  # empty-01 has no topology
     for server in every:
-        plain = Server.objects.select_related("latest_snapshot").get(hostname=server.hostname)
+        plain = Server.objects.select_related("latest_snapshot", "topology_class").get(
+            hostname=server.hostname
+        )
         assert analysis_selectors.model_key(server) == analysis_selectors.model_key(plain)
+        assert analysis_selectors.rail_group(server) == analysis_selectors.rail_group(plain)
+    assert {analysis_selectors.rail_group(s) for s in every} >= {"rail_group=leaf-7"}
     with pytest.raises(Http404, match="'nowhere-01'"):
         analysis_selectors.servers_for_questions(["h200-01", "nowhere-01"])
 

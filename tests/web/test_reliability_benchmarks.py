@@ -64,7 +64,7 @@ def test_a_siblings_cost_model_uses_the_stored_calibrations_without_reading_the_
 
     assert response.status_code == 200
     assert response.json()["calibrated"] is True
-    model = selectors.server_cost_model(selectors.servers_by_hostname(["a100-02"])["a100-02"])
+    model = selectors.server_cost_model(selectors.server_for_questions("a100-02"))
     assert model.calibration.scale == expected["scale"]
 
 
@@ -75,5 +75,5 @@ def test_a_run_that_cannot_calibrate_says_why_and_is_left_out() -> None:
     stored = Benchmark.objects.get().calibration
 
     assert set(stored) == {"skipped"}
-    server = selectors.servers_by_hostname(["rtx-01"])["rtx-01"]
+    server = selectors.server_for_questions("rtx-01")
     assert selectors.server_cost_model(server).calibration.scale == {}

@@ -57,7 +57,7 @@ from topoweb.core.placement import (
     select_job,
 )
 from topoweb.core.steptime import GpuSpec, gpu_spec
-from topoweb.fleet.models import LARGE_COLUMNS, Benchmark, Server, Snapshot, TopologyClass
+from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
 
 log = logging.getLogger(__name__)
 
@@ -235,17 +235,28 @@ def server_for_questions(hostname: str) -> Server:
     return _question_server_from(rows[0])
 
 
-def servers_for_questions(hostnames: Sequence[str] | None) -> list[Server]:
+def servers_for_questions(hostnames: Sequence[str] | None, *, rails: bool = False) -> list[Server]:
     """The named servers in that order (Http404 naming the first unknown one), or every
-    server with a topology by hostname, each as `server_for_questions` gives it: one query
-    of a few columns, so that a question over ten thousand servers neither loads their
-    snapshots nor builds three model objects a server."""
+    server with a topology by hostname, each as `server_for_questions` gives it, and with
+    `rails` what `rail_group` reads too (labels, the class's fingerprint): one query of a few
+    columns, so that a question over ten thousand servers neither loads their snapshots nor
+    builds three model objects a server."""
     servers = with_calibration(Server.objects.all()).order_by("hostname")
     if hostnames is None:
         servers = servers.filter(latest_snapshot__isnull=False)
     else:
         servers = servers.filter(hostname__in=hostnames)
-    found = [_question_server_from(row) for row in servers.values_list(*_QUESTION_COLUMNS)]
+    extra = ("labels", "topology_class__fingerprint") if rails else ()
+    found = []
+    for row in servers.values_list(*_QUESTION_COLUMNS, *extra):
+        server = _question_server_from(row[: len(_QUESTION_COLUMNS)])
+        if rails:
+            server.labels, fingerprint = row[len(_QUESTION_COLUMNS) :]
+            if server.topology_class_id is not None:
+                server.topology_class = TopologyClass.from_db(
+                    DEFAULT_DB_ALIAS, ["id", "fingerprint"], [server.topology_class_id, fingerprint]
+                )
+        found.append(server)
     if hostnames is None:
         return found
     by_name = {s.hostname: s for s in found}
@@ -323,31 +334,6 @@ def answer_once(key: Hashable, compute: Callable[[], T]) -> T:
 
 def _as_is(doc: dict[str, Any]) -> Any:
     return doc
-
-
-def servers_by_hostname(hostnames: Sequence[str]) -> dict[str, Server]:
-    """The named servers (readers see the whole fleet); 404 naming the first unknown one."""
-    found = {
-        s.hostname: s
-        for s in with_calibration(
-            Server.objects.select_related("latest_snapshot", "topology_class")
-        )
-        .defer(*LARGE_COLUMNS)
-        .filter(hostname__in=hostnames)
-    }
-    for name in hostnames:
-        if name not in found:
-            raise Http404(f"no server named {name!r}")
-    return found
-
-
-def servers_with_topology() -> list[Server]:
-    return list(
-        with_calibration(Server.objects.select_related("latest_snapshot", "topology_class"))
-        .defer(*LARGE_COLUMNS)
-        .filter(latest_snapshot__isnull=False)
-        .order_by("hostname")
-    )
 
 
 # --- queries --------------------------------------------------------------------------------
@@ -615,10 +601,10 @@ def job_selection(
     rail group; each answer names servers, GPUs, NICs and the predicted cost."""
     chosen: list[tuple[Server, Sequence[int] | None]]
     if wanted is None:
-        chosen = [(s, None) for s in servers_with_topology()]
+        chosen = [(s, None) for s in servers_for_questions(None, rails=True)]
     else:
-        found = servers_by_hostname([name for name, _ in wanted])
-        chosen = [(found[name], free) for name, free in wanted]
+        found = servers_for_questions([name for name, _ in wanted], rails=True)
+        chosen = [(server, free) for server, (_, free) in zip(found, wanted, strict=True)]
     pools = {}
     for server, free in chosen:
         model = server_cost_model(server)
