@@ -290,6 +290,17 @@ def test_servers_sharing_a_model_get_the_choices_their_own_models_would_give() -
             ]
 
 
+def test_what_selection_remembers_is_bounded_over_all_models(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(placement, "_SELECTIONS_KEPT", 50)
+    models = [build_model(T.pcie_only_8gpu()), build_model(T.dgx1_v100_mesh())]
+    servers = {f"node-{n}": (model, range(8)) for n, model in enumerate(models)}
+    first = select_gpus(servers, 3)
+    assert sum(len(placement._SELECTIONS.get(m, {})) for m in models) <= 50
+    assert select_gpus(servers, 3) == first  # forgotten, then priced again alike
+
+
 def test_affinity_names_nearest_nics_numa_and_warns_where_no_nic_is_local() -> None:
     advice = affinity(build_model(T.h200_nv18_12nic()))
     gpu1 = advice.gpus[1]

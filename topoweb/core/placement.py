@@ -13,7 +13,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from topoweb.core.costs import (
     BOUND_MARGIN,
@@ -1152,18 +1152,29 @@ def select_gpus(
 # Per cost model: each GPU group's quality and each (free GPUs, k, top) question's best
 # choices. Servers that share a model (wired, numbered and calibrated alike) and their free
 # GPUs get the same choices, so a question over a fleet prices each kind of server once, not
-# each server. Bounded per model: a 72-GPU server meets many free sets.
+# each server. Bounded over all models (a 72-GPU server meets many free sets, and a process
+# keeps hundreds of models): past the bound everything is forgotten at once.
 _SELECTIONS: weakref.WeakKeyDictionary[CostModel, dict[tuple[Any, ...], Any]] = (
     weakref.WeakKeyDictionary()
 )
-_SELECTIONS_PER_MODEL = 4096
+_SELECTIONS_KEPT = 20_000
+_V = TypeVar("_V")
+_selections_count = 0
 
 
 def _memo(model: CostModel) -> dict[tuple[Any, ...], Any]:
-    memo = _SELECTIONS.setdefault(model, {})
-    if len(memo) >= _SELECTIONS_PER_MODEL:
-        memo.clear()
-    return memo
+    return _SELECTIONS.setdefault(model, {})
+
+
+def _remember(memo: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: _V) -> _V:
+    global _selections_count
+    _selections_count += 1
+    if _selections_count > _SELECTIONS_KEPT:
+        for kept in list(_SELECTIONS.values()):
+            kept.clear()
+        _selections_count = 1
+    memo[key] = value
+    return value
 
 
 def _best_on(
@@ -1189,8 +1200,7 @@ def _best_on(
             left_bw = _quality(model, left)[0] if len(left) >= 2 else 0.0
         rows.append((subset, bw, left_bw, why))
     rows.sort(key=lambda r: (-round(r[1], 1), -round(r[2], 1), r[0]))
-    got = memo[key] = tuple(rows[:top])
-    return got
+    return _remember(memo, key, tuple(rows[:top]))
 
 
 def best_group(model: CostModel, k: int, free: Sequence[int] | None = None) -> tuple[int, ...]:
@@ -1209,10 +1219,14 @@ def _quality(model: CostModel, subset: tuple[int, ...]) -> tuple[float, str]:
     got: tuple[float, str] | None = memo.get(("quality", subset))
     if got is None:
         c = collective_cost(model, "all_reduce", subset, SELECTION_BYTES)
-        got = memo[("quality", subset)] = (
-            c.busbw_gbps,
-            f"all_reduce of 256 MiB on GPUs {list(subset)} reaches "
-            f"{c.busbw_gbps:.0f} GB/s busbw, limited by {c.bottleneck}",
+        got = _remember(
+            memo,
+            ("quality", subset),
+            (
+                c.busbw_gbps,
+                f"all_reduce of 256 MiB on GPUs {list(subset)} reaches "
+                f"{c.busbw_gbps:.0f} GB/s busbw, limited by {c.bottleneck}",
+            ),
         )
     return got
 
