@@ -398,3 +398,35 @@ def test_an_evaluation_reads_the_topology_once_and_draws_the_graph_from_it(
     evaluate_server(server.pk)
     assert reads.count(snapshot.pk) == 1  # findings, report and graph from one reading
     assert cache.get(key) == graph_document(real(snapshot))
+
+
+def test_a_skus_figures_are_read_once_and_again_whenever_its_members_or_runs_change(
+    a100_fleet: None, django_assert_max_num_queries: Any
+) -> None:
+    from topoweb.core.health import Thresholds
+    from topoweb.health import selectors as health_selectors
+
+    limits = Thresholds()
+    first = health_selectors.sku_figures("DGX A100", limits)
+    assert sorted(first) == ["a100-01", "a100-02", "a100-03"]
+    with django_assert_max_num_queries(2):  # the SKU's state only
+        assert health_selectors.sku_figures("DGX A100", limits) == first
+    sweep = fixture_text(A100_ALLREDUCE)
+
+    # A new run of a member, a new member, a member gone: each is seen at once.
+    add("a100-03", fixture_text(DGX_A100), "DGX A100", 5, benchmarks=nccl_bench(sweep))
+    rerun = health_selectors.sku_figures("DGX A100", limits)
+    assert rerun["a100-03"] == first["a100-01"] != first["a100-03"]
+    add("a100-04", fixture_text(DGX_A100), "DGX A100", benchmarks=nccl_bench(sweep))
+    assert sorted(health_selectors.sku_figures("DGX A100", limits)) == [
+        "a100-01",
+        "a100-02",
+        "a100-03",
+        "a100-04",
+    ]
+    Server.objects.filter(hostname="a100-01").delete()
+    assert "a100-01" not in health_selectors.sku_figures("DGX A100", limits)
+    # A member moved to another SKU by hand (no new snapshot) leaves it too.
+    Server.objects.filter(hostname="a100-02").update(sku_name="DGX A100 (spare)")
+    assert sorted(health_selectors.sku_figures("DGX A100", limits)) == ["a100-03", "a100-04"]
+    assert list(health_selectors.sku_figures("DGX A100 (spare)", limits)) == ["a100-02"]
