@@ -619,3 +619,32 @@ def test_the_migration_fills_in_what_ingest_stores(fleet: None) -> None:
     assert sorted(Snapshot.objects.values_list("pk", "wiring_sha256", "gpu_memory_bytes")) == (
         sorted(stored)
     )
+
+
+def test_a_selection_over_many_servers_is_kept_without_its_servers(
+    fleet: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gc
+    import weakref
+
+    read = analysis_selectors.servers_for_questions
+    watched: list[weakref.ref[Server]] = []
+
+    def watching(*args: Any, **kwargs: Any) -> list[Server]:
+        servers = read(*args, **kwargs)
+        watched.extend(map(weakref.ref, servers))
+        return servers
+
+    monkeypatch.setattr(analysis_selectors, "servers_for_questions", watching)
+    wanted = [("v100-01", [0, 1, 2, 3]), ("v100-02", None), ("h200-01", [4, 5, 6, 7])]
+    first = analysis_selectors.selection(2, wanted, "all_reduce")
+    assert analysis_selectors.selection(2, list(wanted), "all_reduce") == first  # kept
+    # The model cache keeps the server each model was first loaded from (256 at most); the
+    # kept answers keep none.
+    analysis_selectors._cached_model.cache_clear()
+    gc.collect()
+    assert len(watched) == 6 and all(ref() is None for ref in watched)
+    # Another free set is another question.
+    other = analysis_selectors.selection(2, [*wanted[:2], ("h200-01", [0, 1])], "all_reduce")
+    assert other["selections"][0]["hostname"] == "h200-01"
+    assert other["selections"][0]["gpus"] == [0, 1] != first["selections"][0]["gpus"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
@@ -533,7 +534,11 @@ def selection(
     question = tuple(
         (name, key, tuple(free) if free is not None else None) for name, key, free in asked
     )
-    return answer_once(("selection", k, collective, question, form), compute)
+    # Kept under a digest of the question: the answer is small, but a question over a
+    # thousand servers is a model key and free set a server, each key holding its server, and
+    # a scheduler asks a new one every time. The repr shows everything a key compares.
+    digest = hashlib.sha256(repr(question).encode()).hexdigest()
+    return answer_once(("selection", k, collective, digest, form), compute)
 
 
 def _select(
