@@ -314,8 +314,8 @@ def main() -> int:
     return 0
 
 
-def _fleet_questions(base: str, reader: str, hosts: list[str], stored: int) -> None:
-    """A scheduler's k-GPU question over many servers at once: 1,000 named ones, each with
+def _fleet_questions(base: str, reader: str, named: list[str], stored: int) -> None:
+    """A scheduler's k-GPU question over many servers at once: the `named` ones, each with
     its own free GPUs (a new question every time, so no answer is reused), and the whole
     fleet (no servers named). Each kind of server is priced once (they share a cost model),
     so these grow with the servers' rows, not with their pricing."""
@@ -323,7 +323,6 @@ def _fleet_questions(base: str, reader: str, hosts: list[str], stored: int) -> N
 
     rng = random.Random(11)
     url = f"{base}/api/v1/placement/select/"
-    named = hosts[:1000]
 
     def ask(body: dict[str, object]) -> float:
         started = time.perf_counter()

@@ -154,22 +154,24 @@ def stored_calibration(benchmarks: QuerySet[Benchmark]) -> Calibration | None:
     return found
 
 
+def benchmark_set_identity() -> Concat:
+    """Which benchmarks a group holds, as text: count, sum and largest of their ids (an
+    aggregate over the group's rows). Ids only grow and benchmarks are never edited, so any
+    change to the group changes this."""
+    return Concat(
+        Cast(Count("id"), CharField()),
+        Value(":"),
+        Cast(Sum("id"), CharField()),
+        Value(":"),
+        Cast(Max("id"), CharField()),
+        output_field=CharField(),
+    )
+
+
 def _benchmark_set(benchmarks: QuerySet[Benchmark, Any]) -> Subquery:
-    """Which benchmarks a group holds, as text: count, sum and largest of their ids. Ids only
-    grow and benchmarks are never edited, so any change to the group changes this."""
+    """benchmark_set_identity of a group of benchmarks, as a subquery of an outer query."""
     return Subquery(
-        benchmarks.order_by()
-        .annotate(
-            identity=Concat(
-                Cast(Count("id"), CharField()),
-                Value(":"),
-                Cast(Sum("id"), CharField()),
-                Value(":"),
-                Cast(Max("id"), CharField()),
-                output_field=CharField(),
-            )
-        )
-        .values("identity")[:1]
+        benchmarks.order_by().annotate(identity=benchmark_set_identity()).values("identity")[:1]
     )
 
 

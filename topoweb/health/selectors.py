@@ -11,7 +11,7 @@ from typing import Any
 from django.db.models import Count, Func, Max, Q, QuerySet, Sum, TextField
 from django.http import Http404
 
-from topoweb.analysis.selectors import KeptAnswers
+from topoweb.analysis.selectors import KeptAnswers, benchmark_set_identity
 from topoweb.core.formats.nvml import NvmlFacts, NvmlFactsError, read_nvml
 from topoweb.core.health import (
     TOPOLOGY_DRIFT,
@@ -129,15 +129,14 @@ _SKU_FIGURES = KeptAnswers(64)
 def _sku_state(sku_name: str) -> tuple[Any, ...]:
     """What changes whenever a SKU's member figures can: who its members are (their count,
     the sum of their ids, and the newest snapshot among them: a server joins a SKU with a new
-    snapshot) and which benchmarks they hold (count, sum and largest id: benchmarks are
-    never edited and ids only grow)."""
+    snapshot) and which benchmarks they hold (benchmark_set_identity)."""
     members = Server.objects.filter(sku_name=sku_name).aggregate(
         count=Count("id"), ids=Sum("id"), newest=Max("latest_snapshot_id")
     )
     runs = Benchmark.objects.filter(server__sku_name=sku_name).aggregate(
-        count=Count("id"), ids=Sum("id"), newest=Max("id")
+        identity=benchmark_set_identity()
     )
-    return (*members.values(), *runs.values())
+    return (*members.values(), runs["identity"])
 
 
 def sku_figures(sku_name: str, thresholds: Thresholds) -> dict[str, Figures]:
@@ -150,9 +149,7 @@ def sku_figures(sku_name: str, thresholds: Thresholds) -> dict[str, Figures]:
 
 
 def _sku_figures(sku_name: str, thresholds: Thresholds) -> dict[str, Figures]:
-    members = dict(
-        Server.objects.filter(sku_name=sku_name).exclude(sku_name="").values_list("pk", "hostname")
-    )
+    members = dict(Server.objects.filter(sku_name=sku_name).values_list("pk", "hostname"))
     out = {}
     for server_id, benchmarks in _newest_benchmarks(list(members)).items():
         p2p, runs = current_benchmarks(benchmarks)

@@ -1,6 +1,8 @@
 """The facts a collector sends beside its topology (collector/nvml.py and collector/gather.py),
 read once into typed dataclasses. The stored JSON stays as the collector sent it; every reader
-of it (ingest's GPU model and SKU, the health checks) goes through `read_nvml` / `read_host`.
+of it (ingest's GPU model and SKU, the health checks) goes through `read_nvml` / `read_host`,
+but for the GPUs' smallest memory total (`smallest_gpu_memory`), which ingest stores as a
+column and which never refuses a report.
 
 Unknown values are tolerated: any value may be None, "unsupported", "n/a", "error: ..." where
 the driver could not say, and reads as None (never guessed). A value of the wrong type is an
