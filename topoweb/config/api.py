@@ -34,7 +34,7 @@ from topoweb.config.limits import LimitExceeded
 from topoweb.core.formats import ParseError
 
 # One serializer per class and thread, made once: DRF deep-copies every declared field each time
-# a serializer is made (most of half a millisecond for a question, more than checking a report).
+# a serializer is made, which can cost more than checking the body itself.
 _readers = threading.local()
 
 
@@ -172,7 +172,7 @@ class ApiTrailingSlashMiddleware:
 class PageMessagesMiddleware(MessageMiddleware):
     """Django's messages (the admin's notices), for everything but the API: no API view adds
     or shows a message, and an untouched store writes nothing on the way out, yet making one
-    (a cookie store with its signer, and a session store) cost an API request about 50 us."""
+    (a cookie store with its signer, and a session store) is work an API request never uses."""
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.path_info.startswith("/api/"):

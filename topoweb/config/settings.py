@@ -85,8 +85,8 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("CONN_HEALTH_CHECKS", defa
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool(
     "TOPOWEB_PREPARED_STATEMENTS", default=True
 ):
-    # PostgreSQL spends longer planning a scheduler's query (0.3-2 ms) than running it
-    # (0.2-0.5 ms). Bound on the server, psycopg prepares a query text after it ran
+    # PostgreSQL can spend longer planning a scheduler's short query than running it. Bound
+    # on the server, psycopg prepares a query text after it ran
     # `prepare_threshold` times on a connection, and PostgreSQL then reuses its plan: with
     # persistent connections (CONN_MAX_AGE) every hot query is planned a few times per worker,
     # not per request. Django leaves both off by default. Turn them off

@@ -208,7 +208,7 @@ class Topology:
     @functools.cached_property
     def _gpu_by_index(self) -> dict[int, Device]:
         # Looked up once per GPU pair by the acceptance report: a scan of the GPUs each time
-        # made it cubic (73 s of a 576-GPU server's health evaluation).
+        # made it cubic on large servers.
         found: dict[int, Device] = {}
         for d in self.gpus:
             found.setdefault(d.index, d)  # the first, as the scan found

@@ -56,7 +56,7 @@ _COLUMN_FIELDS = {
 }
 
 # Decomposition of a token into cells, cached: real matrices repeat a handful of tokens, and
-# this keeps an 8-GPU 12-NIC matrix well under a millisecond.
+# each is decomposed once.
 _piece_cache: dict[str, tuple[tuple[str, ...], str]] = {}
 # A value found after a row's cells: (token number in the row, characters of the token
 # before the value, the value). Columns are worked out only when a value must be placed by
