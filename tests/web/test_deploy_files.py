@@ -220,7 +220,7 @@ def test_the_wsgi_module_loads_every_view_and_freezes_what_it_loaded() -> None:
     # the garbage collector no longer walks what was loaded (config/wsgi.py says why).
     probe = (
         "import gc, sys; import topoweb.config.wsgi; "
-        "print(gc.get_freeze_count(), 'topoweb.api.fleet' in sys.modules, "
+        "print(gc.get_freeze_count(), 'topoweb.api.reads' in sys.modules, "
         "'topoweb.ui.views' in sys.modules)"
     )
     ran = subprocess.run(

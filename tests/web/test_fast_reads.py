@@ -27,8 +27,8 @@ from topoweb.analysis import apis as analysis_apis
 from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis import services as analysis_services
 from topoweb.analysis.models import Analysis
-from topoweb.api import fleet as fleet_apis
-from topoweb.api.fleet import (
+from topoweb.api import reads as fleet_apis
+from topoweb.api.reads import (
     ServerFilterSerializer,
     ServerSummarySerializer,
     serialized_server_detail,

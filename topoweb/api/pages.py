@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis.models import Analysis
 from topoweb.analysis.serializers import AnalysisSerializer, FindingSerializer
-from topoweb.api.fleet import ServerSummarySerializer
+from topoweb.api.reads import ServerSummarySerializer
 from topoweb.config.api import READ_ERRORS
 from topoweb.config.limits import LimitExceeded
 from topoweb.core.export import device_details, matrix_document

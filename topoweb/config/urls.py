@@ -7,16 +7,18 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from topoweb.analysis import apis as analysis_apis
-from topoweb.api import fleet as apis
+from topoweb.api import exports as export_apis
+from topoweb.api import ingest as ingest_apis
 from topoweb.api import pages as page_apis
+from topoweb.api import reads as apis
 from topoweb.config.api import api_not_found, healthz
 from topoweb.config.metrics import metrics_view
 from topoweb.health import urls as health_urls
 
 api_v1 = [
-    path("reports/", apis.ReportApi.as_view(), name="reports"),
-    path("uploads/", apis.UploadApi.as_view(), name="uploads"),
-    path("uploads/preview/", apis.UploadPreviewApi.as_view(), name="upload-preview"),
+    path("reports/", ingest_apis.ReportApi.as_view(), name="reports"),
+    path("uploads/", ingest_apis.UploadApi.as_view(), name="uploads"),
+    path("uploads/preview/", ingest_apis.UploadPreviewApi.as_view(), name="upload-preview"),
     path("servers/", apis.ServerListApi.as_view(), name="server-list"),
     path("servers/<str:hostname>/", apis.ServerDetailApi.as_view(), name="server-detail"),
     path(
@@ -27,7 +29,7 @@ api_v1 = [
     path("servers/<str:hostname>/graph/", apis.ServerGraphApi.as_view(), name="server-graph"),
     path(
         "servers/<str:hostname>/export/<str:fmt>/",
-        apis.ServerExportApi.as_view(),
+        export_apis.ServerExportApi.as_view(),
         name="server-export",
     ),
     path("servers/<str:hostname>/cost/", analysis_apis.CostApi.as_view(), name="server-cost"),
@@ -74,10 +76,10 @@ api_v1 = [
     ),
     path(
         "topology-classes/<str:fingerprint>/export/<str:fmt>/",
-        apis.TopologyClassExportApi.as_view(),
+        export_apis.TopologyClassExportApi.as_view(),
         name="topology-class-export",
     ),
-    path("exports/topology.conf/", apis.TopologyConfApi.as_view(), name="topology-conf"),
+    path("exports/topology.conf/", export_apis.TopologyConfApi.as_view(), name="topology-conf"),
 ]
 
 urlpatterns = [

@@ -185,7 +185,7 @@ class UtcText(Func):
 
 def summary_texts() -> dict[str, Any]:
     """The two summary columns that cost the most to load as Python values, read as text
-    (api.fleet.summary_from_row writes them): `labels_text`, the labels' stored JSON text, and
+    (api.reads.summary_from_row writes them): `labels_text`, the labels' stored JSON text, and
     `last_seen_text`, the last report's time as UtcText on PostgreSQL with USE_TZ (else the
     datetime itself, as loaded)."""
     seen: Any = F("last_seen_at")
