@@ -12,7 +12,6 @@ import pytest
 
 from tests.core import topologies as T
 from tests.core.topo_fixtures import fixture_text, glued_h200
-from topoweb.core import placement
 from topoweb.core.costs import (
     CostModel,
     build_model,
@@ -24,11 +23,14 @@ from topoweb.core.formats.topo import parse
 from topoweb.core.ledger import PRESETS, Layout, ModelShape
 from topoweb.core.placement import (
     StepCost,
-    _key,
     affinity,
+    exact,
+    large,
+    objective,
     place,
     rank_groups,
     select_gpus,
+    selection,
 )
 from topoweb.core.steptime import layouts_for
 
@@ -125,9 +127,9 @@ def test_larger_servers_are_searched_fast_and_never_worse_than_naive() -> None:
 def test_each_nesting_of_the_dimensions_packs_its_groups_along_the_hierarchy() -> None:
     model = build_model(T.pcie_only_8gpu(), "NVIDIA H100 PCIe")
     gpus = sorted(model.gpu_ids)
-    order = placement._hierarchy_order(model, gpus)
+    order = objective.hierarchy_order(model, gpus)
     layout = Layout(2, 2, 2)
-    starts = placement._nested_orders(model, gpus, layout)
+    starts = large.nested_orders(model, gpus, layout)
     assert len(starts) == 6 and starts[0] == tuple(order)  # Megatron's order along it first
     innermost = set()
     for mapping in starts:
@@ -149,7 +151,7 @@ def test_a_72_gpu_pcie_tree_is_placed_exactly_from_the_fastest_nesting() -> None
     layout = Layout(2, 4, 9)
     result = place(model, layout, time_budget_s=5)
     cost = StepCost(build_model(T.pcie_72gpu(), "NVIDIA L40S"), layout)
-    starts = [cost(m) for m in placement._nested_orders(model, sorted(model.gpu_ids), layout)]
+    starts = [cost(m) for m in large.nested_orders(model, sorted(model.gpu_ids), layout)]
     assert result.search.startswith("exact (no mapping can beat it")
     assert min(starts) < 0.95 * starts[0]
     assert result.step_us == pytest.approx(min(starts))
@@ -181,8 +183,8 @@ def test_the_cut_bound_never_proves_a_step_time_some_mapping_beats(
     assert best.search == "exact"
     cost = StepCost(build_model(T.pcie_tree(*tree), "NVIDIA L40S"), layout)
     gpus = sorted(model.gpu_ids)
-    assert not placement._cut_bound_proves(cost, gpus, best.step_us * (1 + 1e-6), math.inf)
-    tight = placement._cut_bound_proves(cost, gpus, best.step_us, math.inf)
+    assert not large.cut_bound_proves(cost, gpus, best.step_us * (1 + 1e-6), math.inf)
+    tight = large.cut_bound_proves(cost, gpus, best.step_us, math.inf)
     assert tight == (layout not in (Layout(2, 3, 2), Layout(4, 2, 2)))
 
 
@@ -193,10 +195,10 @@ def test_the_cut_tables_are_kept_per_gpu_set() -> None:
     one_switch = (0, 1, 2, 3, 8, 9, 12, 13)
     for gpus, layout in ((tuple(model.gpu_ids), Layout(2, 1, 8)), (one_switch, Layout(2, 1, 4))):
         cost = StepCost(model, layout)
-        placement._cut_bound_proves(cost, gpus, place(model, layout, gpus).step_us, math.inf)
+        large.cut_bound_proves(cost, gpus, place(model, layout, gpus).step_us, math.inf)
     side = {g: g // 8 for g in one_switch}
     other = build_model(T.pcie_tree(2, 2, 4), "NVIDIA L40S")
-    fresh = placement._cut_tables(other, one_switch, side, math.inf)
+    fresh = large.cut_tables(other, one_switch, side, math.inf)
     assert fresh is not None
     kept = cost.memo[("cut", one_switch)]
     assert (kept[0], sorted(kept[1])) == (fresh[0], sorted(fresh[1]))  # links in another order
@@ -211,7 +213,7 @@ def test_on_random_two_socket_pcie_boxes_the_cut_bound_stays_under_the_optimum(s
         best = place(model, layout)
         assert best.search.startswith("exact")
         cost = StepCost(model, layout)
-        assert not placement._cut_bound_proves(cost, gpus, best.step_us * (1 + 1e-6), math.inf)
+        assert not large.cut_bound_proves(cost, gpus, best.step_us * (1 + 1e-6), math.inf)
 
 
 def test_an_impossible_job_is_refused_with_the_arithmetic() -> None:
@@ -293,11 +295,11 @@ def test_servers_sharing_a_model_get_the_choices_their_own_models_would_give() -
 def test_what_selection_remembers_is_bounded_over_all_models(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(placement, "_SELECTIONS_KEPT", 50)
+    monkeypatch.setattr(selection, "_SELECTIONS_KEPT", 50)
     models = [build_model(T.pcie_only_8gpu()), build_model(T.dgx1_v100_mesh())]
     servers = {f"node-{n}": (model, range(8)) for n, model in enumerate(models)}
     first = select_gpus(servers, 3)
-    assert sum(len(placement._SELECTIONS.get(m, {})) for m in models) <= 50
+    assert sum(len(selection._SELECTIONS.get(m, {})) for m in models) <= 50
     assert select_gpus(servers, 3) == first  # forgotten, then priced again alike
 
 
@@ -391,8 +393,8 @@ def test_on_16_gpus_pruning_by_server_symmetry_finds_what_the_plain_search_finds
     plain = build_model(T.pcie_nv4_pairs_16gpu())
     gpus = tuple(sorted(plain.gpu_ids))
     none = symmetry.Symmetry(gpus, [tuple(range(len(gpus)))])
-    monkeypatch.setattr(placement, "symmetry", lambda _model: none)
-    best, best_us = placement._exact(StepCost(plain, layout), gpus)
+    monkeypatch.setattr(objective, "symmetry", lambda _model: none)
+    best, best_us = exact.exact(StepCost(plain, layout), gpus)
     assert result.step_us == pytest.approx(best_us)
     assert StepCost(plain, layout)(result.mapping) == pytest.approx(best_us)
 
@@ -452,13 +454,13 @@ def test_a_pipeline_read_backwards_is_a_different_cost() -> None:
     assert slowest_group_us(model, "sendrecv", same, 1 << 25, True) != pytest.approx(
         slowest_group_us(model, "sendrecv", mixed, 1 << 25, True)
     )
-    assert _key("pp", same) != _key("pp", mixed)
+    assert objective.groups_key("pp", same) != objective.groups_key("pp", mixed)
     pcie = build_model(T.pcie_only_8gpu(), "NVIDIA H100 PCIe")
     forward, backward = [(2, 1), (3, 4)], [(1, 2), (4, 3)]
     assert slowest_group_us(pcie, "sendrecv", forward, 1 << 25, True) != pytest.approx(
         slowest_group_us(pcie, "sendrecv", backward, 1 << 25, True)
     )
-    assert _key("pp", forward) != _key("pp", backward)
+    assert objective.groups_key("pp", forward) != objective.groups_key("pp", backward)
 
 
 @pytest.mark.parametrize(

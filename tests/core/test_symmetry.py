@@ -13,6 +13,7 @@ from topoweb.core import placement
 from topoweb.core.costs import build_model, slowest_group_us
 from topoweb.core.formats.topo import parse
 from topoweb.core.ledger import Layout
+from topoweb.core.placement import objective
 from topoweb.core.symmetry import symmetry
 
 
@@ -77,7 +78,7 @@ def test_pipeline_chains_are_priced_by_their_own_gpus_in_their_direction() -> No
     # and keeps class keys for the groups whose rings are searched.
     model = build_model(T.pcie_nv4_pairs_16gpu())
     placement.place(model, Layout(2, 2, 4), time_budget_s=60)
-    memo = placement._TIMES[model]
+    memo = objective._TIMES[model]
     assert any(k[0] == "~" and k[1] == "dp" for k in memo)
     assert not any(k[0] == "~" and k[1] == "pp" for k in memo)
     assert not any(k[0] == "~solo" and k[3] for k in memo)  # (.., chain, key)

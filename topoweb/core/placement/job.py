@@ -1,0 +1,274 @@
+"""Jobs over several servers: which servers and GPUs a job of k GPUs or a TP x PP x DP
+layout takes when no one server holds it, and what crossing the network costs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from topoweb.core.costs import CostModel, collective_cost, with_options
+from topoweb.core.ledger import Layout, ModelShape
+from topoweb.core.placement.binding import affinity
+from topoweb.core.placement.mapping import place
+from topoweb.core.placement.objective import DEFAULT_SHAPE
+from topoweb.core.placement.selection import SELECTION_BYTES, best_group, select_gpus
+from topoweb.core.steptime import GpuSpec, gpu_spec, memory_fit, step_plan
+
+# What a network transfer reaches of the NICs' line rate, and how much less crossing the spine
+# between rail groups gets (a 2:1 oversubscribed spine): stated assumptions, used until the
+# costs model's multi-node option prices these hops itself.
+NET_EFFICIENCY = 0.92
+SPINE_OVERSUBSCRIPTION = 2.0
+
+
+@dataclass(frozen=True)
+class ServerPool:
+    """One server a job may use: its cost model, free GPUs and rail group (the servers whose
+    NIC i sits on the same leaf switch i; by default the topology class)."""
+
+    model: CostModel
+    free: tuple[int, ...]
+    rail_group: str
+    spec: GpuSpec | None = None
+
+
+@dataclass(frozen=True)
+class ServerPart:
+    server: str
+    gpus: tuple[int, ...]
+    nics: tuple[str, ...]  # nearest NICs of those GPUs: what the job's traffic leaves through
+
+    def to_document(self) -> dict[str, Any]:
+        return {"server": self.server, "gpus": list(self.gpus), "nics": list(self.nics)}
+
+
+@dataclass(frozen=True)
+class JobSelection:
+    parts: tuple[ServerPart, ...]
+    same_rails: bool
+    predicted_us: float  # the all_reduce of `nbytes` (k GPUs) or the step time (a layout)
+    what: str  # what predicted_us is
+    layout: Layout | None
+    inter_node_us: float  # the part of it spent between servers
+    fits: bool
+    reason: str
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "servers": [p.to_document() for p in self.parts],
+            "server_count": len(self.parts),
+            "same_rails": self.same_rails,
+            "predicted_us": round(self.predicted_us, 3),
+            "predicted": self.what,
+            "inter_node_us": round(self.inter_node_us, 3),
+            "layout": self.layout.__dict__ if self.layout else None,
+            "fits": self.fits,
+            "reason": self.reason,
+        }
+
+
+def _nics_of(model: CostModel, gpus: Sequence[int]) -> tuple[str, ...]:
+    near = {g.gpu: g.nearest_nics for g in affinity(model).gpus}
+    return tuple(sorted({n for g in gpus for n in near.get(g, ())}))
+
+
+def inter_node_all_reduce_us(
+    parts: Sequence[tuple[CostModel, int, int]], nbytes: float, same_rails: bool
+) -> float:
+    """All-reduce of `nbytes` between servers after each reduced it inside (hierarchical, as
+    NCCL does over nodes): a ring over the servers, each carrying its share over the NICs of
+    the GPUs it uses. `parts`: (model, GPUs used, NICs used) per server. The seam where the
+    costs model's multi-node pricing plugs in."""
+    n = len(parts)
+    if n < 2:
+        return 0.0
+    per_node = min(max(1, nics) * m.hardware.nic_gbps * NET_EFFICIENCY for m, _g, nics in parts)
+    if not same_rails:
+        per_node /= SPINE_OVERSUBSCRIPTION
+    alpha = dict(parts[0][0].hardware.latency_us).get("network", 3.0)
+    return 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes / (per_node * 1e3)
+
+
+def _multi_node_all_reduce_us(
+    servers: Mapping[str, ServerPool], parts: Sequence[ServerPart], nbytes: int
+) -> float | None:
+    """The all_reduce over several servers from the cost model's multi-node option, when
+    every server is numbered and wired like the first (one model serves them all); None
+    otherwise."""
+    first = servers[parts[0].server].model
+    if any(servers[p.server].model.topo != first.topo for p in parts[1:]):
+        return None
+    g = len(first.gpu_ids)
+    local = sorted(first.gpu_ids)
+    try:
+        job = with_options(first, nodes=len(parts))
+        gpus = [n * g + local.index(x) for n, p in enumerate(parts) for x in p.gpus]
+        return collective_cost(job, "all_reduce", gpus, nbytes).time_us
+    except ValueError:
+        return None
+
+
+def select_job(
+    servers: Mapping[str, ServerPool],
+    k: int | None = None,
+    layout: Layout | None = None,
+    shape: ModelShape | None = None,
+    nbytes: int = SELECTION_BYTES,
+    top: int = 5,
+) -> list[JobSelection]:
+    """Where a job of k GPUs (or a TP x PP x DP layout) should run: on one server when any
+    has enough free GPUs (best first, see `select_gpus` and `place`); otherwise over the
+    fewest servers, those of one rail group first, each part the best-connected of that
+    server's free GPUs. A layout keeps TP and PP inside a server and spans servers with DP."""
+    if (k is None) == (layout is None):
+        raise ValueError("ask for k GPUs or for a TP x PP x DP layout, not both")
+    size = layout.size if layout else int(k or 0)
+    if size < 1:
+        raise ValueError("k must be at least 1")
+    shape = shape or DEFAULT_SHAPE
+    single = [name for name, pool in servers.items() if len(pool.free) >= size]
+    if single:
+        return sorted(
+            (_one_server(name, servers[name], size, layout, shape, nbytes) for name in single),
+            key=lambda j: (not j.fits, j.predicted_us, j.parts[0].server),
+        )[:top]
+    unit = layout.tp * layout.pp * layout.ep if layout else 1
+    groups: dict[str, list[str]] = {}
+    for name, pool in servers.items():
+        groups.setdefault(pool.rail_group, []).append(name)
+    found = []
+    plans = [*groups.values(), list(servers)]  # one rail group first, then any servers
+    seen: set[tuple[str, ...]] = set()
+    for names in plans:
+        picked = _fewest_servers(servers, names, size, unit)
+        if picked is None or tuple(sorted(picked)) in seen:
+            continue
+        seen.add(tuple(sorted(picked)))
+        same_rails = len({servers[n].rail_group for n in picked}) == 1
+        found.append(_over_servers(servers, picked, size, unit, layout, shape, nbytes, same_rails))
+    if not found:
+        total = sum(len(p.free) // unit * unit for p in servers.values())
+        raise ValueError(
+            f"the servers have {total} usable free GPUs"
+            + (f" in whole TP x PP x EP blocks of {unit}" if unit > 1 else "")
+            + f"; the job needs {size}"
+        )
+    found.sort(key=lambda j: (len(j.parts), not j.same_rails, not j.fits, j.predicted_us))
+    return found[:top]
+
+
+def _one_server(
+    name: str,
+    pool: ServerPool,
+    size: int,
+    layout: Layout | None,
+    shape: ModelShape,
+    nbytes: int,
+) -> JobSelection:
+    model = pool.model
+    if layout is not None:
+        placed = place(model, layout, pool.free, shape, spec=pool.spec)
+        part = ServerPart(name, placed.gpus, _nics_of(model, placed.gpus))
+        return JobSelection(
+            (part,), True, placed.step_us, "step time", layout, 0.0, placed.memory.fits,
+            f"one server; {placed.choice or 'all its free GPUs'}",
+        )  # fmt: skip
+    best = select_gpus({name: (model, pool.free)}, size, top=1)[0]
+    us = collective_cost(model, "all_reduce", best.gpus, nbytes).time_us if size >= 2 else 0.0
+    part = ServerPart(name, best.gpus, _nics_of(model, best.gpus))
+    return JobSelection(
+        (part,), True, us, f"all_reduce of {nbytes} bytes", None, 0.0, True,
+        "one server; " + best.reason,
+    )  # fmt: skip
+
+
+def _fewest_servers(
+    servers: Mapping[str, ServerPool], names: Sequence[str], size: int, unit: int
+) -> list[str] | None:
+    """Servers with the most usable free GPUs first, until the job fits."""
+    ranked = sorted(names, key=lambda n: (-(len(servers[n].free) // unit), n))
+    picked, have = [], 0
+    for n in ranked:
+        usable = len(servers[n].free) // unit * unit
+        if not usable:
+            continue
+        picked.append(n)
+        have += usable
+        if have >= size:
+            return picked
+    return None
+
+
+def _over_servers(
+    servers: Mapping[str, ServerPool],
+    picked: Sequence[str],
+    size: int,
+    unit: int,
+    layout: Layout | None,
+    shape: ModelShape,
+    nbytes: int,
+    same_rails: bool,
+) -> JobSelection:
+    left = size
+    counts = []
+    for n in picked:
+        take = min(left, len(servers[n].free) // unit * unit)
+        counts.append(take)
+        left -= take
+    parts, inter_parts = [], []
+    local_us, fits = 0.0, True
+    each: dict[tuple[str, str], float] = {}
+    for n, take in zip(picked, counts, strict=True):
+        model, pool = servers[n].model, servers[n]
+        if layout is not None:
+            sub = Layout(layout.tp, layout.pp, take // (layout.tp * layout.pp), layout.ep)
+            placed = place(model, sub, pool.free, shape, spec=pool.spec)
+            gpus = placed.gpus
+            fits = fits and memory_fit(shape, layout, placed.spec.memory_bytes).fits
+            for d in placed.per_dimension:
+                key = (d.dimension, d.collective)
+                each[key] = max(each.get(key, 0.0), d.each_us)
+        else:
+            gpus = best_group(model, take, pool.free) if take < len(pool.free) else pool.free
+            if take >= 2:
+                local = collective_cost(model, "reduce_scatter", gpus, nbytes).time_us
+                local_us = max(local_us, 2 * local)  # reduce-scatter, then all-gather
+        nics = _nics_of(model, gpus)
+        parts.append(ServerPart(n, tuple(gpus), nics))
+        inter_parts.append((model, len(gpus), len(nics) or len(gpus)))
+    rails = "the same rail group" if same_rails else "different rail groups (through the spine)"
+    if layout is None:
+        total = _multi_node_all_reduce_us(servers, parts, nbytes) if same_rails else None
+        if total is not None:  # the cost model prices the job over servers wired alike
+            # What spanning servers adds: beyond the same all_reduce inside the largest part.
+            largest = max(parts, key=lambda p: len(p.gpus))
+            alone = (
+                collective_cost(servers[largest.server].model, "all_reduce", largest.gpus, nbytes)
+                if len(largest.gpus) >= 2
+                else None
+            )
+            inter = max(0.0, total - (alone.time_us if alone else 0.0))
+            how = "priced by the multi-node cost model"
+        else:
+            inter = inter_node_all_reduce_us(inter_parts, nbytes / max(counts), same_rails)
+            total, how = local_us + inter, "inside each server, then a ring over their NICs"
+        return JobSelection(
+            tuple(parts), same_rails, total, f"all_reduce of {nbytes} bytes",
+            None, inter, True,
+            f"no server has {size} free GPUs: {len(parts)} servers on {rails}; {how}",
+        )  # fmt: skip
+    # Gradients: reduced inside each server over its DP replicas, then between servers.
+    first = servers[picked[0]]
+    spec = first.spec or gpu_spec(None, first.model.hardware.generation.name)
+    plan = step_plan(shape, layout, spec)
+    grad = next((b for d, _c, b, _n in plan.collectives if d == "dp"), 0)
+    local_per_gpu = max(counts) // (layout.tp * layout.pp)
+    inter = inter_node_all_reduce_us(inter_parts, grad / max(1, local_per_gpu), same_rails)
+    each[("dp", "all_reduce")] = each.get(("dp", "all_reduce"), 0.0) + inter
+    step = plan.step(each)
+    return JobSelection(
+        tuple(parts), same_rails, step.total_us, "step time", layout, inter, fits,
+        f"no server has {size} free GPUs: TP and PP inside each server, DP over "
+        f"{len(parts)} servers on {rails}",
+    )  # fmt: skip
