@@ -1,4 +1,5 @@
-"""Command line over the core: `python -m topoweb.core.cli parse|cost|place|analyse|export FILE`.
+"""Command line over the core: `python -m topoweb.core.cli parse|cost|place|analyse|export|fabric
+FILE`.
 
 Contract: a JSON document (for `export`, the exported file itself) on stdout and exit 0, or
 one line naming the problem on stderr and exit 2."""
@@ -16,7 +17,10 @@ from typing import Any, NoReturn
 from topoweb.core.analysis import CalibrationInput, analyse
 from topoweb.core.costs import OPERATIONS, build_model, collective_cost, p2p_status_from_text
 from topoweb.core.ecosystem import EXPORT_FORMATS, render_export
+from topoweb.core.fabric import build_fabric
+from topoweb.core.fabric_findings import fabric_findings
 from topoweb.core.formats import ParseError, parse_text
+from topoweb.core.formats.ibnet import IbnetCapture
 from topoweb.core.ledger import PRESETS, Layout, ModelShape
 from topoweb.core.merge import merge_sources
 from topoweb.core.model import NcclRun, P2PResult, Topology
@@ -231,6 +235,21 @@ def cmd_analyse(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(str(exc)) from exc
 
 
+def cmd_fabric(args: argparse.Namespace) -> dict[str, Any]:
+    """An ibnetdiscover capture: switches with their tiers, links, hosts with their rails,
+    findings and the reader's warnings."""
+    text = read_input(args.file)
+    try:
+        capture = parse_text(text, expected="ibnetdiscover")
+    except ParseError as exc:
+        raise UsageError(f"{args.file}: {exc}") from exc
+    assert isinstance(capture, IbnetCapture)
+    fabric = build_fabric(capture)
+    doc = fabric.to_document()
+    doc["findings"] = [f.to_document() for f in fabric_findings(fabric)]
+    return doc
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr and exit 2, like every other error."""
 
@@ -337,6 +356,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--name", help="node name for labels and file names (default: the file's)")
     e.add_argument("--gpu-model", help="GPU name, for gres Type= and the gpu.product label")
     e.set_defaults(handler=cmd_export)
+
+    f = sub.add_parser(
+        "fabric",
+        help="read an ibnetdiscover capture: switch tiers, links, hosts' rails and findings",
+    )
+    f.add_argument("file", help="ibnetdiscover output, or - for standard input")
+    f.set_defaults(handler=cmd_fabric)
     return parser
 
 

@@ -33,7 +33,8 @@ from topoweb.config import limits
 from topoweb.config.compiled import CompiledQuery
 from topoweb.core.ecosystem import EXPORT_FORMATS, Export, render_export
 from topoweb.core.export import cytoscape_elements, graph_document
-from topoweb.core.formats import TOPOLOGY_FORMATS, detect_format, parse_text
+from topoweb.core.formats import TOPOLOGY_FORMATS, ParseError, detect_format, parse_text
+from topoweb.core.formats.ibnet import IbnetCapture
 from topoweb.core.model import NcclRun, NvbandwidthRun, Topology
 from topoweb.core.scheduling import nvlink_domain_of, topology_conf
 from topoweb.fleet.models import (
@@ -501,6 +502,11 @@ def upload_preview(text: str) -> dict[str, Any]:
             "warnings": list(parsed.warnings),
             "elements": cytoscape_elements(parsed),
         }
+    if isinstance(parsed, IbnetCapture):
+        raise ParseError(
+            "an ibnetdiscover capture describes a fabric, not one server: upload it as a fabric "
+            "(the Fabrics page or POST /api/v1/fabrics/)"
+        )
     limits.check_benchmark(parsed)
     if isinstance(parsed, NcclRun):
         summary = f"nccl-tests {parsed.collective or ''}: {len(parsed.rows)} sizes"

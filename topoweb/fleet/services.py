@@ -504,6 +504,11 @@ def ingest_upload(
     `topo -m` matrix is stored merged with that matrix. A mistyped hostname must not become a
     new server: a new one needs `create`."""
     kind = detect_format(text)
+    if kind == "ibnetdiscover":
+        raise ParseError(
+            "an ibnetdiscover capture describes a fabric, not one server: upload it as a fabric "
+            "(the Fabrics page or POST /api/v1/fabrics/)"
+        )
     if not create and not Server.objects.filter(hostname=hostname).exists():
         raise UnknownServer(hostname)
     now = timezone.now()

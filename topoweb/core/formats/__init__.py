@@ -5,14 +5,22 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from topoweb.core.formats import nccl, ncclxml, nvbandwidth, p2p, topo
+from topoweb.core.formats import ibnet, nccl, ncclxml, nvbandwidth, p2p, topo
 from topoweb.core.formats.errors import ParseError
+from topoweb.core.formats.ibnet import IbnetCapture
 from topoweb.core.model import Parsed
 
 __all__ = ["FORMATS", "TOPOLOGY_FORMATS", "ParseError", "detect_format", "parse_text"]
 
 
-FORMATS = ("topology", "nccl-tests", "p2p-bandwidth-latency", "nccl-topology-xml", "nvbandwidth")
+FORMATS = (
+    "topology",
+    "nccl-tests",
+    "p2p-bandwidth-latency",
+    "nccl-topology-xml",
+    "nvbandwidth",
+    "ibnetdiscover",
+)
 # What each format parses into: the XML is a topology source beside `topo -m`.
 TOPOLOGY_FORMATS = ("topology", "nccl-topology-xml")
 
@@ -56,6 +64,10 @@ def _has_marker(text: str, markers: tuple[_Marker, ...]) -> bool:
     )
 
 
+# An ibnetdiscover node header: `switchguid=0x...` / `caguid=0x...` then `Switch 65 "S-..."`.
+_IBNET_MARKERS: tuple[_Marker, ...] = (
+    ("guid=0x", re.compile(r'^(Switch|Ca|Rt)\s+\d+\s+"[SHR]-[0-9a-fA-F]+"', re.M)),
+)
 _XML_START = re.compile(r"^\s*<(\?xml|system)\b")
 _TOPO_MARKERS = re.compile(r"GPU0\s*(GPU1|mlx|NIC|CPU|X\b)|\bGPU0\s+X\b|Legend:\s*$", re.M)
 
@@ -70,6 +82,8 @@ def detect_format(text: str) -> str:
         raise ParseError("the input is binary, not text", line=line)
     if _XML_START.match(text, 0, 4096):  # as on text[:4096], without the copy
         return "nccl-topology-xml"
+    if _has_marker(text, _IBNET_MARKERS):
+        return "ibnetdiscover"
     if _has_marker(text, _NVBANDWIDTH_MARKERS):
         return "nvbandwidth"
     if _has_marker(text, _P2P_MARKERS):
@@ -80,22 +94,23 @@ def detect_format(text: str) -> str:
         return "topology"
     raise ParseError(
         "not a recognised format: expected `nvidia-smi topo -m`, an NCCL topology XML, "
-        "nccl-tests, p2pBandwidthLatencyTest or nvbandwidth output"
+        "nccl-tests, p2pBandwidthLatencyTest, nvbandwidth or ibnetdiscover output"
     )
 
 
-def parse_text(text: str, expected: str | None = None) -> Parsed:
+def parse_text(text: str, expected: str | None = None) -> Parsed | IbnetCapture:
     """Parse any supported output; with `expected`, insist on that format."""
     kind = detect_format(text)
     if expected == "topology" and kind in TOPOLOGY_FORMATS:
         pass  # either source gives a Topology
     elif expected is not None and kind != expected:
         raise ParseError(f"expected {expected} output but this looks like {kind} output")
-    readers: dict[str, Callable[[str], Parsed]] = {
+    readers: dict[str, Callable[[str], Parsed | IbnetCapture]] = {
         "topology": topo.parse,
         "nccl-tests": nccl.parse,
         "p2p-bandwidth-latency": p2p.parse,
         "nccl-topology-xml": ncclxml.parse,
         "nvbandwidth": nvbandwidth.parse,
+        "ibnetdiscover": ibnet.parse,
     }
     return readers[kind](text)

@@ -1,0 +1,422 @@
+"""The InfiniBand fabric: the ibnetdiscover reader, the structure recovered from the graph, the
+findings, and `python -m topoweb.core.cli fabric FILE`, on NVIDIA/topograph's real capture
+(ibnet_01), its cut-off one (ibnet_02), and copies of ibnet_01 with faults planted in them.
+
+What the tests expect is counted here from the raw lines with a few string operations, apart
+from the reader."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from topoweb.core.fabric import build_fabric
+from topoweb.core.fabric_findings import fabric_findings
+from topoweb.core.formats import ParseError, detect_format, parse_text
+from topoweb.core.formats.ibnet import IbnetCapture, parse
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+IBNET_01 = FIXTURES / "ibnet_01_dgx-h100-ndr-fabric-40-switches-582-hcas.txt"
+IBNET_02 = FIXTURES / "ibnet_02_gb200-fabric-partial-bad.txt"
+
+
+def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "topoweb.core.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        input=stdin,
+    )
+
+
+def fabric_doc(text: str) -> dict[str, Any]:
+    result = run_cli("fabric", "-", stdin=text)
+    assert result.returncode == 0, result.stderr
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+# --- independent counts over the raw lines -----------------------------------------------------
+
+
+def raw_blocks(text: str) -> list[tuple[str, str, list[str]]]:
+    """(kind word, description, port lines) per node block: the header's quoted description."""
+    blocks = []
+    for chunk in text.split("\n\n"):
+        lines = chunk.strip().splitlines()
+        head = [ln for ln in lines if ln.startswith(("Switch", "Ca"))]
+        if head:
+            blocks.append(
+                (
+                    head[0].split()[0],
+                    head[0].split('"')[3],
+                    [ln for ln in lines if ln.startswith("[")],
+                )
+            )
+    return blocks
+
+
+def short(desc: str) -> str:
+    """`MF0;A09-P1-IBLEAF-04-04:MQM9701/U1` -> `A09-P1-IBLEAF-04-04`."""
+    return desc.split(";")[1].split(":")[0]
+
+
+def raw_uplinks(text: str) -> dict[str, Counter[str]]:
+    """Leaf -> spine -> link count, from the switch blocks' port lines (a leaf: a switch with
+    a host-named CA on a port; a spine: a switch peer of a leaf)."""
+    out: dict[str, Counter[str]] = {}
+    for kind, desc, ports in raw_blocks(text):
+        if kind != "Switch":
+            continue
+        hosts = [p for p in ports if '"H-' in p and "Aggregation" not in p]
+        if hosts:
+            out[short(desc)] = Counter(short(p.split('"')[3]) for p in ports if '"S-' in p)
+    return out
+
+
+def raw_shortfalls(text: str) -> set[tuple[str, str]]:
+    up = raw_uplinks(text)
+    spines = {s for c in up.values() for s in c}
+    found = set()
+    for spine in spines:
+        usual = Counter(c[spine] for c in up.values()).most_common(1)[0][0]
+        found |= {(leaf, spine) for leaf, c in up.items() if c[spine] < usual}
+    return found
+
+
+def raw_rails(text: str) -> dict[str, dict[str, str]]:
+    """Host -> device -> leaf, from the CA blocks `"<host> <device>"` and their one port line."""
+    rails: dict[str, dict[str, str]] = defaultdict(dict)
+    for kind, desc, ports in raw_blocks(text):
+        words = desc.split()
+        if kind == "Ca" and len(words) == 2 and ports:
+            rails[words[0]][words[1]] = short(ports[0].split('"')[3])
+    return rails
+
+
+# --- reader --------------------------------------------------------------------------------------
+
+
+def test_parse_detects_ibnetdiscover_and_reads_every_node_and_link() -> None:
+    text = IBNET_01.read_text()
+    assert detect_format(text) == "ibnetdiscover"
+    capture = parse_text(text)
+    assert isinstance(capture, IbnetCapture)
+    kinds = Counter(n.kind for n in capture.nodes.values())
+    assert kinds == {"switch": text.count("\nSwitch\t"), "ca": text.count("\nCa\t")}
+    # Every port line names one end of a link; each link is printed from both ends.
+    port_lines = len(re.findall(r"^\[\d+\]", text, re.M))
+    assert len(capture.links) * 2 == port_lines
+    assert {lk.rate for lk in capture.links} == {"4xNDR"}
+    assert capture.warnings == ()
+    leaf = capture.nodes["2c5eab0300b87b40"]
+    assert (leaf.description, leaf.ports, leaf.lid) == (
+        "MF0;A09-P1-IBLEAF-04-04:MQM9701/U1",
+        65,
+        73,
+    )
+
+
+def test_document_round_trip() -> None:
+    capture = parse(IBNET_01.read_text())
+    again = IbnetCapture.from_document(json.loads(json.dumps(capture.to_document())))
+    assert again == capture
+
+
+SMALL = """\
+switchguid=0x1(1)
+Switch\t8 "S-0000000000000001"\t\t# "MF0;LEAF-A:MQM9700/U1" enhanced port 0 lid 1 lmc 0
+[1]\t"H-00000000000000a1"[1](a1) \t\t# "node01 mlx5_0" lid 10 2xNDR
+[2]\t"H-00000000000000a2"[1](a2) \t\t# "node02 mlx5_0" lid 11 4xHDR
+[7]\t"S-0000000000000009"[3]\t\t# "MF0;SPINE-A:MQM9700/U1" lid 9 4xNDR
+
+caguid=0xa1
+Ca\t1 "H-00000000000000a1"\t\t# "node01 mlx5_0"
+[1](a1) \t"S-0000000000000001"[1]\t\t# lid 10 lmc 0 "MF0;LEAF-A:MQM9700/U1" lid 1 4xNDR
+"""
+
+
+def test_widths_speeds_and_disagreeing_ends_warn_with_lines() -> None:
+    capture = parse(SMALL)
+    rates = {(lk.a_port, lk.rate, lk.gbps) for lk in capture.links}
+    assert rates == {(1, "2xNDR", 200.0), (2, "4xHDR", 200.0), (7, "4xNDR", 400.0)}
+    text = "\n".join(capture.warnings)
+    # node01's two ends disagree (2xNDR on the leaf's line, 4xNDR on the CA's).
+    assert "line 9: the two ends of the link of line 3 disagree (2xNDR there, 4xNDR here)" in text
+    # The spine and node02 are named only by the leaf: their blocks were cut off.
+    assert "line 5: switch 'MF0;SPINE-A:MQM9700/U1'" in text
+    assert "line 4: ca 'node02 mlx5_0'" in text
+
+
+def test_odd_lines_warn_and_a_repeated_node_is_refused() -> None:
+    odd = SMALL.replace("[7]\t", "[7]garbage ").replace("caguid=0xa1", "caguid=0xa1\nhello there")
+    capture = parse(odd)
+    text = "\n".join(capture.warnings)
+    assert "line 5: not a port line ibnetdiscover prints, skipped" in text
+    assert "line 8: not an ibnetdiscover line, skipped: 'hello there'" in text
+    twice = SMALL + "\n" + SMALL.split("\n\n")[1]
+    with pytest.raises(ParseError) as err:
+        parse(twice)
+    assert err.value.line == 12 and "printed twice (first at line 8)" in err.value.message
+
+
+@pytest.mark.parametrize("cut", [0.1, 0.37, 0.5, 0.81, 0.999])
+def test_a_cut_off_capture_reads_what_is_there_and_never_crashes(cut: float) -> None:
+    text = IBNET_01.read_text()
+    head = text[: int(len(text) * cut)]
+    capture = parse(head)  # every cut keeps the first switch block's header
+    assert capture.nodes
+    fabric = build_fabric(capture)
+    fabric_findings(fabric)
+    if cut < 0.99:
+        assert any("block is missing" in w for w in capture.warnings)
+
+
+# --- CLI and structure on the real fabric ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ibnet_01() -> dict[str, Any]:
+    return fabric_doc(IBNET_01.read_text())
+
+
+def test_forty_switches_in_two_tiers(ibnet_01: dict[str, Any]) -> None:
+    text = IBNET_01.read_text()
+    leaves = set(raw_uplinks(text))
+    tiers = {s["name"]: s["tier"] for s in ibnet_01["switches"]}
+    assert len(tiers) == 40
+    assert {n for n, t in tiers.items() if t == "leaf"} == leaves
+    assert len(leaves) == 31
+    assert Counter(tiers.values()) == {"leaf": 31, "spine": 9}
+
+
+def test_every_host_has_its_rails(ibnet_01: dict[str, Any]) -> None:
+    expected = raw_rails(IBNET_01.read_text())
+    got = {
+        h["hostname"]: {c["name"]: c["switch"] for c in h["hcas"]}
+        for h in ibnet_01["hosts"]
+        if h["hostname"]
+    }
+    assert got == expected
+    # Rail k is one device name per kind of host, and (rail-optimised) one rail per leaf.
+    rails = Counter(
+        (c["name"], c["rail"]) for h in ibnet_01["hosts"] for c in h["hcas"] if c["name"]
+    )
+    assert {r for (_, r) in rails} == {0, 1, 2, 3}
+    assert {(n, r) for (n, r) in rails if n.startswith("HCA-")} == {
+        ("HCA-1", 0),
+        ("HCA-2", 1),
+        ("HCA-5", 2),
+        ("HCA-6", 3),
+    }
+    # HCAs with the firmware's NodeDescription are hosts of their own, without a name.
+    unnamed = [h for h in ibnet_01["hosts"] if h["hostname"] is None]
+    assert len(unnamed) == IBNET_01.read_text().count(
+        '"MT4129 ConnectX7   Mellanox Technologies"\n'
+    )
+
+
+def test_each_leaf_spine_shortfall_in_the_file_is_found(ibnet_01: dict[str, Any]) -> None:
+    expected = raw_shortfalls(IBNET_01.read_text())
+    assert len(expected) == 16  # 10 pairs with no cable, 6 with one where peers have two
+    found = {tuple(f["switches"]) for f in ibnet_01["findings"] if f["kind"] == "missing_uplinks"}
+    assert found == expected
+    single = next(
+        f
+        for f in ibnet_01["findings"]
+        if f["switches"] == ["A09-P1-IBLEAF-01-01", "A10-P1-IBSPINE-04"]
+    )
+    assert single["severity"] == "warning"
+    assert "port 39 - A10-P1-IBSPINE-04 port 1" in single["message"]
+    assert single["evidence"]["missing_ports"] == [40]
+
+
+def test_no_finding_on_a_clean_leaf(ibnet_01: dict[str, Any]) -> None:
+    """A leaf with all its uplinks, no more host bandwidth than uplink bandwidth, and only named
+    HCAs of one device is named by no finding."""
+    text = IBNET_01.read_text()
+    up = raw_uplinks(text)
+    shortfall_leaves = {leaf for leaf, _ in raw_shortfalls(text)}
+    clean = set()
+    for kind, desc, ports in raw_blocks(text):
+        if kind != "Switch" or short(desc) not in up or short(desc) in shortfall_leaves:
+            continue
+        hcas = [p.split('"')[3] for p in ports if '"H-' in p and "Aggregation" not in p]
+        devices = {h.split()[-1] for h in hcas}
+        if len(hcas) <= sum(up[short(desc)].values()) and len(devices) == 1:
+            if all(len(h.split()) == 2 for h in hcas):
+                clean.add(short(desc))
+    assert len(clean) >= 5
+    named = {s for f in ibnet_01["findings"] for s in f["switches"]}
+    assert not clean & named, sorted(clean & named)
+
+
+def test_real_faults_beyond_the_uplinks(ibnet_01: dict[str, Any]) -> None:
+    by_kind = defaultdict(list)
+    for f in ibnet_01["findings"]:
+        by_kind[f["kind"]].append(f)
+    # b08-p1-dgx-08-c01's HCA-5 and HCA-6 are cabled to each other's leaves.
+    swapped = [f for f in by_kind["off_rail_hca"] if f["hosts"] == ["b08-p1-dgx-08-c01"]]
+    assert {f["evidence"]["hca"] for f in swapped} == {"HCA-5", "HCA-6"}
+    assert {tuple(f["switches"]) for f in swapped} == {
+        ("B09-P1-IBLEAF-03-08", "B09-P1-IBLEAF-04-08"),
+        ("B09-P1-IBLEAF-04-08", "B09-P1-IBLEAF-03-08"),
+    }
+    assert len(by_kind["unnamed_hcas"]) == 1 and by_kind["unnamed_hcas"][0]["severity"] == "info"
+    assert not by_kind["downtrained_link"]
+    every = {f["kind"] for f in ibnet_01["findings"]}
+    assert every <= {"missing_uplinks", "leaf_oversubscribed", "missing_hca", "off_rail_hca",
+                     "unnamed_hcas"}  # fmt: skip
+
+
+def test_ibnet_02_is_refused_with_its_line() -> None:
+    result = run_cli("fabric", str(IBNET_02))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert (
+        "ibnet_02_gb200-fabric-partial-bad.txt: line 10: the capture ends after ca "
+        in result.stderr
+    )
+    assert "'dgx-gb200-n01-c1 HCA-1' with no port line and holds no switch" in result.stderr
+
+
+def test_not_a_fabric_is_refused() -> None:
+    result = run_cli("fabric", str(FIXTURES / "topo_01_h200-8gpu-12nic-numaid.txt"))
+    assert result.returncode == 2
+    assert "expected ibnetdiscover output but this looks like topology output" in result.stderr
+
+
+# --- planted faults --------------------------------------------------------------------------
+
+
+def replace_once(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
+def test_a_downtrained_uplink_is_found_with_both_ends() -> None:
+    text = IBNET_01.read_text()
+    # IBLEAF-04-04 port 37 - IBSPINE-03 port 31: both printed ends trained at 4xHDR.
+    text = replace_once(
+        text,
+        '[37]\t"S-2c5eab0300c26380"[31]\t\t# "MF0;A10-P1-IBSPINE-03:MQM9701/U1" lid 233 4xNDR',
+        '[37]\t"S-2c5eab0300c26380"[31]\t\t# "MF0;A10-P1-IBSPINE-03:MQM9701/U1" lid 233 4xHDR',
+    )
+    text = re.sub(
+        r'(\[31\]\t"S-2c5eab0300b87b40"\[37\]\t\t# "MF0;A09-P1-IBLEAF-04-04:MQM9701/U1" '
+        r"lid 73 )4xNDR",
+        r"\g<1>4xHDR",
+        text,
+    )
+    doc = fabric_doc(text)
+    (down,) = [f for f in doc["findings"] if f["kind"] == "downtrained_link"]
+    assert down["switches"] == ["A09-P1-IBLEAF-04-04", "A10-P1-IBSPINE-03"]
+    assert (down["evidence"]["rate"], down["evidence"]["peer_rate"]) == ("4xHDR", "4xNDR")
+    assert (
+        "A09-P1-IBLEAF-04-04 port 37 - A10-P1-IBSPINE-03 port 31 trained at 4xHDR"
+        in (down["message"])
+    )
+    assert not doc["warnings"]
+
+
+def test_a_missing_hca_is_found_with_its_host() -> None:
+    text = IBNET_01.read_text()
+    # a08-p1-dgx-04-c05 loses mlx5_5: its leaf port line and its CA block go.
+    text = replace_once(
+        text,
+        '[5]\t"H-e09d7303007a5290"[1](e09d7303007a5290) \t\t# "a08-p1-dgx-04-c05 mlx5_5" '
+        "lid 678 4xNDR\n",
+        "",
+    )
+    text = re.sub(
+        r"vendid=[^\n]*\ndevid=[^\n]*\nsysimgguid=0xe09d7303007a5290\n(.*\n){3}", "", text
+    )
+    assert "e09d7303007a5290" not in text
+    doc = fabric_doc(text)
+    (missing,) = [f for f in doc["findings"] if f["kind"] == "missing_hca"
+                  and f["hosts"] == ["a08-p1-dgx-04-c05"]]  # fmt: skip
+    assert missing["evidence"]["missing"] == ["mlx5_5"]
+    assert missing["switches"] == ["A09-P1-IBLEAF-04-04"]
+    assert "a08-p1-dgx-04-c05 has 3 HCAs" in missing["message"]
+    # Without the fault, the host has all four.
+    before = fabric_doc(IBNET_01.read_text())
+    assert not [f for f in before["findings"] if "a08-p1-dgx-04-c05" in f["hosts"]]
+
+
+def test_an_hca_moved_off_its_rail_is_found_with_host_and_leaves() -> None:
+    text = IBNET_01.read_text()
+    # a08-p1-dgx-04-c02 mlx5_5 (rail 3, leaf IBLEAF-04-04 port 2) moves to port 30 of the rail-0
+    # leaf of its neighbours' mlx5_0, IBLEAF-01-04.
+    rails = raw_rails(text)
+    leaf0 = rails["a08-p1-dgx-04-c02"]["mlx5_0"]
+    assert leaf0 == "A09-P1-IBLEAF-01-04"
+    line = (
+        '[2]\t"H-e09d730300859298"[1](e09d730300859298) \t\t# "a08-p1-dgx-04-c02 mlx5_5" '
+        "lid 641 4xNDR\n"
+    )
+    text = replace_once(text, line, "")
+    header = re.search(r'Switch\t65 "S-([0-9a-f]+)"\t\t# "MF0;A09-P1-IBLEAF-01-04:[^\n]*\n', text)
+    assert header is not None
+    text = text.replace(header.group(0), header.group(0) + line.replace("[2]", "[30]"))
+    text = re.sub(
+        r'(\[1\]\(e09d730300859298\) \t)"S-2c5eab0300b87b40"\[2\]',
+        rf'\g<1>"S-{header.group(1)}"[30]',
+        text,
+    )
+    doc = fabric_doc(text)
+    hosts = {h["hostname"]: h for h in doc["hosts"]}
+    moved = {c["name"]: (c["switch"], c["port"]) for c in hosts["a08-p1-dgx-04-c02"]["hcas"]}
+    assert moved["mlx5_5"] == ("A09-P1-IBLEAF-01-04", 30)
+    (off,) = [f for f in doc["findings"] if f["kind"] == "off_rail_hca"
+              and f["hosts"] == ["a08-p1-dgx-04-c02"]]  # fmt: skip
+    assert off["switches"] == ["A09-P1-IBLEAF-01-04", "A09-P1-IBLEAF-04-04"]
+    assert off["evidence"]["hca"] == "mlx5_5" and off["evidence"]["rail"] == 3
+    assert (
+        "a08-p1-dgx-04-c02 mlx5_5 (rail 3) is cabled to A09-P1-IBLEAF-01-04 port 30"
+        in (off["message"])
+    )
+
+
+def test_collector_guids_name_hcas_with_the_default_description() -> None:
+    """Host a06-p1-dgx-02-c06 left its four HCAs with the firmware's NodeDescription (port 6 of
+    its SU's four rail leaves). Its collector's sysfs node_guids name them."""
+    capture = parse(IBNET_01.read_text())
+    plain = build_fabric(capture)
+    assert not any(h.hostname == "a06-p1-dgx-02-c06" for h in plain.hosts)
+    on_port_6 = {
+        plain.name(h.hcas[0].switch or ""): h.hcas[0].guid
+        for h in plain.hosts
+        if h.hostname is None and h.hcas[0].port == 6
+    }
+    sent = {}
+    for leaf, device in (
+        ("01-02", "HCA-1"),
+        ("02-02", "HCA-2"),
+        ("03-02", "HCA-5"),
+        ("04-02", "HCA-6"),
+    ):
+        guid = on_port_6[f"A09-P1-IBLEAF-{leaf}"]
+        sysfs = ":".join(guid[i : i + 4] for i in range(0, 16, 4))  # e09d:7303:0085:8d88
+        sent[sysfs] = ("a06-p1-dgx-02-c06", device)
+    named = build_fabric(capture, sent)
+    host = next(h for h in named.hosts if h.hostname == "a06-p1-dgx-02-c06")
+    assert [(h.name, h.rail, h.port) for h in host.hcas] == [
+        ("HCA-1", 0, 6),
+        ("HCA-2", 1, 6),
+        ("HCA-5", 2, 6),
+        ("HCA-6", 3, 6),
+    ]
+    unnamed = [h for h in named.hosts if h.hostname is None]
+    assert len(unnamed) == len([h for h in plain.hosts if h.hostname is None]) - 4
+    assert not any("a06-p1-dgx-02-c06" in f.hosts for f in fabric_findings(named))

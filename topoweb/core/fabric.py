@@ -1,0 +1,326 @@
+"""The structure of an InfiniBand fabric, recovered from the graph an `ibnetdiscover` capture
+gives (never from switch names): which switches are leaves (they carry hosts' HCAs), spines
+(above the leaves) and cores (above those); which host each HCA belongs to (its NodeDescription
+`<hostname> <device>`, or the HCA GUIDs a host's collector sent); and each host's rails (the
+leaf its HCA k hangs off). `fabric_findings` (core/fabric_findings.py) checks it."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from topoweb.core.formats.ibnet import IbLink, IbnetCapture, IbNode
+
+TIER_NAMES = {1: "leaf", 2: "spine", 3: "core"}
+# topograph's rule for a switch's NodeDescription `MF0;<name>:<model>/U1`.
+_SWITCH_NAME = re.compile(r"^[^;:]+;([^;:]+):[^;:]+$")
+# A host sets its HCAs' NodeDescription to `<hostname> <device>`; an unset one keeps the
+# firmware's default (`MT4129 ConnectX7   Mellanox Technologies`), which has more words.
+_HOST_DEVICE = re.compile(r"^(\S+)\s(\S+)$")
+# SHARP aggregation nodes are CAs inside the switches; they are not hosts.
+_AGGREGATION = "Aggregation Node"
+_DIGITS = re.compile(r"(\d+)")
+
+
+def normal_guid(guid: str) -> str:
+    """`0xE09D...`, `e09d:7303:007a:4bd8` (sysfs node_guid) -> `e09d7303007a4bd8`."""
+    return guid.strip().lower().removeprefix("0x").replace(":", "")
+
+
+def tier_name(tier: int | None) -> str:
+    if tier is None:
+        return "unreached"
+    return TIER_NAMES.get(tier, f"tier-{tier}")
+
+
+def natural_key(text: str) -> tuple[Any, ...]:
+    """`mlx5_10` after `mlx5_9`; `HCA-2` after `HCA-1`."""
+    return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(text))
+
+
+@dataclass(frozen=True, slots=True)
+class Switch:
+    guid: str
+    name: str
+    description: str
+    ports: int | None
+    tier: int | None  # 1 leaf, 2 spine, 3 core; None when no host reaches it
+
+    @property
+    def tier_name(self) -> str:
+        return tier_name(self.tier)
+
+
+@dataclass(frozen=True, slots=True)
+class Hca:
+    guid: str
+    name: str | None  # the device (`mlx5_5`, `HCA-6`); None with a default NodeDescription
+    description: str
+    hostname: str | None
+    switch: str | None  # GUID of the switch its port 1 is cabled to
+    port: int | None  # that switch's port
+    rate: str | None
+    gbps: float
+    rail: int | None  # 0-based: the k of "HCA k" among the devices of its kind of host
+
+
+@dataclass(frozen=True)
+class Host:
+    hostname: str | None  # None: an HCA with the default NodeDescription and no known GUID
+    hcas: tuple[Hca, ...]
+
+    @property
+    def key(self) -> str:
+        return self.hostname if self.hostname is not None else f"H-{self.hcas[0].guid}"
+
+
+@dataclass(frozen=True)
+class Fabric:
+    switches: dict[str, Switch]  # by GUID, in capture order
+    links: tuple[IbLink, ...]
+    hosts: tuple[Host, ...]
+    aggregation_nodes: tuple[str, ...]  # GUIDs of SHARP aggregation-node CAs
+    rail_of_leaf: dict[str, int]  # leaf GUID -> the rail most of its HCAs belong to
+    warnings: tuple[str, ...]
+    nodes: dict[str, IbNode] = field(repr=False)
+
+    def name(self, guid: str) -> str:
+        sw = self.switches.get(guid)
+        if sw is not None:
+            return sw.name
+        node = self.nodes.get(guid)
+        return node.description if node is not None and node.description else guid
+
+    def tiers(self) -> list[int]:
+        return sorted({s.tier for s in self.switches.values() if s.tier is not None})
+
+    def switch_links(self) -> list[tuple[Switch, int, Switch, int, IbLink]]:
+        """Links between two switches, lower tier first (leaf, then spine)."""
+        out = []
+        for link in self.links:
+            a, b = self.switches.get(link.a), self.switches.get(link.b)
+            if a is None or b is None:
+                continue
+            if (b.tier or 0, b.guid) < (a.tier or 0, a.guid):
+                out.append((b, link.b_port, a, link.a_port, link))
+            else:
+                out.append((a, link.a_port, b, link.b_port, link))
+        return out
+
+    def host_of_hca(self) -> dict[str, Host]:
+        return {h.guid: host for host in self.hosts for h in host.hcas}
+
+    def to_document(self) -> dict[str, Any]:
+        """The CLI's and the API's shape: switches, links, hosts with their HCAs, warnings."""
+        name = self.name
+        return {
+            "switches": [
+                {"name": s.name, "guid": s.guid, "tier": s.tier_name, "ports": s.ports}
+                for s in self.switches.values()
+            ],
+            "links": [
+                {
+                    "a": name(lk.a),
+                    "a_port": lk.a_port,
+                    "b": name(lk.b),
+                    "b_port": lk.b_port,
+                    "width": f"{lk.width}x",
+                    "speed": lk.speed,
+                    "gbps": lk.gbps,
+                }
+                for lk in self.links
+            ],
+            "hosts": [
+                {
+                    "hostname": host.hostname,
+                    "hcas": [
+                        {
+                            "name": h.name,
+                            "guid": h.guid,
+                            "switch": name(h.switch) if h.switch else None,
+                            "port": h.port,
+                            "rail": h.rail,
+                            "rate": h.rate,
+                        }
+                        for h in host.hcas
+                    ],
+                }
+                for host in self.hosts
+            ],
+            "warnings": list(self.warnings),
+        }
+
+
+def _switch_names(switches: list[IbNode]) -> dict[str, str]:
+    names: dict[str, str] = {}
+    for node in switches:
+        m = _SWITCH_NAME.match(node.description)
+        names[node.guid] = (m.group(1) if m else node.description.strip()) or f"S-{node.guid}"
+    counts = Counter(names.values())
+    return {g: n if counts[n] == 1 else f"{n}~{g[-4:]}" for g, n in names.items()}
+
+
+def _tiers(
+    switch_guids: set[str], leaves: set[str], neighbours: Mapping[str, set[str]]
+) -> dict[str, int]:
+    """Breadth-first from the leaves: a switch's tier is one above the lowest it touches."""
+    tier = dict.fromkeys(leaves, 1)
+    frontier = sorted(leaves)
+    level = 1
+    while frontier:
+        level += 1
+        nxt = []
+        for guid in frontier:
+            for peer in neighbours.get(guid, ()):
+                if peer in switch_guids and peer not in tier:
+                    tier[peer] = level
+                    nxt.append(peer)
+        frontier = nxt
+    return tier
+
+
+def _rails(devices_by_host: Mapping[str, list[str]]) -> dict[str, int]:
+    """Rail of each device name: devices that share a host form one kind of host (DGX hosts
+    named `HCA-1..` and others `mlx5_0..` in one fabric); rail k is the kth of its kind in
+    natural order, so a host missing one HCA does not shift its other rails."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for devices in devices_by_host.values():
+        for d in devices[1:]:
+            parent[find(d)] = find(devices[0])
+        if devices:
+            find(devices[0])
+    groups: dict[str, list[str]] = defaultdict(list)
+    for d in parent:
+        groups[find(d)].append(d)
+    return {
+        d: k for members in groups.values() for k, d in enumerate(sorted(members, key=natural_key))
+    }
+
+
+def build_fabric(
+    capture: IbnetCapture, guid_hosts: Mapping[str, tuple[str, str]] | None = None
+) -> Fabric:
+    """`guid_hosts`: HCA node GUID -> (hostname, device), from the hosts' collectors; it names
+    HCAs whose NodeDescription was never set."""
+    known = {normal_guid(g): h for g, h in (guid_hosts or {}).items()}
+    nodes = capture.nodes
+    warnings = list(capture.warnings)
+    switch_nodes = [n for n in nodes.values() if n.kind == "switch"]
+    names = _switch_names(switch_nodes)
+    switch_guids = {n.guid for n in switch_nodes}
+
+    neighbours: dict[str, set[str]] = defaultdict(set)
+    hca_port: dict[str, tuple[str, int, IbLink]] = {}  # CA GUID -> (switch GUID, port, link)
+    for link in capture.links:
+        neighbours[link.a].add(link.b)
+        neighbours[link.b].add(link.a)
+        if link.a in switch_guids and link.b not in switch_guids:
+            hca_port.setdefault(link.b, (link.a, link.a_port, link))
+        elif link.b in switch_guids and link.a not in switch_guids:
+            hca_port.setdefault(link.a, (link.b, link.b_port, link))
+
+    aggregation = tuple(
+        n.guid for n in nodes.values() if n.kind == "ca" and _AGGREGATION in n.description
+    )
+    agg_set = set(aggregation)
+    host_cas = [n for n in nodes.values() if n.kind == "ca" and n.guid not in agg_set]
+
+    # Host and device of each HCA.
+    named: dict[str, tuple[str | None, str | None]] = {}
+    for n in host_cas:
+        m = _HOST_DEVICE.match(n.description.strip())
+        hostname, device = (m.group(1), m.group(2)) if m else (None, None)
+        if n.guid in known:
+            told_host, told_device = known[n.guid]
+            if hostname is not None and hostname != told_host:
+                warnings.append(
+                    f"HCA {n.guid}: NodeDescription says host {hostname!r}, its collector "
+                    f"says {told_host!r}; the collector is kept"
+                )
+            hostname, device = told_host, device or told_device
+        named[n.guid] = (hostname, device)
+    devices_by_host: dict[str, list[str]] = defaultdict(list)
+    for hostname, device in named.values():
+        if hostname is not None and device is not None:
+            devices_by_host[hostname].append(device)
+    rail_of_device = _rails(devices_by_host)
+
+    leaves = {hca_port[g][0] for g in named if g in hca_port}
+    tiers = _tiers(switch_guids, leaves, neighbours)
+    switches = {
+        n.guid: Switch(n.guid, names[n.guid], n.description, n.ports, tiers.get(n.guid))
+        for n in switch_nodes
+    }
+    unreached = [s.name for s in switches.values() if s.tier is None]
+    if unreached:
+        warnings.append(
+            f"{len(unreached)} switch(es) no host reaches, left without a tier: "
+            + ", ".join(unreached[:10])
+        )
+
+    # Each leaf's rail: the one most of its named HCAs belong to.
+    rails_on_leaf: dict[str, Counter[int]] = defaultdict(Counter)
+    for guid, (_, device) in named.items():
+        if device is not None and guid in hca_port and device in rail_of_device:
+            rails_on_leaf[hca_port[guid][0]][rail_of_device[device]] += 1
+    rail_of_leaf = {
+        leaf: min(c.items(), key=lambda kv: (-kv[1], kv[0]))[0] for leaf, c in rails_on_leaf.items()
+    }
+
+    by_host: dict[str, list[Hca]] = defaultdict(list)
+    unnamed: list[Hca] = []
+    for n in host_cas:
+        hostname, device = named[n.guid]
+        attached = hca_port.get(n.guid)
+        sw, port, link = attached if attached else (None, None, None)  # type: ignore[assignment]
+        rail = rail_of_device.get(device) if device is not None else None
+        if rail is None and sw is not None and hostname is None:
+            rail = rail_of_leaf.get(sw)  # an unnamed HCA: the rail of the leaf it sits on
+        hca = Hca(
+            guid=n.guid,
+            name=device,
+            description=n.description,
+            hostname=hostname,
+            switch=sw,
+            port=port,
+            rate=link.rate if link else None,
+            gbps=link.gbps if link else 0.0,
+            rail=rail,
+        )
+        (by_host[hostname] if hostname is not None else unnamed).append(hca)
+    hosts = [
+        Host(
+            h,
+            tuple(
+                sorted(
+                    hcas,
+                    key=lambda x: (
+                        x.rail if x.rail is not None else 1 << 30,
+                        natural_key(x.name or ""),
+                        x.guid,
+                    ),
+                )
+            ),
+        )  # fmt: skip
+        for h, hcas in sorted(by_host.items(), key=lambda kv: natural_key(kv[0]))
+    ]
+    hosts.extend(Host(None, (h,)) for h in unnamed)
+    return Fabric(
+        switches=switches,
+        links=capture.links,
+        hosts=tuple(hosts),
+        aggregation_nodes=aggregation,
+        rail_of_leaf=rail_of_leaf,
+        warnings=tuple(warnings),
+        nodes=nodes,
+    )
