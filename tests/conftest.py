@@ -31,7 +31,11 @@ def worker_settles_before_teardown() -> Iterator[None]:
     quiet = 0
     # Idle twice in a row: a message between the queue and the worker's prerun is not missed.
     while quiet < 2 and time.monotonic() < deadline:
-        busy = WORKER["in_flight"] or broker.llen("celery") or broker.hlen("unacked")
+        busy = (
+            WORKER["in_flight"]
+            or any(broker.llen(queue.name) for queue in settings.CELERY_TASK_QUEUES)
+            or broker.hlen("unacked")
+        )
         quiet = 0 if busy else quiet + 1
         if quiet < 2:
             time.sleep(0.02)

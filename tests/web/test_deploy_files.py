@@ -17,13 +17,14 @@ import environ
 import pytest
 import yaml
 from celery.app.utils import find_app
+from django.conf import settings
 from django.core.management import get_commands
 
 from collector.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 VENV_BIN = Path(sys.executable).parent
-APP_SERVICES = ("web", "worker", "beat")  # the ones built from this repository
+APP_SERVICES = ("web", "worker", "worker-analysis", "beat")  # the ones built from this repository
 
 
 # ---------------------------------------------------------------- reading the files
@@ -125,7 +126,7 @@ def read_unit(path: Path) -> dict[str, list[tuple[str, str]]]:
 
 
 def test_compose_runs_web_worker_beat_redis_and_postgres() -> None:
-    assert sorted(services()) == ["beat", "postgres", "redis", "web", "worker"]
+    assert sorted(services()) == ["beat", "postgres", "redis", "web", "worker", "worker-analysis"]
 
 
 def test_web_worker_and_beat_run_from_one_image_built_from_this_repository() -> None:
@@ -246,12 +247,19 @@ def test_gunicorn_accepts_the_web_command_and_loads_the_app_in_the_compose_envir
 
 def test_worker_and_beat_run_celery_on_the_project_app() -> None:
     found = services()
-    worker, beat = command_parts(found["worker"])[0], command_parts(found["beat"])[0]
-    assert worker[:4] == ["celery", "-A", "topoweb.config", "worker"]
+    beat = command_parts(found["beat"])[0]
     assert beat[:4] == ["celery", "-A", "topoweb.config", "beat"]
-    assert found["worker"]["healthcheck"]["test"][1:5] == [
-        "celery", "-A", "topoweb.config", "inspect"
-    ]  # fmt: skip
+    # One worker per queue, each consuming its queue alone and pinged by its own node name.
+    for service, queue in (("worker", "default"), ("worker-analysis", "analysis")):
+        worker = command_parts(found[service])[0]
+        assert worker[:4] == ["celery", "-A", "topoweb.config", "worker"]
+        assert f"--queues={queue}" in worker and f"--hostname={queue}@%h" in worker
+        check = found[service]["healthcheck"]["test"]
+        assert check[0] == "CMD-SHELL" and check[1].startswith("celery -A topoweb.config inspect")
+        # As compose gives it (`$$` written): the shell asks this container's hostname.
+        assert check[1].endswith(f"--destination {queue}@$(hostname)")
+    queues = {q.name for q in settings.CELERY_TASK_QUEUES}
+    assert queues == {"default", "analysis"}
     # Beat's healthcheck looks for the schedule file that beat is told to write.
     schedule = beat[beat.index("--schedule") + 1]
     assert found["beat"]["healthcheck"]["test"][-1] == f"test -f {schedule}"

@@ -1,68 +1,21 @@
-"""The Celery application; configuration comes from Django settings (CELERY_* names)."""
+"""The Celery application; configuration comes from Django settings (CELERY_* names), read by
+Celery's own `config_from_object`. Two queues: `analysis` (a topology class's analysis, heavy)
+and `default` (health evaluations and the sweeps, light), each with its own worker in
+production, so a quick health check never waits behind a long analysis."""
 
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from celery import Celery
-from celery.app.amqp import AMQP
-from django.core.signals import setting_changed
-
-from topoweb.config.broker import KeptDeclarations
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "topoweb.config.settings")
 
-
-class _AMQP(AMQP):  # type: ignore[misc]
-    """Celery's, with producers that skip re-declaring a queue their connection declared."""
-
-    @property
-    def producer_pool(self) -> Any:
-        pool = super().producer_pool
-        pool.Producer = KeptDeclarations  # read when the pool makes a producer
-        return pool
-
-
-class _CelerySettings(Mapping[str, Any]):
-    """The CELERY_* names of Django's settings, read once, when Celery first reads its
-    configuration (after Django's settings are set up). Celery looks a setting up under several
-    spellings through every source before its default: through Django's settings object each
-    miss raised and caught an AttributeError, 15-50 us a lookup, 16 lookups per pair of task
-    messages; in a dict a miss is a KeyError in C. A changed CELERY_* setting (tests'
-    override_settings) empties the dict, as Django's own cached settings do."""
-
-    def __init__(self) -> None:
-        self._names: dict[str, Any] | None = None
-        setting_changed.connect(self._forget, weak=False)
-
-    def _forget(self, *, setting: str, **_: Any) -> None:
-        if setting.startswith("CELERY_"):
-            self._names = None
-
-    def _read(self) -> dict[str, Any]:
-        if self._names is None:
-            from django.conf import settings
-
-            self._names = {
-                n: getattr(settings, n) for n in dir(settings) if n.startswith("CELERY_")
-            }
-        return self._names
-
-    def __getitem__(self, key: str) -> Any:
-        return self._read()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._read())
-
-    def __len__(self) -> int:
-        return len(self._read())
-
-
-app = Celery("topoweb", amqp=_AMQP)
-app.config_from_object(_CelerySettings(), namespace="CELERY")
+app = Celery("topoweb")
+app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 log = logging.getLogger(__name__)
@@ -97,8 +50,8 @@ def enqueue(task_name: str, *args: Any) -> bool:
 @contextmanager
 def enqueue_together() -> Iterator[None]:
     """The tasks enqueued inside this block (by the on-commit hooks of a transaction that
-    commits in it) are sent when it ends, all in one broker round trip: one Redis pipeline, and
-    one Redis client where kombu builds one per message. A new report asks for two (its
+    commits in it) are sent when it ends, all in one broker round trip: one Redis pipeline
+    (kombu's `Producer.batch`). A new report asks for two (its
     analysis and its server's health). What is sent, and to which queue, does not change; a
     broker that is down is logged for each task, as `enqueue` does. Nested blocks send with the
     outermost; in eager mode tasks run at once, as `enqueue` runs them."""

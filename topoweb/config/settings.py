@@ -7,6 +7,7 @@ import warnings
 from pathlib import Path
 
 import environ
+from kombu.entity import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -150,9 +151,13 @@ if DEBUG:
 # --- Celery -------------------------------------------------------------------------------
 REDIS_URL = env.str("REDIS_URL", default="")
 CELERY_BROKER_URL = REDIS_URL or "memory://"
-if REDIS_URL.startswith(("redis://", "rediss://")):
-    # kombu's Redis transport, keeping one publishing client per connection pool
-    CELERY_BROKER_TRANSPORT = "topoweb.config.broker:Transport"
+# Two queues, each with its own worker in production (docker-compose.yml): a class's analysis
+# can run for minutes and must not hold up the light health evaluations and sweeps.
+ANALYSIS_QUEUE = "analysis"
+DEFAULT_QUEUE = "default"
+CELERY_TASK_QUEUES = (Queue(DEFAULT_QUEUE), Queue(ANALYSIS_QUEUE))  # type: ignore[no-untyped-call]
+CELERY_TASK_DEFAULT_QUEUE = DEFAULT_QUEUE
+CELERY_TASK_ROUTES = {"analysis.run": {"queue": ANALYSIS_QUEUE}}
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL  # the embedded default needs no broker
 CELERY_TASK_EAGER_PROPAGATES = True
