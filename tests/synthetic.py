@@ -59,3 +59,25 @@ def long_nccl(rows: int) -> str:
     tail = lines[lines.index(table[-1]) + 1 :]
     body = [table[k % len(table)] for k in range(rows)]
     return "\n".join(head + body + tail) + "\n"
+
+
+def nccl_xml(gpus: int, nvlinks: int = 18, switched: bool = False) -> str:
+    """An NCCL topology XML (the shape of tests/fixtures/ncclxml_01) of `gpus` GPUs on one
+    CPU, each with `nvlinks` <nvlink> elements: to the next GPUs, or to NVSwitches."""
+
+    def busid(i: int) -> str:
+        return f"{i // 256:04x}:{i % 256:02x}:00.0"
+
+    lines = ['<system version="1">', '  <cpu numaid="0" affinity="ffffffff" arch="x86_64">']
+    for i in range(gpus):
+        lines.append(f'    <pci busid="{busid(i)}" class="0x030200" link_speed="" link_width="0">')
+        lines.append(f'      <gpu dev="{i}" sm="90" rank="{i}" gdr="1">')
+        for k in range(nvlinks):
+            if switched:
+                target, tclass = f"ffff:{k:02x}:00.0", "0x068000"
+            else:
+                target, tclass = busid((i + 1 + k) % gpus), "0x030200"
+            lines.append(f'        <nvlink target="{target}" count="1" tclass="{tclass}"/>')
+        lines += ["      </gpu>", "    </pci>"]
+    lines += ["  </cpu>", "</system>"]
+    return "\n".join(lines) + "\n"

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from tests import synthetic
 from topoweb.core.fingerprint import topology_fingerprint
-from topoweb.core.formats import ParseError, detect_format, ncclxml, parse_text
+from topoweb.core.formats import ParseError, detect_format, device_counts, ncclxml, parse_text
 from topoweb.core.formats.ncclxml import HostFacts, cpulist_from_mask, mask_from_cpulist
 from topoweb.core.model import Topology
 
@@ -175,3 +176,40 @@ def test_a_topology_read_from_xml_is_written_back_as_it_was_read() -> None:
     assert warnings == []
     assert ncclxml.parse(text) == topo
     assert text == xml_of("ncclxml_08")
+
+
+def test_each_gpus_nvlinks_are_walked_a_bounded_number_of_times_not_once_per_pair(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    walked = 0
+    real = ncclxml._nvlinks
+
+    def counting(ep: ncclxml._Endpoint) -> list[ncclxml._Node]:
+        nonlocal walked
+        walked += 1
+        return real(ep)
+
+    monkeypatch.setattr(ncclxml, "_nvlinks", counting)
+    topo = ncclxml.parse(synthetic.nccl_xml(256, nvlinks=18))
+    # Before: four walks of a GPU's 18 <nvlink> elements per GPU pair (130,560 walks).
+    assert walked <= 4 * 256
+    assert topo.link_class("GPU0", "GPU1") == "NV1" and topo.link_class("GPU0", "GPU20") == "NODE"
+    switched = ncclxml.parse(synthetic.nccl_xml(64, nvlinks=18, switched=True))
+    assert switched.link_class("GPU3", "GPU60") == "NV18"
+
+
+def test_gpus_and_devices_are_counted_on_the_raw_text_as_the_readers_find_them() -> None:
+    for text in (synthetic.nccl_xml(40, 2), synthetic.nvswitch_domain(40)):
+        topo = parse_text(text)
+        assert isinstance(topo, Topology)
+        assert device_counts(text) == (len(topo.gpus), len(topo.devices))
+    for text in (fixture_text(p[:7]) for p in TOPO_FILES):
+        topo = parse_text(text)
+        assert isinstance(topo, Topology)
+        gpus, devices = device_counts(text)
+        assert gpus <= len(topo.gpus) and devices <= len(topo.devices), text[:200]
+    for path in XML_FILES:
+        topo = parse_text(path.read_text())
+        assert isinstance(topo, Topology)
+        gpus, devices = device_counts(path.read_text())
+        assert gpus <= len(topo.gpus) and devices <= len(topo.devices), path.name

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from topoweb.core.formats import device_counts
 from topoweb.core.model import NcclRun, P2PResult, Topology
 
 
@@ -93,4 +94,20 @@ def check_select_gpus(hostname: str, gpus: int) -> None:
         raise LimitExceeded(
             f"{hostname!r} has {gpus} GPUs; GPU selection searches servers of up to "
             f"{settings.TOPOWEB_MAX_SELECT_GPUS} GPUs (TOPOWEB_MAX_SELECT_GPUS)."
+        )
+
+
+def check_topology_text(text: str, where: str = "") -> None:
+    """check_topology on the raw text, before it is parsed: a matrix or XML past the limits
+    is refused without reading it (its rows, <gpu> and <net> elements counted)."""
+    gpus, devices = device_counts(text)
+    if gpus > settings.TOPOWEB_MAX_GPUS:
+        raise LimitExceeded(
+            f"{where}The topology has {gpus} GPUs; the limit is {settings.TOPOWEB_MAX_GPUS} "
+            "(TOPOWEB_MAX_GPUS)."
+        )
+    if devices > settings.TOPOWEB_MAX_DEVICES:
+        raise LimitExceeded(
+            f"{where}The topology has {devices} devices (GPUs and NICs); the limit is "
+            f"{settings.TOPOWEB_MAX_DEVICES} (TOPOWEB_MAX_DEVICES)."
         )

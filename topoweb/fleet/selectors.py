@@ -485,6 +485,8 @@ def upload_preview(text: str) -> dict[str, Any]:
     line) when the text is none of the formats."""
     if detect_format(text) not in TOPOLOGY_FORMATS:
         limits.check_benchmark_text(text)
+    else:
+        limits.check_topology_text(text)
     parsed = parse_text(text)
     if isinstance(parsed, Topology):
         limits.check_topology(parsed)

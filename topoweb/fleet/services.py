@@ -180,6 +180,9 @@ def ingest_report(
     stored = _stored_duplicate(hostname, digest, collector_token)
     if stored is not None:
         return stored
+    limits.check_topology_text(topo_text)
+    if nccl_xml:
+        limits.check_topology_text(nccl_xml, where="nccl_xml: ")
     topology = parse_text(topo_text, expected="topology")
     assert isinstance(topology, Topology)
     limits.check_topology(topology)

@@ -10,7 +10,14 @@ from topoweb.core.formats.errors import ParseError
 from topoweb.core.formats.ibnet import IbnetCapture
 from topoweb.core.model import Parsed
 
-__all__ = ["FORMATS", "TOPOLOGY_FORMATS", "ParseError", "detect_format", "parse_text"]
+__all__ = [
+    "FORMATS",
+    "TOPOLOGY_FORMATS",
+    "ParseError",
+    "detect_format",
+    "device_counts",
+    "parse_text",
+]
 
 
 FORMATS = (
@@ -114,3 +121,27 @@ def parse_text(text: str, expected: str | None = None) -> Parsed | IbnetCapture:
         "ibnetdiscover": ibnet.parse,
     }
     return readers[kind](text)
+
+
+# A GPU's row of the matrix: its name, then cells, one of them its own `X` (the header names
+# GPU0 too, but holds no X). Distinct names are counted: a capture may print a second matrix.
+_GPU_ROW = re.compile(r"^[ \t]*(GPU\d+)[ \t][^\n]*?(?<![\w-])X(?![\w-])", re.M)
+_XML_GPU = re.compile(r"<gpu\b")
+_XML_GPU_PCI = re.compile(r"<pci\b[^>]*\bclass=\"0x03")  # a GPU's slot, or a bare <pci> GPU
+_XML_NET = re.compile(r"<net\b")
+# The columns of a topo -m header that are not devices (CPU Affinity, NUMA Affinity, GPU
+# NUMA ID), counted generously so a real header is never overestimated.
+_NON_DEVICE_COLUMNS = 8
+
+
+def device_counts(text: str) -> tuple[int, int]:
+    """(GPUs, devices) a topology text will have, counted on the raw text in one pass each,
+    never more than the reader finds in a well-formed one: what limits are checked against
+    before anything is parsed."""
+    if _XML_START.match(text, 0, 4096):
+        gpus = max(len(_XML_GPU.findall(text)), len(_XML_GPU_PCI.findall(text)))
+        return gpus, gpus + len(_XML_NET.findall(text))
+    gpus = len(set(_GPU_ROW.findall(text)))
+    header = re.search(r"^.*\bGPU0\b.*$", text, re.M)
+    columns = len(header.group(0).split()) - _NON_DEVICE_COLUMNS if header else 0
+    return gpus, max(gpus, columns)

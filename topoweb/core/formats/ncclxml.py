@@ -303,23 +303,36 @@ def _pcie_class(a: _Endpoint, b: _Endpoint, cpus: list[_Node]) -> str:
     return "PIX" if bridges <= 1 else "PXB"
 
 
-def _nv_count(a: _Endpoint, b: _Endpoint) -> int:
-    def direct(x: _Endpoint, y: _Endpoint) -> int:
-        return sum(
-            _int(n.attrs.get("count")) or 0
-            for n in _nvlinks(x)
-            if n.attrs.get("tclass", "").startswith("0x03")
-            and normalise_busid(n.attrs.get("target", "")) == y.busid
-        )
+@dataclass(frozen=True)
+class _NvlinkCounts:
+    """Each GPU's NVLinks read once: per target GPU bus id, and the total to NVSwitches. The
+    pair loop looks them up instead of walking a GPU's <nvlink> children for every pair."""
 
-    def switched(x: _Endpoint) -> int:
-        return sum(
-            _int(n.attrs.get("count")) or 0
-            for n in _nvlinks(x)
-            if n.attrs.get("tclass") == NVSWITCH_CLASS
-        )
+    direct: dict[int, dict[str, int]]  # id(endpoint) -> target busid -> count
+    switched: dict[int, int]  # id(endpoint) -> NVLinks to NVSwitches
 
-    return max(direct(a, b), direct(b, a)) + min(switched(a), switched(b))
+    @classmethod
+    def of(cls, gpus: list[_Endpoint]) -> _NvlinkCounts:
+        direct: dict[int, dict[str, int]] = {}
+        switched: dict[int, int] = {}
+        for gpu in gpus:
+            targets: dict[str, int] = {}
+            to_switch = 0
+            for n in _nvlinks(gpu):
+                count = _int(n.attrs.get("count")) or 0
+                tclass = n.attrs.get("tclass", "")
+                if tclass.startswith("0x03"):
+                    target = normalise_busid(n.attrs.get("target", ""))
+                    targets[target] = targets.get(target, 0) + count
+                elif tclass == NVSWITCH_CLASS:
+                    to_switch += count
+            direct[id(gpu)], switched[id(gpu)] = targets, to_switch
+        return cls(direct, switched)
+
+    def between(self, a: _Endpoint, b: _Endpoint) -> int:
+        to_b = self.direct[id(a)].get(b.busid or "", 0) if b.busid is not None else 0
+        to_a = self.direct[id(b)].get(a.busid or "", 0) if a.busid is not None else 0
+        return max(to_b, to_a) + min(self.switched[id(a)], self.switched[id(b)])
 
 
 def parse(text: str) -> Topology:
@@ -374,10 +387,11 @@ def parse(text: str) -> Topology:
     _check_targets(gpus, warnings)
 
     eps = gpus + nics
+    nvlinks = _NvlinkCounts.of(gpus)
     links: list[Link] = []
     for i, a in enumerate(eps):
         for b in eps[i + 1 :]:
-            nv = _nv_count(a, b) if a.kind == b.kind == "gpu" else 0
+            nv = nvlinks.between(a, b) if a.kind == b.kind == "gpu" else 0
             cls = f"NV{nv}" if nv else _pcie_class(a, b, cpus)
             links.append(Link(ids[id(a)], ids[id(b)], cls))
     details = {
