@@ -44,8 +44,8 @@ def test_past_the_exact_size_the_ring_is_never_slower_than_the_hierarchy_ring() 
     gpus = tuple(range(0, 40, 2)) + (1, 3)  # 22 GPUs: no NVLink ring closes over them
     assert len(gpus) > EXACT_RING
     ring, _ = model.ring_channels(gpus)[0]
-    chosen = model._ring_rate(ring).gbps
-    assert chosen >= model._ring_rate(model._hierarchy_ring(tuple(sorted(gpus)))).gbps
+    chosen = model.rings.rate(ring).gbps
+    assert chosen >= model.rings.rate(model.rings.hierarchy_ring(tuple(sorted(gpus)))).gbps
 
 
 def test_an_all_reduce_over_a_whole_nvl72_prices_the_nvswitch_not_a_socket() -> None:

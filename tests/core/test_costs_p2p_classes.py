@@ -1,4 +1,4 @@
-"""The P2P matrices price each shape of route once (costs._route_shape) rather than each GPU
+"""The P2P matrices price each shape of route once (costs.copies._route_shape) rather than each GPU
 pair: every cell bit-for-bit (==) what pricing pair by pair gives, on fixtures, synthetic and
 asymmetric servers, calibrated or not, P2P auto, on or off; `p2p_unidirectional` is the same
 numbers as `p2p_matrix`'s unidirectional matrix."""
@@ -101,7 +101,7 @@ def test_nvlinked_answers_as_the_domain_scan_and_link_did(name: str) -> None:
             if a != b:
                 d = domains.get(a)
                 want = d is not None and b in d.gpus and topo.link(a, b).is_nvlink
-                assert model._nvlinked(a, b) == want
+                assert model.routes.nvlinked(a, b) == want
 
 
 @pytest.mark.parametrize("name", ["dgx1", "nvswitch-24", "nics-8x12", "pcie-nv4-16"])
@@ -120,7 +120,7 @@ def test_nvlink_copies_take_nccls_route_and_switch_ports_are_the_named_resources
                 assert copy == model.path((a, b))
             for r, _ in copy:
                 res = model.resources[r]
-                assert model._index[res.id] == r
+                assert model.routes.index_of(res.id) == r
                 if res.kind == "nvswitch_port":
                     end = ids[a] if res.id.endswith(":out") else ids[b]
                     assert res.id in (f"nvport:{end}:out", f"nvport:{end}:in")

@@ -13,13 +13,16 @@ import pytest
 
 from tests.core import topologies as T
 from tests.core.topo_fixtures import fixture_text
-from topoweb.core import costs
 from topoweb.core.costs import (
     COLLECTIVES,
+    EXACT_RING,
+    MAX_RINGS,
+    RING_SEARCH_NODES,
     Calibration,
     CostModel,
     Flow,
     Rate,
+    Rings,
     build_model,
     calibrated,
     collective_cost,
@@ -28,56 +31,46 @@ from topoweb.core.costs import (
     slowest_group_us,
     with_options,
 )
+from topoweb.core.costs.records import ring_flows
 from topoweb.core.formats.topo import parse
 from topoweb.core.model import Topology
 
 
-class Reference(CostModel):
-    """The ring search and rates as first written: a path looked up per step, a dict of
-    loads and `min(load, key=...)` per rate, pair rates and ring rooms recomputed."""
+class ReferenceRings(Rings):
+    """The ring search as first written: a path looked up per step, `min(load, key=...)` per
+    rate, pair rates and ring rooms recomputed."""
 
-    def load(self, flows: Iterable[tuple[Flow, float]]) -> dict[int, float]:
-        out: dict[int, float] = {}
-        for flow, w in flows:
-            for r, rw in self.path(flow):
-                out[r] = out.get(r, 0.0) + w * rw
-        return out
-
-    def solo_rate(self, load: dict[int, float], copy: bool = False) -> Rate:
-        best = min(load, key=lambda r: self._cap(r, copy) / load[r])
-        return Rate(self._cap(best, copy) / load[best], best)
-
-    def _ring_rate(self, order: tuple[int, ...], caps: list[float] | None = None) -> Rate:
-        load = self.load((f, 1.0) for f in costs._ring_flows(order))
+    def rate(self, order: tuple[int, ...], caps: list[float] | None = None) -> Rate:
+        load = self.model.load((f, 1.0) for f in ring_flows(order))
         if caps is None:
-            return self.solo_rate(load)
+            return self.model.solo_rate(load)
         best = min(load, key=lambda r: (caps[r] if r < len(caps) else 0.0) / load[r])
         return Rate((caps[best] if best < len(caps) else 0.0) / load[best], best)
 
-    def ring_channels(self, gpus: Sequence[int]) -> tuple[tuple[tuple[int, ...], float], ...]:
+    def channels(self, gpus: Sequence[int]) -> tuple[tuple[tuple[int, ...], float], ...]:
         key = tuple(sorted(gpus))
         if key in self._ring_cache:
             return self._ring_cache[key]
-        if len(key) > costs.EXACT_RING:
-            return super().ring_channels(gpus)
+        if len(key) > EXACT_RING:
+            return super().channels(gpus)
         for f in ((a, b) for a in key for b in key if a != b):
-            self.path(f)
-        caps = [r.capacity_gbps for r in self.resources]
+            self.routes.path(f)
+        caps = [r.capacity_gbps for r in self.routes.resources]
         best = self._best_ring(key, caps, seed=True)
         assert best is not None
-        rate = self._ring_rate(best)
+        rate = self.rate(best)
         channels: list[tuple[tuple[int, ...], float]] = [(best, rate.gbps)]
-        if self.resources[rate.bottleneck].kind == "nvlink_pair" and len(key) > 2:
+        if self.routes.resources[rate.bottleneck].kind == "nvlink_pair" and len(key) > 2:
             roomy = self._best_ring(key, caps, allowed=self._is_nvlink, slack=True)
-            if roomy is not None and self._ring_rate(roomy).gbps >= rate.gbps * (1 - 1e-9):
+            if roomy is not None and self.rate(roomy).gbps >= rate.gbps * (1 - 1e-9):
                 best = roomy
                 channels = [(best, rate.gbps)]
             residual = self._residual(caps, best, rate.gbps)
-            while len(channels) < costs.MAX_RINGS:
+            while len(channels) < MAX_RINGS:
                 nxt = self._best_ring(key, residual, allowed=self._is_nvlink, slack=True)
                 if nxt is None:
                     break
-                got = self._ring_rate(nxt, residual)
+                got = self.rate(nxt, residual)
                 if got.gbps < 0.05 * rate.gbps:
                     break
                 channels.append((nxt, got.gbps))
@@ -96,27 +89,27 @@ class Reference(CostModel):
         slack: bool = False,
     ) -> tuple[int, ...] | None:
         if len(key) <= 3:
-            ok = allowed is None or all(map(allowed, costs._ring_flows(key)))
-            return key if ok and self._ring_rate(key, caps).gbps > 0 else None
+            ok = allowed is None or all(map(allowed, ring_flows(key)))
+            return key if ok and self.rate(key, caps).gbps > 0 else None
         best: tuple[int, ...] | None = None
         best_rate, best_slack = 0.0, -1.0
         if seed:
             best = self._greedy_ring(key)
-            best_rate = self._ring_rate(best).gbps
+            best_rate = self.rate(best).gbps
         load: dict[int, float] = {}
         path = [key[0]]
         left = set(key[1:])
-        budget = [costs.RING_SEARCH_NODES]
+        budget = [RING_SEARCH_NODES]
         tie = 1 - 1e-9 if slack else 1 + 1e-9
 
         def push(flow: Flow, rate: float) -> float:
-            for r, w in self.path(flow):
+            for r, w in self.routes.path(flow):
                 load[r] = load.get(r, 0.0) + w
                 rate = min(rate, caps[r] / load[r])
             return rate
 
         def pop(flow: Flow) -> None:
-            for r, w in self.path(flow):
+            for r, w in self.routes.path(flow):
                 load[r] -= w
 
         def dfs(rate: float) -> None:
@@ -132,7 +125,7 @@ class Reference(CostModel):
                     return
                 r = push(flow, rate)
                 pop(flow)
-                room = sum(caps[x] for f in costs._ring_flows(path) for x, _ in self.path(f))
+                room = sum(caps[x] for f in ring_flows(path) for x, _ in self.routes.path(f))
                 if r > best_rate * (1 + 1e-9) or (
                     slack and r >= best_rate * tie and room > best_slack
                 ):
@@ -156,7 +149,7 @@ class Reference(CostModel):
 
     def _greedy_ring(self, key: tuple[int, ...]) -> tuple[int, ...]:
         def pair_bw(a: int, b: int) -> float:
-            return self.solo_rate(self.load([((a, b), 1.0)])).gbps
+            return self.model.solo_rate(self.model.load([((a, b), 1.0)])).gbps
 
         order = [key[0]]
         left = set(key[1:])
@@ -165,7 +158,7 @@ class Reference(CostModel):
             order.append(nxt)
             left.discard(nxt)
         best = tuple(order)
-        best_rate = self._ring_rate(best).gbps
+        best_rate = self.rate(best).gbps
         if len(key) > 64:
             return best
         improved = True
@@ -174,10 +167,28 @@ class Reference(CostModel):
             for i in range(1, len(best) - 1):
                 for j in range(i + 1, len(best)):
                     cand = best[:i] + best[i : j + 1][::-1] + best[j + 1 :]
-                    r = self._ring_rate(cand).gbps
+                    r = self.rate(cand).gbps
                     if r > best_rate * 1.0001:
                         best, best_rate, improved = cand, r, True
         return best
+
+
+class Reference(CostModel):
+    """The cost model with loads and rates as first written (a dict of loads and
+    `min(load, key=...)` per rate) and the ring search above."""
+
+    ring_search = ReferenceRings
+
+    def load(self, flows: Iterable[tuple[Flow, float]]) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for flow, w in flows:
+            for r, rw in self.path(flow):
+                out[r] = out.get(r, 0.0) + w * rw
+        return out
+
+    def solo_rate(self, load: dict[int, float], copy: bool = False) -> Rate:
+        best = min(load, key=lambda r: self.capacities(copy)[r] / load[r])
+        return Rate(self.capacities(copy)[best] / load[best], best)
 
 
 def _reference(model: CostModel) -> Reference:

@@ -138,7 +138,7 @@ class GroupPrices:
         self.objective = objective
         self.wanted = plan.wanted
         self.model = objective.model
-        self.caps = self.model._caps  # resource capacities, by resource index
+        self.caps = self.model.capacities()  # resource capacities, by resource index
         self.solo_kept: dict[tuple[str, tuple[int, ...]], float] = {}
         self.bound_kept: dict[tuple[str, tuple[int, ...]], float] = {}
         self.loads: dict[tuple[int, ...], tuple[list[tuple[int, float]], float]] = {}

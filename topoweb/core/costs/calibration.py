@@ -1,0 +1,114 @@
+"""Calibration from measured runs: a nccl-tests sweep's fitted line (latency per step and bus
+bandwidth) and a p2pBandwidthLatencyTest matrix's ratios, each turned into a capacity scale and
+per-hop latency for the class that limited it."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from topoweb.core.costs.collectives import collective_cost
+from topoweb.core.costs.model import CostModel
+from topoweb.core.costs.records import RING_STEPS, Calibration
+from topoweb.core.model import NcclRun, P2PResult
+
+
+def fit_alpha_beta(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares line time = a + n / B over (bytes, time_us) rows, weighted by 1/time
+    so the many small latency-bound rows still shape `a` without the big rows' absolute
+    errors drowning them (nor the reverse, as 1/time^2 does). Returns (a in us, B in GB/s);
+    a is kept at 0 or above."""
+    pts = [(n, t) for n, t in points if t > 0]
+    if len(pts) < 2:
+        raise ValueError("calibration needs at least two timed rows")
+    w = [1 / t for _, t in pts]
+    sw = sum(w)
+    sx = sum(wi * n for wi, (n, _) in zip(w, pts, strict=True))
+    sy = sum(wi * t for wi, (_, t) in zip(w, pts, strict=True))
+    sxx = sum(wi * n * n for wi, (n, _) in zip(w, pts, strict=True))
+    sxy = sum(wi * n * t for wi, (n, t) in zip(w, pts, strict=True))
+    det = sw * sxx - sx * sx
+    if det <= 0:
+        raise ValueError("calibration rows need at least two different sizes")
+    slope = (sw * sxy - sx * sy) / det
+    a = (sy - slope * sx) / sw
+    if a < 0:  # refit through the origin
+        a, slope = 0.0, sxy / sxx
+    if slope <= 0:
+        raise ValueError("the measured times do not grow with size")
+    return a, 1 / slope / 1e3
+
+
+def calibrate_from_nccl(
+    model: CostModel, run: NcclRun, gpus: Sequence[int] | None = None
+) -> Calibration:
+    """Fit a and B from a nccl-tests sweep on `gpus` (default: the run's devices), and turn
+    them into a capacity scale and per-hop latency for the class that limited the run."""
+    if run.failed or not run.rows:
+        raise ValueError("this nccl-tests run has no usable rows")
+    if run.collective not in RING_STEPS:
+        raise ValueError(f"cannot calibrate from collective {run.collective!r}")
+    if gpus is None:
+        devices = [r.device for r in run.ranks if r.device is not None]
+        gpus = devices if len(devices) >= 2 else list(range(run.n_gpus or 0))
+    key = model.check_gpus(gpus)
+    p = len(key)
+    if p < 2:
+        raise ValueError("calibration needs a run over at least two GPUs")
+    pts = [
+        (float(r.bytes), float(r.out_of_place.time_us))
+        for r in run.rows
+        if r.out_of_place.time_us is not None and r.bytes > 0
+    ]
+    a_fit, b_line = fit_alpha_beta(pts)
+    steps, factor = RING_STEPS[run.collective]
+    b_fit = b_line * factor(p)
+    a_step = a_fit / steps(p)
+    # The fit above uses the ring (pairwise, point-to-point) step counts, so the bandwidth it
+    # corrects must be that algorithm's, even where another would win at this size.
+    algorithm = {"alltoall": "pairwise", "sendrecv": "p2p" if p == 2 else "ring"}.get(
+        run.collective, "ring"
+    )
+    if run.collective in ("broadcast", "reduce"):
+        algorithm = "ring"
+    base = collective_cost(model, run.collective, key, 1 << 30, algorithm=algorithm)
+    if algorithm == "ring" and base.protocol != "Simple":
+        base = collective_cost(model, run.collective, key, 1 << 30, algorithm, protocol="Simple")
+    cls = base.bottleneck_class
+    scale = b_fit / base.bandwidth_gbps * model.calibration.scale.get(cls, 1.0)
+    return Calibration(
+        {cls: scale},
+        {cls: a_step},
+        (
+            f"nccl-tests {run.collective} on GPUs {list(key)}: "
+            f"a={a_step:.2f} us per step, B={b_fit:.1f} GB/s ({cls})",
+        ),
+    )
+
+
+def calibrate_from_p2p(model: CostModel, result: P2PResult) -> Calibration:
+    """Per class, the median ratio of measured to predicted unidirectional copy bandwidth
+    (P2P=Enabled matrix) and the median measured GPU latency."""
+    uni = result.matrices.get("unidirectional_p2p_enabled_gbps")
+    if uni is None:
+        raise ValueError("the p2p result has no unidirectional P2P=Enabled matrix")
+    lat = result.matrices.get("latency_gpu_p2p_enabled_us")
+    ratios: dict[str, list[float]] = {}
+    lats: dict[str, list[float]] = {}
+    n = len(uni)
+    for i in range(n):
+        for j in range(n):
+            if i == j or i not in model.gpu_ids or j not in model.gpu_ids:
+                continue
+            rate = model.solo_rate(model.copy_load([((i, j), 1.0)]), copy=True)
+            cls = model.resources[rate.bottleneck].cls
+            ratios.setdefault(cls, []).append(uni[i][j] / rate.gbps)
+            if lat is not None:
+                lats.setdefault(cls, []).append(lat[i][j])
+    if not ratios:
+        raise ValueError("the p2p result shares no GPU pair with this topology")
+    return Calibration(
+        {c: statistics.median(v) * model.calibration.scale.get(c, 1.0) for c, v in ratios.items()},
+        {c: statistics.median(v) for c, v in lats.items()},
+        (f"p2pBandwidthLatencyTest over {n} GPUs",),
+    )
