@@ -11,9 +11,10 @@ COPY requirements.txt ./
 RUN pip install --no-cache-dir -r requirements.txt
 COPY . .
 COPY --from=assets /src/frontend/node_modules ./frontend/node_modules
-# collectstatic needs a key to import settings; it is not used for anything else here.
-RUN SECRET_KEY=collectstatic-only python manage.py collectstatic --noinput
+# collectstatic needs a key and hosts to import settings; they are not used for anything else.
+RUN SECRET_KEY=collectstatic-only ALLOWED_HOSTS=localhost python manage.py collectstatic --noinput
 RUN useradd --system --home /app topoweb && chown -R topoweb /app
 USER topoweb
 EXPOSE 8000
-CMD ["gunicorn", "topoweb.config.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]
+# topoweb/config/gunicorn.py: bind, workers (WEB_CONCURRENCY) and metrics summed over them.
+CMD ["gunicorn", "-c", "python:topoweb.config.gunicorn", "topoweb.config.wsgi:application"]

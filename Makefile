@@ -32,6 +32,9 @@ $(CHROMIUM):
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 
+# The settings default to production (DEBUG off, SECRET_KEY and ALLOWED_HOSTS required):
+# `make run` asks for the development ones explicitly.
+run: export DEBUG := 1
 run: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py load_demo

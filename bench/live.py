@@ -53,6 +53,8 @@ def live_server(workers: int = 4, port: int | None = None, **settings: str) -> I
         "DATABASE_URL": bench_url,
         "DEBUG": "0",
         "SECRET_KEY": "bench-only",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "TOPOWEB_PLAIN_HTTP": "1",
         "TOPOWEB_INGEST_RATE": "100000/min",
         "TOPOWEB_QUERY_RATE": "10000000/min",
         "LOG_LEVEL": "WARNING",
@@ -113,6 +115,7 @@ def sqlite_env(database: Path) -> dict[str, str]:
         "REDIS_URL": "",
         "TOPOWEB_PUBLIC_READ": "1",
         "DJANGO_SETTINGS_MODULE": "topoweb.config.settings",
+        "DEBUG": "1",  # a development server, as `make run` starts it
     }
 
 

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -42,6 +43,7 @@ def environment(**overrides: str) -> dict[str, str]:
         "DEBUG": "0",
         "SECRET_KEY": "fault-tests-only",
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "TOPOWEB_PLAIN_HTTP": "1",
         "STATICFILES_BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage",
         "TOPOWEB_METRICS_TOKEN": METRICS_TOKEN,
         "LOG_LEVEL": "ERROR",
@@ -163,10 +165,11 @@ def call(
     body: Any = None,
     method: str | None = None,
     timeout: float = 60,
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, bytes, dict[str, str]]:
     """Status, body and headers of one request (JSON body when given)."""
     data = json.dumps(body).encode() if body is not None else None
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", **(headers or {})}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(url, data=data, headers=headers, method=method)
@@ -175,3 +178,78 @@ def call(
             return int(response.status), response.read(), dict(response.headers)
     except urllib.error.HTTPError as exc:
         return int(exc.code), exc.read(), dict(exc.headers)
+
+
+class TcpProxy:
+    """A TCP relay on a local port to a real service (PostgreSQL, Redis), which the test can
+    take down (every connection cut, new ones refused) and bring back on the same port: the
+    service really goes away for whoever talks through the relay, and for nobody else."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = free_port()
+        self.listener: socket.socket | None = None
+        self.open: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.up()
+
+    def up(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self.listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def down(self) -> None:
+        with self.lock:
+            if self.listener is not None:
+                # shutdown wakes the thread blocked in accept(); close alone would not.
+                try:
+                    self.listener.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                self.listener.close()
+                self.listener = None
+            for sock in self.open:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sock.close()
+            self.open.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # closed by down()
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self.lock:
+                if self.listener is not listener:  # taken down meanwhile
+                    client.close()
+                    upstream.close()
+                    return
+                self.open += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass

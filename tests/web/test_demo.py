@@ -80,6 +80,7 @@ def test_without_a_broker_ingest_is_quiet(tmp_path: Any) -> None:
         **os.environ,
         "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
         "DJANGO_SETTINGS_MODULE": "topoweb.config.settings",
+        "DEBUG": "1",  # as `make run` sets it
     }
     env.pop("REDIS_URL")
     topo = FIXTURES / "topo_41_rtx5090-2gpu-phb-blackwell-consumer.txt"

@@ -25,6 +25,7 @@ from collector.cli import build_parser
 ROOT = Path(__file__).resolve().parent.parent.parent
 VENV_BIN = Path(sys.executable).parent
 APP_SERVICES = ("web", "worker", "worker-analysis", "beat")  # the ones built from this repository
+REQUIRED = {"SECRET_KEY": "compose-test-key", "TOPOWEB_METRICS_TOKEN": "compose-metrics-token"}
 
 
 # ---------------------------------------------------------------- reading the files
@@ -64,7 +65,7 @@ def interpolate(value: Any, env: dict[str, str]) -> Any:
 def compose(env: dict[str, str] | None = None) -> dict[str, Any]:
     text = (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
     document = yaml.safe_load(text)  # `<<: *app` merges are resolved by the loader
-    return interpolate(document, {"SECRET_KEY": "compose-test-key"} if env is None else env)
+    return interpolate(document, REQUIRED if env is None else env)
 
 
 def services() -> dict[str, Any]:
@@ -161,9 +162,21 @@ def test_the_app_services_get_the_database_redis_and_secret_key_from_the_environ
     assert found["web"]["environment"]["DEBUG"] == "0"
 
 
-def test_compose_refuses_to_start_without_a_secret_key() -> None:
-    with pytest.raises(ComposeError, match="SECRET_KEY"):
-        compose(env={})
+@pytest.mark.parametrize("variable", sorted(REQUIRED))
+def test_compose_refuses_to_start_without_a_secret_key_or_a_metrics_token(variable: str) -> None:
+    with pytest.raises(ComposeError, match=variable):
+        compose(env={name: value for name, value in REQUIRED.items() if name != variable})
+
+
+def test_the_stack_is_production_shaped_unless_told_it_is_plain_http() -> None:
+    found = services()
+    for name in APP_SERVICES:
+        environment = found[name]["environment"]
+        assert environment["DEBUG"] == "0", name
+        assert environment["TOPOWEB_PLAIN_HTTP"] == "0", name
+        assert environment["TOPOWEB_METRICS_TOKEN"] == "compose-metrics-token", name
+    plain = compose(REQUIRED | {"TOPOWEB_PLAIN_HTTP": "1"})["services"]["web"]["environment"]
+    assert plain["TOPOWEB_PLAIN_HTTP"] == "1"
 
 
 def test_every_variable_compose_sets_is_one_the_settings_read() -> None:
@@ -178,7 +191,7 @@ def test_every_variable_compose_sets_is_one_the_settings_read() -> None:
 def test_the_database_url_reaches_the_postgres_service_with_its_credentials(
     password: str | None,
 ) -> None:
-    env = {"SECRET_KEY": "k"} | ({"POSTGRES_PASSWORD": password} if password else {})
+    env = REQUIRED | ({"POSTGRES_PASSWORD": password} if password else {})
     found = compose(env)["services"]
     database = environ.Env.db_url_config(found["web"]["environment"]["DATABASE_URL"])
     postgres = found["postgres"]["environment"]
@@ -205,14 +218,17 @@ def test_gunicorn_and_celery_are_console_scripts_pinned_in_requirements() -> Non
         assert importlib.metadata.version(program) == pins[program]
 
 
-def test_web_migrates_then_serves_the_wsgi_application_with_gunicorn() -> None:
+def test_web_migrates_then_serves_the_wsgi_application_with_the_projects_gunicorn_config() -> None:
     migrate, gunicorn = command_parts(services()["web"])
     assert migrate == ["python", "manage.py", "migrate", "--noinput"]
     assert (ROOT / "manage.py").is_file() and "migrate" in get_commands()
-    assert gunicorn[:2] == ["gunicorn", "topoweb.config.wsgi:application"]
-    assert gunicorn[gunicorn.index("--bind") + 1] == "0.0.0.0:8000"
+    assert gunicorn == [
+        "gunicorn", "-c", "python:topoweb.config.gunicorn", "topoweb.config.wsgi:application"
+    ]  # fmt: skip
+    config = importlib.import_module("topoweb.config.gunicorn")
+    assert config.bind == "0.0.0.0:8000"  # without TOPOWEB_BIND, as in compose
     assert services()["web"]["ports"] == ["8000:8000"]
-    module, _, attribute = gunicorn[1].partition(":")
+    module, _, attribute = gunicorn[-1].partition(":")
     assert callable(getattr(importlib.import_module(module), attribute))
 
 
@@ -260,9 +276,11 @@ def test_worker_and_beat_run_celery_on_the_project_app() -> None:
         assert check[1].endswith(f"--destination {queue}@$(hostname)")
     queues = {q.name for q in settings.CELERY_TASK_QUEUES}
     assert queues == {"default", "analysis"}
-    # Beat's healthcheck looks for the schedule file that beat is told to write.
+    # Beat's healthcheck reads the age of the schedule file beat is told to write (run in
+    # tests/web/test_deploy_stack.py).
     schedule = beat[beat.index("--schedule") + 1]
-    assert found["beat"]["healthcheck"]["test"][-1] == f"test -f {schedule}"
+    assert found["beat"]["healthcheck"]["test"][:3] == ["CMD", "python", "-c"]
+    assert f"glob.glob('{schedule}*')" in found["beat"]["healthcheck"]["test"][3]
 
 
 def test_the_celery_app_has_the_tasks_and_a_beat_schedule_for_the_sweeps() -> None:
@@ -293,7 +311,7 @@ def run_web_probe(server_url: str, allowed_hosts: str) -> subprocess.CompletedPr
     """The web healthcheck's own command, aimed at SERVER_URL instead of the container's :8000."""
     probe = services()["web"]["healthcheck"]["test"]
     assert probe[:3] == ["CMD", "python", "-c"]
-    assert "http://127.0.0.1:8000/healthz" in probe[3]
+    assert "http://127.0.0.1:8000/readyz" in probe[3]
     return subprocess.run(
         [sys.executable, "-c", probe[3].replace("http://127.0.0.1:8000", server_url)],
         env={"PATH": os.environ["PATH"], "ALLOWED_HOSTS": allowed_hosts},
@@ -308,6 +326,7 @@ def run_web_probe(server_url: str, allowed_hosts: str) -> subprocess.CompletedPr
 def test_the_web_healthcheck_passes_whatever_public_name_allowed_hosts_gives(
     live_server: Any, settings: Any, allowed_hosts: str
 ) -> None:
+    # The probes answer before the Host check: Kubernetes probes by the pod's address.
     settings.ALLOWED_HOSTS = allowed_hosts.split(",")  # as settings.py reads the same variable
 
     probe = run_web_probe(live_server.url, allowed_hosts)
@@ -316,15 +335,15 @@ def test_the_web_healthcheck_passes_whatever_public_name_allowed_hosts_gives(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_web_healthcheck_fails_when_healthz_does_not_answer_200(
+def test_the_web_healthcheck_fails_when_readyz_does_not_answer_200(
     live_server: Any, settings: Any
 ) -> None:
-    settings.ALLOWED_HOSTS = ["other.example.org"]  # the probe's Host is refused: 400
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there: not ready
 
-    probe = run_web_probe(live_server.url, "topoweb.example.org")
+    probe = run_web_probe(live_server.url, "localhost")
 
     assert probe.returncode != 0
-    assert "HTTP Error 400" in probe.stderr
+    assert "HTTP Error 503" in probe.stderr
 
 
 # ---------------------------------------------------------------- Dockerfile
@@ -349,7 +368,7 @@ def test_every_file_the_dockerfile_copies_from_the_repository_exists() -> None:
 
 def test_the_image_serves_the_same_wsgi_application_by_default() -> None:
     (cmd,) = [args for _, keyword, args in dockerfile_instructions() if keyword == "CMD"]
-    assert yaml.safe_load(cmd)[:2] == ["gunicorn", "topoweb.config.wsgi:application"]
+    assert yaml.safe_load(cmd) == command_parts(services()["web"])[1]
     assert ("EXPOSE", "8000") in [(k, a) for _, k, a in dockerfile_instructions()]
 
 

@@ -33,10 +33,24 @@ def scrape(client: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     }
 
 
-def test_healthz_answers_ok_when_the_database_does(client: Any) -> None:
-    response = client.get("/healthz")
+def test_healthz_and_readyz_answer_ok_when_the_database_and_redis_do(client: Any) -> None:
+    for probe in ("/healthz", "/readyz"):
+        response = client.get(probe)
 
-    assert (response.status_code, response.json()) == (200, {"status": "ok"})
+        assert (response.status_code, response.json()) == (200, {"status": "ok"}), probe
+
+
+def test_healthz_does_no_io_and_readyz_names_what_is_down(
+    client: Any, settings: Any, django_assert_num_queries: Any
+) -> None:
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    with django_assert_num_queries(0):
+        assert client.get("/healthz").status_code == 200
+
+    response = client.get("/readyz")
+
+    assert response.status_code == 503
+    assert list(response.json()["problems"]) == ["redis"]
 
 
 def test_metrics_count_ingest_outcomes_and_analyses(client: Any, collector_client: Any) -> None:

@@ -183,10 +183,11 @@ def test_with_the_database_down_reports_answer_503_and_are_stored_when_it_is_bac
     dead = f"postgres://{params['USER']}@127.0.0.1:1/{params['NAME']}"
     with live.gunicorn(1, DATABASE_URL=dead, PROMETHEUS_MULTIPROC_DIR=str(tmp_path)) as (base, _):
         status, answer, headers = live.call(f"{base}/api/v1/reports", token, body)
-        health = live.call(f"{base}/healthz")[0]
+        alive = live.call(f"{base}/healthz")[0]
+        ready = live.call(f"{base}/readyz")[0]
         metrics = live.call(f"{base}/metrics", live.METRICS_TOKEN)[0]
 
-    assert (status, health, metrics) == (503, 503, 200)
+    assert (status, alive, ready, metrics) == (503, 200, 503, 200)
     assert b'"unavailable"' in answer
     assert headers["Retry-After"] == "30"
     assert not Snapshot.objects.exists()

@@ -18,7 +18,7 @@ from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.paginator import Page
 from django.core.paginator import Paginator as DjangoPaginator
 from django.core.validators import RegexValidator
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError
 from django.db.models import Count, QuerySet, Window
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.urls import Resolver404, resolve
@@ -205,16 +205,6 @@ def json_500(request: HttpRequest) -> HttpResponse:
     if request.path.startswith("/api/"):
         return JsonResponse(error_body("server_error", "Internal server error."), status=500)
     return server_error(request)
-
-
-def healthz(request: HttpRequest) -> HttpResponse:
-    """Liveness for load balancers and the compose healthcheck: the database answers."""
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-    except DatabaseError as exc:
-        return JsonResponse(error_body("unavailable", f"database: {exc}"), status=503)
-    return JsonResponse({"status": "ok"})
 
 
 class Pagination(PageNumberPagination):

@@ -1,12 +1,14 @@
 """topoweb settings: one module, driven by the environment.
 
-Defaults work on a fresh checkout (SQLite, Celery eager when REDIS_URL is unset). Production
-sets DATABASE_URL, REDIS_URL, SECRET_KEY, ALLOWED_HOSTS and DEBUG=0."""
+Production is the default (DEBUG off; SECRET_KEY and ALLOWED_HOSTS required; secure cookies and
+HSTS). DEBUG=1 gives the development defaults `make run` uses: SQLite, Celery eager when
+REDIS_URL is unset, a local key and hosts, plain HTTP."""
 
 import warnings
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 from kombu.entity import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -15,16 +17,33 @@ env = environ.Env()
 if (BASE_DIR / ".env").exists():
     environ.Env.read_env(BASE_DIR / ".env")
 
-DEBUG = env.bool("DEBUG", default=True)
-# The fallback key is only for local development; production must set SECRET_KEY.
-SECRET_KEY = env.str("SECRET_KEY", default="dev-only-insecure-key" if DEBUG else environ.Env.NOTSET)
-ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
+# Production is the default: DEBUG off, and no start without SECRET_KEY and ALLOWED_HOSTS
+# (a deploy that forgets one must not serve tracebacks or sign with a known key). `make run`
+# and the development scripts set DEBUG=1, which brings the local defaults below.
+DEBUG = env.bool("DEBUG", default=False)
+if DEBUG:
+    SECRET_KEY = env.str("SECRET_KEY", default="dev-only-insecure-key")
+    ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
+else:
+    for _required in ("SECRET_KEY", "ALLOWED_HOSTS"):
+        if not env.str(_required, default=""):
+            raise ImproperlyConfigured(
+                f"{_required} must be set when DEBUG is off (production); "
+                "set DEBUG=1 for a development server"
+            )
+    SECRET_KEY = env.str("SECRET_KEY")
+    ALLOWED_HOSTS = env.list("ALLOWED_HOSTS")
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
-if env.bool("TOPOWEB_BEHIND_TLS_PROXY", default=False):
-    # The proxy terminates TLS and says so in X-Forwarded-Proto; cookies then travel only
-    # over HTTPS.
+# Production is served over HTTPS, by a TLS-terminating proxy in front of gunicorn (which
+# speaks plain HTTP): cookies travel only over HTTPS, browsers are told to keep to HTTPS
+# (HSTS), and the proxy's X-Forwarded-Proto says whether a request came in over TLS (the proxy
+# must set it, overwriting what a client sent). Only an explicit TOPOWEB_PLAIN_HTTP=1 (or
+# DEBUG) turns this off, for a deployment reached over plain HTTP.
+TOPOWEB_PLAIN_HTTP = env.bool("TOPOWEB_PLAIN_HTTP", default=DEBUG)
+if not TOPOWEB_PLAIN_HTTP:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env.int("TOPOWEB_HSTS_SECONDS", default=365 * 24 * 3600)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -44,6 +63,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "topoweb.config.probes.ProbeMiddleware",
     "topoweb.config.metrics.RequestLatencyMiddleware",
     "topoweb.config.api.NulInPathMiddleware",
     "topoweb.config.api.ApiTrailingSlashMiddleware",
@@ -183,6 +203,8 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env.float("TOPOWEB_SWEEP_EVERY_S", default=60.0),
     },
 }
+# Beat writes its schedule file after every task it sends: the file's age is its health check.
+CELERY_BEAT_SYNC_EVERY = 1
 
 # --- cache --------------------------------------------------------------------------------
 # Throttle counters (shared by every gunicorn worker) and the analysis counts /metrics serves

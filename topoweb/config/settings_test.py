@@ -4,6 +4,10 @@ fast password hashing and plain static storage."""
 import os
 
 os.environ.setdefault("SECRET_KEY", "test-only-key")
+os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
+# The live servers and browsers of the tests speak plain HTTP; the production cookie and HSTS
+# settings are tested on the settings module itself (tests/web/test_deploy_stack.py).
+os.environ.setdefault("TOPOWEB_PLAIN_HTTP", "1")
 
 from topoweb.config.settings import *  # noqa: E402,F403
 from topoweb.config.settings import DATABASES, env  # noqa: E402

@@ -11,7 +11,7 @@ from topoweb.api import exports as export_apis
 from topoweb.api import ingest as ingest_apis
 from topoweb.api import pages as page_apis
 from topoweb.api import reads as apis
-from topoweb.config.api import api_not_found, healthz
+from topoweb.config.api import api_not_found
 from topoweb.config.metrics import metrics_view
 from topoweb.health import urls as health_urls
 
@@ -86,7 +86,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include((api_v1, "api"))),
     path("metrics", metrics_view, name="metrics"),
-    path("healthz", healthz, name="healthz"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
