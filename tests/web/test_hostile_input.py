@@ -10,7 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from tests import synthetic
-from tests.web.conftest import report
+from tests.web.conftest import fixture_text, report
 from topoweb.core.formats import ncclxml, topo
 from topoweb.fleet.models import Snapshot
 
@@ -68,3 +68,88 @@ def test_a_matrix_of_577_gpus_is_refused_before_it_is_parsed(
     refused(client.post("/api/v1/reports", body, format="json"), 413, "65 GPUs")
     body = report("big", topo_text=synthetic.many_nics(8, 700))
     refused(client.post("/api/v1/reports", body, format="json"), 413, "TOPOWEB_MAX_DEVICES")
+
+
+H200 = "topo_01_h200-8gpu-12nic-numaid.txt"
+
+
+def h200(old: str, new: str, count: int = 1) -> str:
+    text = fixture_text(H200)
+    assert old in text
+    return text.replace(old, new, count)
+
+
+def parse_refused(response: Any, line: int, *words: str) -> None:
+    assert response.status_code == 400, response.content[:400]
+    error = response.json()["error"]
+    assert error["code"] == "parse_error" and error["line"] == line, error
+    for word in words:
+        assert word in error["message"], error["message"]
+
+
+def test_a_cpu_affinity_past_any_machine_is_refused_naming_the_field_and_line(
+    collector_client: Any,
+) -> None:
+    client = collector_client("aff")
+    body = report("aff", topo_text=h200("0-55,112-167", "0-999999999999"))
+    parse_refused(client.post("/api/v1/reports", body, format="json"), 3, "CPU Affinity", "GPU0")
+    body = report("aff", topo_text=h200("\t0\t\tN/A", "\t99999\t\tN/A"))
+    parse_refused(client.post("/api/v1/reports", body, format="json"), 3, "NUMA Affinity")
+    assert not Snapshot.objects.exists()
+
+
+def test_a_stored_affinity_from_before_the_check_does_not_hold_the_gres_export(
+    collector_client: Any, reader: APIClient
+) -> None:
+    client = collector_client("aff")
+    assert client.post("/api/v1/reports", report("aff", H200), format="json").status_code == 201
+    snapshot = Snapshot.objects.get()
+    document = snapshot.document
+    for device in document["devices"]:
+        if device["kind"] == "gpu":
+            device["cpu_affinity"] = "0-999999999999"
+    Snapshot.objects.filter(pk=snapshot.pk).update(document=document)
+
+    for fmt in ("gres", "nccl-xml"):
+        response = reader.get(f"/api/v1/servers/aff/export/{fmt}/")
+        assert response.status_code == 200, (fmt, response.content[:300])
+    gres = reader.get("/api/v1/servers/aff/export/gres/").content.decode()
+    assert not [line for line in gres.splitlines() if line.startswith("Name=") and "Cores=" in line]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line", "words"),
+    [
+        ("NIC0: mlx5_0", "NIC0: <mlx5_0>", 36, ("NIC legend", "NIC0")),
+        ("NIC0: mlx5_0", "NIC0: " + "m" * 10_000, 36, ("10000 characters",)),
+        ("NIC11\t", "<b>x</b>\t", 22, ("device",)),
+    ],
+)
+def test_names_and_cells_an_export_cannot_carry_are_refused_at_ingest(
+    collector_client: Any, old: str, new: str, line: int, words: tuple[str, ...]
+) -> None:
+    client = collector_client("names")
+    body = report("names", topo_text=h200(old, new, 2))
+    parse_refused(client.post("/api/v1/reports", body, format="json"), line, *words)
+    assert not Snapshot.objects.exists()
+
+
+def test_a_bundle_of_999999999_nvlinks_is_refused_naming_the_line(collector_client: Any) -> None:
+    text = h200("GPU0\t X \tNV18", "GPU0\t X \tNV999999999")
+    text = text.replace("GPU1\tNV18", "GPU1\tNV999999999", 1)
+    client = collector_client("nv")
+    response = client.post("/api/v1/reports", report("nv", topo_text=text), format="json")
+    parse_refused(response, 3, "NV999999999")
+
+
+def test_an_nccl_xml_whose_attributes_nccl_cannot_read_is_refused_naming_the_line(
+    collector_client: Any,
+) -> None:
+    text = synthetic.nccl_xml(2, nvlinks=1).replace('arch="x86_64"', 'arch="&lt;x86&gt;"')
+    client = collector_client("xml")
+    parse_refused(
+        client.post("/api/v1/reports", report("xml", topo_text=text), format="json"), 2, "arch"
+    )
+    forged = synthetic.nccl_xml(2, nvlinks=1).replace('count="1"', 'count="999999999"')
+    response = client.post("/api/v1/reports", report("xml", topo_text=forged), format="json")
+    parse_refused(response, 4, "999999999 NVLinks")

@@ -20,6 +20,15 @@ LINK_CLASS_ORDER: tuple[str, ...] = ("X", "NV", "PIX", "PXB", "PHB", "NODE", "SY
 PCIE_CLASSES: tuple[str, ...] = ("PIX", "PXB", "PHB", "NODE", "SYS")
 
 _NV_RE = re.compile(r"^NV(\d+)$")
+# Past any real bundle (NV18 today): a count that only a forged report carries.
+MAX_NVLINKS = 99
+# Linux's limits: CONFIG_NR_CPUS at most 8192, MAX_NUMNODES 1024.
+MAX_CPU_ID = 8191
+MAX_NUMA_NODE = 1023
+# What a device may be called (matrix labels, NIC legend names, NCCL XML net names): the
+# spellings real hosts use (GPU0, NIC3, mlx5_bond_0, ibp12s0, eth0, 0000:18:00.0), short
+# enough for every export and free of markup.
+DEVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}\Z")
 # Old drivers spell the socket link SOC; today it is SYS.
 _ALIASES = {"SOC": "SYS"}
 
@@ -36,7 +45,7 @@ def normalise_link_class(token: str) -> str | None:
     if token in LINK_CLASS_ORDER and token != "NV":
         return token
     match = _NV_RE.match(token)
-    if match and int(match.group(1)) > 0:
+    if match and 0 < int(match.group(1)) <= MAX_NVLINKS:
         return token
     return None
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from topoweb.core.formats.ncclxml import cpulist, normalise_busid
 from topoweb.core.hierarchy import recover_hierarchy
-from topoweb.core.model import Topology, nvlink_count
+from topoweb.core.model import MAX_CPU_ID, Topology, nvlink_count
 
 LABEL_PREFIX = "topoweb.io/"
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -133,6 +133,9 @@ def _cpus(text: str | None) -> set[int] | None:
     out: set[int] = set()
     for part in text.split(","):
         lo, _, hi = part.partition("-")
+        # A stored value from before ingest checked it may name CPUs no machine has.
+        if len(hi or lo) > 5 or int(hi or lo) > MAX_CPU_ID:
+            return None
         out.update(range(int(lo), int(hi or lo) + 1))
     return out
 

@@ -25,7 +25,15 @@ from xml.parsers import expat
 from topoweb.core.catalogue import infer_generation
 from topoweb.core.formats.errors import ParseError
 from topoweb.core.hierarchy import recover_hierarchy
-from topoweb.core.model import Device, Link, Topology, nvlink_count
+from topoweb.core.model import (
+    DEVICE_NAME,
+    MAX_CPU_ID,
+    MAX_NVLINKS,
+    Device,
+    Link,
+    Topology,
+    nvlink_count,
+)
 
 MAX_XML_CHARS = 4 * 2**20  # a 64-GPU dump is ~100 kB; NCCL itself stops at a few thousand nodes
 MAX_XML_NODES = 20_000
@@ -109,6 +117,14 @@ def _read_tree(text: str) -> tuple[_Node, list[str]]:
         count += 1
         if count > MAX_XML_NODES:
             raise _Refused(f"more than {MAX_XML_NODES} elements", line())
+        for key, value in attrs.items():
+            if not writable(value):
+                shown = value if len(value) <= 40 else value[:40] + "..."
+                raise _Refused(
+                    f"<{tag}> attribute {key}={shown!r} ({len(value)} characters): NCCL's "
+                    'reader takes no `" < > &` or newline and at most 255 characters',
+                    line(),
+                )
         node = _Node(tag, dict(attrs), line(), stack[-1] if stack else None)
         if stack:
             stack[-1].children.append(node)
@@ -197,8 +213,9 @@ def _int(value: str | None) -> int | None:
 
 def cpulist_from_mask(mask: str) -> str | None:
     """`00000000,00ffffff` (NCCL's and sysfs's cpumap) -> `0-23`, nvidia-smi's spelling."""
-    digits = mask.replace(",", "").strip()
-    if not digits or not re.fullmatch(r"[0-9a-fA-F]+", digits):
+    digits = mask.replace(",", "").strip().lstrip("0") or "0"
+    # A mask past the highest CPU Linux numbers is no machine's (and its bits are walked).
+    if not re.fullmatch(r"[0-9a-fA-F]+", digits) or len(digits) * 4 > MAX_CPU_ID + 1:
         return None
     value = int(digits, 16)
     cpus = [i for i in range(value.bit_length()) if value >> i & 1]
@@ -227,7 +244,11 @@ def mask_from_cpulist(cpulist: str) -> str | None:
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if not m:
             return None
+        if len(m.group(2) or m.group(1)) > 5:  # a stored value from before ingest checked it
+            return None
         lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi > MAX_CPU_ID:
+            return None
         for c in range(lo, hi + 1):
             value |= 1 << c
     if not value:
@@ -361,6 +382,15 @@ def parse(text: str) -> Topology:
     if len({g.busid for g in gpus}) != len(gpus):
         raise ParseError("two GPUs share one PCI bus id", line=gpus[0].node.line)
 
+    for ep in nics:
+        name = ep.name or ep.busid
+        if name is not None and not DEVICE_NAME.match(name):
+            shown = name if len(name) <= 40 else name[:40] + "..."
+            raise ParseError(
+                f"NIC name {shown!r} ({len(name)} characters) is not a device name: letters, "
+                "digits, `_ . : -`, at most 64 characters",
+                line=ep.node.line,
+            )
     ids: dict[int, str] = {}
     devices: list[Device] = []
     details_devices: dict[str, Any] = {}
@@ -392,6 +422,11 @@ def parse(text: str) -> Topology:
     for i, a in enumerate(eps):
         for b in eps[i + 1 :]:
             nv = nvlinks.between(a, b) if a.kind == b.kind == "gpu" else 0
+            if nv > MAX_NVLINKS:
+                raise ParseError(
+                    f"{nv} NVLinks between two GPUs; no machine has more than {MAX_NVLINKS}",
+                    line=a.node.line,
+                )
             cls = f"NV{nv}" if nv else _pcie_class(a, b, cpus)
             links.append(Link(ids[id(a)], ids[id(b)], cls))
     details = {
@@ -553,11 +588,22 @@ def _write(node: dict[str, Any], indent: int, out: list[str]) -> None:
     out.append(f"{' ' * indent}</{node['tag']}>")
 
 
+_UNWRITABLE = re.compile(r'["<>&\n]')
+
+
 def _safe(value: Any) -> str:
+    """An attribute value NCCL's reader takes (src/graph/xml.cc knows no entities and stops at
+    255 characters). Ingest refuses values that are not (`writable`); one stored before it
+    did is written with those characters replaced, so the export still answers."""
     text = str(value)
-    if any(ch in text for ch in '"<>&\n') or len(text) > 255:
-        raise ValueError(f"attribute value {text!r} cannot be written for NCCL's XML reader")
-    return text
+    if writable(text):
+        return text
+    return _UNWRITABLE.sub("_", text)[:255]
+
+
+def writable(text: str) -> bool:
+    """Whether an attribute value can be written for NCCL's reader as it is."""
+    return len(text) <= 255 and _UNWRITABLE.search(text) is None
 
 
 def _el(

@@ -34,11 +34,19 @@ from dataclasses import dataclass, replace
 from typing import cast
 
 from topoweb.core.formats.errors import ParseError
-from topoweb.core.model import Device, Link, Topology, normalise_link_class
+from topoweb.core.model import (
+    DEVICE_NAME,
+    MAX_CPU_ID,
+    MAX_NUMA_NODE,
+    Device,
+    Link,
+    Topology,
+    normalise_link_class,
+)
 
 # One link class at the start of a run of glued cells; longest spellings first so that
 # `NODEPIX` splits as NODE+PIX. `X` is the diagonal.
-_CELL_PIECE = re.compile(r"NODE|SYS|SOC|PHB|PXB|PIX|NV[1-9]\d*|X")
+_CELL_PIECE = re.compile(r"NODE|SYS|SOC|PHB|PXB|PIX|NV[1-9]\d?(?!\d)|X")
 _HEADER_GPU = re.compile(r"GPU\d+")
 _COLUMN_LABEL = re.compile(r"CPU\s+Affinity|NUMA\s+Affinity|GPU\s+NUMA\s+ID")
 _NIC_LEGEND_ENTRY = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
@@ -377,9 +385,11 @@ def _place_values(
     return tuple(values)
 
 
-# Linux's limits: CONFIG_NR_CPUS at most 8192, MAX_NUMNODES 1024.
-_MAX_CPU = 8191
-_MAX_NODE = 1023
+_MAX_CPU = MAX_CPU_ID
+_MAX_NODE = MAX_NUMA_NODE
+_NODE_LIST = re.compile(
+    r"(0|[1-9]\d{0,3})(-(0|[1-9]\d{0,3}))?(,(0|[1-9]\d{0,3})(-(0|[1-9]\d{0,3}))?)*\Z"
+)
 _CPU_ITEM = re.compile(r"(0|[1-9]\d*)(?:-(0|[1-9]\d*))?\Z")
 _NODE_ID = re.compile(r"(0|[1-9]\d*|N/A)\Z")
 # Past this many joint readings the repair gives up (and withholds) rather than search.
@@ -553,13 +563,52 @@ def _read_nic_legend(lines: list[str], start: int) -> dict[str, str]:
     """`NIC<n>: mlx5_<m>` entries after the matrix, up to the next command's output."""
     names: dict[str, str] = {}
     # The substring tests spare a regex on lines that cannot match it (most of them).
-    for line in lines[start:]:
+    for number, line in enumerate(lines[start:], start + 1):
         if "nvidia-smi" in line or ("GPU" in line and _HEADER_GPU.search(line)):
             break
         match = _NIC_LEGEND_ENTRY.match(line) if "NIC" in line else None
         if match:
+            _check_name(match.group(2), f"the NIC legend's name for {match.group(1)}", number)
             names.setdefault(match.group(1), match.group(2))
     return names
+
+
+def _check_name(name: str, what: str, line: int) -> None:
+    if not DEVICE_NAME.match(name):
+        shown = name if len(name) <= 40 else name[:40] + "..."
+        raise ParseError(
+            f"{what} {shown!r} ({len(name)} characters) is not a device name: letters, "
+            "digits, `_ . : -`, at most 64 characters",
+            line=line,
+        )
+
+
+def _check_row(row: _Row, cpu: str | None, numa: str | None, gpu_numa: str | None) -> None:
+    """A row's label and affinity values as a machine can print them: a later export
+    (gres.conf, the NCCL XML) expands the CPU list and writes every name."""
+    _check_name(row.label, "device", row.line)
+    if cpu is not None and _cpu_intervals(cpu) is None:
+        raise ParseError(
+            f"row {row.label}, CPU Affinity: {cpu[:40]!r} is not a list of CPUs "
+            f"(ascending, 0-{MAX_CPU_ID})",
+            line=row.line,
+        )
+    if numa is not None and not (
+        _NODE_LIST.match(numa) and all(int(n) <= MAX_NUMA_NODE for n in re.split("[,-]", numa))
+    ):
+        raise ParseError(
+            f"row {row.label}, NUMA Affinity: {numa[:40]!r} is not a list of NUMA nodes "
+            f"(0-{MAX_NUMA_NODE})",
+            line=row.line,
+        )
+    if gpu_numa is not None and not (
+        _NODE_ID.match(gpu_numa) and (gpu_numa == "N/A" or int(gpu_numa) <= MAX_NUMA_NODE)
+    ):
+        raise ParseError(
+            f"row {row.label}, GPU NUMA ID: {gpu_numa[:40]!r} is not a NUMA node "
+            f"(0-{MAX_NUMA_NODE})",
+            line=row.line,
+        )
 
 
 # Links are immutable and a fleet repeats the same few matrices: one object per distinct link.
@@ -598,6 +647,7 @@ def _build(
         cpu = None if cpu_at is None else values[cpu_at]
         numa = None if numa_at is None else values[numa_at]
         gpu_numa = None if gpu_numa_at is None else values[gpu_numa_at]
+        _check_row(row, cpu, numa, gpu_numa)
         # `GPU<n>` (what the regex GPU(\d+)\Z matched: \d is isdecimal), for a fifth of its cost.
         if row.label[:3] == "GPU" and row.label[3:].isdecimal():
             device = _device(row.label, "gpu", int(row.label[3:]), cpu, numa, gpu_numa, None)
