@@ -6,18 +6,11 @@
 
 import { el, clear, fmtNumber } from "./api.js";
 
-// Each class has a colour AND a line pattern AND a text label, so colour never carries the
-// meaning alone. Nearest to farthest, as nvidia-smi orders them.
-export const LINK_CLASSES = [
-  { key: "NV", label: "NV#", name: "NVLink (width = link count)", color: "#1b7f3b", style: "solid", dash: null },
-  { key: "PIX", label: "PIX", name: "one PCIe switch", color: "#1f5fbf", style: "solid", dash: null },
-  { key: "PXB", label: "PXB", name: "several PCIe switches", color: "#3fa7d6", style: "dashed", dash: [10, 4] },
-  { key: "PHB", label: "PHB", name: "through the host bridge (CPU)", color: "#7b4fb0", style: "dashed", dash: [4, 4] },
-  { key: "NODE", label: "NODE", name: "between host bridges, same NUMA node", color: "#e08a00", style: "dotted", dash: [2, 4] },
-  { key: "SYS", label: "SYS", name: "across the CPU socket interconnect", color: "#c8322d", style: "dotted", dash: [1, 6] },
-  // One hop of the recovered PCIe tree; device-to-device classes are the paths through it.
-  { key: "PCIe", label: "PCIe", name: "one hop of the recovered PCIe tree", color: "#4a5263", style: "solid", dash: null },
-];
+// The one style sheet (core/graphstyle.py), rendered into the page by the server: each class
+// has a colour AND a line pattern AND a text label, so colour never carries the meaning alone;
+// the exported SVG draws from the same document.
+const STYLE = JSON.parse(document.getElementById("graph-style")?.textContent || "null") || { link_classes: [], nodes: {}, edge_width: 2, sys_width: 3, source_label_offset: { fabric: 34, crossing: 14 } };
+export const LINK_CLASSES = STYLE.link_classes;
 
 export const GROUP_COLOURS = ["#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#9a6324", "#469990", "#800000", "#808000", "#000075"];
 
@@ -53,25 +46,26 @@ function stylesheet() {
         "background-color": "#d8dde6",
         "border-width": 1,
         "border-color": "#8a94a6",
-        width: "data(width)",
-        height: "data(height)",
         shape: "round-rectangle",
         "min-zoomed-font-size": 0,
       },
     },
-    { selector: 'node[kind = "gpu"]', style: { "background-color": "#cfe8d5", "border-color": "#1b7f3b", "border-width": 2, "font-size": 17, "font-weight": "bold" } },
-    { selector: 'node[kind = "nic"]', style: { "background-color": "#dbe7fb", "border-color": "#1f5fbf", "font-size": 13 } },
-    { selector: 'node[kind = "nic_group"]', style: { "background-color": "#dbe7fb", "border-color": "#1f5fbf", "border-style": "double", "border-width": 3, "font-size": 13 } },
-    { selector: 'node[kind = "nvswitch"]', style: { "background-color": "#1b7f3b", color: "#fff", shape: "round-rectangle", "font-size": 15, "font-weight": "bold" } },
-    { selector: 'node[kind = "switch"], node[kind = "switch_tree"]', style: { "background-color": "#eef1f5", "font-size": 11 } },
-    { selector: 'node[kind = "host_bridge"]', style: { "background-color": "#efe7f7", "border-color": "#7b4fb0", shape: "rectangle", "font-size": 11 } },
-    { selector: 'node[kind = "cpu"], node[kind = "interconnect"]', style: { "background-color": "#fdf1dd", "border-color": "#e08a00", "font-size": 13, "font-weight": "bold" } },
+    // Compound boxes are sized by Cytoscape round their members: only drawn nodes have a size.
+    { selector: "node[width]", style: { width: "data(width)", height: "data(height)" } },
+    ...Object.entries(STYLE.nodes).filter(([kind]) => !["numa", "nic_box"].includes(kind)).map(([kind, n]) => ({
+      selector: `node[kind = "${kind}"]`,
+      style: { "background-color": n.fill, "border-color": n.stroke, color: n.ink, "font-size": n.font },
+    })),
+    { selector: 'node[kind = "gpu"]', style: { "border-width": 2, "font-weight": "bold" } },
+    { selector: 'node[kind = "nic_group"]', style: { "border-style": "double", "border-width": 3 } },
+    { selector: 'node[kind = "nvswitch"], node[kind = "cpu"], node[kind = "interconnect"]', style: { "font-weight": "bold" } },
+    { selector: 'node[kind = "host_bridge"]', style: { shape: "rectangle" } },
     {
       selector: ":parent",
       style: {
-        "background-color": "#f6f7f9",
+        "background-color": STYLE.nodes.numa?.fill || "#f6f7f9",
         "background-opacity": 0.7,
-        "border-color": "#9aa3b2",
+        "border-color": STYLE.nodes.numa?.stroke || "#9aa3b2",
         "border-style": "dashed",
         "border-width": 1.5,
         shape: "round-rectangle",
@@ -80,11 +74,11 @@ function stylesheet() {
         padding: 12,
       },
     },
-    { selector: 'node[kind = "nic_box"]', style: { label: "data(label)", "text-valign": "bottom", "text-halign": "center", "font-size": 12, color: "#4a5263", "background-color": "#eef3fc", "border-style": "solid", "border-color": "#1f5fbf", padding: 4 } },
+    { selector: 'node[kind = "nic_box"]', style: { label: "data(label)", "text-valign": "bottom", "text-halign": "center", "font-size": 12, color: STYLE.nodes.nic_box?.ink || "#4a5263", "background-color": STYLE.nodes.nic_box?.fill || "#eef3fc", "border-style": "solid", "border-color": STYLE.nodes.nic_box?.stroke || "#1f5fbf", padding: 4 } },
     {
       selector: "edge",
       style: {
-        width: 2,
+        width: STYLE.edge_width,
         "curve-style": "straight",
         "line-color": "#9aa3b2",
         label: "",
@@ -97,12 +91,15 @@ function stylesheet() {
       },
     },
     ...edgeStyles,
-    // NVLink width grows with the bonded link count (NV1 thin, NV18 thick); its label names it.
-    { selector: "edge[nvlinks > 0]", style: { width: "mapData(nvlinks, 1, 18, 2, 7)", label: "data(link_class)" } },
-    // An edge down to the NVSwitch bar says its class next to the GPU, where it starts.
-    { selector: "edge[?fabric]", style: { label: "", "source-label": "data(link_class)", "source-text-offset": 34 } },
-    { selector: "edge[?label_at_source]", style: { label: "", "source-label": "data(link_class)", "source-text-offset": 46 } },
-    { selector: 'edge[link_class = "SYS"]', style: { label: "data(link_class)", width: 3 } },
+    // NVLink width grows with the bonded link count (the server computes it from the style
+    // sheet: NV1 and NV2 clearly apart, NV18 still a line); its label names it.
+    { selector: "edge[nvlinks > 0]", style: { label: "data(link_class)" } },
+    { selector: "edge[line_width]", style: { width: "data(line_width)" } },
+    // An edge down to the NVSwitch bar says its class next to the GPU, where it starts; so do
+    // crossing diagonals, whose mid-edge labels would meet.
+    { selector: "edge[?fabric]", style: { label: "", "source-label": "data(link_class)", "source-text-offset": STYLE.source_label_offset.fabric } },
+    { selector: "edge[?label_at_source]", style: { label: "", "source-label": "data(link_class)", "source-text-offset": STYLE.source_label_offset.crossing } },
+    { selector: 'edge[link_class = "SYS"]', style: { label: "data(link_class)", width: STYLE.sys_width } },
     { selector: "edge.routed", style: { "curve-style": "segments", "edge-distances": "node-position", "segment-distances": "data(seg_d)", "segment-weights": "data(seg_w)" } },
     { selector: "edge.bent", style: { "curve-style": "unbundled-bezier", "edge-distances": "node-position", "control-point-distances": "data(bend_d)", "control-point-weights": 0.5 } },
     { selector: "edge[in_group]", style: { display: "none" } },
@@ -127,14 +124,33 @@ function relative(s, t, q) {
   return { w: ((q[0] - s.x) * dx + (q[1] - s.y) * dy) / len2, d: ((q[0] - s.x) * -dy + (q[1] - s.y) * dx) / len };
 }
 
+// Where a route's end segment meets a node it runs straight into (a drop onto the NVSwitch bar,
+// a PCIe hop into a box), the edge ends on that node's border below the route's corner, fixed
+// in the node's own frame: Cytoscape would otherwise aim the last segment at the node's centre
+// (a diagonal stub), and drop an edge whose corner falls inside the node's border once a
+// highlight thickens it.
+function endpoint(node, corner) {
+  const p = node.position();
+  const w = node.width() / 2;
+  const h = node.height() / 2;
+  const dx = corner[0] - p.x;
+  const dy = corner[1] - p.y;
+  if (Math.abs(dx) <= w && Math.abs(dy) > h) return `${dx}px ${dy > 0 ? h : -h}px`;
+  if (Math.abs(dy) <= h && Math.abs(dx) > w) return `${dx > 0 ? w : -w}px ${dy}px`;
+  return null;
+}
+
 function applyRoute(edge, route, bend) {
   edge.removeClass("routed bent");
+  edge.removeStyle("source-endpoint target-endpoint");
   if (route && route.length) {
     const s = edge.source().position();
     const t = edge.target().position();
     const rel = route.map((q) => relative(s, t, q));
     edge.data({ seg_w: rel.map((r) => r.w), seg_d: rel.map((r) => r.d) });
     edge.addClass("routed");
+    const at = { "source-endpoint": endpoint(edge.source(), route[0]), "target-endpoint": endpoint(edge.target(), route[route.length - 1]) };
+    for (const [k, v] of Object.entries(at)) if (v) edge.style(k, v);
   } else if (bend) {
     edge.data("bend_d", [bend]);
     edge.addClass("bent");
@@ -169,8 +185,10 @@ export function setNicMode(cy, collapsed) {
     }
     const mode = collapsed ? "collapsed" : "expanded";
     cy.elements("[mode]").forEach((x) => { x.toggleClass("off", x.data("mode") !== mode); });
-    cy.edges().forEach((e) => applyRoute(e, e.data("route"), e.data("bend")));
   });
+  // Routes are relative to their ends' positions: a NIC box (a compound) has its position only
+  // once its NICs are shown, after the batch, so routes are applied after it.
+  cy.edges().forEach((e) => applyRoute(e, e.data("route"), e.data("bend")));
 }
 
 // Draws a graph document ({elements, paths, nic_groups}, or a bare element list) at the
@@ -182,7 +200,6 @@ export function drawGraph(container, graph, { onReady, collapsed } = {}) {
     elements: doc.elements,
     style: stylesheet(),
     layout: { name: "preset", fit: false },
-    wheelSensitivity: 0.3,
     minZoom: 0.1,
     maxZoom: 3,
     boxSelectionEnabled: false,
@@ -246,16 +263,47 @@ function nodeLines(node) {
 }
 
 // Tooltips are built from text nodes only; labels arrive from uploaded text and hostnames.
+// A node's tooltip sits beside the node's drawn box: right, left, below or above, the first
+// place inside the graph that covers no other node (else the first that leaves the hovered
+// node free), in the coordinates of the tooltip's own positioned ancestor. An edge's sits next
+// to the pointer.
+const TOOLTIP_GAP = 8;
+
+function overlaps(a, b) {
+  return a.x1 < b.x2 && b.x1 < a.x2 && a.y1 < b.y2 && b.y1 < a.y2;
+}
+
+function besideNode(cy, node, tw, th) {
+  const r = node.renderedBoundingBox({ includeLabels: false, includeOverlays: false, includeUnderlays: false });
+  const g = TOOLTIP_GAP;
+  const spots = [
+    { x1: r.x2 + g, y1: r.y1 },
+    { x1: r.x1 - g - tw, y1: r.y1 },
+    { x1: r.x1, y1: r.y2 + g },
+    { x1: r.x1, y1: r.y1 - g - th },
+  ].map((p) => ({ ...p, x2: p.x1 + tw, y2: p.y1 + th }));
+  const inside = spots.filter((p) => p.x1 >= 0 && p.y1 >= 0 && p.x2 <= cy.width() && p.y2 <= cy.height());
+  const others = cy.nodes(":visible").filter((n) => !n.isParent() && n.id() !== node.id())
+    .map((n) => n.renderedBoundingBox({ includeLabels: false, includeOverlays: false, includeUnderlays: false }));
+  return inside.find((p) => !others.some((o) => overlaps(p, o))) || inside[0] || spots[0];
+}
+
 export function attachTooltips(cy, tooltip) {
   const show = (evt, lines) => {
     clear(tooltip);
     for (const [text, cls] of lines) tooltip.append(el("div", { class: cls || null, text }));
+    tooltip.hidden = false; // laid out first: a hidden element has no offsetParent nor size
+    const frame = (tooltip.offsetParent || tooltip.parentElement || document.body).getBoundingClientRect();
     const box = cy.container().getBoundingClientRect();
-    const parentBox = tooltip.offsetParent ? tooltip.offsetParent.getBoundingClientRect() : { left: 0, top: 0 };
-    const p = evt.renderedPosition || evt.target.renderedPosition();
-    tooltip.style.left = `${box.left - parentBox.left + p.x + 14}px`;
-    tooltip.style.top = `${box.top - parentBox.top + p.y + 14}px`;
-    tooltip.hidden = false;
+    let spot;
+    if (evt.target.isNode()) {
+      spot = besideNode(cy, evt.target, tooltip.offsetWidth, tooltip.offsetHeight);
+    } else {
+      const p = evt.renderedPosition || evt.target.renderedMidpoint();
+      spot = { x1: p.x + 14, y1: p.y + 14 };
+    }
+    tooltip.style.left = `${box.left + spot.x1 - frame.left}px`;
+    tooltip.style.top = `${box.top + spot.y1 - frame.top}px`;
   };
   cy.on("mouseover", "edge", (evt) => show(evt, edgeLines(evt.target)));
   cy.on("mouseover", "node", (evt) => show(evt, nodeLines(evt.target)));

@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from topoweb.core.catalogue import Hardware, resolve_hardware
+from topoweb.core.graphstyle import nvlink_width
 from topoweb.core.hierarchy import Hierarchy, recover_hierarchy
 from topoweb.core.layout import (
     COLLAPSE_FROM,
@@ -268,6 +269,7 @@ def graph_document(
                         domain.port_links * hw.nvlink_per_link_gbps,
                         nv_lat,
                         nvlinks=domain.port_links,
+                        line_width=nvlink_width(domain.port_links),
                         fabric=True,
                     )
                 )
@@ -287,6 +289,7 @@ def graph_document(
                                 lnk.nvlinks * hw.nvlink_per_link_gbps,
                                 nv_lat,
                                 nvlinks=lnk.nvlinks,
+                                line_width=nvlink_width(lnk.nvlinks),
                             )
                         )
                         nv_path[frozenset((a, b))] = [f"nv:{a}:{b}"]

@@ -29,6 +29,9 @@ NIC_GROUP_MIN = 4  # NICs on one switch that make a collapsible group
 COLLAPSE_FROM = 16  # NICs in the server from which groups start collapsed
 NIC_GRID_COLUMNS = 3
 MARGIN = 8.0  # clearance an edge keeps from an unrelated node
+LANE = (
+    14.0  # a quad's outer lanes, left and right of its GPUs, for the PCIe drops to its bottom row
+)
 
 FONT = {"gpu": 17.0, "nic": 13.0, "cpu": 13.0, "pcie": 12.0, "nvswitch": 15.0, "group": 13.0}
 HEIGHT = {"gpu": 38.0, "nic": 30.0, "cpu": 30.0, "pcie": 26.0, "nvswitch": 50.0, "group": 44.0}
@@ -198,8 +201,8 @@ def draw(
         cell_w = max(sizes[g][0] for g in members)
         cell_h = max(sizes[g][1] for g in members)
         pitch_x, pitch_y = cell_w + 2 * GAP, cell_h + BLOCK_GAP
-        item = _Tree(b, cell_w + pitch_x, cell_h + pitch_y, first(members))
-        corners = [(0.0, 0.0), (pitch_x, 0.0), (0.0, pitch_y), (pitch_x, pitch_y)]
+        item = _Tree(b, cell_w + pitch_x + 2 * LANE, cell_h + pitch_y, first(members))
+        corners = [(LANE, 0.0), (LANE + pitch_x, 0.0), (LANE, pitch_y), (LANE + pitch_x, pitch_y)]
         item.block = [
             (g, ox + cell_w / 2, oy + cell_h / 2)
             for g, (ox, oy) in zip(members, corners, strict=True)
@@ -249,19 +252,30 @@ def draw(
         t: _Tree, left: float, top: float, trunk: tuple[float, float], hang: str
     ) -> None:
         """A block's members from its top-left corner; a quad's GPUs are reached over a bus
-        above it, the bottom two down its middle. A GPU whose switch is not the node the quad
-        hangs at climbs a lane just left of its switch, entering it from the side."""
+        above it, the bottom two from below, up the quad's outer lane on their side (down its
+        middle they would cross the diagonals where their labels are, and run along the bottom
+        NVLink). A GPU whose switch is not the node the quad hangs at climbs a lane just left
+        of its switch, entering it from the side."""
         positions[t.id] = (left + t.w / 2, top + t.h / 2)
         tx, bus = trunk
-        middle = left + t.w / 2
         for member, ox, oy in t.block:
             x, y = left + ox, top + oy
             positions[member] = (x, y)
             if not t.id.startswith("quad"):
                 continue
             if drawn_parent(h.parent[member]) == hang:  # others: see side_entries below
-                tail = [(x, bus)] if oy < t.h / 2 else [(middle, bus), (middle, y)]
+                tail = [(x, bus)] if oy < t.h / 2 else under_route(t, left, member, bus)
                 routes[f"pcie:{member}"] = [(tx, bus), *tail]
+
+    def under_route(t: _Tree, left: float, member: str, bus: float) -> list[tuple[float, float]]:
+        """From the bus down the quad's outer lane on the member's side, under it, up into it."""
+        ox, oy = next((ox, oy) for m, ox, oy in t.block if m == member)
+        lane = left + LANE / 2 if ox < t.w / 2 else left + t.w - LANE / 2
+        below = top_of(t, member) + sizes[member][1] + GAP / 2
+        return [(lane, bus), (lane, below), (left + ox, below)]
+
+    def top_of(t: _Tree, member: str) -> float:
+        return positions[member][1] - sizes[member][1] / 2
 
     def place_column(t: _Tree, left: float, top: float) -> tuple[float, float]:
         """A file tree: the node, then its NICs and sub-trees indented under it, then its GPUs
@@ -370,6 +384,7 @@ def draw(
         top_y = min(positions[gid][1] for gid in members)
         bus = top_y - half - VGAP / 2
         middle = sum(positions[gid][0] for gid in members) / 4
+        width = max(sizes[gid][0] for gid in members) / 2
         for gid in members:
             up = drawn_parent(h.parent[gid])
             if up == hang_id:
@@ -377,7 +392,12 @@ def draw(
             x, y = positions[gid]
             sx, sy = positions[up]
             lane = sx - sizes[up][0] / 2 - INDENT / 2
-            tail = [(x, bus)] if y == top_y else [(middle, bus), (middle, y)]
+            if y == top_y:
+                tail = [(x, bus)]
+            else:  # the quad's outer lane on its side, then under it (see place_block)
+                side = x - width - LANE / 2 if x < middle else x + width + LANE / 2
+                below = y + sizes[gid][1] / 2 + GAP / 2
+                tail = [(side, bus), (side, below), (x, below)]
             routes[f"pcie:{gid}"] = [(lane, sy), (lane, bus), *tail]
     for node_id, (kind, _) in labels.items():
         if kind == "interconnect":
@@ -449,6 +469,21 @@ def draw(
         for f, u, v in mids[i + 1 :]
         if abs(x - u) < 40 and abs(y - v) < 16
         for name in (e, f)
+    }
+    # A label mid-way along a bent edge that would sit on a routed line (the PCIe bus above a
+    # mesh's top row) moves to its source end too.
+    ends = {eid: (a, b) for eid, a, b in edges}
+    lines = [
+        (p, q)
+        for eid, pts in routes.items()
+        if eid in kept and all(n in positions for n in ends[eid])
+        for full in [[positions[ends[eid][0]], *pts, positions[ends[eid][1]]]]
+        for p, q in zip(full, full[1:], strict=False)
+    ]
+    clash |= {
+        e
+        for e, x, y in mids
+        if e in bends and any(_near(p, q, (x, y), (20.0, 12.0)) for p, q in lines)
     }
     return Drawing(
         positions,
@@ -588,6 +623,17 @@ def _inside(
         if abs(x - bx) < half_w and abs(y - by) < half_h:
             return True
     return False
+
+
+def _near(
+    p: tuple[float, float],
+    q: tuple[float, float],
+    at: tuple[float, float],
+    half: tuple[float, float],
+) -> bool:
+    """Whether the axis-parallel segment p-q passes through the box of half-size `half` at `at`."""
+    (x0, y0), (x1, y1), (x, y), (hw, hh) = p, q, at, half
+    return min(x0, x1) - hw < x < max(x0, x1) + hw and min(y0, y1) - hh < y < max(y0, y1) + hh
 
 
 def _ids(columns: list[_Tree]) -> set[str]:

@@ -7,35 +7,13 @@ from __future__ import annotations
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-# Colour and dash of each link class, as the pages' legend shows them (frontend/src/graph.js).
-CLASS_STYLE: dict[str, tuple[str, str]] = {
-    "NV": ("#1b7f3b", ""),
-    "PIX": ("#1f5fbf", ""),
-    "PXB": ("#3fa7d6", "10 4"),
-    "PHB": ("#7b4fb0", "4 4"),
-    "NODE": ("#e08a00", "2 4"),
-    "SYS": ("#c8322d", "1 6"),
-    "PCIe": ("#4a5263", ""),
-}
-NODE_STYLE: dict[str, tuple[str, str, str]] = {  # fill, stroke, text
-    "gpu": ("#cfe8d5", "#1b7f3b", "#1d2430"),
-    "nic": ("#dbe7fb", "#1f5fbf", "#1d2430"),
-    "nic_group": ("#dbe7fb", "#1f5fbf", "#1d2430"),
-    "nvswitch": ("#1b7f3b", "#1b7f3b", "#ffffff"),
-    "host_bridge": ("#efe7f7", "#7b4fb0", "#1d2430"),
-    "cpu": ("#fdf1dd", "#e08a00", "#1d2430"),
-    "interconnect": ("#fdf1dd", "#e08a00", "#1d2430"),
-}
-FONT = {"gpu": 17, "nvswitch": 15, "cpu": 13, "interconnect": 13, "nic": 13, "nic_group": 13}
+from topoweb.core.graphstyle import SOURCE_LABEL_OFFSET, edge_style, edge_width, node_style
+
 PAD = {"numa": 12.0, "nic_box": 4.0}
 
 
 def _f(v: float) -> str:
     return f"{v:.1f}".rstrip("0").rstrip(".")
-
-
-def _class_key(link_class: str) -> str:
-    return "NV" if link_class.startswith("NV") and link_class[2:].isdigit() else link_class
 
 
 def graph_svg(doc: dict[str, Any], *, collapsed: bool | None = None, title: str = "") -> str:
@@ -82,10 +60,20 @@ def graph_svg(doc: dict[str, Any], *, collapsed: bool | None = None, title: str 
                 )
     if not boxes:
         return '<svg xmlns="http://www.w3.org/2000/svg" width="1" height="1"/>\n'
-    x1 = min(b[0] for b in boxes.values()) - 20
-    y1 = min(b[1] for b in boxes.values()) - 20
-    x2 = max(b[2] for b in boxes.values()) + 20
-    y2 = max(b[3] for b in boxes.values()) + 20
+    # A bent edge's curve (and the label at its middle) may run outside every box.
+    reach = list(boxes.values())
+    for d in edges:
+        bend = d.get("alt_bend") if alt and "alt_bend" in d else d.get("bend")
+        if bend and d["source"] in pos and d["target"] in pos:
+            (sx, sy), (tx, ty) = pos[d["source"]], pos[d["target"]]
+            length = ((tx - sx) ** 2 + (ty - sy) ** 2) ** 0.5 or 1.0
+            mx = (sx + tx) / 2 - (ty - sy) / length * bend / 2
+            my = (sy + ty) / 2 + (tx - sx) / length * bend / 2
+            reach.append((mx - 10, my - 10, mx + 10, my + 10))
+    x1 = min(b[0] for b in reach) - 20
+    y1 = min(b[1] for b in reach) - 20
+    x2 = max(b[2] for b in reach) + 20
+    y2 = max(b[3] for b in reach) + 20
     out = [
         '<svg xmlns="http://www.w3.org/2000/svg" '
         f'viewBox="{_f(x1)} {_f(y1)} {_f(x2 - x1)} {_f(y2 - y1)}" '
@@ -94,7 +82,8 @@ def graph_svg(doc: dict[str, Any], *, collapsed: bool | None = None, title: str 
         f'<rect x="{_f(x1)}" y="{_f(y1)}" width="{_f(x2 - x1)}" height="{_f(y2 - y1)}" '
         'fill="#ffffff"/>',
     ]
-    for kind, fill, stroke in (("numa", "#f6f7f9", "#9aa3b2"), ("nic_box", "#eef3fc", "#1f5fbf")):
+    for kind in ("numa", "nic_box"):
+        look = node_style(kind)
         for i, d in nodes.items():
             if d["kind"] == kind and i in boxes:
                 b = boxes[i]
@@ -102,49 +91,71 @@ def graph_svg(doc: dict[str, Any], *, collapsed: bool | None = None, title: str 
                 out.append(
                     f'<rect class="box {kind}" x="{_f(b[0])}" y="{_f(b[1])}" '
                     f'width="{_f(b[2] - b[0])}" height="{_f(b[3] - b[1])}" rx="6" '
-                    f'fill="{fill}" stroke="{stroke}"{dash}/>'
+                    f'fill="{look["fill"]}" stroke="{look["stroke"]}"{dash}/>'
                 )
                 if kind == "nic_box":
-                    out.append(_text((b[0] + b[2]) / 2, b[3] + 14, d["label"], 12, "#4a5263"))
+                    out.append(_text((b[0] + b[2]) / 2, b[3] + 14, d["label"], 12, look["ink"]))
+    labels: list[str] = []
     for d in edges:
-        if d["source"] not in pos or d["target"] not in pos:
+        ends = [d["source"], d["target"]]
+        if not all(e in pos or e in boxes for e in ends):
             continue
-        (sx, sy), (tx, ty) = pos[d["source"]], pos[d["target"]]
+        # A compound (a NIC box) has no position of its own: its edge leaves the box's border.
+        (sx, sy), (tx, ty) = (pos.get(e) or _centre(boxes[e]) for e in ends)
         route = d.get("alt_route") if alt and "alt_route" in d else d.get("route")
         bend = d.get("alt_bend") if alt and "alt_bend" in d else d.get("bend")
-        colour, dash = CLASS_STYLE.get(_class_key(d["link_class"]), ("#9aa3b2", ""))
-        width = 2.0 + min(d.get("nvlinks", 0), 18) * 5 / 17 if d.get("nvlinks") else 2.0
-        if d["link_class"] == "SYS":
-            width = 3.0
+        look = edge_style(d["link_class"])
+        width = edge_width(d["link_class"], int(d.get("nvlinks") or 0))
+        points = [(sx, sy), *[(float(x), float(y)) for x, y in route or []], (tx, ty)]
+        if d["source"] not in pos:
+            points[0] = _leave(boxes[d["source"]], points[0], points[1])
+        if d["target"] not in pos:
+            points[-1] = _leave(boxes[d["target"]], points[-1], points[-2])
+        if route:  # the last hop runs straight into its node's border, as on the page
+            points[-1] = _onto(boxes[d["target"]], points[-2], points[-1])
+        control = None
         if route:
-            pts = " ".join(f"{_f(x)},{_f(y)}" for x, y in [(sx, sy), *route, (tx, ty)])
+            pts = " ".join(f"{_f(x)},{_f(y)}" for x, y in points)
             shape = f'<polyline points="{pts}" fill="none"'
         elif bend:
             length = ((tx - sx) ** 2 + (ty - sy) ** 2) ** 0.5 or 1.0
-            cx = (sx + tx) / 2 - (ty - sy) / length * bend
-            cy = (sy + ty) / 2 + (tx - sx) / length * bend
-            shape = f'<path d="M{_f(sx)},{_f(sy)} Q{_f(cx)},{_f(cy)} {_f(tx)},{_f(ty)}" fill="none"'
+            control = (
+                (sx + tx) / 2 - (ty - sy) / length * bend,
+                (sy + ty) / 2 + (tx - sx) / length * bend,
+            )
+            shape = (
+                f'<path d="M{_f(points[0][0])},{_f(points[0][1])} Q{_f(control[0])},'
+                f'{_f(control[1])} {_f(points[-1][0])},{_f(points[-1][1])}" fill="none"'
+            )
         else:
-            shape = f'<line x1="{_f(sx)}" y1="{_f(sy)}" x2="{_f(tx)}" y2="{_f(ty)}"'
-        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+            (ax, ay), (bx, by) = points[0], points[-1]
+            shape = f'<line x1="{_f(ax)}" y1="{_f(ay)}" x2="{_f(bx)}" y2="{_f(by)}"'
+        dash_attr = (
+            f' stroke-dasharray="{" ".join(str(v) for v in look["dash"])}"' if look["dash"] else ""
+        )
         out.append(
-            f'{shape} class="edge" data-id={quoteattr(d["id"])} stroke="{colour}" '
+            f'{shape} class="edge" data-id={quoteattr(d["id"])} stroke="{look["color"]}" '
             f'stroke-width="{_f(width)}"{dash_attr}/>'
         )
+        if d.get("nvlinks") or d["link_class"] == "SYS":
+            at = _label_at(d, points, control, nodes)
+            labels.append(_edge_label(at, d["link_class"], d["id"]))
     for i, d in nodes.items():
         if d["kind"] in ("numa", "nic_box") or i not in pos:
             continue
         x, y = pos[i]
         w, h = d["width"], d["height"]
-        fill, stroke, ink = NODE_STYLE.get(d["kind"], ("#eef1f5", "#8a94a6", "#1d2430"))
+        look = node_style(d["kind"])
         out.append(
             f'<g class="node {d["kind"]}" data-id={quoteattr(i)}>'
             f'<rect x="{_f(x - w / 2)}" y="{_f(y - h / 2)}" width="{_f(w)}" height="{_f(h)}" '
-            f'rx="5" fill="{fill}" stroke="{stroke}" '
+            f'rx="5" fill="{look["fill"]}" stroke="{look["stroke"]}" '
             f'stroke-width="{2 if d["kind"] == "gpu" else 1}"/>'
-            + _text(x, y, d["label"], FONT.get(d["kind"], 11), ink)
+            + _text(x, y, d["label"], look["font"], look["ink"])
             + "</g>"
         )
+    # Labels last, on a white ground, as the page draws them over lines and boxes.
+    out.extend(labels)
     out.append("</svg>\n")
     return "\n".join(out)
 
@@ -159,4 +170,75 @@ def _text(x: float, y: float, label: str, size: float, ink: str) -> str:
     return (
         f'<text text-anchor="middle" dominant-baseline="central" font-size="{_f(size)}" '
         f'fill="{ink}">{spans}</text>'
+    )
+
+
+LABEL_FONT = 11.0
+
+
+def _centre(box: tuple[float, float, float, float]) -> tuple[float, float]:
+    return ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
+
+
+def _leave(
+    box: tuple[float, float, float, float], inside: tuple[float, float], toward: tuple[float, float]
+) -> tuple[float, float]:
+    """Where the segment from `inside` toward `toward` crosses the box's border."""
+    (x, y), (qx, qy) = inside, toward
+    dx, dy = qx - x, qy - y
+    ts = [1.0]
+    if dx:
+        ts.append(((box[2] if dx > 0 else box[0]) - x) / dx)
+    if dy:
+        ts.append(((box[3] if dy > 0 else box[1]) - y) / dy)
+    t = max(0.0, min(ts))
+    return (x + dx * t, y + dy * t)
+
+
+def _onto(
+    box: tuple[float, float, float, float], corner: tuple[float, float], end: tuple[float, float]
+) -> tuple[float, float]:
+    """A route's end on its node: straight on from its last corner where the corner is above,
+    below or beside the node (not aimed at the node's centre, which would draw a slanted
+    stub), else the end as given."""
+    (cx, cy), (x1, y1, x2, y2) = corner, box
+    if x1 <= cx <= x2 and not y1 <= cy <= y2:
+        return (cx, y1 if cy < y1 else y2)
+    if y1 <= cy <= y2 and not x1 <= cx <= x2:
+        return (x1 if cx < x1 else x2, cy)
+    return end
+
+
+def _label_at(
+    d: dict[str, Any],
+    points: list[tuple[float, float]],
+    control: tuple[float, float] | None,
+    nodes: dict[str, dict[str, Any]],
+) -> tuple[float, float]:
+    """Where the page puts an edge's class label: near the source for a drop to the NVSwitch
+    bar and for crossing diagonals (`label_at_source`), else mid-edge."""
+    (sx, sy), (nx, ny) = points[0], control or points[1]
+    if d.get("fabric") or d.get("label_at_source"):
+        offset = SOURCE_LABEL_OFFSET["fabric" if d.get("fabric") else "crossing"]
+        length = ((nx - sx) ** 2 + (ny - sy) ** 2) ** 0.5 or 1.0
+        ux, uy = (nx - sx) / length, (ny - sy) / length
+        src = nodes[d["source"]]
+        w, h = float(src.get("width", 0)), float(src.get("height", 0))
+        edge_out = min(w / 2 / abs(ux) if ux else 1e9, h / 2 / abs(uy) if uy else 1e9)
+        return (sx + ux * (edge_out + offset), sy + uy * (edge_out + offset))
+    (ex, ey) = points[-1]
+    if control is not None:
+        return ((sx + 2 * control[0] + ex) / 4, (sy + 2 * control[1] + ey) / 4)
+    if len(points) > 2:
+        return points[len(points) // 2]
+    return ((sx + ex) / 2, (sy + ey) / 2)
+
+
+def _edge_label(at: tuple[float, float], text: str, edge_id: str) -> str:
+    x, y = at
+    w, h = len(text) * LABEL_FONT * 0.62 + 2, LABEL_FONT + 2
+    return (
+        f'<g class="edge-label" data-id={quoteattr(edge_id)}>'
+        f'<rect x="{_f(x - w / 2)}" y="{_f(y - h / 2)}" width="{_f(w)}" height="{_f(h)}" '
+        'fill="#ffffff" fill-opacity="0.9"/>' + _text(x, y, text, LABEL_FONT, "#1d2430") + "</g>"
     )
