@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from topoweb.core.graphstyle import NODE_KINDS
 from topoweb.core.hierarchy import Hierarchy, NvlinkDomain
 from topoweb.core.model import Topology
 
@@ -33,7 +34,16 @@ LANE = (
     14.0  # a quad's outer lanes, left and right of its GPUs, for the PCIe drops to its bottom row
 )
 
-FONT = {"gpu": 17.0, "nic": 13.0, "cpu": 13.0, "pcie": 12.0, "nvswitch": 15.0, "group": 13.0}
+# Font sizes from the style sheet the labels are drawn with; PCIe nodes are sized a point above
+# their drawn font, for their boxes' padding.
+FONT = {
+    "gpu": float(NODE_KINDS["gpu"]["font"]),
+    "nic": float(NODE_KINDS["nic"]["font"]),
+    "cpu": float(NODE_KINDS["cpu"]["font"]),
+    "pcie": float(NODE_KINDS["switch"]["font"]) + 1.0,
+    "nvswitch": float(NODE_KINDS["nvswitch"]["font"]),
+    "group": float(NODE_KINDS["nic_group"]["font"]),
+}
 HEIGHT = {"gpu": 38.0, "nic": 30.0, "cpu": 30.0, "pcie": 26.0, "nvswitch": 50.0, "group": 44.0}
 
 
