@@ -26,9 +26,7 @@ DGX1V = ("dgx1v-a01", "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt")
 def open_server(page: Page, host: str, query: str = "") -> list[str]:
     """Open a server page; returns the console's warnings and errors as the page loads."""
     said: list[str] = []
-    page.on(
-        "console", lambda m: said.append(m.text) if m.type in ("warning", "error") else None
-    )
+    page.on("console", lambda m: said.append(m.text) if m.type in ("warning", "error") else None)
     page.goto(f"/servers/{quote(host)}/{query}")
     wait_for_graph(page)
     return said
