@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -15,12 +16,15 @@ from pathlib import Path
 
 from collector import __version__, bench, gather, nvml
 from collector.upload import (
+    FABRIC_REPORTS_PATH,
     Backoff,
     FlushResult,
     Outcome,
     Spool,
     SpoolError,
     Uploader,
+    classify,
+    post_report,
     report_url,
 )
 
@@ -101,6 +105,41 @@ def capture(settings: Settings, now: Callable[[], datetime] | None = None) -> by
         nccl_xml=nccl_xml,
     )
     return gather.encode_report(report)
+
+
+def send_fabric(
+    server: str,
+    token: str,
+    *,
+    name: str,
+    command: str = "ibnetdiscover",
+    timeout_s: float = 300.0,
+    http_timeout_s: float = 30.0,
+    now: Callable[[], datetime] | None = None,
+) -> bool:
+    """Run ibnetdiscover and send the fabric it prints under NAME (one host per fabric does
+    this). Not spooled: a later run captures the fabric as it is then. True when delivered."""
+    try:
+        text = gather.ibnetdiscover(command, timeout_s)
+    except gather.GatherError as err:
+        log.error("fabric %s not captured: %s", name, err)
+        return False
+    captured_at = (now or gather.utc_now)()
+    body = json.dumps({"name": name, "captured_at": captured_at.isoformat(), "text": text}).encode(
+        "utf-8"
+    )
+    try:
+        answer = post_report(
+            server, token, body, timeout_s=http_timeout_s, path=FABRIC_REPORTS_PATH
+        )
+    except OSError as err:
+        log.error("fabric %s not delivered: %s", name, err)
+        return False
+    if classify(answer.status) is not Outcome.DELIVERED:
+        log.error("fabric %s refused (HTTP %s): %s", name, answer.status, answer.body[:300])
+        return False
+    log.info("fabric %s delivered (HTTP %s)", name, answer.status)
+    return True
 
 
 def run_once(
@@ -304,6 +343,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--benchmark-timeout", type=float, default=1800.0, metavar="SECONDS")
     parser.add_argument(
+        "--ibnetdiscover",
+        metavar="FABRIC",
+        help="also run ibnetdiscover and send the InfiniBand fabric it prints under the name "
+        "FABRIC (run this on one host per fabric)",
+    )
+    parser.add_argument(
+        "--ibnetdiscover-command",
+        default="ibnetdiscover",
+        metavar="PATH",
+        help="the ibnetdiscover to run (default: the one on PATH)",
+    )
+    parser.add_argument(
         "--retry-for",
         type=float,
         default=600.0,
@@ -400,6 +451,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             retry_for_s=args.retry_for,
             http_timeout_s=args.http_timeout,
         )
+        fabric_ok = args.ibnetdiscover is None or send_fabric(
+            args.server,
+            token,
+            name=args.ibnetdiscover,
+            command=args.ibnetdiscover_command,
+            http_timeout_s=args.http_timeout,
+        )
     except gather.GatherError as err:
         log.error("no usable NVIDIA GPU/driver: %s", err)
         return EXIT_NO_GPU
@@ -408,4 +466,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130  # reports already spooled stay spooled
-    return EXIT_OK if result.remaining == 0 and not result.rejected else EXIT_NOT_DELIVERED
+    delivered = result.remaining == 0 and not result.rejected and fabric_ok
+    return EXIT_OK if delivered else EXIT_NOT_DELIVERED

@@ -41,6 +41,25 @@ def run_nvidia_smi(nvidia_smi: str, args: Sequence[str], timeout_s: float) -> st
     return out
 
 
+def ibnetdiscover(command: str, timeout_s: float) -> str:
+    """`ibnetdiscover` output verbatim (the whole fabric, seen from this host's HCA); GatherError
+    naming the failure otherwise."""
+    try:
+        proc = subprocess.run([command], capture_output=True, timeout=timeout_s, check=False)
+    except FileNotFoundError:
+        raise GatherError(f"{command} not found (install infiniband-diags)") from None
+    except subprocess.TimeoutExpired:
+        raise GatherError(f"`{command}` did not finish within {timeout_s:g} s") from None
+    except OSError as err:
+        raise GatherError(f"cannot run {command}: {err.strerror}") from None
+    out = proc.stdout.decode("utf-8", errors="replace")
+    if proc.returncode != 0:
+        said = proc.stderr.decode("utf-8", errors="replace").strip().splitlines()
+        detail = said[0].strip() if said else "no output"
+        raise GatherError(f"`{command}` failed (exit {proc.returncode}): {detail}")
+    return out
+
+
 def topo_matrix(nvidia_smi: str, timeout_s: float) -> str:
     """The `nvidia-smi topo -m` text, verbatim: the server parses it, so nothing is trimmed."""
     text = run_nvidia_smi(nvidia_smi, ["topo", "-m"], timeout_s)
@@ -89,6 +108,9 @@ def rdma_nics(sys_root: Path) -> list[dict[str, Any]]:
         pci_dir = device / "device"
         pci_bus_id = os.path.basename(os.path.realpath(pci_dir)) if pci_dir.exists() else None
         numa = _read(pci_dir / "numa_node")
+        # The HCA's node GUID (`e09d:7303:007a:4bd8`): ibnetdiscover prints it, so the server
+        # finds this host in a fabric capture even when the HCA's NodeDescription was never set.
+        node_guid = _read(device / "node_guid")
         ports_dir = device / "ports"
         ports = (
             sorted(ports_dir.iterdir(), key=lambda p: (len(p.name), p.name))
@@ -110,6 +132,7 @@ def rdma_nics(sys_root: Path) -> list[dict[str, Any]]:
                     "link_layer": _read(port / "link_layer"),
                     "pci_bus_id": pci_bus_id,
                     "numa_node": int(numa) if numa and re.fullmatch(r"-?\d+", numa) else None,
+                    "node_guid": node_guid,
                 }
             )
     return nics

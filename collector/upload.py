@@ -27,6 +27,7 @@ from collector import __version__
 log = logging.getLogger("collector")
 
 REPORTS_PATH = "/api/v1/reports"
+FABRIC_REPORTS_PATH = "/api/v1/fabric-reports/"
 # A spooled report's name: a 20-digit nanosecond stamp (oldest sorts first) and its digest.
 _SPOOLED = re.compile(r"\d{20}-[0-9a-f]{16}\.json")
 
@@ -35,11 +36,11 @@ class SpoolError(Exception):
     """The spool directory cannot be used (unwritable, or another collector holds it)."""
 
 
-def report_url(server: str) -> str:
+def report_url(server: str, path: str = REPORTS_PATH) -> str:
     parsed = urllib.parse.urlsplit(server)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise ValueError(f"server URL {server!r} must be http(s)://host[:port][/prefix]")
-    return server.rstrip("/") + REPORTS_PATH
+    return server.rstrip("/") + path
 
 
 @dataclass(frozen=True)
@@ -57,11 +58,13 @@ def _retry_after(headers: Message | None) -> float | None:
         return None  # an HTTP date: rare from an API, and backoff covers it
 
 
-def post_report(server: str, token: str, body: bytes, *, timeout_s: float) -> Response:
-    """POST BODY to the server's reports endpoint. Any HTTP answer is returned; a transport failure
-    (refused, reset, timeout, DNS) raises OSError."""
+def post_report(
+    server: str, token: str, body: bytes, *, timeout_s: float, path: str = REPORTS_PATH
+) -> Response:
+    """POST BODY to the server's reports endpoint (or PATH). Any HTTP answer is returned; a
+    transport failure (refused, reset, timeout, DNS) raises OSError."""
     request = urllib.request.Request(
-        report_url(server),
+        report_url(server, path),
         data=body,
         method="POST",
         headers={

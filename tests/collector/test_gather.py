@@ -94,6 +94,7 @@ def fake_host(root: Path) -> None:
         (ib / "ports/1/rate").write_text(rate + "\n")
         (ib / "ports/1/state").write_text(state + "\n")
         (ib / "ports/1/link_layer").write_text("InfiniBand\n")
+        (ib / "node_guid").write_text(f"e09d:7303:007a:4bd{n}\n")
         os.symlink(pci, ib / "device")
 
 
@@ -109,10 +110,10 @@ def test_it_reads_sku_cpu_kernel_and_rdma_nics_from_the_host(tmp_path: Path) -> 
     assert facts["rdma_nics"] == [
         {"device": "mlx5_0", "port": 1, "rate": "400 Gb/sec (4X NDR)", "rate_gbps": 400.0,
          "state": "ACTIVE", "link_layer": "InfiniBand", "pci_bus_id": "0000:ca:00.0",
-         "numa_node": 1},
+         "numa_node": 1, "node_guid": "e09d:7303:007a:4bd0"},
         {"device": "mlx5_1", "port": 1, "rate": "10 Gb/sec (4X SDR)", "rate_gbps": 10.0,
          "state": "DOWN", "link_layer": "InfiniBand", "pci_bus_id": "0000:ca:00.1",
-         "numa_node": 1},
+         "numa_node": 1, "node_guid": "e09d:7303:007a:4bd1"},
     ]  # fmt: skip
 
 

@@ -68,16 +68,14 @@ def _storable_json(value: Any) -> None:
         stack.extend((child, depth + 1) for child in children)
 
 
-def _check_size(request: Request) -> None:
+def _check_size(request: Request, setting: str = "TOPOWEB_MAX_REPORT_BYTES") -> None:
     try:
         length = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
         length = 0
-    if length > settings.TOPOWEB_MAX_REPORT_BYTES:
-        raise PayloadTooLarge(
-            f"The request has {length} bytes; the limit is {settings.TOPOWEB_MAX_REPORT_BYTES} "
-            "(TOPOWEB_MAX_REPORT_BYTES)."
-        )
+    limit = getattr(settings, setting)
+    if length > limit:
+        raise PayloadTooLarge(f"The request has {length} bytes; the limit is {limit} ({setting}).")
 
 
 def _facts(check: Any) -> Any:
@@ -279,27 +277,31 @@ class UploadInputSerializer(UploadTextSerializer):
     )
 
 
-def _signed_in(request: Request) -> User:
+def signed_in(request: Request) -> User:
     """The person behind a request that IsAuthenticated already let through."""
     user = request.user
     assert isinstance(user, User)
     return user
 
 
-def _uploaded_text(request: Request, serializer: type[UploadTextSerializer]) -> tuple[str, Any]:
-    """The text of an upload, pasted or as a file, within the size limit: what the parsers get.
-    A file that is not UTF-8 text is a parse error naming its line."""
-    _check_size(request)
+def uploaded_text(
+    request: Request,
+    serializer: type[serializers.Serializer],
+    setting: str = "TOPOWEB_MAX_REPORT_BYTES",
+) -> tuple[str, Any]:
+    """The text of an upload, pasted or as a file, within the size limit `setting` names: what
+    the parsers get. A file that is not UTF-8 text is a parse error naming its line."""
+    _check_size(request, setting)
     data = serializer(data=request.data)
     data.is_valid(raise_exception=True)
     payload = data.validated_data
     if "file" not in payload:
         return payload["text"], payload
     upload = payload["file"]
-    if upload.size > settings.TOPOWEB_MAX_REPORT_BYTES:
+    limit = getattr(settings, setting)
+    if upload.size > limit:
         raise PayloadTooLarge(
-            f"The file has {upload.size} bytes; the limit is {settings.TOPOWEB_MAX_REPORT_BYTES} "
-            "(TOPOWEB_MAX_REPORT_BYTES)."
+            f"The file has {upload.size} bytes; the limit is {limit} ({setting})."
         )
     raw = upload.read()
     try:
@@ -333,12 +335,12 @@ class UploadApi(_CountedIngest):
         responses={200: IngestedSerializer, 201: IngestedSerializer, **ERRORS},
     )
     def post(self, request: Request) -> Response:
-        text, payload = _uploaded_text(request, UploadInputSerializer)
+        text, payload = uploaded_text(request, UploadInputSerializer)
         try:
             result = services.ingest_upload(
                 hostname=payload["hostname"],
                 text=text,
-                uploaded_by=_signed_in(request),
+                uploaded_by=signed_in(request),
                 gpu_model_hint=payload["gpu_model"],
                 create=payload["create"],
             )
@@ -382,5 +384,5 @@ class UploadPreviewApi(APIView):
         },
     )
     def post(self, request: Request) -> Response:
-        text, _ = _uploaded_text(request, UploadTextSerializer)
+        text, _ = uploaded_text(request, UploadTextSerializer)
         return Response(UploadPreviewSerializer(selectors.upload_preview(text)).data)

@@ -202,6 +202,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "health.sweep",
         "schedule": env.float("TOPOWEB_SWEEP_EVERY_S", default=60.0),
     },
+    "fabric-sweep": {
+        "task": "fleet.sweep_fabrics",
+        "schedule": env.float("TOPOWEB_SWEEP_EVERY_S", default=60.0),
+    },
 }
 # Beat writes its schedule file after every task it sends: the file's age is its health check.
 CELERY_BEAT_SYNC_EVERY = 1
@@ -262,6 +266,8 @@ SPECTACULAR_SETTINGS = {
 TOPOWEB_PUBLIC_READ = env.bool("TOPOWEB_PUBLIC_READ", default=False)
 TOPOWEB_MAX_REPORT_BYTES = env.int("TOPOWEB_MAX_REPORT_BYTES", default=4 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = TOPOWEB_MAX_REPORT_BYTES + 1024 * 1024
+# An ibnetdiscover capture sent as a file (a 10,000-host fabric prints tens of megabytes).
+TOPOWEB_MAX_FABRIC_BYTES = env.int("TOPOWEB_MAX_FABRIC_BYTES", default=64 * 1024 * 1024)
 # Bounded work (topoweb.config.limits): past the largest real machines, refused with 413.
 TOPOWEB_MAX_GPUS = env.int("TOPOWEB_MAX_GPUS", default=576)
 TOPOWEB_MAX_DEVICES = env.int("TOPOWEB_MAX_DEVICES", default=640)

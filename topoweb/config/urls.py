@@ -8,6 +8,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 
 from topoweb.analysis import apis as analysis_apis
 from topoweb.api import exports as export_apis
+from topoweb.api import fabrics as fabric_apis
 from topoweb.api import ingest as ingest_apis
 from topoweb.api import pages as page_apis
 from topoweb.api import reads as apis
@@ -80,6 +81,15 @@ api_v1 = [
         name="topology-class-export",
     ),
     path("exports/topology.conf/", export_apis.TopologyConfApi.as_view(), name="topology-conf"),
+    path("fabrics/", fabric_apis.FabricListApi.as_view(), name="fabric-list"),
+    path("fabric-reports/", fabric_apis.FabricReportApi.as_view(), name="fabric-reports"),
+    path("fabrics/<str:name>/", fabric_apis.FabricDetailApi.as_view(), name="fabric-detail"),
+    path(
+        "fabrics/<str:name>/captures/",
+        fabric_apis.FabricCapturesApi.as_view(),
+        name="fabric-captures",
+    ),
+    path("fabrics/<str:name>/diff/", fabric_apis.FabricDiffApi.as_view(), name="fabric-diff"),
 ]
 
 urlpatterns = [

@@ -18,7 +18,7 @@ from topoweb.core.analysis import CalibrationInput, analyse
 from topoweb.core.costs import OPERATIONS, build_model, collective_cost, p2p_status_from_text
 from topoweb.core.ecosystem import EXPORT_FORMATS, render_export
 from topoweb.core.fabric import build_fabric
-from topoweb.core.fabric_findings import fabric_findings
+from topoweb.core.fabric_findings import fabric_analysis
 from topoweb.core.formats import ParseError, parse_text
 from topoweb.core.formats.ibnet import IbnetCapture
 from topoweb.core.ledger import PRESETS, Layout, ModelShape
@@ -244,10 +244,7 @@ def cmd_fabric(args: argparse.Namespace) -> dict[str, Any]:
     except ParseError as exc:
         raise UsageError(f"{args.file}: {exc}") from exc
     assert isinstance(capture, IbnetCapture)
-    fabric = build_fabric(capture)
-    doc = fabric.to_document()
-    doc["findings"] = [f.to_document() for f in fabric_findings(fabric)]
-    return doc
+    return fabric_analysis(build_fabric(capture))
 
 
 class _Parser(argparse.ArgumentParser):

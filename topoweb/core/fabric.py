@@ -324,3 +324,81 @@ def build_fabric(
         warnings=tuple(warnings),
         nodes=nodes,
     )
+
+
+DIFF_LIMIT = 500  # entries listed per kind of change; the counts are always whole
+
+
+def _listed(items: list[Any]) -> dict[str, Any]:
+    return {"count": len(items), "items": items[:DIFF_LIMIT]}
+
+
+def diff_fabrics(old: Fabric, new: Fabric) -> dict[str, Any]:
+    """What changed between two captures of one fabric: switches and HCAs added or removed (by
+    GUID), links added or removed (by both ends' GUID and port), links whose rate changed, and
+    HCAs cabled to another switch or port. Lists stop at DIFF_LIMIT; counts do not."""
+
+    def ends(link: IbLink) -> tuple[tuple[str, int], tuple[str, int]]:
+        a, b = (link.a, link.a_port), (link.b, link.b_port)
+        return (a, b) if a <= b else (b, a)
+
+    def link_doc(fabric: Fabric, link: IbLink) -> dict[str, Any]:
+        return {
+            "a": fabric.name(link.a),
+            "a_port": link.a_port,
+            "b": fabric.name(link.b),
+            "b_port": link.b_port,
+            "rate": link.rate,
+        }
+
+    old_links = {ends(lk): lk for lk in old.links}
+    new_links = {ends(lk): lk for lk in new.links}
+    changed = [
+        {**link_doc(new, lk), "was": old_links[key].rate}
+        for key, lk in new_links.items()
+        if key in old_links and old_links[key].rate != lk.rate
+    ]
+    old_hcas = {h.guid: (host, h) for host in old.hosts for h in host.hcas}
+    new_hcas = {h.guid: (host, h) for host in new.hosts for h in host.hcas}
+
+    def hca_doc(fabric: Fabric, host: Host, h: Hca) -> dict[str, Any]:
+        return {
+            "host": host.hostname,
+            "hca": h.name,
+            "guid": h.guid,
+            "switch": fabric.name(h.switch) if h.switch else None,
+            "port": h.port,
+        }
+
+    moved = []
+    for guid, (host, h) in new_hcas.items():
+        if guid in old_hcas:
+            _, before = old_hcas[guid]
+            if (before.switch, before.port) != (h.switch, h.port):
+                moved.append(
+                    {
+                        **hca_doc(new, host, h),
+                        "was_switch": old.name(before.switch) if before.switch else None,
+                        "was_port": before.port,
+                    }
+                )
+    return {
+        "switches": {
+            "added": _listed([s.name for g, s in new.switches.items() if g not in old.switches]),
+            "removed": _listed([s.name for g, s in old.switches.items() if g not in new.switches]),
+        },
+        "links": {
+            "added": _listed(
+                [link_doc(new, lk) for k, lk in new_links.items() if k not in old_links]
+            ),
+            "removed": _listed(
+                [link_doc(old, lk) for k, lk in old_links.items() if k not in new_links]
+            ),
+            "rate_changed": _listed(changed),
+        },
+        "hcas": {
+            "added": _listed([hca_doc(new, *new_hcas[g]) for g in new_hcas if g not in old_hcas]),
+            "removed": _listed([hca_doc(old, *old_hcas[g]) for g in old_hcas if g not in new_hcas]),
+            "moved": _listed(moved),
+        },
+    }

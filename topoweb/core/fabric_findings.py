@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from topoweb.core.fabric import Fabric, Hca, Switch, natural_key, tier_name
+from topoweb.core.fabric import TIER_NAMES, Fabric, Hca, Switch, natural_key
 from topoweb.core.formats.ibnet import LANE_GBPS
 from topoweb.core.health.findings import Severity
 
@@ -443,4 +443,26 @@ def _unnamed(fabric: Fabric) -> list[FabricFinding]:
     ]
 
 
-__all__ = ["FABRIC_KINDS", "FabricFinding", "fabric_findings", "tier_name"]
+FABRIC_ANALYSIS_VERSION = 1
+
+
+def fabric_analysis(fabric: Fabric) -> dict[str, Any]:
+    """The whole answer about one capture (the CLI prints it, the worker stores it): switches
+    with their tiers, links, hosts with their rails, findings, warnings and a summary."""
+    findings = fabric_findings(fabric)
+    doc = fabric.to_document()
+    doc["findings"] = [f.to_document() for f in findings]
+    tiers = Counter(s.tier_name for s in fabric.switches.values())
+    doc["summary"] = {
+        "version": FABRIC_ANALYSIS_VERSION,
+        "tiers": len(fabric.tiers()),
+        "switches": {name: tiers.get(name, 0) for name in TIER_NAMES.values() if name in tiers},
+        "hosts": sum(1 for h in fabric.hosts if h.hostname is not None),
+        "unnamed_hcas": sum(len(h.hcas) for h in fabric.hosts if h.hostname is None),
+        "hcas": sum(len(h.hcas) for h in fabric.hosts),
+        "links": len(fabric.links),
+        "rails": len(set(fabric.rail_of_leaf.values())),
+        "findings": dict(Counter(f.severity for f in findings)),
+    }
+    doc["rail_of_leaf"] = {fabric.name(g): r for g, r in fabric.rail_of_leaf.items()}
+    return doc

@@ -84,6 +84,7 @@ _RDMA_NIC = _object(
         "link_layer": _text,
         "pci_bus_id": _text,
         "numa_node": _or_null("an integer", _is_int),
+        "node_guid": _text,
     }
 )
 _HOST = _object(

@@ -209,3 +209,64 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}... for {self.user_id}"
+
+
+class Fabric(models.Model):
+    """An InfiniBand fabric between servers, known by the name its uploader gave it; its
+    captures are its history (`ibnetdiscover` runs), the newest one its current state."""
+
+    name = models.CharField(max_length=200, unique=True)
+    latest_capture = models.ForeignKey(
+        "FabricCapture", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class FabricCapture(models.Model):
+    """One `ibnetdiscover` report of a fabric: the raw text verbatim, what the reader read, and
+    what the worker made of it (`analysis`: switches with their tiers, hosts with their rails
+    and servers, findings), keyed by the inputs it was made from (`analysis_key`)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "pending"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+
+    fabric = models.ForeignKey(Fabric, on_delete=models.CASCADE, related_name="captures")
+    content_sha256 = models.CharField(max_length=64)
+    raw_text = models.TextField()
+    document = models.JSONField()  # core.formats.ibnet.IbnetCapture.to_document()
+    source = models.CharField(max_length=16, choices=Source.choices)
+    uploaded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    hostname = models.CharField(max_length=253, blank=True)  # the collector's host, if one sent it
+    captured_at = models.DateTimeField()
+    received_at = models.DateTimeField(auto_now_add=True)
+    switch_count = models.PositiveIntegerField(default=0)
+    ca_count = models.PositiveIntegerField(default=0)
+    link_count = models.PositiveIntegerField(default=0)
+    warning_count = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    analysis = models.JSONField(null=True, blank=True)
+    analysis_key = models.CharField(max_length=64, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    analysed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-captured_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["fabric", "content_sha256"], name="fabric_capture_unique_content"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.fabric_id}@{self.captured_at:%Y-%m-%dT%H:%M}"

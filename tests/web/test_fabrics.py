@@ -1,0 +1,191 @@
+"""Fabrics over HTTP on real PostgreSQL, Redis and a real Celery worker: an ibnetdiscover capture
+uploaded by name, analysed by the worker after commit, served with its findings; the history
+and the diff between captures; hosts matched to servers by hostname and by the HCA GUIDs their
+collectors sent; bad captures refused naming the line, nothing stored."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from tests.web.conftest import FIXTURES, collector_client_for, report, wait_for
+from topoweb.fleet import fabric_services
+from topoweb.fleet.models import Fabric, FabricCapture
+from topoweb.fleet.services import create_api_token
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+IBNET_01 = (FIXTURES / "ibnet_01_dgx-h100-ndr-fabric-40-switches-582-hcas.txt").read_text()
+IBNET_02 = (FIXTURES / "ibnet_02_gb200-fabric-partial-bad.txt").read_text()
+
+
+@pytest.fixture
+def uploading() -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_api_token('ops', 'upload')}")
+    return client
+
+
+def analysed(name: str, reader: APIClient, capture: int | None = None) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        query = f"?capture={capture}" if capture else ""
+        body: dict[str, Any] = reader.get(f"/api/v1/fabrics/{name}/{query}").json()
+        return body if body["status"] == "done" else None
+
+    result: dict[str, Any] = wait_for(done, timeout=60)
+    return result
+
+
+def downtrained(text: str) -> str:
+    """ibnet_01 with IBLEAF-04-04 port 37 - IBSPINE-03 port 31 trained at 4xHDR at both ends."""
+    text = text.replace(
+        '[37]\t"S-2c5eab0300c26380"[31]\t\t# "MF0;A10-P1-IBSPINE-03:MQM9701/U1" lid 233 4xNDR',
+        '[37]\t"S-2c5eab0300c26380"[31]\t\t# "MF0;A10-P1-IBSPINE-03:MQM9701/U1" lid 233 4xHDR',
+    )
+    return re.sub(
+        r'(\[31\]\t"S-2c5eab0300b87b40"\[37\]\t\t# "MF0;A09-P1-IBLEAF-04-04:MQM9701/U1" '
+        r"lid 73 )4xNDR",
+        r"\g<1>4xHDR",
+        text,
+    )
+
+
+def test_an_upload_is_stored_once_analysed_by_the_worker_and_served(
+    celery_worker: Any, uploading: APIClient, reader: APIClient
+) -> None:
+    response = uploading.post(
+        "/api/v1/fabrics/", {"name": "dgx-ndr", "text": IBNET_01}, format="json"
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["created"] is True and response.json()["warnings"] == []
+
+    body = analysed("dgx-ndr", reader)
+    summary = body["analysis"]["summary"]
+    assert summary["switches"] == {"leaf": 31, "spine": 9} and summary["tiers"] == 2
+    assert summary["hosts"] == 122 and summary["links"] == 1114
+    kinds = {f["kind"] for f in body["analysis"]["findings"]}
+    assert {"missing_uplinks", "off_rail_hca", "unnamed_hcas"} <= kinds
+    assert body["capture"]["switch_count"] == 40 and body["captures"] == 1
+
+    again = uploading.post("/api/v1/fabrics/", {"name": "dgx-ndr", "text": IBNET_01}, format="json")
+    assert again.status_code == 200 and again.json()["created"] is False
+    assert FabricCapture.objects.count() == 1
+    # A duplicate message changes nothing: the stored analysis was made from the same inputs.
+    capture = FabricCapture.objects.get()
+    assert fabric_services.analyse_capture(capture.pk) == "skipped"
+
+    listed = reader.get("/api/v1/fabrics/").json()
+    assert [f["name"] for f in listed["results"]] == ["dgx-ndr"]
+    assert listed["results"][0]["latest_capture"]["status"] == "done"
+
+
+def test_a_file_upload_of_a_cut_off_capture_is_refused_naming_the_line(
+    uploading: APIClient,
+) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    response = uploading.post(
+        "/api/v1/fabrics/",
+        {"name": "gb200", "file": SimpleUploadedFile("ibnet.txt", IBNET_02.encode())},
+        format="multipart",
+    )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "parse_error" and error["line"] == 10
+    assert "'dgx-gb200-n01-c1 HCA-1' with no port line and holds no switch" in error["message"]
+    assert not Fabric.objects.exists() and not FabricCapture.objects.exists()
+    bad_name = uploading.post("/api/v1/fabrics/", {"name": "a b", "text": IBNET_01}, format="json")
+    assert bad_name.status_code == 400 and "name" in str(bad_name.json()["error"])
+
+
+def test_reading_needs_the_read_rule_and_uploading_the_upload_scope(reader: APIClient) -> None:
+    refused = reader.post("/api/v1/fabrics/", {"name": "x", "text": IBNET_01}, format="json")
+    assert refused.status_code == 403
+    assert APIClient().get("/api/v1/fabrics/").status_code == 401
+    assert reader.get("/api/v1/fabrics/nope/").status_code == 404
+
+
+def test_history_and_diff_between_captures(
+    celery_worker: Any, uploading: APIClient, reader: APIClient
+) -> None:
+    first = uploading.post("/api/v1/fabrics/", {"name": "f", "text": IBNET_01}, format="json")
+    second = uploading.post(
+        "/api/v1/fabrics/", {"name": "f", "text": downtrained(IBNET_01)}, format="json"
+    )
+    assert (first.status_code, second.status_code) == (201, 201)
+    latest = analysed("f", reader)
+    assert latest["capture"]["id"] == second.json()["capture"]
+    down = [f for f in latest["analysis"]["findings"] if f["kind"] == "downtrained_link"]
+    assert [f["switches"] for f in down] == [["A09-P1-IBLEAF-04-04", "A10-P1-IBSPINE-03"]]
+
+    history = reader.get("/api/v1/fabrics/f/captures/").json()["results"]
+    assert [c["id"] for c in history] == [second.json()["capture"], first.json()["capture"]]
+    diff = reader.get("/api/v1/fabrics/f/diff/").json()
+    assert diff["links"]["rate_changed"]["count"] == 1
+    (changed,) = diff["links"]["rate_changed"]["items"]
+    assert (changed["a"], changed["b"], changed["rate"], changed["was"]) == (
+        "A09-P1-IBLEAF-04-04", "A10-P1-IBSPINE-03", "4xHDR", "4xNDR"
+    )  # fmt: skip
+    assert diff["links"]["added"]["count"] == diff["links"]["removed"]["count"] == 0
+    assert reader.get("/api/v1/fabrics/f/diff/?from=x").status_code == 400
+
+
+def test_hosts_are_matched_to_servers_by_hostname_and_by_collector_guids(
+    celery_worker: Any, uploading: APIClient, reader: APIClient
+) -> None:
+    # a08-p1-dgx-04-c01 is named in the capture; gpu-b07 is the host whose HCAs kept the
+    # default NodeDescription on port 6 of the SU-2 leaves, known only by its collector's GUIDs.
+    nics = [
+        {"device": dev, "port": 1, "node_guid": guid}
+        for dev, guid in (("mlx5_0", "e09d:7303:0085:8d88"), ("mlx5_1", "0000:0000:0000:0001"))
+    ]
+    for hostname, host in (("a08-p1-dgx-04-c01", None), ("gpu-b07", {"rdma_nics": nics})):
+        extra = {"host": host} if host else {}
+        response = collector_client_for(hostname).post(
+            "/api/v1/reports", report(hostname, **extra), format="json"
+        )
+        assert response.status_code == 201, response.content
+    uploading.post("/api/v1/fabrics/", {"name": "m", "text": IBNET_01}, format="json")
+    hosts = {h["hostname"]: h for h in analysed("m", reader)["analysis"]["hosts"]}
+    assert hosts["a08-p1-dgx-04-c01"]["server"] == "a08-p1-dgx-04-c01"
+    assert hosts["gpu-b07"]["server"] == "gpu-b07"
+    ((hca,),) = [[c for c in hosts["gpu-b07"]["hcas"]]]
+    assert (hca["name"], hca["switch"], hca["port"]) == ("mlx5_0", "A09-P1-IBLEAF-04-02", 6)
+    assert hosts["a06-p1-dgx-02-c01"]["server"] is None
+
+    from topoweb.fleet.fabric_selectors import server_rails
+
+    (rails,) = server_rails("a08-p1-dgx-04-c01")
+    assert rails["fabric"] == "m"
+    assert {c["name"]: c["switch"] for c in rails["hcas"]} == {
+        "mlx5_0": "A09-P1-IBLEAF-01-04",
+        "mlx5_1": "A09-P1-IBLEAF-02-04",
+        "mlx5_4": "A09-P1-IBLEAF-03-04",
+        "mlx5_5": "A09-P1-IBLEAF-04-04",
+    }
+
+
+def test_a_collector_sends_its_fabric_with_its_token(celery_worker: Any, reader: APIClient) -> None:
+    client = collector_client_for("gpu-a01")
+    body = {"name": "ndr", "captured_at": "2026-11-29T10:00:00Z", "text": IBNET_01}
+    response = client.post("/api/v1/fabric-reports/", body, format="json")
+    assert response.status_code == 201, response.content
+    capture = FabricCapture.objects.get()
+    assert (capture.source, capture.hostname) == ("collector", "gpu-a01")
+    assert analysed("ndr", reader)["analysis"]["summary"]["switches"]["leaf"] == 31
+    assert APIClient().post("/api/v1/fabric-reports/", body, format="json").status_code == 401
+
+
+def test_a_fabric_uploaded_as_a_server_file_is_refused_with_where_it_goes(
+    uploading: APIClient,
+) -> None:
+    response = uploading.post(
+        "/api/v1/uploads/",
+        {"hostname": "gpu-a01", "text": IBNET_01, "create": True},
+        format="json",
+    )
+    assert response.status_code == 400
+    assert "POST /api/v1/fabrics/" in response.json()["error"]["message"]

@@ -1,0 +1,110 @@
+"""Reads of the fabric between servers: fabrics with their latest capture's summary, one
+fabric's stored analysis, its captures (history) and the diff between two of them, and the
+leaves a server's HCAs hang off. Nothing here parses or analyses: the worker stored it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django.http import Http404
+
+from topoweb.core.fabric import build_fabric, diff_fabrics
+from topoweb.core.formats.ibnet import IbnetCapture
+from topoweb.fleet.models import Fabric, FabricCapture
+
+SUMMARY_FIELDS = (
+    "id",
+    "captured_at",
+    "received_at",
+    "source",
+    "hostname",
+    "switch_count",
+    "ca_count",
+    "link_count",
+    "warning_count",
+    "status",
+    "analysed_at",
+)
+
+
+def fabrics() -> QuerySet[Fabric]:
+    return Fabric.objects.select_related("latest_capture").defer(
+        "latest_capture__raw_text", "latest_capture__document", "latest_capture__analysis"
+    )
+
+
+def fabric_by_name(name: str) -> Fabric:
+    try:
+        return Fabric.objects.get(name=name)
+    except Fabric.DoesNotExist:
+        raise Http404(f"no fabric named {name!r}") from None
+
+
+def capture_summary(capture: FabricCapture | None) -> dict[str, Any] | None:
+    if capture is None:
+        return None
+    return {f: getattr(capture, f) for f in SUMMARY_FIELDS}
+
+
+def capture_history(fabric: Fabric) -> QuerySet[FabricCapture]:
+    return FabricCapture.objects.filter(fabric=fabric).only(*SUMMARY_FIELDS, "fabric")
+
+
+def fabric_detail(name: str, capture_id: int | None = None) -> dict[str, Any]:
+    """The fabric's latest capture (or the one asked for) with what the worker stored; while
+    the worker has not run, `status` says so and the analysis is null."""
+    fabric = fabric_by_name(name)
+    captures = FabricCapture.objects.filter(fabric=fabric)
+    if capture_id is not None:
+        capture = captures.filter(pk=capture_id).defer("raw_text", "document").first()
+        if capture is None:
+            raise Http404(f"fabric {name!r} has no capture {capture_id}")
+    elif fabric.latest_capture_id is not None:
+        capture = captures.defer("raw_text", "document").get(pk=fabric.latest_capture_id)
+    else:
+        capture = None
+    return {
+        "name": fabric.name,
+        "capture": capture_summary(capture),
+        "captures": captures.count(),
+        "status": capture.status if capture else "pending",
+        "error": capture.error if capture else "",
+        "analysis": capture.analysis if capture else None,
+    }
+
+
+def _capture(fabric: Fabric, capture_id: int) -> IbnetCapture:
+    row = FabricCapture.objects.filter(fabric=fabric, pk=capture_id).only("document").first()
+    if row is None:
+        raise Http404(f"fabric {fabric.name!r} has no capture {capture_id}")
+    return IbnetCapture.from_document(row.document)
+
+
+def fabric_diff(name: str, old_id: int, new_id: int) -> dict[str, Any]:
+    fabric = fabric_by_name(name)
+    old, new = _capture(fabric, old_id), _capture(fabric, new_id)
+    return {
+        "name": fabric.name,
+        "from": old_id,
+        "to": new_id,
+        **diff_fabrics(build_fabric(old), build_fabric(new)),
+    }
+
+
+def server_rails(hostname: str) -> list[dict[str, Any]]:
+    """For a server page: in each fabric whose latest analysis names this server, its HCAs
+    with the leaf and port each hangs off and the rail."""
+    out = []
+    analysed = Fabric.objects.filter(
+        latest_capture__status=FabricCapture.Status.DONE,
+        latest_capture__analysis__hosts__contains=[{"server": hostname}],
+    ).select_related("latest_capture")
+    for fabric in analysed:
+        analysis = fabric.latest_capture.analysis if fabric.latest_capture else None
+        for host in (analysis or {}).get("hosts", ()):
+            if host.get("server") == hostname:
+                out.append(
+                    {"fabric": fabric.name, "hostname": host["hostname"], "hcas": host["hcas"]}
+                )
+    return out
