@@ -9,7 +9,7 @@ const status = document.getElementById("fleet-status");
 const pageInfo = document.getElementById("page-info");
 const prev = document.getElementById("prev-page");
 const next = document.getElementById("next-page");
-const FILTERS = ["search", "sku", "health", "has_nvlink", "ordering"];
+const FILTERS = ["search", "sku", "health", "has_nvlink", "ordering", "finding"];
 const HEALTH_STATES = ["ok", "warning", "critical", "unknown"];
 
 const state = { page: 1, pageSize: null, ...pageData().query };
@@ -103,6 +103,12 @@ async function loadFacets() {
     const counts = await Promise.all(HEALTH_STATES.map((h) => getJSON("servers/", { health: h, page_size: 1 }).then((d) => d.count)));
     clear(health);
     HEALTH_STATES.forEach((h, i) => health.append(chip(h, counts[i], () => setFilter("health", h), `health-${h}`)));
+    // Servers whose collector stopped reporting (the collector_silent finding): a toggle.
+    const silent = (await getJSON("servers/", { finding: "collector_silent", page_size: 1 })).count;
+    if (silent) {
+      const toggle = () => setFilter("finding", state.finding === "collector_silent" ? "" : "collector_silent");
+      health.append(chip("collector silent", silent, toggle, "health-warning collector-silent"));
+    }
   } catch (err) {
     showError(health, err);
   }

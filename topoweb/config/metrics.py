@@ -18,7 +18,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
@@ -99,12 +99,58 @@ class AnalysisCollector(Collector):
 REGISTRY.register(AnalysisCollector())
 
 
+class GaugeFamily(TypedDict):
+    """One gauge family as a sweep publishes it: samples are (label values, value)."""
+
+    name: str
+    help: str
+    labels: list[str]
+    samples: list[tuple[list[str], float]]
+
+
+# The health sweep publishes the fleet's gauges (per server, labelled to join dcgm-exporter's
+# series) here; a scrape reads them back, as it does the analysis counts.
+FLEET_CACHE_KEY = "topoweb:metrics:fleet"
+
+
+def publish_fleet_gauges(families: list[GaugeFamily]) -> None:
+    from django.core.cache import cache
+
+    cache.set(FLEET_CACHE_KEY, families, timeout=None)
+
+
+class FleetCollector(Collector):
+    """The fleet's gauges as the health sweep last published them (from the cache, never the
+    database); nothing when the cache cannot be read."""
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        from django.core.cache import cache
+
+        try:
+            families: list[GaugeFamily] | None = cache.get(FLEET_CACHE_KEY)
+        except Exception:  # the cache (Redis) is down: the other figures still answer
+            log.warning("metrics: the fleet gauges could not be read", exc_info=True)
+            return
+        for family in families or []:
+            gauge = GaugeMetricFamily(family["name"], family["help"], labels=family["labels"])
+            for values, value in family["samples"]:
+                gauge.add_metric(values, value)
+            yield gauge
+
+
+REGISTRY.register(FleetCollector())
+
+
 def exposition() -> bytes:
     """The text a scrape gets: every process's counters in multiprocess mode, else this one's."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         registry.register(AnalysisCollector())
+        registry.register(FleetCollector())
         return generate_latest(registry)
     return generate_latest(REGISTRY)
 

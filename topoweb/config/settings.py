@@ -291,6 +291,11 @@ TOPOWEB_SWEEP_PENDING_AFTER_S = env.int("TOPOWEB_SWEEP_PENDING_AFTER_S", default
 # the sweep): a killed worker's analysis is running again within about a minute or two.
 TOPOWEB_ANALYSIS_HEARTBEAT_S = env.float("TOPOWEB_ANALYSIS_HEARTBEAT_S", default=10.0)
 TOPOWEB_STALE_CLAIM_AFTER_S = env.int("TOPOWEB_STALE_CLAIM_AFTER_S", default=45)
+# A server whose collector reported once gets the collector_silent finding (and metric) when
+# this many reports in a row, expected every TOPOWEB_COLLECTOR_INTERVAL_S (the collector's
+# --interval), are overdue; the health sweep (every TOPOWEB_SWEEP_EVERY_S) marks and clears it.
+TOPOWEB_COLLECTOR_INTERVAL_S = env.float("TOPOWEB_COLLECTOR_INTERVAL_S", default=3600.0)
+TOPOWEB_COLLECTOR_SILENT_AFTER = env.int("TOPOWEB_COLLECTOR_SILENT_AFTER", default=3)
 # An analysis that hits its time limit (or loses its worker) this many times is marked failed.
 TOPOWEB_ANALYSIS_MAX_ATTEMPTS = env.int("TOPOWEB_ANALYSIS_MAX_ATTEMPTS", default=3)
 

@@ -8,12 +8,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Func, Max, Q, QuerySet, Sum, TextField
+from django.db.models import Count, Exists, Func, Max, OuterRef, Q, QuerySet, Sum, TextField
 from django.http import Http404
 
 from topoweb.analysis.selectors import KeptAnswers, benchmark_set_identity
+from topoweb.config.metrics import GaugeFamily
 from topoweb.core.formats.nvml import NvmlFacts, NvmlFactsError, read_nvml
 from topoweb.core.health import (
+    COLLECTOR_SILENT,
     TOPOLOGY_DRIFT,
     Figures,
     Finding,
@@ -22,7 +24,7 @@ from topoweb.core.health import (
     sku_distribution,
 )
 from topoweb.core.model import NcclRun, P2PResult, Topology
-from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
+from topoweb.fleet.models import Benchmark, Server, Snapshot, Source, TopologyClass
 from topoweb.fleet.selectors import usual_topology_class_id
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
 
@@ -427,3 +429,28 @@ def findings_count(server: Server) -> int:
     if health is None:
         return int(server.differs_from_sku)
     return int(health.critical_count + health.warning_count)
+
+
+def collector_fed() -> QuerySet[Server]:
+    """Servers a collector reported at least once: only they are expected to keep reporting."""
+    return Server.objects.filter(
+        Exists(Snapshot.objects.filter(server=OuterRef("pk"), source=Source.COLLECTOR))
+    )
+
+
+def fleet_gauges() -> list[GaugeFamily]:
+    """The per-server gauges /metrics serves, labelled as dcgm-exporter labels its series
+    (`Hostname`), so that a query can join them."""
+    silent = HealthFinding.objects.filter(kind=COLLECTOR_SILENT, server=OuterRef("pk"))
+    rows = collector_fed().annotate(silent=Exists(silent)).values_list("hostname", "silent")
+    return [
+        GaugeFamily(
+            name="topoweb_server_collector_silent",
+            help=(
+                "1 when the server's collector missed TOPOWEB_COLLECTOR_SILENT_AFTER reports in a "
+                "row (the collector_silent finding), else 0; servers a collector reports only."
+            ),
+            labels=["Hostname"],
+            samples=[([hostname], float(silent)) for hostname, silent in rows],
+        )
+    ]

@@ -1,28 +1,40 @@
 """Writes of the health checks: evaluate one server (findings + acceptance report, stored in one
-transaction), enqueue that after an ingest commits, and save staff's SKU expectations."""
+transaction), enqueue that after an ingest commits, mark and clear collector_silent, and save
+staff's SKU expectations."""
 
 from __future__ import annotations
 
+import logging
+from datetime import datetime
+
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
+from topoweb.config import metrics
 from topoweb.config.celery_app import enqueue
 from topoweb.core.health import (
+    COLLECTOR_SILENT,
     Expectations,
     Figures,
+    Finding,
     Thresholds,
     acceptance_report,
     check_health,
+    collector_silence,
     expectations_from_model,
     median_figures,
+    silence_window,
 )
 from topoweb.core.model import Topology
 from topoweb.fleet import selectors as fleet_selectors
 from topoweb.fleet.models import Benchmark, Server, Snapshot
 from topoweb.health import selectors
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
+
+log = logging.getLogger(__name__)
 
 
 def evaluate_server(server_id: int) -> ServerHealth | None:
@@ -73,12 +85,16 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
     report["sku"] = server.sku_name
     report["expectation_version"] = row.version if row is not None else None
     report["unread_facts"] = list(inputs.unread_facts)
+    now = timezone.now()
+    silence = silence_of(server, now)
+    if silence is not None:  # kept through a re-evaluation (staff's edit) while it lasts
+        findings = (*findings, silence)
     with transaction.atomic():
         health, _ = ServerHealth.objects.update_or_create(
             server=server,
             defaults={
                 "snapshot": server.latest_snapshot,
-                "computed_at": timezone.now(),
+                "computed_at": now,
                 "expectation_version": row.version if row is not None else None,
                 "expectations": expectations.to_document(),
                 "acceptance": report,
@@ -142,6 +158,55 @@ def stale_servers() -> list[int]:
     )
 
 
+def silence_of(server: Server, now: datetime) -> Finding | None:
+    """collector_silent for a server a collector reports (not one only people upload to)."""
+    if not selectors.collector_fed().filter(pk=server.pk).exists():
+        return None
+    return collector_silence(
+        server.last_seen_at,
+        now,
+        settings.TOPOWEB_COLLECTOR_INTERVAL_S,
+        settings.TOPOWEB_COLLECTOR_SILENT_AFTER,
+    )
+
+
+def sweep_silent_collectors(now: datetime | None = None) -> tuple[list[str], list[str]]:
+    """Mark the servers whose collector went silent by `now` and clear those that reported
+    again (a duplicate report makes no new snapshot, so no evaluation clears it): the
+    hostnames (marked, cleared). Run by the health sweep, every TOPOWEB_SWEEP_EVERY_S."""
+    now = now or timezone.now()
+    interval = settings.TOPOWEB_COLLECTOR_INTERVAL_S
+    missed = settings.TOPOWEB_COLLECTOR_SILENT_AFTER
+    cutoff = now - silence_window(interval, missed)
+    marked = HealthFinding.objects.filter(kind=COLLECTOR_SILENT)
+    newly = list(
+        selectors.collector_fed()
+        .filter(last_seen_at__lt=cutoff)
+        .exclude(Exists(marked.filter(server=OuterRef("pk"))))
+        .values_list("pk", "hostname", "last_seen_at")
+    )
+    back = list(
+        marked.filter(server__last_seen_at__gte=cutoff).values_list(
+            "pk", "server_id", "server__hostname"
+        )
+    )
+    with transaction.atomic():
+        rows = []
+        for server_id, _, last_seen in newly:
+            finding = collector_silence(last_seen, now, interval, missed)
+            assert finding is not None  # last_seen is before the cutoff
+            rows.append(HealthFinding(server_id=server_id, **finding.to_document()))
+        HealthFinding.objects.bulk_create(rows)
+        ServerHealth.objects.filter(server_id__in=[row[0] for row in newly]).update(
+            warning_count=F("warning_count") + 1
+        )
+        HealthFinding.objects.filter(pk__in=[row[0] for row in back]).delete()
+        ServerHealth.objects.filter(server_id__in=[row[1] for row in back]).update(
+            warning_count=F("warning_count") - 1
+        )
+    return [row[1] for row in newly], [row[2] for row in back]
+
+
 def save_expectation(
     expectation: SkuExpectation, *, changed: bool, user: User | None = None
 ) -> SkuExpectation:
@@ -172,3 +237,13 @@ def save_expectation(
     for server in Server.objects.filter(sku_name=expectation.sku_name):
         request_health(server)
     return expectation
+
+
+def publish_fleet_gauges() -> None:
+    """The fleet's gauges for /metrics (which reads them from the cache, never the database).
+    A cache that is down costs the figures, never the sweep."""
+    families = selectors.fleet_gauges()
+    try:
+        metrics.publish_fleet_gauges(families)
+    except Exception:
+        log.warning("the fleet gauges were not published for /metrics", exc_info=True)

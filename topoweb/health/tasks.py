@@ -22,6 +22,10 @@ def evaluate_server_task(server_id: int) -> bool:
 
 @shared_task(name="health.sweep", soft_time_limit=120, time_limit=150)
 def sweep() -> list[int]:
-    """Queue the servers whose evaluation is missing or older than their latest snapshot."""
+    """Queue the servers whose evaluation is missing or older than their latest snapshot; mark
+    and clear collector_silent; publish the fleet's gauges for /metrics."""
     stale = services.stale_servers()
-    return [pk for pk in stale if services.enqueue_health(pk)]
+    sent = [pk for pk in stale if services.enqueue_health(pk)]
+    services.sweep_silent_collectors()
+    services.publish_fleet_gauges()
+    return sent

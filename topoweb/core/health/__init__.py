@@ -1,6 +1,7 @@
 """Health findings for one server: links wired, trained or measured worse than they should be.
 A package by concern: findings (the vocabulary), figures, diff, checks (wiring and NVML),
-benchmarks, acceptance; every public name is importable from here.
+benchmarks, acceptance, silence (a collector that stopped reporting); every public name is
+importable from here.
 
 Everything here is a pure function of parsed inputs (Topology, P2PResult, NcclRun, the NVML
 facts dict a collector sends) plus the figures a server is expected to reach; the web service
@@ -29,6 +30,7 @@ from topoweb.core.health.figures import (
 )
 from topoweb.core.health.findings import (
     BELOW_EXPECTED_BANDWIDTH,
+    COLLECTOR_SILENT,
     DEGRADED_NVLINK,
     DOWNTRAINED_PCIE,
     FAILED_BENCHMARK,
@@ -43,9 +45,11 @@ from topoweb.core.health.findings import (
     HealthInputError,
     Severity,
 )
+from topoweb.core.health.silence import collector_silence, silence_window
 
 __all__ = [
     "BELOW_EXPECTED_BANDWIDTH",
+    "COLLECTOR_SILENT",
     "DEGRADED_NVLINK",
     "DOWNTRAINED_PCIE",
     "FAILED_BENCHMARK",
@@ -67,6 +71,8 @@ __all__ = [
     "TopologyDiff",
     "acceptance_report",
     "check_health",
+    "collector_silence",
+    "silence_window",
     "diff_topologies",
     "expectations_by_class",
     "expectations_from_model",

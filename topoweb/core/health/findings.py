@@ -21,6 +21,7 @@ TOPOLOGY_DRIFT = "topology_drift"
 INCONSISTENT_MATRIX = "inconsistent_matrix"
 FAILED_BENCHMARK = "failed_benchmark"
 SOURCES_DISAGREE = "sources_disagree"
+COLLECTOR_SILENT = "collector_silent"
 # Stable ids: the API filters on them and stored analyses keep them.
 KINDS: tuple[str, ...] = (
     BELOW_EXPECTED_BANDWIDTH,
@@ -32,6 +33,7 @@ KINDS: tuple[str, ...] = (
     INCONSISTENT_MATRIX,
     FAILED_BENCHMARK,
     SOURCES_DISAGREE,
+    COLLECTOR_SILENT,
 )
 
 
