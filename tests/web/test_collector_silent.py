@@ -35,9 +35,7 @@ def configured(settings: Any) -> None:
 
 
 def reported(collector_client: Any, hostname: str) -> Server:
-    response = collector_client(hostname).post(
-        "/api/v1/reports", report(hostname), format="json"
-    )
+    response = collector_client(hostname).post("/api/v1/reports", report(hostname), format="json")
     assert response.status_code in (200, 201), response.content
     server = Server.objects.get(hostname=hostname)
     evaluate_server(server.pk)
@@ -46,8 +44,9 @@ def reported(collector_client: Any, hostname: str) -> Server:
 
 def silent_kinds(hostname: str) -> list[str]:
     return list(
-        HealthFinding.objects.filter(server__hostname=hostname, kind="collector_silent")
-        .values_list("kind", flat=True)
+        HealthFinding.objects.filter(
+            server__hostname=hostname, kind="collector_silent"
+        ).values_list("kind", flat=True)
     )
 
 
