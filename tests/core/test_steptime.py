@@ -21,6 +21,7 @@ from topoweb.core.steptime import (
     DP_EXPOSED_MIN,
     gpu_spec,
     layouts_for,
+    lever_steps,
     memory_fit,
     micro_batches,
     step_plan,
@@ -70,11 +71,19 @@ def test_the_recommendation_fits_and_is_the_fastest_fitting_layout_by_brute_forc
     spec = gpu_spec(gpu)
     rec = recommend(model, shape, spec=spec)
     gpus = tuple(sorted(model.gpu_ids))
+    # Under the settings the levers reached (the first of `lever_steps` where anything fits;
+    # none of the earlier ones fits any layout).
+    steps = lever_steps(shape)
+    settings = rec.settings or steps[0]
+    for earlier in steps[: steps.index(settings)]:
+        assert not any(earlier.fit(lay, spec).fits for lay in layouts_for(shape, len(gpus)))
     brute = []
     for layout in layouts_for(shape, len(gpus)):
-        if not memory_fit(shape, layout, spec.memory_bytes).fits:
+        if not settings.fit(layout, spec).fits:
             continue
-        cost = StepCost(model, layout, shape, spec)
+        cost = StepCost(
+            model, layout, settings.shape, spec, recompute=settings.recompute, zero=settings.zero
+        )
         brute.append(min(cost(m) for m in every_structure(gpus, layout)))
     if not brute:
         assert rec.best is None and rec.no_fit is not None

@@ -167,6 +167,8 @@ class ModelShapeSerializer(serializers.Serializer):
     vocab = serializers.IntegerField(min_value=0, max_value=10_000_000, default=0)
     experts = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
     expert_params = serializers.FloatField(min_value=0, max_value=1e15, default=0.0)
+    heads = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
+    kv_heads = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
 
 
 @extend_schema_field(
@@ -192,6 +194,8 @@ class ModelShapeSerializer(serializers.Serializer):
                     "vocab": {"type": "integer", "minimum": 0},
                     "experts": {"type": "integer", "minimum": 0},
                     "expert_params": {"type": "number", "minimum": 0},
+                    "heads": {"type": "integer", "minimum": 0, "maximum": 100000},
+                    "kv_heads": {"type": "integer", "minimum": 0, "maximum": 100000},
                 },
                 "required": [
                     "name",
@@ -252,7 +256,7 @@ class TrainingInputSerializer(serializers.Serializer):
     seq = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
     global_batch = serializers.IntegerField(min_value=1, max_value=100_000_000, required=False)
     micro_batch = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
-    zero = serializers.IntegerField(min_value=0, max_value=2, default=1)
+    zero = serializers.IntegerField(min_value=0, max_value=3, default=1)
 
 
 class PlacementApi(APIView):
@@ -275,6 +279,7 @@ class PlacementApi(APIView):
         server = selectors.server_for_questions(hostname)
         layout = _answer(Layout, q["tp"], q["pp"], q["dp"], q["ep"])
         shape = _answer(selectors.resolve_shape, q.get("model"), _overrides(q))
+        _answer(selectors.check_layout, server, layout, shape)
         body = _answer(
             selectors.placement_for,
             server,
@@ -296,6 +301,16 @@ class RecommendationSerializer(serializers.Serializer):
     model = serializers.JSONField(help_text="the model shape used")
     gpu = serializers.JSONField()
     zero = serializers.IntegerField()
+    recompute = serializers.CharField(help_text="activation recomputation: none, selective, full")
+    micro_batch = serializers.IntegerField()
+    levers = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="memory levers pulled, in order, for a layout to fit (empty: none needed)",
+    )
+    assumed = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="what was guessed rather than read: GPU model, generation, memory",
+    )
     achieved_fraction_of_peak = serializers.FloatField()
     fits = serializers.BooleanField(help_text="some layout fits in memory")
     recommended = PlacementDocumentSerializer(allow_null=True)

@@ -49,6 +49,7 @@ from topoweb.core.ledger import PRESETS, Layout, ModelShape
 from topoweb.core.model import NcclRun, P2PResult, Topology
 from topoweb.core.numbering import canonical_gpus, in_server_order
 from topoweb.core.placement import (
+    DEFAULT_SHAPE,
     SELECTION_BYTES,
     ServerPool,
     affinity,
@@ -57,7 +58,7 @@ from topoweb.core.placement import (
     select_gpus,
     select_job,
 )
-from topoweb.core.steptime import GpuSpec, gpu_spec
+from topoweb.core.steptime import GpuSpec, gpu_spec, valid_layout_problem
 from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
 
 log = logging.getLogger(__name__)
@@ -419,6 +420,16 @@ def server_gpu_spec(server: Server, model: CostModel) -> GpuSpec:
     name = snapshot.gpu_model if snapshot is not None else ""
     memory = snapshot.gpu_memory_bytes if snapshot is not None else None
     return gpu_spec(name or None, model.hardware.generation.name, memory)
+
+
+def check_layout(server: Server, layout: Layout, shape: ModelShape | None) -> None:
+    """ValueError naming why the layout cannot run the model on this server (TP not dividing
+    the heads, PP the layers, TP or EP not fitting whole in the server), before any search."""
+    snapshot = server.latest_snapshot
+    gpus = snapshot.gpu_count if snapshot is not None else layout.size
+    problem = valid_layout_problem(shape or DEFAULT_SHAPE, layout, gpus)
+    if problem is not None:
+        raise ValueError(f"{(shape or DEFAULT_SHAPE).name}: {problem}")
 
 
 def placement_for(

@@ -93,6 +93,11 @@ class LayoutAdviceSerializer(serializers.Serializer):
 
 class PlacementDocumentSerializer(LayoutAdviceSerializer):
     assumption = serializers.CharField()
+    assumed = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="what was guessed rather than read: GPU model, generation, memory",
+    )
 
 
 # --- cost tables -----------------------------------------------------------------------------

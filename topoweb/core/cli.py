@@ -26,7 +26,7 @@ from topoweb.core.merge import merge_sources
 from topoweb.core.model import NcclRun, P2PResult, Topology
 from topoweb.core.placement import place, recommend
 from topoweb.core.scheduling import topology_conf
-from topoweb.core.steptime import gpu_spec
+from topoweb.core.steptime import RECOMPUTE, gpu_spec, valid_layout_problem
 
 EXIT_BAD_INPUT = 2
 
@@ -205,9 +205,16 @@ def cmd_place(args: argparse.Namespace) -> dict[str, Any]:
         model = build_model(topo, args.gpu_model)
         spec = gpu_spec(args.gpu_model, model.hardware.generation.name)
         if not any(given):
-            return recommend(model, shape, free, spec=spec, zero=args.zero).to_document()
+            return recommend(
+                model, shape, free, spec=spec, zero=args.zero, recompute=args.recompute
+            ).to_document()
         layout = Layout(args.tp, args.pp, args.dp, args.ep)
-        result = place(model, layout, free, shape, spec=spec, zero=args.zero)
+        problem = valid_layout_problem(shape, layout, len(model.gpu_ids))
+        if problem is not None:
+            raise UsageError(f"{shape.name}: {problem}")
+        result = place(
+            model, layout, free, shape, spec=spec, zero=args.zero, recompute=args.recompute
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     doc = result.to_document()
@@ -324,7 +331,13 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--seq", type=int, help="sequence length (default: the preset's)")
     pl.add_argument("--global-batch", type=int, help="sequences per step")
     pl.add_argument("--micro-batch", type=int, help="sequences per micro-batch")
-    pl.add_argument("--zero", type=int, choices=(0, 1, 2), default=1, help="ZeRO stage over DP")
+    pl.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=1, help="ZeRO stage over DP")
+    pl.add_argument(
+        "--recompute",
+        choices=RECOMPUTE,
+        default="selective",
+        help="activation recomputation (selective: attention scores, as flash attention)",
+    )
     pl.set_defaults(handler=cmd_place)
 
     a = sub.add_parser("analyse", help="everything the service stores for a topology class")

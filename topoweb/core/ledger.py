@@ -27,6 +27,8 @@ class ModelShape:
     vocab: int = 0  # for the logits' memory; 0: not counted
     experts: int = 0  # per MoE layer; 0: a dense model
     expert_params: float = 0.0  # parameters in all experts of all MoE layers
+    heads: int = 0  # attention (query) heads; 0: unknown (tensor parallelism then unchecked)
+    kv_heads: int = 0  # key/value heads (grouped-query attention); 0: as many as `heads`
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "seq", "micro_batch", "micro_batches", "bytes_per_elem"):
@@ -40,9 +42,22 @@ class ModelShape:
             raise ValueError(f"top_k {self.top_k} exceeds the {self.experts} experts")
         if self.expert_params and not (self.experts and self.moe_layers):
             raise ValueError("expert_params needs experts and moe_layers")
-        for name in ("global_batch", "vocab", "experts", "moe_layers"):
+        for name in ("global_batch", "vocab", "experts", "moe_layers", "heads", "kv_heads"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} cannot be negative")
+        if self.heads and self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} is not a multiple of the {self.heads} heads")
+        if self.kv_heads and (not self.heads or self.heads % self.kv_heads):
+            raise ValueError(f"kv_heads {self.kv_heads} must divide the {self.heads} heads")
+
+    @property
+    def key_value_heads(self) -> int:
+        """Key/value heads: `kv_heads`, or one per attention head (multi-head attention)."""
+        return self.kv_heads or self.heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads if self.heads else 0
 
     @property
     def activation_bytes(self) -> int:
@@ -53,18 +68,49 @@ class ModelShape:
         return dict(self.__dict__)
 
 
+# Each preset's dimensions come from its model card or paper (cited per entry); parameters
+# are the published totals. Sequence length, micro-batch and global batch are a training
+# setup's, not the model's: the published pre-training ones where given.
 PRESETS: dict[str, ModelShape] = {
-    # DOMAIN.md s4 worked example: 201 MB per TP AllReduce, 384 of them per step (the ledger
-    # at one micro-batch); the step-time model uses GPT-3's global batch of 1536 sequences.
+    # Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1: 96 layers,
+    # d_model 12288, 96 heads of 128, context 2048, batch 3.2M tokens (1536 sequences);
+    # GPT-2's 50257-token vocabulary. DOMAIN.md s4's worked example: 201 MB per TP AllReduce.
     "gpt3-175b": ModelShape(
-        "GPT-3 175B", 96, 12288, 2048, 4, 1, 175e9, global_batch=1536, vocab=50257
+        "GPT-3 175B", 96, 12288, 2048, 4, 1, 175e9, global_batch=1536, vocab=50257, heads=96
     ),
+    # https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json: hidden_size 4096,
+    # num_hidden_layers 32, num_attention_heads 32, num_key_value_heads 32, vocab_size 32000,
+    # max_position_embeddings 4096; Touvron et al. 2023 (Llama 2), Table 1: 6.7B parameters.
     "llama-7b": ModelShape(
-        "Llama-style 7B", 32, 4096, 4096, 1, 8, 6.7e9, global_batch=256, vocab=32000
-    ),
+        "Llama-style 7B",
+        32,
+        4096,
+        4096,
+        1,
+        8,
+        6.7e9,
+        global_batch=256,
+        vocab=32000,
+        heads=32,
+        kv_heads=32,
+    ),  # fmt: skip
+    # https://huggingface.co/meta-llama/Llama-2-13b-hf/blob/main/config.json: hidden_size
+    # 5120, 40 layers, 40 attention heads, 40 key/value heads, vocab_size 32000.
     "llama-13b": ModelShape(
-        "Llama-style 13B", 40, 5120, 4096, 1, 8, 13e9, global_batch=256, vocab=32000
-    ),
+        "Llama-style 13B",
+        40,
+        5120,
+        4096,
+        1,
+        8,
+        13e9,
+        global_batch=256,
+        vocab=32000,
+        heads=40,
+        kv_heads=40,
+    ),  # fmt: skip
+    # https://huggingface.co/meta-llama/Llama-2-70b-hf/blob/main/config.json: hidden_size
+    # 8192, 80 layers, 64 attention heads, 8 key/value heads (GQA), vocab_size 32000.
     # Sequence parallel, as Megatron runs models this size with TP.
     "llama-70b": ModelShape(
         "Llama-style 70B",
@@ -77,7 +123,12 @@ PRESETS: dict[str, ModelShape] = {
         sequence_parallel=True,
         global_batch=256,
         vocab=32000,
+        heads=64,
+        kv_heads=8,
     ),
+    # https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json: hidden_size
+    # 4096, 32 layers, 32 attention heads, 8 key/value heads, 8 local experts, 2 per token,
+    # vocab_size 32000; Jiang et al. 2024 (Mixtral of Experts): 46.7B parameters in all.
     # 8 experts of 3 x 4096 x 14336 in each of 32 layers: 45.1 B of the 46.7 B parameters.
     "mixtral-8x7b": ModelShape(
         "Mixtral-style 8x7B MoE",
@@ -93,6 +144,8 @@ PRESETS: dict[str, ModelShape] = {
         vocab=32000,
         experts=8,
         expert_params=45.1e9,
+        heads=32,
+        kv_heads=8,
     ),
 }
 

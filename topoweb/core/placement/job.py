@@ -225,7 +225,12 @@ def _over_servers(
             sub = Layout(layout.tp, layout.pp, take // (layout.tp * layout.pp), layout.ep)
             placed = place(model, sub, pool.free, shape, spec=pool.spec)
             gpus = placed.gpus
-            fits = fits and memory_fit(shape, layout, placed.spec.memory_bytes).fits
+            fits = (
+                fits
+                and memory_fit(
+                    shape, layout, placed.spec.memory_bytes, reserve=placed.spec.reserve
+                ).fits
+            )
             for d in placed.per_dimension:
                 key = (d.dimension, d.collective)
                 each[key] = max(each.get(key, 0.0), d.each_us)

@@ -29,9 +29,12 @@ from topoweb.core.steptime import (
     GpuSpec,
     MemoryFit,
     NoFit,
+    Settings,
     StepTime,
+    first_fit,
     gpu_spec,
     layouts_for,
+    lever_steps,
     memory_fit,
     smallest_fit,
 )
@@ -92,6 +95,7 @@ class Placement:
             "memory": self.memory.to_document(),
             "fits": self.memory.fits,
             "gpu": self.spec.to_document(),
+            "assumed": list(self.spec.assumed),
             "predicted_step_comm_us": round(self.step_comm_us, 3),
             "naive_step_comm_us": round(self.naive_step_comm_us, 3),
             "improvement": round(self.improvement, 4),
@@ -129,6 +133,7 @@ def place(
     spec: GpuSpec | None = None,
     zero: int = 1,
     achieved: float = ACHIEVED_FRACTION,
+    recompute: str = "selective",
 ) -> Placement:
     """Best rank->GPU mapping for a TP x PP x DP (x EP) job on `free` GPUs (default all),
     by predicted step time. A job smaller than the free set takes the subset with the lowest
@@ -150,7 +155,7 @@ def place(
             f"TP x PP x DP = {layout.tp} x {layout.pp} x {layout.dp} = "
             f"{layout.size} needs more than the {len(pool)} free GPUs"
         )
-    objective = StepCost(model, layout, shape, spec, achieved)
+    objective = StepCost(model, layout, shape, spec, achieved, recompute=recompute, zero=zero)
     choice = ""
     if layout.size < len(pool):
         gpus, choice = _choose_subset(objective, pool, time_budget_s, seed)
@@ -220,7 +225,9 @@ def place(
         model.hardware.assumption,
         objective.step(best),
         naive_us,
-        memory_fit(shape, layout, spec.memory_bytes, zero),
+        memory_fit(
+            shape, layout, spec.memory_bytes, zero, recompute=recompute, reserve=spec.reserve
+        ),
         spec,
         uniform,
         pool,
@@ -268,7 +275,9 @@ def _choose_subset(
 @dataclass(frozen=True)
 class Recommendation:
     """Every layout of a shape on some GPUs, fastest first; the best fitting one, or why none
-    fits and the smallest shape that would."""
+    fits and the smallest number of such servers that would. `settings`: the micro-batch,
+    recomputation and ZeRO stage the layouts were judged under, with the levers pulled to
+    get there from what was asked."""
 
     shape: ModelShape
     spec: GpuSpec
@@ -278,6 +287,7 @@ class Recommendation:
     achieved: float
     # Layouts left unpriced when pricing ran past RECOMMEND_OVERRUN x the budget (huge servers).
     unpriced: int = 0
+    settings: Settings | None = None
 
     @property
     def best(self) -> Placement | None:
@@ -286,16 +296,21 @@ class Recommendation:
     def to_document(self) -> dict[str, Any]:
         n = len(self.placements[0].mapping) if self.placements else 0
         best = self.best
+        settings = self.settings or Settings(self.shape, self.zero, "selective")
         return {
             "model": self.shape.to_document(),
             "gpu": self.spec.to_document(),
-            "zero": self.zero,
+            "zero": settings.zero,
+            "recompute": settings.recompute,
+            "micro_batch": settings.shape.micro_batch,
+            "levers": list(settings.levers),
             "achieved_fraction_of_peak": self.achieved,
             "recommended": best.to_document() if best else None,
             "fits": best is not None,
             "no_fit": self.no_fit.to_document(self.spec, n) if self.no_fit else None,
             "layouts": [p.to_document() for p in self.placements],
             "assumptions": STEP_ASSUMPTIONS,
+            "assumed": list(self.spec.assumed),
         } | ({"unpriced_layouts": self.unpriced} if self.unpriced else {})
 
 
@@ -304,7 +319,10 @@ STEP_ASSUMPTIONS = (
     "stated fraction of the GPU's dense bf16 peak; TP, EP and pipeline sends not overlapped; "
     "the DP gradient reduction overlaps the last micro-batch's backward pass (2/3 of its "
     "compute), at least 10 % exposed; memory: bf16 weights and grads, 12 bytes of Adam state "
-    "per parameter (ZeRO shards it over DP), flash-attention activations, 8 % reserved"
+    "per parameter (ZeRO shards it over DP), flash-attention activations; at least 10 % of "
+    "each GPU kept back for the CUDA context, fragmentation and NCCL buffers (15 % of an "
+    "assumed memory size); when nothing fits, levers in practitioners' order: micro-batch "
+    "down to 1, selective then full activation recomputation, ZeRO-1, 2, 3, then more GPUs"
 )
 
 
@@ -317,34 +335,59 @@ def recommend(
     zero: int = 1,
     achieved: float = ACHIEVED_FRACTION,
     time_budget_s: float = 0.3,
+    recompute: str = "selective",
 ) -> Recommendation:
-    """Every layout of `shape` on all `free` GPUs (default all) placed at its best mapping and
-    ranked by predicted step time; layouts that do not fit in memory rank after every one
-    that does and are never recommended."""
+    """Every valid layout of `shape` on all `free` GPUs (default all) placed at its best
+    mapping and ranked by predicted step time; layouts that do not fit in memory rank after
+    every one that does and are never recommended. When none fits as asked, the levers are
+    pulled in order (`lever_steps`) until one does; when none fits even then, the smallest
+    number of such servers that would is said (`smallest_fit`)."""
     shape = shape or DEFAULT_SHAPE
     spec = spec or gpu_spec(None, model.hardware.generation.name)
     pool = tuple(sorted(model.check_gpus(free if free is not None else sorted(model.gpu_ids))))
     layouts = layouts_for(shape, len(pool))
+    steps = lever_steps(shape, zero, recompute)
+    found_fit = first_fit(steps, layouts, spec)
+    settings = found_fit[0] if found_fit else steps[0]
     each = time_budget_s / max(1, len(layouts))
     if len(pool) > BOUNDED_PAST:
         # Pricing alone can outgrow the budget (one layout of 576 GPUs costs about a second):
         # the likeliest first (fits in memory, shallowest pipeline, narrowest TP), and past
         # RECOMMEND_OVERRUN x the budget the rest are counted, not priced.
-        layouts.sort(
-            key=lambda lay: (not memory_fit(shape, lay, spec.memory_bytes, zero).fits, lay.pp)
-        )
+        layouts.sort(key=lambda lay: (not settings.fit(lay, spec).fits, lay.pp))
     deadline = time.perf_counter() + RECOMMEND_OVERRUN * time_budget_s
     found: list[Placement] = []
     for lay in layouts:
         if found and len(pool) > BOUNDED_PAST and time.perf_counter() > deadline:
             break
-        found.append(place(model, lay, pool, shape, each, spec=spec, zero=zero, achieved=achieved))
+        found.append(
+            place(
+                model,
+                lay,
+                pool,
+                settings.shape,
+                each,
+                spec=spec,
+                zero=settings.zero,
+                achieved=achieved,
+                recompute=settings.recompute,
+            )
+        )
     found.sort(key=lambda p: (not p.memory.fits, p.step_us, p.layout.pp, -p.layout.tp))
     no_fit = None
     if not any(p.memory.fits for p in found):
-        no_fit = smallest_fit(shape, spec, len(pool), zero)
+        no_fit = smallest_fit(
+            shape, spec, len(pool), zero, recompute=recompute, server_gpus=len(model.gpu_ids)
+        )
     return Recommendation(
-        shape, spec, tuple(found), no_fit, zero, achieved, len(layouts) - len(found)
+        settings.shape,
+        spec,
+        tuple(found),
+        no_fit,
+        settings.zero,
+        achieved,
+        len(layouts) - len(found),
+        settings,
     )
 
 

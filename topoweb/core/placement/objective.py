@@ -78,12 +78,17 @@ class StepCost:
         shape: ModelShape | None = None,
         spec: GpuSpec | None = None,
         achieved: float = ACHIEVED_FRACTION,
+        *,
+        recompute: str = "selective",
+        zero: int = 1,
     ):
         self.model = model
         self.layout = layout
         self.shape = shape or DEFAULT_SHAPE
         self.spec = spec or gpu_spec(None, model.hardware.generation.name)
-        self.plan: StepPlan = step_plan(self.shape, layout, self.spec, achieved)
+        self.plan: StepPlan = step_plan(
+            self.shape, layout, self.spec, achieved, recompute=recompute, zero=zero
+        )
         self.memo = _TIMES.setdefault(model, {})
         self.dimensions = frozenset(d for d, *_ in self.plan.collectives)
         self.symmetric = False  # memoise groups under the server's symmetries (searches)
