@@ -153,3 +153,68 @@ def test_an_nccl_xml_whose_attributes_nccl_cannot_read_is_refused_naming_the_lin
     forged = synthetic.nccl_xml(2, nvlinks=1).replace('count="1"', 'count="999999999"')
     response = client.post("/api/v1/reports", report("xml", topo_text=forged), format="json")
     parse_refused(response, 4, "999999999 NVLinks")
+
+
+A100_NCCL = "nccl_06_a100-sxm4-40gb-8gpu-single-proc-g8-full-sweep.txt"
+SWEEP_ROW = "16384          4096     float     sum      -1    32.48    0.50    0.88"
+
+
+def nvml(**gpu: Any) -> dict[str, Any]:
+    """The collector's NVML facts for the H200 capture, GPU 0 changed as given."""
+    gpus = [
+        {"index": i, "name": "NVIDIA H200", "memory_total_bytes": 150754820096} for i in range(8)
+    ]
+    gpus[0] |= gpu
+    return {"available": True, "driver_version": "580.159.04", "gpus": gpus}
+
+
+def nccl_with(old: str, new: str) -> list[dict[str, str]]:
+    text = fixture_text(A100_NCCL)
+    assert old in text
+    return [{"kind": "nccl-tests", "text": text.replace(old, new, 1)}]
+
+
+BAD_VALUES = {
+    "year 0001": ({"captured_at": "0001-01-01T00:00:00Z"}, "captured_at"),
+    "no time zone": ({"captured_at": "2026-11-29T10:00:00"}, "captured_at"),
+    "2^80 bytes": ({"nvml": nvml(memory_total_bytes=2**80)}, "gpus[0].memory_total_bytes"),
+    "negative memory": ({"nvml": nvml(memory_total_bytes=-1)}, "gpus[0].memory_total_bytes"),
+    "fractional memory": ({"nvml": nvml(memory_total_bytes=1.5)}, "memory_total_bytes"),
+    "duplicate indexes": (
+        {"nvml": {"gpus": [{"index": 0}, {"index": 1}, {"index": 1}]}},
+        "gpus[2].index",
+    ),
+    "1000 NVML GPUs": (
+        {"nvml": {"gpus": [{"index": i % 8} for i in range(1000)]}},
+        "gpus",
+    ),
+    "an index past the topology": ({"nvml": {"gpus": [{"index": 8}]}}, "gpus[0].index"),
+    "PCIe width -16": ({"nvml": nvml(pcie={"current_width": -16})}, "pcie.current_width"),
+    "a bus id with markup": ({"nvml": nvml(pci_bus_id="<b>")}, "gpus[0].pci_bus_id"),
+    "negative nccl size": (
+        {"benchmarks": nccl_with(SWEEP_ROW, "-" + SWEEP_ROW)},
+        "size '-16384'",
+    ),
+    "negative busbw": (
+        {"benchmarks": nccl_with(SWEEP_ROW, SWEEP_ROW.replace("0.88", "-0.88"))},
+        "busbw '-0.88'",
+    ),
+    "10,000 rdma_nics": ({"host": {"rdma_nics": [{"device": "mlx5_0"}] * 10_000}}, "rdma_nics"),
+    "a 10,000-character product name": ({"host": {"product_name": "x" * 10_000}}, "product_name"),
+    "a NUMA node of 10^12": (
+        {"host": {"rdma_nics": [{"device": "mlx5_0", "numa_node": 10**12}]}},
+        "rdma_nics[0].numa_node",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_VALUES))
+def test_a_value_no_machine_has_is_refused_with_400_naming_the_field(
+    collector_client: Any, case: str
+) -> None:
+    extra, field = BAD_VALUES[case]
+    client = collector_client("bad")
+    response = client.post("/api/v1/reports", report("bad", H200, **extra), format="json")
+    assert response.status_code == 400, (case, response.content[:300])
+    assert field in response.content.decode(), (case, response.content[:300])
+    assert not Snapshot.objects.exists()

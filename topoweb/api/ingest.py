@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -121,9 +121,26 @@ class BenchmarkInputSerializer(serializers.Serializer):
     text = ReportTextField()
 
 
+# No collector ran before this: a capture dated earlier is a clock reset or a forgery, and
+# would sort before every genuine report.
+EARLIEST_CAPTURE = datetime(2015, 1, 1, tzinfo=UTC)
+
+
+class CaptureTimeField(serializers.DateTimeField):
+    """An ISO 8601 time with its offset: a time without one names no instant (DRF would read
+    it in this server's zone, whatever the host's was)."""
+
+    def enforce_timezone(self, value: datetime) -> datetime:
+        if timezone.is_naive(value):
+            raise serializers.ValidationError(
+                "The time has no time zone; send it with its offset (2026-11-29T10:00:00Z)."
+            )
+        return super().enforce_timezone(value)
+
+
 class ReportInputSerializer(serializers.Serializer):
     hostname = serializers.CharField(max_length=253, validators=[hostname_field])
-    captured_at = serializers.DateTimeField()
+    captured_at = CaptureTimeField()
     collector_version = serializers.CharField(
         max_length=64, required=False, allow_blank=True, default=""
     )
@@ -144,6 +161,11 @@ class ReportInputSerializer(serializers.Serializer):
     def validate_captured_at(self, value: datetime) -> datetime:
         """A capture from the future would stay the server's newest for ever and hide every
         genuine report after it: refused past TOPOWEB_MAX_CLOCK_SKEW_S of this server's clock."""
+        if value < EARLIEST_CAPTURE:
+            raise serializers.ValidationError(
+                f"{value.isoformat()} is before {EARLIEST_CAPTURE.year}: check the host's "
+                "clock (NTP)."
+            )
         ahead = (value - timezone.now()).total_seconds()
         if ahead > settings.TOPOWEB_MAX_CLOCK_SKEW_S:
             raise serializers.ValidationError(

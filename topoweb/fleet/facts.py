@@ -35,9 +35,33 @@ def _or_null(kind: str, test: Callable[[Any], bool]) -> Check:
     return check
 
 
-def _text(value: Any, path: str) -> None:
+# Past these, host facts are forged or corrupt: a host has far fewer RDMA devices, and names
+# and versions are short.
+MAX_RDMA_NICS = 1024
+MAX_TEXT = 1024
+MAX_CAPTURE = 256 * 1024  # a captured command's output (topo -p2p)
+
+
+def _text(value: Any, path: str, limit: int = MAX_TEXT) -> None:
     if value is not None and not isinstance(value, str):
         raise FactsError(path, f"expected a string or null, got {_shown(value)}")
+    if value is not None and len(value) > limit:
+        raise FactsError(path, f"{len(value)} characters; at most {limit} are accepted")
+
+
+def _capture(value: Any, path: str) -> None:
+    _text(value, path, MAX_CAPTURE)
+
+
+def _number_in(kind: str, low: float, high: float, integer: bool = False) -> Check:
+    def test(value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if integer and not isinstance(value, int):
+            return False
+        return low <= value <= high
+
+    return _or_null(f"{kind} from {low:g} to {high:g}", test)
 
 
 def _shown(value: Any) -> str:
@@ -51,6 +75,7 @@ def _object(fields: Mapping[str, Check], unknown_ok: bool = False) -> Check:
 
     def check(value: Any, path: str) -> None:
         if unknown_ok and (value is None or isinstance(value, str)):
+            _text(value, path)
             return
         if not isinstance(value, dict):
             raise FactsError(path, f"expected an object, got {_shown(value)}")
@@ -61,12 +86,15 @@ def _object(fields: Mapping[str, Check], unknown_ok: bool = False) -> Check:
     return check
 
 
-def _list(item: Check, unknown_ok: bool = False) -> Check:
+def _list(item: Check, unknown_ok: bool = False, limit: int = MAX_RDMA_NICS) -> Check:
     def check(value: Any, path: str) -> None:
         if unknown_ok and (value is None or isinstance(value, str)):
+            _text(value, path)
             return
         if not isinstance(value, list):
             raise FactsError(path, f"expected a list, got {_shown(value)}")
+        if len(value) > limit:
+            raise FactsError(path, f"{len(value)} entries; at most {limit} are accepted")
         for i, entry in enumerate(value):
             item(entry, f"{path}[{i}]")
 
@@ -77,13 +105,11 @@ _RDMA_NIC = _object(
     {
         "device": _text,
         "rate": _text,
-        "rate_gbps": _or_null(
-            "a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool)
-        ),
+        "rate_gbps": _number_in("a number", 0, 100_000),
         "state": _text,
         "link_layer": _text,
         "pci_bus_id": _text,
-        "numa_node": _or_null("an integer", _is_int),
+        "numa_node": _number_in("an integer", -1, 1023, integer=True),  # -1: sysfs's "none"
         "node_guid": _text,
     }
 )
@@ -94,7 +120,7 @@ _HOST = _object(
         "cpu_model": _text,
         "kernel": _text,
         "rdma_nics": _list(_RDMA_NIC, unknown_ok=True),
-        "topo_p2p": _object({"read": _text}, unknown_ok=True),
+        "topo_p2p": _object({"read": _capture}, unknown_ok=True),
     }
 )
 

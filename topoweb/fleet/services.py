@@ -29,7 +29,13 @@ from topoweb.core.costs import build_model, calibrate_from_nccl, calibrate_from_
 from topoweb.core.fingerprint import describe_links, topology_fingerprint, wiring_sha256
 from topoweb.core.formats import ParseError, detect_format, parse_text
 from topoweb.core.formats.nvbandwidth import to_p2p
-from topoweb.core.formats.nvml import NvmlFacts, read_host, read_nvml, smallest_gpu_memory
+from topoweb.core.formats.nvml import (
+    NvmlFacts,
+    check_fits,
+    read_host,
+    read_nvml,
+    smallest_gpu_memory,
+)
 from topoweb.core.merge import merge_sources
 from topoweb.core.model import NcclRun, NvbandwidthRun, P2PResult, Topology
 from topoweb.fleet.models import (
@@ -194,6 +200,8 @@ def ingest_report(
         assert isinstance(xml, Topology)
         topology = merge_sources(topology, xml)
     facts = read_nvml(nvml) if nvml is not None else None
+    if facts is not None and facts.available:
+        check_fits(facts, len(topology.gpus))
     parsed_benchmarks = [_parse_benchmark(i, b) for i, b in enumerate(benchmarks)]
     document = topology.to_document()
     report = _Report(

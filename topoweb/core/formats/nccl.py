@@ -214,7 +214,8 @@ def _read_row_line(st: _State, line: str, lineno: int, truncated: bool) -> bool:
         layout = st.layout = candidate
     elif not (
         _DIGITS_RE.match(tokens[0]) and (len(tokens) == layout.width or _is_row_start(tokens))
-    ):
+    ) and not (len(tokens) == layout.width and _INT_RE.match(tokens[0])):
+        # A row of the table's width whose size is negative is read, to be refused.
         return False
     try:
         if len(tokens) != layout.width:
@@ -246,16 +247,16 @@ def _row(tokens: list[str], layout: _Layout, lineno: int) -> NcclRow:
         count=_integer(lead["count"], "count", lineno),
         type=type_,
         redop=lead.get("redop"),
-        root=_integer(root, "root", lineno) if root is not None else None,
+        root=_integer(root, "root", lineno, minimum=-1) if root is not None else None,
         out_of_place=_measurement(tokens[n : n + 4], layout, "out-of-place", lineno),
         in_place=_measurement(tokens[n + 4 : n + 8], layout, "in-place", lineno),
     )
 
 
 def _measurement(cells: list[str], layout: _Layout, which: str, lineno: int) -> NcclMeasurement:
-    time = _optional(cells[0], f"{which} time", lineno)
-    algbw = _optional(cells[1], f"{which} algbw", lineno)
-    busbw = _optional(cells[2], f"{which} busbw", lineno)
+    time = _measured(cells[0], f"{which} time", lineno)
+    algbw = _measured(cells[1], f"{which} algbw", lineno)
+    busbw = _measured(cells[2], f"{which} busbw", lineno)
     check = cells[3]
     if layout.check == "#wrong":
         wrong = None if check == "N/A" else _integer(check, f"{which} #wrong", lineno)
@@ -265,6 +266,14 @@ def _measurement(cells: list[str], layout: _Layout, which: str, lineno: int) -> 
 
 def _optional(token: str, what: str, lineno: int) -> float | None:
     return None if token == "N/A" else _number(token, what, lineno)
+
+
+def _measured(token: str, what: str, lineno: int) -> float | None:
+    """A time or bandwidth: never below zero."""
+    value = _optional(token, what, lineno)
+    if value is not None and value < 0:
+        raise ParseError(f"{what} {token!r} is negative", lineno)
+    return value
 
 
 def _number(token: str, what: str, lineno: int) -> float:
@@ -277,9 +286,15 @@ def _number(token: str, what: str, lineno: int) -> float:
     return value
 
 
-def _integer(token: str, what: str, lineno: int) -> int:
+def _integer(token: str, what: str, lineno: int, minimum: int = 0) -> int:
+    """A size, count or #wrong (a count of something), or a root (-1: none), stored as a
+    64-bit integer."""
     if not _INT_RE.match(token):
         raise ParseError(f"{what} {token!r} is not an integer", lineno)
+    if int(token[:19]) < minimum:
+        raise ParseError(f"{what} {token!r} is negative", lineno)
+    if len(token) > 18:
+        raise ParseError(f"{what} {token!r} is out of range", lineno)
     return int(token)
 
 

@@ -26,6 +26,7 @@ generation keys, true/false and "up"/"down" as well as "active"/"inactive" for a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,12 @@ from typing import Any
 from topoweb.core.formats.errors import ParseError
 
 _UNKNOWN_MARKERS = {"unsupported", "n/a", "unknown", "not supported", ""}
+# What one GPU can be: past these, facts are forged or corrupt, and refused naming the place.
+MAX_GPU_MEMORY_BYTES = 2**50  # 1 PiB; the largest GPU today has under 2^38
+MAX_NVML_GPUS = 4096
+MAX_NVLINKS_PER_GPU = 64
+MAX_TEXT = 1024  # names, ids, versions (a longer name is stored cut to its column)
+_BUS_ID = re.compile(r"[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7]\Z")
 
 
 class NvmlFactsError(ParseError):
@@ -144,6 +151,26 @@ def _int(value: Any, where: str) -> int | None:
     raise NvmlFactsError(f"NVML facts: {where} is {value!r}, expected an integer")
 
 
+def _in_range(value: Any, where: str, low: int, high: int) -> int | None:
+    """An integer between `low` and `high`, or unknown: a value outside is no GPU's (and
+    past 2^63 it would not even fit the database's integer columns)."""
+    number = _int(value, where)
+    if number is not None and not low <= number <= high:
+        raise NvmlFactsError(
+            f"NVML facts: {where} is {number!r}, expected an integer from {low} to {high}"
+        )
+    return number
+
+
+def _short(value: Any, where: str, limit: int = MAX_TEXT) -> None:
+    """Free text of at most `limit` characters (anything else but a string is left to the
+    readers, which take it as unknown)."""
+    if isinstance(value, str) and len(value) > limit:
+        raise NvmlFactsError(
+            f"NVML facts: {where} has {len(value)} characters; at most {limit} are accepted"
+        )
+
+
 def _float(value: Any, where: str) -> float | None:
     if unknown(value):
         return None
@@ -180,51 +207,105 @@ def _object(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
+def _bus_id(value: Any, where: str) -> str | None:
+    text = _text(value)
+    if text is not None and not _BUS_ID.match(text):
+        raise NvmlFactsError(
+            f"NVML facts: {where} is {value[:40]!r}, expected a PCI bus id (00000000:18:00.0)"
+        )
+    return text
+
+
 def _gpu(g: Mapping[str, Any], where: str) -> NvmlGpu:
     pcie = _object(g.get("pcie"), f"{where}.pcie")
     cg, mg, cw, mw = (
-        _int(pcie.get(k, pcie.get(alias)), f"{where}.pcie.{k}")
-        for k, alias in (
-            ("current_generation", "current_gen"),
-            ("max_generation", "max_gen"),
-            ("current_width", "current_width"),
-            ("max_width", "max_width"),
+        _in_range(pcie.get(k, pcie.get(alias)), f"{where}.pcie.{k}", 1, high)
+        for k, alias, high in (
+            ("current_generation", "current_gen", 8),
+            ("max_generation", "max_gen", 8),
+            ("current_width", "current_width", 32),
+            ("max_width", "max_width", 32),
         )
     )
+    _in_range(g.get("memory_total_bytes"), f"{where}.memory_total_bytes", 1, MAX_GPU_MEMORY_BYTES)
+    _in_range(g.get("minor_number"), f"{where}.minor_number", 0, MAX_NVML_GPUS)
+    for key in ("name", "uuid", "pci_device_id", "numa_affinity", "cpu_affinity", "gpu_numa_id"):
+        _short(g.get(key), f"{where}.{key}")
+    fabric = (
+        _object(g.get("fabric"), f"{where}.fabric") if isinstance(g.get("fabric"), Mapping) else {}
+    )
+    for key in fabric:
+        _short(fabric[key], f"{where}.fabric.{key}")
+    _in_range(fabric.get("clique_id"), f"{where}.fabric.clique_id", 0, 2**32 - 1)
+    uuid = fabric.get("cluster_uuid")
+    if isinstance(uuid, str) and not re.fullmatch(r"[0-9A-Fa-f-]{0,64}", uuid):
+        raise NvmlFactsError(
+            f"NVML facts: {where}.fabric.cluster_uuid is {uuid[:40]!r}, expected a UUID"
+        )
     links = g.get("nvlinks") or []
     if isinstance(links, str):
         links = []  # the driver has no NVLink functions ("unsupported")
     if not isinstance(links, list) or not all(isinstance(x, Mapping) for x in links):
         raise NvmlFactsError(f"NVML facts: {where}.nvlinks is not a list of objects")
+    if len(links) > MAX_NVLINKS_PER_GPU:
+        raise NvmlFactsError(
+            f"NVML facts: {where}.nvlinks lists {len(links)} links; a GPU has at most "
+            f"{MAX_NVLINKS_PER_GPU}"
+        )
     return NvmlGpu(
-        index=_int(g.get("index"), f"{where}.index"),
+        index=_in_range(g.get("index"), f"{where}.index", 0, MAX_NVML_GPUS - 1),
         name=_text(g.get("name")),
-        pci_bus_id=_text(g.get("pci_bus_id")),
+        pci_bus_id=_bus_id(g.get("pci_bus_id"), f"{where}.pci_bus_id"),
         pcie=PcieLink(cg, mg, cw, mw),
         nvlinks=tuple(
             NvLink(
-                link=_int(x.get("link"), f"{where}.nvlinks[{k}].link"),
+                link=_in_range(
+                    x.get("link"), f"{where}.nvlinks[{k}].link", 0, MAX_NVLINKS_PER_GPU - 1
+                ),
                 up=_link_up(x.get("state"), f"{where}.nvlinks[{k}].state"),
-                version=_int(x.get("version"), f"{where}.nvlinks[{k}].version"),
+                version=_in_range(x.get("version"), f"{where}.nvlinks[{k}].version", 0, 255),
                 remote_device_type=_text(x.get("remote_device_type")),
-                remote_pci_bus_id=_text(x.get("remote_pci_bus_id")),
+                remote_pci_bus_id=_bus_id(
+                    x.get("remote_pci_bus_id"), f"{where}.nvlinks[{k}].remote_pci_bus_id"
+                ),
             )
             for k, x in enumerate(links)
         ),
     )
 
 
-def _p2p(entries: Any) -> tuple[P2PStatus, ...] | None:
+def _distinct_indexes(gpus: tuple[NvmlGpu, ...]) -> None:
+    seen: dict[int, int] = {}
+    for n, gpu in enumerate(gpus):
+        if gpu.index is None:
+            continue
+        if gpu.index in seen:
+            raise NvmlFactsError(
+                f"NVML facts: gpus[{n}].index is {gpu.index}, as gpus[{seen[gpu.index]}].index "
+                "is: each GPU has its own index"
+            )
+        seen[gpu.index] = n
+
+
+def _p2p(entries: Any, gpus: int) -> tuple[P2PStatus, ...] | None:
     if not isinstance(entries, list):
         return None
+    if not all(isinstance(entry, Mapping) for entry in entries):
+        raise NvmlFactsError("NVML facts: p2p holds something other than objects")
+    if len(entries) > gpus * gpus:
+        raise NvmlFactsError(
+            f"NVML facts: p2p lists {len(entries)} pairs; {gpus} GPUs have at most {gpus * gpus}"
+        )
     out = []
-    for entry in entries:
+    for n, entry in enumerate(entries):
         if not isinstance(entry, Mapping):
             raise NvmlFactsError("NVML facts: p2p holds something other than objects")
+        for cap, value in entry.items():
+            _short(value, f"p2p[{n}].{cap}", 32)
         out.append(
             P2PStatus(
-                src=_int(entry.get("from"), "p2p[].from"),
-                dst=_int(entry.get("to"), "p2p[].to"),
+                src=_in_range(entry.get("from"), f"p2p[{n}].from", 0, MAX_NVML_GPUS - 1),
+                dst=_in_range(entry.get("to"), f"p2p[{n}].to", 0, MAX_NVML_GPUS - 1),
                 status={
                     str(cap): str(value)
                     for cap, value in entry.items()
@@ -244,12 +325,35 @@ def read_nvml(doc: Mapping[str, Any]) -> NvmlFacts:
     gpus = doc.get("gpus")
     if not isinstance(gpus, list) or not all(isinstance(g, Mapping) for g in gpus):
         raise NvmlFactsError("NVML facts: expected {'gpus': [{...}, ...]}")
+    if len(gpus) > MAX_NVML_GPUS:
+        raise NvmlFactsError(
+            f"NVML facts: gpus lists {len(gpus)} GPUs; at most {MAX_NVML_GPUS} are accepted"
+        )
+    for key in ("driver_version", "nvml_version", "cuda_driver_version"):
+        _short(doc.get(key), key)
+    read = tuple(_gpu(g, f"gpus[{n}]") for n, g in enumerate(gpus))
+    _distinct_indexes(read)
     return NvmlFacts(
         available=True,
-        gpus=tuple(_gpu(g, f"gpus[{n}]") for n, g in enumerate(gpus)),
-        p2p=_p2p(doc.get("p2p")),
+        gpus=read,
+        p2p=_p2p(doc.get("p2p"), len(gpus)),
         driver_version=_text(doc.get("driver_version")),
     )
+
+
+def check_fits(facts: NvmlFacts, gpus: int) -> None:
+    """Facts that can describe a topology of `gpus` GPUs: no more GPUs than it has, each
+    index one of its GPU<index>."""
+    if len(facts.gpus) > gpus:
+        raise NvmlFactsError(
+            f"NVML facts: gpus lists {len(facts.gpus)} GPUs, but the topology has {gpus}"
+        )
+    for n, gpu in enumerate(facts.gpus):
+        if gpu.index is not None and gpu.index >= gpus:
+            raise NvmlFactsError(
+                f"NVML facts: gpus[{n}].index is {gpu.index}, but the topology has GPU0 to "
+                f"GPU{gpus - 1}"
+            )
 
 
 def smallest_gpu_memory(doc: Any) -> int | None:
