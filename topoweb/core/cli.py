@@ -25,6 +25,7 @@ from topoweb.core.ledger import PRESETS, Layout, ModelShape
 from topoweb.core.merge import merge_sources
 from topoweb.core.model import NcclRun, P2PResult, Topology
 from topoweb.core.placement import place, recommend
+from topoweb.core.placement.serving import DEFAULT_CONCURRENCY, DTYPES, serve
 from topoweb.core.scheduling import topology_conf
 from topoweb.core.steptime import RECOMPUTE, gpu_spec, valid_layout_problem
 
@@ -222,6 +223,25 @@ def cmd_place(args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
+def cmd_serve(args: argparse.Namespace) -> dict[str, Any]:
+    topo = _topology(args.file)
+    free = _index_list(args.free, "--free") if args.free is not None else None
+    try:
+        model = build_model(topo, args.gpu_model)
+        spec = gpu_spec(args.gpu_model, model.hardware.generation.name)
+        return serve(
+            model,
+            PRESETS[args.model],
+            args.context,
+            args.concurrency,
+            args.dtype,
+            spec=spec,
+            free=free,
+        ).to_document()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
 def cmd_analyse(args: argparse.Namespace) -> dict[str, Any]:
     topo = _topology(args.file)
     benchmarks: list[CalibrationInput] = []
@@ -339,6 +359,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="activation recomputation (selective: attention scores, as flash attention)",
     )
     pl.set_defaults(handler=cmd_place)
+
+    sv = sub.add_parser(
+        "serve",
+        help="GPUs per replica (TP x PP), replicas, memory per GPU, the largest context and "
+        "concurrency that fit, time per output token and to the first token",
+    )
+    sv.add_argument("file", help="nvidia-smi topo -m output, or - for standard input")
+    sv.add_argument("--model", choices=sorted(PRESETS), required=True)
+    sv.add_argument("--context", type=_positive_int, required=True, help="tokens per sequence")
+    sv.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=DEFAULT_CONCURRENCY,
+        help=f"sequences served at once (default {DEFAULT_CONCURRENCY})",
+    )
+    sv.add_argument("--dtype", choices=DTYPES, default="bf16", help="weights' data type")
+    sv.add_argument("--gpu-model", help='NVML GPU name, e.g. "NVIDIA H100 80GB HBM3"')
+    sv.add_argument("--free", help="comma-separated free GPU indices (default: all)")
+    sv.set_defaults(handler=cmd_serve)
 
     a = sub.add_parser("analyse", help="everything the service stores for a topology class")
     a.add_argument("file", help="nvidia-smi topo -m output, or - for standard input")

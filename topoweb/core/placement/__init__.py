@@ -8,7 +8,8 @@ that fits in memory (core/steptime.py), which free GPUs a smaller job should tak
 - `mapping`: `place` (one layout) and `recommend` (every layout of a model, ranked);
 - `selection`: the best k free GPUs of each server;
 - `job`: jobs over several servers;
-- `binding`: per-GPU NIC / NUMA affinity and launch hints.
+- `binding`: per-GPU NIC / NUMA affinity and launch hints;
+- `serving`: GPUs per replica, replicas, memory per GPU and latency of serving a model.
 """
 
 from topoweb.core.placement.binding import AffinityAdvice, GpuAffinity, affinity
