@@ -32,7 +32,6 @@ from django.http import Http404
 
 from topoweb.analysis.models import Analysis
 from topoweb.config import limits
-from topoweb.config.compiled import CompiledQuery
 from topoweb.config.limits import LimitExceeded
 from topoweb.core.analysis import COST_MODEL_VERSION, CalibrationInput, calibration_from
 from topoweb.core.costs import (
@@ -208,13 +207,15 @@ _QUESTION_COLUMNS = (
     "latest_snapshot__gpu_memory_bytes",
     "calibration",
 )
-_question_server = CompiledQuery(
-    lambda hostname: (
+
+
+def _question_server(hostname: str) -> tuple[Any, ...] | None:
+    return (
         with_calibration(Server.objects.filter(hostname=hostname))
         .order_by()
-        .values_list(*_QUESTION_COLUMNS)[:1]
+        .values_list(*_QUESTION_COLUMNS)
+        .first()
     )
-)
 
 
 def _question_server_from(row: Sequence[Any]) -> Server:
@@ -232,11 +233,11 @@ def _question_server_from(row: Sequence[Any]) -> Server:
 
 def server_for_questions(hostname: str) -> Server:
     """The server a cost or placement question names, with what identifies its model
-    (`model_key`), in one query compiled once. Http404 when there is none."""
-    rows = _question_server.rows(hostname)
-    if not rows:
+    (`model_key`), in one query. Http404 when there is none."""
+    row = _question_server(hostname)
+    if row is None:
         raise Http404(f"no server named {hostname!r}")
-    return _question_server_from(rows[0])
+    return _question_server_from(row)
 
 
 def servers_for_questions(hostnames: Sequence[str] | None, *, rails: bool = False) -> list[Server]:

@@ -21,7 +21,6 @@ from topoweb.analysis import selectors
 from topoweb.analysis.models import Analysis
 from topoweb.config import metrics
 from topoweb.config.celery_app import enqueue
-from topoweb.config.compiled import CompiledQuery
 from topoweb.core.analysis import COST_MODEL_VERSION, analyse
 from topoweb.core.model import DocumentError
 from topoweb.fleet.models import Server, Snapshot, TopologyClass
@@ -37,19 +36,19 @@ def current_analysis_for(topology_class: TopologyClass) -> Analysis:
     return analysis
 
 
-# What every new snapshot asks of its class's analysis: one query compiled once, of two
-# columns (not the row with its result, the whole analysis document).
-_current_status = CompiledQuery(
-    lambda class_id: Analysis.objects.filter(
-        topology_class_id=class_id, cost_model_version=COST_MODEL_VERSION
-    ).values_list("id", "status"),
-    kinds=(int,),
-)
+# What every new snapshot asks of its class's analysis: two columns (not the row with its
+# result, the whole analysis document).
+def _current_status(class_id: int) -> list[tuple[int, str]]:
+    return list(
+        Analysis.objects.filter(
+            topology_class_id=class_id, cost_model_version=COST_MODEL_VERSION
+        ).values_list("id", "status")
+    )
 
 
 def request_analysis(topology_class: TopologyClass) -> None:
     """Make sure the class has a current analysis, and enqueue it once the caller commits."""
-    found = _current_status.rows(topology_class.pk)
+    found = _current_status(topology_class.pk)
     if found:
         analysis_id, status = found[0]
     else:

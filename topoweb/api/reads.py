@@ -5,34 +5,24 @@ facts. Each view validates its query, calls one selector and shapes the answer."
 from __future__ import annotations
 
 import json
-import re
-from datetime import UTC, datetime, tzinfo
-from typing import Any, cast
-from zoneinfo import ZoneInfo
+from datetime import datetime
+from typing import Any
 
-import orjson
-from django.conf import settings
-from django.db import DataError
 from django.db.models import OuterRef, QuerySet, Subquery
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema, extend_schema_field
-from rest_framework import ISO_8601, exceptions, serializers
+from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis.serializers import AnalysisSerializer, FindingSerializer
 from topoweb.config.api import (
     READ_ERRORS,
-    CompiledPages,
     Pagination,
     WindowCountPagination,
-    window_page,
 )
-from topoweb.config.compiled import CompiledQuery
-from topoweb.config.renderers import RawJSON, dumps
+from topoweb.config.renderers import dumps, raw_json
 from topoweb.core.health import KINDS, SEVERITIES
 from topoweb.fleet import selectors, services
 from topoweb.fleet.models import Server, Snapshot
@@ -60,100 +50,6 @@ class ServerSummarySerializer(serializers.Serializer):
 
     def get_findings_count(self, server: Server) -> int:
         return health_selectors.findings_count(server)
-
-
-_DATETIME = serializers.DateTimeField()
-
-
-def _answer_zone() -> tzinfo | None:
-    """The time zone DRF writes an answer's times in, read once per answer (a context-local
-    lookup); None when DRF's own field must write them (USE_TZ off, a format not ISO 8601)."""
-    if not settings.USE_TZ or str(api_settings.DATETIME_FORMAT).lower() != ISO_8601:
-        return None
-    return timezone.get_current_timezone()
-
-
-def _datetime_text(value: datetime | None, zone: tzinfo | None) -> str | None:
-    """What DateTimeField().to_representation writes for a stored time, in the answer's
-    `zone` (_answer_zone): the same text, without the field's lookups per value."""
-    if not value:
-        return None
-    if zone is None or value.tzinfo is None:
-        return cast(str | None, _DATETIME.to_representation(value))
-    try:
-        text = value.astimezone(zone).isoformat()
-    except OverflowError:
-        return cast(str | None, _DATETIME.to_representation(value))  # its error, as DRF's
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
-
-
-# UTC as get_current_timezone() gives it for TIME_ZONE = "UTC" (zoneinfo keeps one object per
-# key): a time is written as the database wrote it only in this zone.
-_UTC = ZoneInfo("UTC")
-
-
-def _utc_text(value: datetime | str | None, zone: tzinfo | None) -> str | None:
-    """_datetime_text of a time read as selectors.UtcText (a datetime where the database did
-    not write it): in UTC, the text itself (DRF writes no fraction for a whole second, and Z
-    for +00:00); in another zone, the datetime it stands for, written by _datetime_text."""
-    if value is None or isinstance(value, datetime):
-        return _datetime_text(value, zone)
-    # UtcText writes every time from year 1 to 9999 of our era in 28 characters ending in AD;
-    # before or after, or infinite, it is one Python cannot hold: psycopg refuses to load
-    # such a time, and so does this (a 500, as before).
-    if len(value) != 28 or not value.endswith("AD"):
-        raise DataError(f"time out of Python's range: {value!r}")
-    if zone is not _UTC:
-        at = datetime.fromisoformat(value[:-2]).replace(tzinfo=UTC)
-        return _datetime_text(at, zone)
-    return value[:-9] + "Z" if value.endswith(".000000AD") else value[:-2] + "Z"
-
-
-# Nineteen digits in a row: maybe an integer past 64 bits, which orjson reads as a float.
-_LONG_DIGITS = re.compile(r"\d{19}")
-
-
-def _labels(text: str | None) -> dict[str, Any] | None:
-    """What DictField writes for labels stored as this JSON text: the object read by orjson
-    (the same values as json.loads, Django's reader, for every JSON PostgreSQL stores, but
-    for integers past 64 bits and numbers past a float's range: those by json.loads)."""
-    if text is None:
-        return None
-    if _LONG_DIGITS.search(text):
-        value = json.loads(text)
-    else:
-        try:
-            value = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            value = json.loads(text)
-    if value is None:
-        return None
-    if type(value) is dict:  # JSON's keys are strings already: DictField's str(key) is a copy
-        return value
-    return {str(k): v for k, v in value.items()}  # not an object: DictField's own error
-
-
-def summary_from_row(row: dict[str, Any], zone: tzinfo | None) -> dict[str, Any]:
-    """What ServerSummarySerializer writes for a server, from its selectors.server_summaries
-    row: the same fields in the same order, without building model objects and fields (the
-    columns come typed from the database: str, int, bool or None, which the fields keep).
-    `zone`: _answer_zone(), read once per answer."""
-    health, findings_count = health_selectors.summary_health(row)
-    return {
-        "hostname": row["hostname"],
-        "sku": row["sku_name"],
-        "labels": _labels(row["labels_text"]),
-        "gpu_model": row["latest_snapshot__gpu_model"],
-        "gpu_count": row["latest_snapshot__gpu_count"],
-        "nic_count": row["latest_snapshot__nic_count"],
-        "has_nvlink": row["latest_snapshot__has_nvlink"],
-        "nvlink_summary": row["latest_snapshot__nvlink_summary"],
-        "health": health,
-        "findings_count": findings_count,
-        "fingerprint": row["topology_class__fingerprint"],
-        "latest_snapshot_id": row["latest_snapshot_id"],
-        "last_seen_at": _utc_text(row["last_seen_text"], zone),
-    }
 
 
 class ServerFilterSerializer(serializers.Serializer):
@@ -189,68 +85,19 @@ def _paginated(
     return paginator.get_paginated_response(serializer(page, many=True).data)
 
 
-# ServerFilterSerializer's validated data by query string: a function of the string alone
-# (fixed choices and bounds), so kept per process; an invalid string raises each time.
-_FILTERS = analysis_selectors.KeptAnswers(1024)
-
-
-def _list_filters(request: Request) -> dict[str, Any]:
-    def validate() -> dict[str, Any]:
-        params = ServerFilterSerializer(data=request.query_params)
-        params.is_valid(raise_exception=True)
-        return dict(params.validated_data)
-
-    return dict(_FILTERS.get(str(request.META.get("QUERY_STRING", "")), validate))
-
-
 _HEALTH_FILTERS = ("health", "finding", "severity", "no_critical")
 
 
-def _summaries(wanted: dict[str, Any]) -> QuerySet[Server, dict[str, Any]]:
-    """The list's rows for ServerFilterSerializer's validated data."""
+def _servers(request: Request) -> QuerySet[Server]:
+    """The list's servers for the request's validated filters (ServerFilterSerializer)."""
+    params = ServerFilterSerializer(data=request.query_params)
+    params.is_valid(raise_exception=True)
+    wanted = dict(params.validated_data)
     filters = {k: v for k, v in wanted.items() if k not in _HEALTH_FILTERS}
     health = {k: v for k, v in wanted.items() if k in _HEALTH_FILTERS}
-    return selectors.server_summaries(
-        health_selectors.filter_by_health(
-            selectors.server_list(selectors.ServerFilters(**filters)), **health
-        )
+    return health_selectors.filter_by_health(
+        selectors.server_list(selectors.ServerFilters(**filters)), **health
     )
-
-
-# The server list's query by shape (which filters are set, the booleans, health state and
-# sort key, the page's bounds), compiled once per process (CompiledQuery): a scheduler asks
-# the same few questions, and building and compiling the ORM query cost it more than the
-# database answering. Filters read as text patterns (sku, gpu_model, search: Django escapes
-# them for LIKE, per database) keep the list built per request.
-_LIST_QUERIES = analysis_selectors.KeptAnswers(256)
-_LIST_VALUES = {"gpu_count": int, "finding": str, "severity": str}
-_LIST_PATTERNS = ("sku", "gpu_model", "search")
-
-
-def _summary_rows(wanted: dict[str, Any]) -> QuerySet[Server, dict[str, Any]] | CompiledPages:
-    if any(wanted.get(name) for name in _LIST_PATTERNS):
-        return _summaries(wanted)
-    given = [name for name in _LIST_VALUES if wanted.get(name) not in (None, "")]
-    shape = tuple(
-        sorted((k, v) for k, v in wanted.items() if k not in _LIST_VALUES and k not in given)
-    )
-    values = [wanted[name] for name in given]
-
-    def window(bottom: int, top: int) -> list[dict[str, Any]]:
-        key = (tuple(given), shape, bottom, top)
-
-        def build(*markers: Any) -> QuerySet[Server, dict[str, Any]]:
-            return window_page(
-                _summaries(dict(shape) | dict(zip(given, markers, strict=True))), bottom, top
-            )
-
-        query = _LIST_QUERIES.get(
-            key,
-            lambda: CompiledQuery(build, kinds=tuple(_LIST_VALUES[name] for name in given)),
-        )
-        return query.dicts(*values)
-
-    return CompiledPages(window, lambda: _summaries(wanted))
 
 
 class ServerListApi(APIView):
@@ -260,12 +107,9 @@ class ServerListApi(APIView):
         responses={200: ServerSummarySerializer(many=True), **READ_ERRORS},
     )
     def get(self, request: Request) -> Response:
-        paginator = WindowCountPagination()
-        rows: Any = _summary_rows(_list_filters(request))  # a queryset or its compiled pages
-        page = paginator.paginate_queryset(rows, request, view=self)
-        assert page is not None
-        zone = _answer_zone()
-        return paginator.get_paginated_response([summary_from_row(row, zone) for row in page])
+        return _paginated(
+            request, self, _servers(request), ServerSummarySerializer, WindowCountPagination
+        )
 
     # drf-spectacular reads pagination from here to describe the envelope.
     pagination_class = Pagination
@@ -333,7 +177,7 @@ class ServerDetailSerializer(ServerSummarySerializer):
         return health_selectors.findings_checked(server)
 
     @extend_schema_field(AnalysisSerializer(allow_null=True))
-    def get_analysis(self, server: Server) -> RawJSON | None:
+    def get_analysis(self, server: Server) -> Any:
         snapshot = server.latest_snapshot
         return _analysis_json(
             server.analysis_id,  # type: ignore[attr-defined]
@@ -350,7 +194,7 @@ def _analysis_json(
     topology_class_id: int | None,
     content_sha256: str | None,
     document_text: str | None,
-) -> RawJSON | None:
+) -> Any:
     """The class's analysis in the GPU numbering of the server's latest snapshot (its content
     hash and document as stored text, None without one), serialised once per analysis version
     and GPU order (a result is tens of kilobytes: building and encoding it cost most of the
@@ -361,7 +205,7 @@ def _analysis_json(
         (analysis_id, updated_at, content_sha256),
         lambda: _analysis_text(topology_class_id, content_sha256, document_text),
     )
-    return None if text is None else RawJSON(text)
+    return None if text is None else raw_json(text)
 
 
 def _analysis_text(
@@ -396,77 +240,18 @@ def _current_analysis_key() -> dict[str, Any]:
     }
 
 
-# The detail's server as model objects, for ServerDetailSerializer (serialized_server_detail).
-_server_detail = CompiledQuery(
-    lambda hostname: selectors.server_detail_query(hostname).annotate(**_current_analysis_key())
-)
-# The detail's one row, compiled once: with its stored findings and the analysis's key.
-_server_detail_row = CompiledQuery(
-    lambda hostname: selectors.server_detail_values(
-        hostname,
-        stored_findings=health_selectors.StoredFindings("pk"),
-        **_current_analysis_key(),
-    )
-)
-
-
-def serialized_server_detail(hostname: str) -> Any:
-    """ServerDetailSerializer's answer from model objects, as the detail was answered before
-    detail_from_row: the reference that function is tested against."""
-    server = selectors.server_detail(hostname, _server_detail)
+def server_detail(hostname: str) -> Any:
+    """ServerDetailSerializer's answer for a server: one query for the server with its latest
+    snapshot, class, health and counts, its findings, and the class's analysis served as the
+    JSON text kept for its version."""
+    server = selectors.server_detail(hostname, **_current_analysis_key())
     snapshot = server.latest_snapshot
     if snapshot is not None:
-        # The facts are served as stored: no decode and re-encode per request.
-        snapshot.nvml = RawJSON.or_none(server.nvml_text)  # type: ignore[attr-defined]
-        snapshot.host = RawJSON.or_none(server.host_text)  # type: ignore[attr-defined]
-        snapshot.document_raw = RawJSON(server.document_text)  # type: ignore[attr-defined]
+        # The stored JSON columns are served as the text they are stored as.
+        snapshot.nvml = raw_json(server.nvml_text)  # type: ignore[attr-defined]
+        snapshot.host = raw_json(server.host_text)  # type: ignore[attr-defined]
+        snapshot.document_raw = raw_json(server.document_text)  # type: ignore[attr-defined]
     return ServerDetailSerializer(server).data
-
-
-def detail_from_row(row: dict[str, Any]) -> dict[str, Any]:
-    """What ServerDetailSerializer writes for a server, from its server_detail_values row
-    (with the analysis's key): the same fields in the same order, without model objects or
-    serializer fields; one more query for the analysis the first time a version of it is
-    served."""
-    analysis = _analysis_json(
-        row["analysis_id"],
-        row["analysis_updated_at"],
-        row["topology_class_id"],
-        row["latest_snapshot__content_sha256"],
-        row["document_text"],
-    )
-    zone = _answer_zone()
-    snapshot = None
-    if row["latest_snapshot_id"] is not None:
-        snapshot = {
-            "id": row["latest_snapshot_id"],
-            "captured_at": _datetime_text(row["latest_snapshot__captured_at"], zone),
-            "received_at": _datetime_text(row["latest_snapshot__received_at"], zone),
-            "source": str(row["latest_snapshot__source"]),
-            "collector_version": str(row["latest_snapshot__collector_version"]),
-            "content_sha256": str(row["latest_snapshot__content_sha256"]),
-            "gpu_count": int(row["latest_snapshot__gpu_count"]),
-            "nic_count": int(row["latest_snapshot__nic_count"]),
-            "gpu_model": str(row["latest_snapshot__gpu_model"]),
-            "has_nvlink": bool(row["latest_snapshot__has_nvlink"]),
-            "nvlink_summary": str(row["latest_snapshot__nvlink_summary"]),
-            "warning_count": int(row["latest_snapshot__warning_count"]),
-            "fingerprint": str(row["latest_snapshot__topology_class__fingerprint"]),
-            "hostname": str(row["hostname"]),
-            "document": RawJSON(row["document_text"]),
-            "raw_text": str(row["latest_snapshot__raw_text"]),
-            "nvml": RawJSON.or_none(row["nvml_text"]),
-            "host": RawJSON.or_none(row["host_text"]),
-        }
-    return summary_from_row(row, zone) | {
-        "created_at": _datetime_text(row["created_at"], zone),
-        "findings": health_selectors.detail_findings(row),
-        "findings_checked": health_selectors.detail_findings_checked(row),
-        "snapshot": snapshot,
-        "analysis": analysis,
-        "snapshot_count": int(row["snapshot_count"]),
-        "benchmark_count": int(row["benchmark_count"]),
-    }
 
 
 class ServerDetailApi(APIView):
@@ -474,7 +259,7 @@ class ServerDetailApi(APIView):
         operation_id="servers_retrieve", responses={200: ServerDetailSerializer, **READ_ERRORS}
     )
     def get(self, request: Request, hostname: str) -> Response:
-        return Response(detail_from_row(selectors.server_detail_row(hostname, _server_detail_row)))
+        return Response(server_detail(hostname))
 
 
 class ServerSnapshotsApi(APIView):

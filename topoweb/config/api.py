@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, cast
 
 from django.contrib.messages.middleware import MessageMiddleware
@@ -222,37 +222,6 @@ def window_page(queryset: QuerySet[Any, Any], bottom: int, top: int) -> QuerySet
     return page
 
 
-class CompiledPages:
-    """What WindowCountPaginator pages through when a list's query is compiled once per
-    shape: `window(bottom, top)` gives a page's rows with `_window_total` (a compiled query),
-    and `queryset()` the same list as a values() queryset for Django's own path (counted
-    first: past the end, unusual page numbers)."""
-
-    ordered = True
-
-    def __init__(
-        self,
-        window: Callable[[int, int], list[dict[str, Any]]],
-        queryset: Callable[[], QuerySet[Any, Any]],
-    ) -> None:
-        self.window = window
-        self._queryset = queryset
-
-    def count(self) -> int:
-        return self._queryset().count()
-
-    def __getitem__(self, key: slice) -> Any:
-        return self._queryset()[key]
-
-
-class _RowsPage(Page):
-    """A page of rows already fetched as a list: iterated as the list (Django's Page is
-    iterated through one __getitem__ call per row, and DRF lists every page it serves)."""
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.object_list)
-
-
 class WindowCountPaginator(DjangoPaginator):
     """Django's paginator over querysets (of models or values() dicts), except that a page
     with rows brings the total with it (COUNT(*) OVER ()): one query per page instead of a
@@ -266,15 +235,12 @@ class WindowCountPaginator(DjangoPaginator):
         if plain and 1 <= int(number) <= MAX_PAGE_NUMBER and "count" not in self.__dict__:
             bottom = (int(number) - 1) * self.per_page
             top = bottom + self.per_page
-            if isinstance(self.object_list, CompiledPages):
-                rows = self.object_list.window(bottom, top)
-            else:
-                rows = list(window_page(cast(QuerySet[Any, Any], self.object_list), bottom, top))
+            rows = list(window_page(cast(QuerySet[Any, Any], self.object_list), bottom, top))
             if rows:
                 first = rows[0]
                 total = first["_window_total"] if isinstance(first, dict) else first._window_total
                 self.__dict__["count"] = total  # the cached property's slot
-                return _RowsPage(rows, int(number), self)
+                return Page(rows, int(number), self)
         return super().page(number)
 
 

@@ -235,7 +235,6 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["topoweb.config.permissions.CanRead"],
     "DEFAULT_RENDERER_CLASSES": ["topoweb.config.renderers.JSONRenderer"],
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "topoweb.config.renderers.ContentNegotiation",
     "DEFAULT_PARSER_CLASSES": [
         "topoweb.config.parsers.JSONParser",
         "rest_framework.parsers.FormParser",

@@ -9,14 +9,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
-from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.cache import cache
-from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import (
     Count,
     F,
-    Func,
     Model,
     OuterRef,
     Q,
@@ -30,7 +26,6 @@ from django.utils import timezone
 
 import topoweb.core as core_package
 from topoweb.config import limits
-from topoweb.config.compiled import CompiledQuery
 from topoweb.core.ecosystem import EXPORT_FORMATS, Export, render_export
 from topoweb.core.export import cytoscape_elements, graph_document
 from topoweb.core.formats import TOPOLOGY_FORMATS, ParseError, detect_format, parse_text
@@ -59,30 +54,12 @@ def _fields(model: type[Model]) -> list[str]:
     return [f.attname for f in model._meta.concrete_fields]
 
 
-# The token lookups of every API request and every report: compiled once, one query each.
-_collector_token = CompiledQuery(
-    lambda digest: (
-        CollectorToken.objects.filter(token_sha256=digest, revoked_at__isnull=True)
-        .order_by()
-        .values_list(*_fields(CollectorToken))[:1]
-    )
-)
-_api_token = CompiledQuery(
-    lambda digest: (
-        ApiToken.objects.filter(token_sha256=digest, revoked_at__isnull=True, user__is_active=True)
-        .order_by()
-        .values_list(*_fields(ApiToken), *(f"user__{f}" for f in _fields(get_user_model())))[:1]
-    )
-)
-
-
 def active_collector_token(token: str, mark: bool = True) -> CollectorToken | None:
     """The token; marked used unless `mark` is False (the caller then marks it, with
     `needs_mark` and `mark_used`)."""
-    rows = _collector_token.rows(hash_token(token))
-    found = (
-        CollectorToken.from_db(DEFAULT_DB_ALIAS, _fields(CollectorToken), rows[0]) if rows else None
-    )
+    found = CollectorToken.objects.filter(
+        token_sha256=hash_token(token), revoked_at__isnull=True
+    ).first()
     if mark:
         mark_used(found)
     return found
@@ -90,13 +67,11 @@ def active_collector_token(token: str, mark: bool = True) -> CollectorToken | No
 
 def active_api_token(token: str, mark: bool = True) -> ApiToken | None:
     """The token with its user, in one query; marked used unless `mark` is False."""
-    rows = _api_token.rows(hash_token(token))
-    if not rows:
-        return None
-    split = len(_fields(ApiToken))
-    found = ApiToken.from_db(DEFAULT_DB_ALIAS, _fields(ApiToken), rows[0][:split])
-    user_model = get_user_model()
-    found.user = user_model.from_db(DEFAULT_DB_ALIAS, _fields(user_model), rows[0][split:])
+    found = (
+        ApiToken.objects.select_related("user")
+        .filter(token_sha256=hash_token(token), revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
     if mark:
         mark_used(found)
     return found
@@ -148,59 +123,6 @@ def server_list(filters: ServerFilters) -> QuerySet[Server]:
         "health__expectations",
     )
     return _filtered(qs, filters)
-
-
-# What a server's summary shows, as server_summaries() reads it, with summary_texts().
-SUMMARY_COLUMNS = (
-    "hostname",
-    "sku_name",
-    "latest_snapshot_id",
-    "latest_snapshot__gpu_model",
-    "latest_snapshot__gpu_count",
-    "latest_snapshot__nic_count",
-    "latest_snapshot__has_nvlink",
-    "latest_snapshot__nvlink_summary",
-    "topology_class__fingerprint",
-    "health__id",
-    "health__critical_count",
-    "health__warning_count",
-    "differs_from_sku",
-)
-
-
-class UtcText(Func):
-    """A time (with time zone) as PostgreSQL writes it in UTC with all six digits of its
-    microseconds and its era: `2026-11-30T20:15:00.000000AD`, whatever the session's time zone
-    and DateStyle; an infinity as its own text (`infinity`), NULL as NULL."""
-
-    template = (
-        "CASE WHEN isfinite(%(expressions)s) THEN to_char(%(expressions)s AT TIME ZONE 'UTC', "
-        "'YYYY-MM-DD\"T\"HH24:MI:SS.USBC') ELSE (%(expressions)s)::text END"
-    )
-    output_field = TextField()
-
-    def as_sql(self, *args: Any, **kwargs: Any) -> Any:
-        sql, params = super().as_sql(*args, **kwargs)
-        return sql, (*params, *params, *params)  # the expression is written three times
-
-
-def summary_texts() -> dict[str, Any]:
-    """The two summary columns that cost the most to load as Python values, read as text
-    (api.reads.summary_from_row writes them): `labels_text`, the labels' stored JSON text, and
-    `last_seen_text`, the last report's time as UtcText on PostgreSQL with USE_TZ (else the
-    datetime itself, as loaded)."""
-    seen: Any = F("last_seen_at")
-    if settings.USE_TZ and connections[DEFAULT_DB_ALIAS].vendor == "postgresql":
-        seen = UtcText("last_seen_at")
-    return {"labels_text": Cast("labels", TextField()), "last_seen_text": seen}
-
-
-def server_summaries(servers: QuerySet[Server]) -> QuerySet[Server, dict[str, Any]]:
-    """A (filtered) server list as rows of SUMMARY_COLUMNS and summary_texts(), for the list
-    a scheduler polls: no model objects built (health.selectors.summary_health reads a row's
-    health)."""
-    rows: QuerySet[Server, dict[str, Any]] = servers.values(*SUMMARY_COLUMNS, **summary_texts())
-    return rows
 
 
 def _filtered(qs: QuerySet[Server, Any], filters: ServerFilters) -> QuerySet[Server, Any]:
@@ -276,46 +198,14 @@ def _stored_counts_and_texts() -> dict[str, Any]:
     }
 
 
-# What the server detail shows beside its findings and analysis, as server_detail_row() reads
-# it: the summary's columns, the server's own, its latest snapshot's, and _stored_counts_and_texts.
-DETAIL_COLUMNS = (
-    *SUMMARY_COLUMNS,
-    "topology_class_id",
-    "created_at",
-    "health__snapshot_id",
-    "latest_snapshot__captured_at",
-    "latest_snapshot__received_at",
-    "latest_snapshot__source",
-    "latest_snapshot__collector_version",
-    "latest_snapshot__content_sha256",
-    "latest_snapshot__warning_count",
-    "latest_snapshot__topology_class__fingerprint",
-    "latest_snapshot__raw_text",
-)
-
-
-def server_detail_values(hostname: str, **more: Any) -> QuerySet[Server, dict[str, Any]]:
-    """The server detail's one row (DETAIL_COLUMNS, the counts and texts, and the caller's
-    `more` annotations): no model objects built."""
-    row: QuerySet[Server, dict[str, Any]] = (
-        Server.objects.filter(hostname=hostname)
-        .annotate(**_stored_counts_and_texts())
-        .values(*DETAIL_COLUMNS, *_stored_counts_and_texts(), **summary_texts(), **more)
-        .order_by()[:1]
-    )
-    return row
-
-
-def server_detail_row(hostname: str, query: CompiledQuery) -> dict[str, Any]:
-    """The row of server_detail_values, compiled once in `query`; Http404 without a server."""
-    found = query.dicts(hostname)
-    if not found:
-        raise Http404(f"no server named {hostname!r}")
-    return found[0]
-
-
-def server_detail_query(hostname: str) -> QuerySet[Server]:
-    return (
+def server_detail(hostname: str, **more: Any) -> Server:
+    """Everything the server detail answer shows but its findings and analysis, in one query,
+    as model objects for ServerDetailSerializer: the latest snapshot with its class, the health
+    counts, how many snapshots and benchmarks are stored, and the snapshot's document and
+    facts as the text they are stored as (`document_text`, `nvml_text`, `host_text`), since
+    the answer serves them unchanged; `more`: a caller's own annotations. Http404 without a
+    server."""
+    server = (
         Server.objects.select_related("latest_snapshot__topology_class", "topology_class", "health")
         .defer(
             "latest_snapshot__nvml",
@@ -326,26 +216,11 @@ def server_detail_query(hostname: str) -> QuerySet[Server]:
             "health__acceptance",
             "health__expectations",
         )
-        .annotate(**_stored_counts_and_texts())
+        .annotate(**_stored_counts_and_texts(), **more)
         .filter(hostname=hostname)
-        .order_by()[:1]
+        .order_by()
+        .first()
     )
-
-
-# Compiled once per process: building this query costs more CPU than the database answering it.
-_server_detail = CompiledQuery(server_detail_query)
-
-
-def server_detail(hostname: str, query: CompiledQuery = _server_detail) -> Server:
-    """Everything the server detail answer shows but its findings and analysis, in one query,
-    as model objects for ServerDetailSerializer: the latest snapshot with its class, the health
-    counts, how many snapshots and benchmarks are stored, and the snapshot's document and
-    facts as the text they are stored as (`document_text`, `nvml_text`, `host_text`), since
-    the answer serves them unchanged. The served answer reads server_detail_values instead,
-    and is tested against this. `query`: this one compiled with more annotations (a caller's
-    own columns)."""
-    found = query.objects(hostname)
-    server: Server | None = found[0] if found else None
     if server is None:
         raise Http404(f"no server named {hostname!r}")
     if server.latest_snapshot is not None:

@@ -24,7 +24,6 @@ from django.utils import timezone
 
 from topoweb.config import limits
 from topoweb.config.celery_app import enqueue_together
-from topoweb.config.compiled import CompiledQuery
 from topoweb.core.costs import build_model, calibrate_from_nccl, calibrate_from_p2p
 from topoweb.core.fingerprint import describe_links, topology_fingerprint, wiring_sha256
 from topoweb.core.formats import ParseError, detect_format, parse_text
@@ -270,8 +269,9 @@ def _store_report(report: _Report) -> Ingested:
     topology = report.topology
     now = timezone.now()
     with transaction.atomic():
-        found: list[Server] = _server_to_store.objects(report.hostname)
-        server = found[0] if found else Server.objects.create(hostname=report.hostname)
+        server = _server_to_store(report.hostname) or Server.objects.create(
+            hostname=report.hostname
+        )
         gpu_model = _gpu_model(report.facts, report.gpu_model_hint, report.parsed_benchmarks)
         previous = server.latest_snapshot
         if not gpu_model and previous is not None and previous.gpu_count == len(topology.gpus):
@@ -333,9 +333,9 @@ def _document_json(document: dict[str, Any]) -> Any:
 
 
 # The server a report is stored on, with what the ingest reads of its previous snapshot: one
-# query compiled once, of a few columns (not the previous snapshot's text and documents).
-_server_to_store = CompiledQuery(
-    lambda hostname: (
+# query of a few columns (not the previous snapshot's text and documents).
+def _server_to_store(hostname: str) -> Server | None:
+    return (
         Server.objects.select_related("latest_snapshot")
         .only(
             "hostname",
@@ -346,8 +346,8 @@ _server_to_store = CompiledQuery(
             "latest_snapshot__gpu_model",
         )
         .filter(hostname=hostname)
+        .first()
     )
-)
 
 
 def _store_report_benchmarks(server: Server, snapshot: Snapshot, report: _Report) -> None:
@@ -377,14 +377,13 @@ def _store_report_benchmarks(server: Server, snapshot: Snapshot, report: _Report
     )
 
 
-_duplicate = CompiledQuery(
-    lambda hostname, digest: (
+def _duplicate(hostname: str, digest: str) -> tuple[Any, ...] | None:
+    return (
         Snapshot.objects.filter(server__hostname=hostname, content_sha256=digest)
         .order_by()
-        .values_list("id", "server_id", "document__warnings")[:1]
-    ),
-    arity=2,
-)
+        .values_list("id", "server_id", "document__warnings")
+        .first()
+    )
 
 
 _DUPLICATE_SQL = f"""
@@ -448,10 +447,10 @@ def _stored_duplicate(
             warnings = json.loads(warnings)
     else:
         mark_used(token)
-        rows = _duplicate.rows(hostname, digest)
-        if not rows:
+        found = _duplicate(hostname, digest)
+        if found is None:
             return None
-        snapshot_id, server_id, warnings = rows[0]
+        snapshot_id, server_id, warnings = found
         Server.objects.filter(pk=server_id).update(last_seen_at=now)
     server = Server.from_db(
         DEFAULT_DB_ALIAS, ["id", "hostname", "last_seen_at"], [server_id, hostname, now]
@@ -745,20 +744,19 @@ _fingerprint = functools.lru_cache(maxsize=1024)(topology_fingerprint)
 
 # A report's class, as the ingest reads it when it exists (most reports): the names it may
 # fill in, not the class's topology document.
-_topology_class_names = CompiledQuery(
-    lambda fingerprint: TopologyClass.objects.only("sku_name", "gpu_model").filter(
-        fingerprint=fingerprint
+def _topology_class_names(fingerprint: str) -> TopologyClass | None:
+    return (
+        TopologyClass.objects.only("sku_name", "gpu_model").filter(fingerprint=fingerprint).first()
     )
-)
 
 
 def _topology_class(
     topology: Topology, sku_name: str, gpu_model: str, document: dict[str, Any]
 ) -> TopologyClass:
     fingerprint = _fingerprint(topology)
-    found: list[TopologyClass] = _topology_class_names.objects(fingerprint)
-    if found:
-        topology_class, created = found[0], False
+    found = _topology_class_names(fingerprint)
+    if found is not None:
+        topology_class, created = found, False
     else:
         topology_class, created = TopologyClass.objects.get_or_create(
             fingerprint=fingerprint,

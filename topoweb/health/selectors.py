@@ -4,11 +4,10 @@ the health badge (one rule for the badge and the filter)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Exists, Func, Max, OuterRef, Q, QuerySet, Sum, TextField
+from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Sum
 from django.http import Http404
 
 from topoweb.analysis.selectors import KeptAnswers, benchmark_set_identity
@@ -312,22 +311,6 @@ def server_health(server: Server) -> str:
     return "ok"
 
 
-def summary_health(row: dict[str, Any]) -> tuple[str, int]:
-    """`server_health` and `findings_count` of a fleet.selectors.SUMMARY_COLUMNS row."""
-    evaluated = row["health__id"] is not None
-    if row["latest_snapshot_id"] is None:
-        health = "unknown"
-    elif evaluated and row["health__critical_count"]:
-        health = "critical"
-    elif (evaluated and row["health__warning_count"]) or row["differs_from_sku"]:
-        health = "warning"
-    else:
-        health = "ok"
-    if not evaluated:
-        return health, int(row["differs_from_sku"])
-    return health, int(row["health__critical_count"] + row["health__warning_count"])
-
-
 def findings_checked(server: Server) -> bool:
     """Whether the health checks have judged the server's current snapshot: until then an
     empty findings list means "not checked yet", not "nothing wrong"."""
@@ -361,66 +344,6 @@ def _ingest_findings(differs_from_sku: bool, sku_name: str) -> list[dict[str, An
             message=f"wired differently from the usual topology of SKU {sku_name!r}",
         ).to_document()
     ]
-
-
-# HealthFinding.to_document's keys, in its order.
-_FINDING_COLUMNS = ("kind", "severity", "devices", "evidence", "advice", "message")
-_JSON_COLUMNS = frozenset({"devices", "evidence"})
-
-
-class StoredFindings(Func):
-    """A server's stored findings as one JSON array's text, an object per finding with its id
-    and _FINDING_COLUMNS, in no particular order (SQLite before 3.44 cannot order inside an
-    aggregate; detail_findings sorts them): a column of the server detail's one query, where
-    a query of their own would cost a round trip per answer. Take it as
-    `StoredFindings("pk")` on a server queryset; NULL or `[]` without findings."""
-
-    output_field = TextField()
-
-    def as_sql(
-        self,
-        compiler: Any,
-        connection: Any,
-        function: str | None = None,
-        template: str | None = None,
-        arg_joiner: str | None = None,
-        **extra_context: Any,
-    ) -> tuple[str, list[Any]]:
-        server, params = compiler.compile(self.get_source_expressions()[0])
-        q = connection.ops.quote_name
-        table = q(HealthFinding._meta.db_table)
-        sqlite = connection.vendor == "sqlite"
-        # SQLite keeps JSON columns as text: json() embeds it as JSON, not as a string.
-        pairs = [("id", f"f.{q('id')}")] + [
-            (name, f"json(f.{q(name)})" if sqlite and name in _JSON_COLUMNS else f"f.{q(name)}")
-            for name in _FINDING_COLUMNS
-        ]
-        members = ", ".join(f"'{name}', {column}" for name, column in pairs)
-        aggregate = (
-            f"json_group_array(json_object({members}))"
-            if sqlite
-            else f"(json_agg(json_build_object({members})))::text"
-        )
-        sql = f"(SELECT {aggregate} FROM {table} f WHERE f.{q('server_id')} = {server})"
-        return sql, list(params)
-
-
-def detail_findings(row: dict[str, Any]) -> list[dict[str, Any]]:
-    """`server_findings` of a fleet.selectors.DETAIL_COLUMNS row with its StoredFindings as
-    `stored_findings`: no query of their own."""
-    if row["health__id"] is None:
-        return _ingest_findings(row["differs_from_sku"], row["sku_name"])
-    stored = sorted(json.loads(row["stored_findings"] or "[]"), key=lambda f: f["id"])
-    return [{name: finding[name] for name in _FINDING_COLUMNS} for finding in stored]
-
-
-def detail_findings_checked(row: dict[str, Any]) -> bool:
-    """`findings_checked` of a fleet.selectors.DETAIL_COLUMNS row."""
-    return (
-        row["health__id"] is not None
-        and row["latest_snapshot_id"] is not None
-        and row["health__snapshot_id"] == row["latest_snapshot_id"]
-    )
 
 
 def findings_count(server: Server) -> int:

@@ -65,7 +65,7 @@ _COLUMN_FIELDS = {
 
 # Decomposition of a token into cells, cached: real matrices repeat a handful of tokens, and
 # each is decomposed once.
-_piece_cache: dict[str, tuple[tuple[str, ...], str]] = {}
+_pieces_read: dict[str, tuple[tuple[str, ...], str]] = {}
 # A value found after a row's cells: (token number in the row, characters of the token
 # before the value, the value). Columns are worked out only when a value must be placed by
 # position, which real rows rarely need.
@@ -73,7 +73,7 @@ _Found = tuple[int, int, str]
 _single_cell: dict[str, str] = {}  # tokens that are exactly one cell -> canonical class
 _cell_of = _single_cell.__getitem__
 _not_cells: set[str] = set()  # tokens seen that are not a whole run of link classes
-_PIECE_CACHE_LIMIT = 4096
+_PIECES_READ_LIMIT = 4096
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ def _find_header(lines: list[str]) -> int:
 def _split_cells(token: str) -> tuple[tuple[str, ...], str]:
     """A token as its leading link-class cells, canonical (SOC -> SYS) and with glued runs
     split, and whatever text follows them."""
-    cached = _piece_cache.get(token)
+    cached = _pieces_read.get(token)
     if cached is not None:
         return cached
     pieces: list[str] = []
@@ -173,8 +173,8 @@ def _split_cells(token: str) -> tuple[tuple[str, ...], str]:
         pieces.append(piece if piece == "X" else normalise_link_class(piece) or piece)
         pos = match.end()
     result = (tuple(pieces), token[pos:])
-    if len(_piece_cache) < _PIECE_CACHE_LIMIT:
-        _piece_cache[token] = result
+    if len(_pieces_read) < _PIECES_READ_LIMIT:
+        _pieces_read[token] = result
         if len(pieces) == 1 and pos == len(token):
             _single_cell[token] = pieces[0]
         elif not pieces or pos < len(token):
