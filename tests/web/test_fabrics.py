@@ -189,3 +189,46 @@ def test_a_fabric_uploaded_as_a_server_file_is_refused_with_where_it_goes(
     )
     assert response.status_code == 400
     assert "POST /api/v1/fabrics/" in response.json()["error"]["message"]
+
+
+def test_exports_name_servers_and_their_nvlink_domains(
+    celery_worker: Any, uploading: APIClient, reader: APIClient
+) -> None:
+    fabric = {"state": "completed", "status": 0, "clique_id": 3,
+              "cluster_uuid": "5b0f3c52-9a1e-4c55-8d1e-0c5a3f9e7b21"}  # fmt: skip
+    nvml = {"available": True, "gpus": [{"index": i, "fabric": fabric} for i in range(4)]}
+    body = report(
+        "a07-p1-dgx-03-c02", "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt", nvml=nvml
+    )
+    client = collector_client_for("a07-p1-dgx-03-c02")
+    assert client.post("/api/v1/reports", body, format="json").status_code == 201
+    uploading.post("/api/v1/fabrics/", {"name": "x", "text": IBNET_01}, format="json")
+    assert reader.get("/api/v1/fabrics/x/export/topology.conf/").status_code in (200, 409)
+    analysed("x", reader)
+
+    conf = reader.get("/api/v1/fabrics/x/export/topology.conf/")
+    assert conf.status_code == 200 and conf["Content-Type"].startswith("text/plain")
+    assert "SwitchName=A09-P1-IBLEAF-01-03 Nodes=a07-p1-dgx-03-c[01-18]" in conf.content.decode()
+    labels = reader.get("/api/v1/fabrics/x/export/labels.json/").json()
+    key = "network.topology.nvidia.com/accelerator"
+    assert labels["a07-p1-dgx-03-c02"][key] == "5b0f3c52-9a1e-4c55-8d1e-0c5a3f9e7b21.3"
+    assert key not in labels["a07-p1-dgx-03-c01"]
+    assert reader.get("/api/v1/fabrics/x/export/pdf/").status_code == 404
+
+
+def test_an_export_before_the_analysis_is_a_409(uploading: APIClient, reader: APIClient) -> None:
+    from django.db import transaction
+
+    with transaction.atomic():  # no worker here: the capture stays pending
+        fabric_services.ingest_fabric(name="p", text=IBNET_01, source="upload")
+    FabricCapture.objects.update(status="pending", analysis=None)
+    response = reader.get("/api/v1/fabrics/p/export/topology.yaml/")
+    assert response.status_code == 409 and "not analysed yet" in response.json()["error"]["message"]
+
+
+def test_the_fabric_analysis_runs_on_the_heavy_queue() -> None:
+    from topoweb.config.celery_app import app
+
+    route = app.amqp.router.route({}, fabric_services.ANALYSE_TASK)
+    assert route["queue"].name == "analysis"
+    assert app.amqp.router.route({}, "fleet.sweep_fabrics")["queue"].name == "default"

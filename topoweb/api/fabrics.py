@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import exceptions, parsers, serializers, status
 from rest_framework.request import Request
@@ -291,3 +293,29 @@ def _int_param(request: Request, key: str) -> int | None:
     if not raw.isdigit() or len(raw) > 12:
         raise exceptions.ValidationError({key: [f"Expected a capture id, got {raw[:40]!r}."]})
     return int(raw)
+
+
+class FabricExportApi(APIView):
+    @extend_schema(
+        operation_id="fabrics_export_retrieve",
+        description="A scheduler's file from the fabric's latest analysis: `topology.conf` "
+        "(Slurm topology/tree), `topology.yaml` (Slurm 24.11+, tree and block), `labels.json` "
+        "or `label.sh` (Kubernetes labels network.topology.nvidia.com/accelerator, block, "
+        "spine, datacenter). 409 while the worker has not analysed the capture.",
+        responses={(200, "text/plain"): OpenApiTypes.STR, **READ_ERRORS, 409: ERRORS[400]},
+    )
+    def get(self, request: Request, name: str, fmt: str) -> HttpResponse:
+        try:
+            body = fabric_selectors.fabric_export(name, fmt)
+        except fabric_selectors.NotAnalysed as exc:
+            raise Conflict(str(exc)) from exc
+        kind = "application/json" if fmt.endswith(".json") else "text/plain"
+        response = HttpResponse(body, content_type=f"{kind}; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{name}-{fmt}"'
+        return response
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "Not ready."
+    default_code = "not_ready"

@@ -177,7 +177,10 @@ ANALYSIS_QUEUE = "analysis"
 DEFAULT_QUEUE = "default"
 CELERY_TASK_QUEUES = (Queue(DEFAULT_QUEUE), Queue(ANALYSIS_QUEUE))  # type: ignore[no-untyped-call]
 CELERY_TASK_DEFAULT_QUEUE = DEFAULT_QUEUE
-CELERY_TASK_ROUTES = {"analysis.run": {"queue": ANALYSIS_QUEUE}}
+CELERY_TASK_ROUTES = {
+    "analysis.run": {"queue": ANALYSIS_QUEUE},
+    "fleet.analyse_fabric": {"queue": ANALYSIS_QUEUE},  # a large fabric takes seconds
+}
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL  # the embedded default needs no broker
 CELERY_TASK_EAGER_PROPAGATES = True

@@ -90,6 +90,11 @@ api_v1 = [
         name="fabric-captures",
     ),
     path("fabrics/<str:name>/diff/", fabric_apis.FabricDiffApi.as_view(), name="fabric-diff"),
+    path(
+        "fabrics/<str:name>/export/<str:fmt>/",
+        fabric_apis.FabricExportApi.as_view(),
+        name="fabric-export",
+    ),
 ]
 
 urlpatterns = [

@@ -18,6 +18,7 @@ from topoweb.core.analysis import CalibrationInput, analyse
 from topoweb.core.costs import OPERATIONS, build_model, collective_cost, p2p_status_from_text
 from topoweb.core.ecosystem import EXPORT_FORMATS, render_export
 from topoweb.core.fabric import build_fabric
+from topoweb.core.fabric_exports import FABRIC_EXPORTS, render_fabric_export
 from topoweb.core.fabric_findings import fabric_analysis
 from topoweb.core.formats import ParseError, parse_text
 from topoweb.core.formats.ibnet import IbnetCapture
@@ -262,16 +263,25 @@ def cmd_analyse(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(str(exc)) from exc
 
 
-def cmd_fabric(args: argparse.Namespace) -> dict[str, Any]:
+def cmd_fabric(args: argparse.Namespace) -> dict[str, Any] | str:
     """An ibnetdiscover capture: switches with their tiers, links, hosts with their rails,
-    findings and the reader's warnings."""
+    findings and the reader's warnings; with --export, a scheduler's file made from it."""
     text = read_input(args.file)
     try:
         capture = parse_text(text, expected="ibnetdiscover")
     except ParseError as exc:
         raise UsageError(f"{args.file}: {exc}") from exc
     assert isinstance(capture, IbnetCapture)
-    return fabric_analysis(build_fabric(capture))
+    doc = fabric_analysis(build_fabric(capture))
+    if args.export is None:
+        return doc
+    nvlink: dict[str, str] = {}
+    for spec in args.nvlink or []:
+        host, sep, domain = spec.partition("=")
+        if not sep or not host or not domain:
+            raise UsageError(f"--nvlink: expected HOST=CLUSTER_UUID.CLIQUE_ID, got {spec!r}")
+        nvlink[host] = domain
+    return render_fabric_export(doc, args.export, nvlink=nvlink)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -411,6 +421,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="read an ibnetdiscover capture: switch tiers, links, hosts' rails and findings",
     )
     f.add_argument("file", help="ibnetdiscover output, or - for standard input")
+    f.add_argument(
+        "--export",
+        choices=FABRIC_EXPORTS,
+        help="print this file instead of the JSON: Slurm topology.conf (tree), topology.yaml "
+        "(tree and block), Kubernetes labels (labels.json, or label.sh: kubectl commands)",
+    )
+    f.add_argument(
+        "--nvlink",
+        action="append",
+        metavar="HOST=DOMAIN",
+        help="a host's multi-node NVLink domain (NVML clusterUuid.cliqueId), repeatable: the "
+        "accelerator level of the labels and the blocks of topology.yaml",
+    )
     f.set_defaults(handler=cmd_fabric)
     return parser
 

@@ -56,6 +56,10 @@ class FabricFinding:
         }
 
 
+def _plural(tier: str) -> str:
+    return "leaves" if tier == "leaf" else f"{tier}s"
+
+
 def _ports(ports: Iterable[int]) -> str:
     return ", ".join(str(p) for p in sorted(ports)) or "none"
 
@@ -190,7 +194,7 @@ def _uplink_shortfalls(fabric: Fabric) -> list[FabricFinding]:
                 what = "no link" if not have else f"{len(have)} link{'s' * (len(have) > 1)}"
                 message = (
                     f"{lo_sw.name} has {what} to {hi_sw.name} where {peers} of its "
-                    f"{len(members)} peer {lo_sw.tier_name}s have {expected}"
+                    f"{len(members)} peer {_plural(lo_sw.tier_name)} have {expected}"
                 )
                 if have:
                     message += (
@@ -323,7 +327,7 @@ def _host_hcas(fabric: Fabric) -> list[FabricFinding]:
                     message=message + ".",
                 )
             )
-        for host in members:
+        for host in members if len(members) > 1 else ():  # a lone host of its kind has no rails
             for h in host.hcas:
                 if h.switch is None or h.rail is None or h.switch not in rail_of_leaf:
                     continue

@@ -10,8 +10,10 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from topoweb.core.fabric import build_fabric, diff_fabrics
+from topoweb.core.fabric_exports import FABRIC_EXPORTS, render_fabric_export
 from topoweb.core.formats.ibnet import IbnetCapture
-from topoweb.fleet.models import Fabric, FabricCapture
+from topoweb.core.scheduling import nvlink_domain_of
+from topoweb.fleet.models import Fabric, FabricCapture, Server
 
 SUMMARY_FIELDS = (
     "id",
@@ -108,3 +110,32 @@ def server_rails(hostname: str) -> list[dict[str, Any]]:
                     {"fabric": fabric.name, "hostname": host["hostname"], "hcas": host["hcas"]}
                 )
     return out
+
+
+class NotAnalysed(Exception):
+    """The fabric's latest capture has no stored analysis yet (or its analysis failed)."""
+
+
+def fabric_export(name: str, fmt: str) -> str:
+    """A scheduler's file from the fabric's stored analysis: nodes named as the matched servers,
+    NVLink domains from those servers' NVML facts."""
+    if fmt not in FABRIC_EXPORTS:
+        raise Http404(f"no fabric export {fmt!r}; exports: {', '.join(FABRIC_EXPORTS)}")
+    fabric = fabric_by_name(name)
+    capture = (
+        FabricCapture.objects.filter(fabric=fabric, pk=fabric.latest_capture_id or 0)
+        .only("status", "analysis")
+        .first()
+    )
+    if capture is None or capture.status != FabricCapture.Status.DONE or not capture.analysis:
+        raise NotAnalysed(f"fabric {name!r} is not analysed yet; try again shortly")
+    doc = capture.analysis
+    servers = {h["server"] for h in doc["hosts"] if h.get("server")}
+    nvlink = {}
+    for hostname, nvml in Server.objects.filter(hostname__in=servers).values_list(
+        "hostname", "latest_snapshot__nvml"
+    ):
+        domain = nvlink_domain_of(nvml)
+        if domain:
+            nvlink[hostname] = domain
+    return render_fabric_export(doc, fmt, nvlink=nvlink)

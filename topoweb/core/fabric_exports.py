@@ -1,0 +1,266 @@
+"""Files schedulers read, made from a fabric's analysis document (core.fabric_findings.
+fabric_analysis, as the CLI prints it and the worker stores it): Slurm's topology.conf (tree),
+topology.yaml (tree and block) and Kubernetes node labels in NVIDIA topograph's convention,
+with multi-node NVLink domains (NVML `clusterUuid.cliqueId`) as the accelerator level.
+
+The groups they share, from the graph: a host's leaves are the switches its HCAs are cabled to;
+hosts with the same set of leaves form a leaf group (a rail-optimised scalable unit: every rail
+of each host on the same leaves); spines that carry a common leaf form a spine group."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from topoweb.core.fabric import natural_key
+from topoweb.core.scheduling import hostlist
+
+LABEL_PREFIX = "network.topology.nvidia.com/"
+FABRIC_EXPORTS = ("topology.conf", "topology.yaml", "labels.json", "label.sh")
+
+
+@dataclass(frozen=True)
+class HostPlace:
+    """Where one host sits: its leaves (rail order), leaf group and spine group names."""
+
+    node: str  # the name schedulers know it by
+    leaves: tuple[str, ...]
+    block: str  # the leaf group: named by its rail-0 leaf
+    spine: str | None  # the spine group: named by its first spine
+    core: str | None  # the core group above, in three-tier fabrics
+
+
+def _union(pairs: list[tuple[str, str]], items: set[str]) -> dict[str, str]:
+    parent = {x: x for x in items}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in pairs:
+        parent[find(a)] = find(b)
+    groups: dict[str, list[str]] = defaultdict(list)
+    for x in items:
+        groups[find(x)].append(x)
+    return {x: min(members, key=natural_key) for members in groups.values() for x in members}
+
+
+def host_places(doc: Mapping[str, Any], names: Mapping[str, str] | None = None) -> list[HostPlace]:
+    """Named hosts of the analysis with their groups; `names` maps a NodeDescription hostname
+    to the scheduler's node name (the matched server's, by default the host's own)."""
+    tier = {s["name"]: s["tier"] for s in doc["switches"]}
+    up: dict[str, set[str]] = defaultdict(set)  # leaf -> spines, spine -> cores
+    for link in doc["links"]:
+        a, b = link["a"], link["b"]
+        for lo, hi in ((a, b), (b, a)):
+            if (tier.get(lo), tier.get(hi)) in (("leaf", "spine"), ("spine", "core")):
+                up[lo].add(hi)
+    spines = {s for s, t in tier.items() if t == "spine"}
+    cores = {s for s, t in tier.items() if t == "core"}
+    spine_group = _union(
+        [(a, b) for leaf in up if tier.get(leaf) == "leaf" for a in up[leaf] for b in up[leaf]],
+        spines,
+    )
+    core_group = _union(
+        [(a, b) for sp in spines for a in up.get(sp, ()) for b in up.get(sp, ())], cores
+    )
+    out = []
+    for host in doc["hosts"]:
+        if not host["hostname"]:
+            continue
+        hcas = sorted(
+            (h for h in host["hcas"] if h["switch"] and tier.get(h["switch"]) == "leaf"),
+            key=lambda h: (h["rail"] if h["rail"] is not None else 1 << 30, h["name"] or ""),
+        )
+        if not hcas:
+            continue
+        leaves = tuple(dict.fromkeys(h["switch"] for h in hcas))
+        first = leaves[0]
+        spine = min((spine_group[s] for s in up.get(first, ())), key=natural_key, default=None)
+        core = None
+        if spine is not None:
+            core = min(
+                (core_group[c] for s in up.get(first, ()) for c in up.get(s, ())),
+                key=natural_key,
+                default=None,
+            )
+        node = (names or {}).get(host["hostname"]) or host.get("server") or host["hostname"]
+        out.append(HostPlace(node, leaves, first, spine, core))
+    return sorted(out, key=lambda p: natural_key(p.node))
+
+
+def topology_conf_tree(doc: Mapping[str, Any], names: Mapping[str, str] | None = None) -> str:
+    """Slurm topology/tree: each leaf with the hosts cabled to it (a rail-optimised host is
+    under each of its rails' leaves, so hosts sharing a leaf are one hop apart on every rail),
+    each spine with its leaves, each core with its spines."""
+    places = host_places(doc, names)
+    on_leaf: dict[str, list[str]] = defaultdict(list)
+    for p in places:
+        for leaf in p.leaves:
+            on_leaf[leaf].append(p.node)
+    tier = {s["name"]: s["tier"] for s in doc["switches"]}
+    below: dict[str, set[str]] = defaultdict(set)
+    for link in doc["links"]:
+        for lo, hi in ((link["a"], link["b"]), (link["b"], link["a"])):
+            if (tier.get(lo), tier.get(hi)) in (("leaf", "spine"), ("spine", "core")):
+                below[hi].add(lo)
+    lines = [
+        "# topology.conf generated by topoweb from an ibnetdiscover capture (topology/tree)",
+        "# slurm.conf: TopologyPlugin=topology/tree",
+    ]
+    for leaf in sorted(on_leaf, key=natural_key):
+        lines.append(f"SwitchName={_slurm_name(leaf)} Nodes={hostlist(on_leaf[leaf])}")
+    for upper in sorted(below, key=natural_key):
+        kids = sorted(below[upper], key=natural_key)
+        if tier.get(upper) == "spine":
+            kids = [k for k in kids if k in on_leaf]
+        if kids:
+            lines.append(
+                f"SwitchName={_slurm_name(upper)} Switches={hostlist(_slurm_name(k) for k in kids)}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _slurm_name(name: str) -> str:
+    """Slurm switch names: no spaces, commas or brackets (its hostlist syntax), 64 at most."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:64]
+
+
+def _yaml_str(text: str) -> str:
+    return (
+        text if re.fullmatch(r"[A-Za-z0-9._\-\[\],]+", text) else '"' + text.replace('"', "'") + '"'
+    )
+
+
+def blocks(
+    places: list[HostPlace], nvlink: Mapping[str, str] | None = None
+) -> tuple[str, dict[str, list[str]]]:
+    """Slurm topology/block's blocks: the multi-node NVLink domains when the servers report
+    them (the accelerator level), else the leaf groups."""
+    by_domain: dict[str, list[str]] = defaultdict(list)
+    for p in places:
+        domain = (nvlink or {}).get(p.node)
+        if domain:
+            by_domain[domain].append(p.node)
+    if any(len(v) > 1 for v in by_domain.values()):
+        return "NVLink domain", dict(by_domain)
+    by_leaf: dict[str, list[str]] = defaultdict(list)
+    for p in places:
+        by_leaf[p.block].append(p.node)
+    return "leaf group", dict(by_leaf)
+
+
+def topology_yaml(
+    doc: Mapping[str, Any],
+    names: Mapping[str, str] | None = None,
+    nvlink: Mapping[str, str] | None = None,
+) -> str:
+    """Slurm 24.11+ topology.yaml: the tree (cluster default) and a block topology."""
+    places = host_places(doc, names)
+    tree = topology_conf_tree(doc, names)
+    lines = [
+        "# topology.yaml generated by topoweb from an ibnetdiscover capture",
+        "- topology: fabric-tree",
+        "  cluster_default: true",
+        "  tree:",
+        "    switches:",
+    ]
+    for line in tree.splitlines():
+        if line.startswith("#"):
+            continue
+        fields = dict(part.split("=", 1) for part in line.split(" "))
+        lines.append(f"    - switch: {_yaml_str(fields['SwitchName'])}")
+        if "Nodes" in fields:
+            lines.append(f"      nodes: {_yaml_str(fields['Nodes'])}")
+        else:
+            lines.append(f"      children: {_yaml_str(fields['Switches'])}")
+    what, groups = blocks(places, nvlink)
+    sizes = sorted(len(v) for v in groups.values() if v)
+    lines += ["- topology: fabric-block", "  cluster_default: false", "  block:"]
+    if sizes:
+        # Every block must hold the base size: the largest power of two the median group
+        # holds; smaller groups (a pair of management hosts) are left out, named below.
+        base = 1 << (sizes[len(sizes) // 2].bit_length() - 1)
+        kept = {k: v for k, v in groups.items() if len(v) >= base}
+        total = sum(len(v) for v in kept.values())
+        higher = [base << k for k in range(1, 16) if base << k <= total]
+        lines.append("    block_sizes:")
+        lines += [f"      - {size}" for size in [base, *higher]]
+        lines.append(f"    # one block per {what}")
+        lines.append("    blocks:")
+        ordered = sorted(kept.items(), key=lambda kv: natural_key(min(kv[1], key=natural_key)))
+        for n, (name, members) in enumerate(ordered, 1):
+            lines.append(f"    - block: b{n:02d}  # {name}")
+            lines.append(f"      nodes: {_yaml_str(hostlist(members))}")
+        for name, members in sorted(groups.items()):
+            if len(members) < base:
+                lines.append(
+                    f"    # left out: {hostlist(members)} ({what} {name}: "
+                    f"{len(members)} < block size {base})"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def _label_value(text: str) -> str:
+    """A Kubernetes label value: 63 characters of [A-Za-z0-9._-], alphanumeric at both ends."""
+    value = re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:63]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
+
+
+def node_labels(
+    doc: Mapping[str, Any],
+    names: Mapping[str, str] | None = None,
+    nvlink: Mapping[str, str] | None = None,
+) -> dict[str, dict[str, str]]:
+    """Per node, topograph's labels: accelerator (the NVLink domain), block (its leaf group),
+    spine (its spine group), datacenter (the core group); only the levels it has."""
+    out: dict[str, dict[str, str]] = {}
+    for p in host_places(doc, names):
+        labels: dict[str, str] = {}
+        domain = (nvlink or {}).get(p.node)
+        for key, value in (
+            ("accelerator", domain),
+            ("block", p.block),
+            ("spine", p.spine),
+            ("datacenter", p.core),
+        ):
+            if value and _label_value(value):
+                labels[LABEL_PREFIX + key] = _label_value(value)
+        out[p.node] = labels
+    return out
+
+
+def kubectl_lines(labels: Mapping[str, Mapping[str, str]]) -> str:
+    lines = [
+        "#!/bin/sh",
+        "# Kubernetes node labels generated by topoweb from an ibnetdiscover capture",
+    ]
+    for node, keys in labels.items():
+        pairs = " ".join(f"{k}={v}" for k, v in keys.items())
+        lines.append(f"kubectl label node {node} --overwrite {pairs}")
+    return "\n".join(lines) + "\n"
+
+
+def render_fabric_export(
+    doc: Mapping[str, Any],
+    fmt: str,
+    names: Mapping[str, str] | None = None,
+    nvlink: Mapping[str, str] | None = None,
+) -> str:
+    """One of FABRIC_EXPORTS as text: the one entry point of the CLI and the API."""
+    if fmt == "topology.conf":
+        return topology_conf_tree(doc, names)
+    if fmt == "topology.yaml":
+        return topology_yaml(doc, names, nvlink)
+    labels = node_labels(doc, names, nvlink)
+    if fmt == "labels.json":
+        return json.dumps(labels, indent=2, sort_keys=True) + "\n"
+    if fmt == "label.sh":
+        return kubectl_lines(labels)
+    raise ValueError(f"no fabric export {fmt!r}; exports: {', '.join(FABRIC_EXPORTS)}")
