@@ -218,3 +218,14 @@ def test_a_value_no_machine_has_is_refused_with_400_naming_the_field(
     assert response.status_code == 400, (case, response.content[:300])
     assert field in response.content.decode(), (case, response.content[:300])
     assert not Snapshot.objects.exists()
+
+
+@pytest.mark.parametrize("path", ["/api/schema/", "/api/docs/", "/api/redoc/"])
+def test_the_schema_and_docs_follow_the_apis_read_rule(
+    path: str, client: Any, reader: APIClient, settings: Any
+) -> None:
+    settings.TOPOWEB_PUBLIC_READ = False
+    assert client.get(path).status_code in (401, 403)
+    assert reader.get(path).status_code == 200
+    settings.TOPOWEB_PUBLIC_READ = True
+    assert client.get(path).status_code == 200

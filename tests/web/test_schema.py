@@ -10,6 +10,7 @@ import pytest
 import schemathesis
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
+from django.test import override_settings
 from django.utils import timezone
 from hypothesis import HealthCheck, settings
 from schemathesis import checks
@@ -25,7 +26,9 @@ CHECKS = [
     checks.response_headers_conformance,
     checks.response_schema_conformance,
 ]
-schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", application)
+# The schema is read like the API; loaded here, before any test has a token to read it with.
+with override_settings(TOPOWEB_PUBLIC_READ=True):
+    schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", application)
 
 
 @pytest.fixture(scope="module")

@@ -252,6 +252,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "GPU server topologies, benchmarks and analyses of a fleet.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and its docs pages are read like the API (config.permissions.may_read).
+    "SERVE_PERMISSIONS": ["topoweb.config.permissions.CanRead"],
     "COMPONENT_SPLIT_REQUEST": True,
     # One name per choice set where several fields are called `kind`.
     "ENUM_NAME_OVERRIDES": {
