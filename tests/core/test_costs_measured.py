@@ -260,14 +260,16 @@ def test_a_copy_is_its_own_operation_without_nccls_efficiency() -> None:
     model = build_model(_dgx1v(), "Tesla V100-SXM2-32GB")
     one_way = collective_cost(model, "copy", [0, 3], GiB)
     both = collective_cost(model, "copy", [0, 3], GiB, bidirectional=True)
-    # NV2: 2 x 25 GB/s x 0.97, where NCCL's ring would plan with 2 x 20.
-    assert one_way.algbw_gbps == pytest.approx(48.5, rel=0.01)
-    assert both.algbw_gbps == pytest.approx(97.0, rel=0.01)
+    # NV2: 2 x 25 GB/s x 0.96 (Volta's published copy share), where NCCL's ring would plan
+    # with 2 x 20.
+    assert one_way.algbw_gbps == pytest.approx(48.0, rel=0.01)
+    assert both.algbw_gbps == pytest.approx(96.0, rel=0.01)
     assert one_way.transports == ("GPU0->GPU3 NVLink NV2",)
     staged = collective_cost(model, "copy", [0, 4], 4)
     assert staged.transports == ("GPU0->GPU4 staged through host memory (SYS, no P2P)",)
-    # p2p_11 / p2p_02 measure 14-23 us for a 4-byte copy through the host.
-    assert staged.time_us == pytest.approx(14.0, rel=1e-3)
+    # A 4-byte copy through the host pays the staged latency prior (cuda-samples issue 230:
+    # 11-20 us); p2p_11 / p2p_02 measure 14-23 us.
+    assert staged.time_us == pytest.approx(15.0, rel=1e-3)
 
 
 def test_a_fully_connected_nv1_nv2_quad_gets_four_links_worth_of_rings() -> None:

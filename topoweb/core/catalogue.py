@@ -7,26 +7,140 @@ cost model can override (calibration, explicit PCIe generation/width)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from topoweb.core.model import Topology, nvlink_count
 
-# P2P DMA reaches ~85-90 % of PCIe line rate (DOMAIN.md s2); the low end, because
-# p2pBandwidthLatencyTest on Gen4 x16 (p2p_05/p2p_06 fixtures) shows 26.3 of 31.5 GB/s.
-P2P_PCIE_EFFICIENCY = 0.85
-# A copy engine drives an NVLink bundle at ~97 % of line rate (p2p_08, DGX-1V: NV1 pairs copy
-# 48.5 GB/s both ways together, NV2 pairs 96.9, of 50 and 100 line).
-NVLINK_COPY_EFFICIENCY = 0.97
+
+@dataclass(frozen=True)
+class CopyShare:
+    """What a copy engine reaches of a link's line rate, per direction, as published runs of
+    p2pBandwidthLatencyTest / nvbandwidth show it: the share, its relative band (the spread
+    of the published figures, or wider where the figure is borrowed), and the source."""
+
+    share: float
+    band: float
+    source: str
+
+
+_DELL = (
+    "https://manuzoid.com/manuals/46Jor-Dell%20High%20Performance%20Computing"
+    "%20Solution%20Resources%20Owner's%20Manual"
+)
+# Copy engines over NVLink, by GPU family: each a published p2pBandwidthLatencyTest result
+# divided by the bundle's line rate (25 GB/s per link per direction, 20 on NVLink1).
+NVLINK_COPY_SHARE: dict[str, CopyShare] = {
+    "Pascal": CopyShare(
+        0.91,
+        0.05,
+        f"P100-SXM2 p2pBandwidthLatencyTest (Dell C4130): 18.31 of 20 GB/s per link, {_DELL}",
+    ),
+    "Volta": CopyShare(
+        0.96,
+        0.03,
+        f"V100-SXM2 p2pBandwidthLatencyTest (Dell C4130): 47.88 of 50 GB/s per NV2 pair, {_DELL}",
+    ),
+    "Ampere": CopyShare(
+        0.80,
+        0.08,
+        "8x A100-SXM4-80GB p2pBandwidthLatencyTest: 430-520 GB/s both ways of 600, "
+        "https://github.com/NVIDIA/nccl-tests/issues/149",
+    ),
+    "Hopper": CopyShare(
+        0.83,
+        0.03,
+        "HGX H100 p2pBandwidthLatencyTest: 371-377 GB/s one way of 450, "
+        "https://github.com/NVIDIA/nccl/issues/1264",
+    ),
+    "Blackwell": CopyShare(
+        0.83,
+        0.08,
+        "no published B200 copy matrix found: Hopper's share, with a wider band",
+    ),
+}
+# GPU families without a figure of their own borrow the nearest one's.
+_COPY_FAMILY = {"Turing": "Volta", "Ada": "Ampere", "Kepler": "Pascal", "Maxwell": "Pascal"}
+
+# Copy engines over PCIe P2P, by PCIe generation (the link sets it, not the GPU).
+PCIE_P2P_SHARE: dict[int, CopyShare] = {
+    3: CopyShare(0.85, 0.05, "DOMAIN.md s2: P2P DMA at 85-90 % of the PCIe line rate"),
+    4: CopyShare(
+        0.835,
+        0.03,
+        "RTX A6000 nvbandwidth device_to_device_memcpy_read_ce: 26.34 of 31.5 GB/s, "
+        "https://github.com/NVIDIA/nvbandwidth/issues/50",
+    ),
+    5: CopyShare(
+        0.86,
+        0.04,
+        "p2pmark on PCIe 5.0 x16: 54.30 of 63.0 GB/s, https://github.com/lukealonso/p2pmark",
+    ),
+}
 # cudaMemcpyPeer without P2P is staged by the driver through a pinned host buffer: a
-# device-to-host leg then a host-to-device leg, one after the other, each at ~73 % of the PCIe
-# line rate (Gen3 x16: p2p_02, p2p_08 and p2p_11 all copy 5.3-5.8 GB/s one way).
-STAGED_COPY_EFFICIENCY = 0.73
-# Fixed cost of one staged copy (two driver copies and their synchronisation): p2p_11 measures
-# 14-15 us for a 4-byte copy, p2p_02 (older VM) 20-23 us.
-STAGED_COPY_LATENCY_US = 14.0
-# Fixed cost of one P2P copy (cudaMemcpyPeerAsync issue and completion): the H200 capture
-# (device_01 torch-copy-gemm) times a tiny device copy at ~3.5-5 us.
-P2P_COPY_LATENCY_US = 4.0
+# device-to-host leg and a host-to-device leg. Share of the line rate one staged copy reaches
+# one way. Up to Gen3 the driver runs the legs in turn (each at ~73 % of the line, so the
+# copy at half that); from Gen4 it pipelines them, and the copy runs at about one leg's rate.
+STAGED_COPY_SHARE: dict[int, CopyShare] = {
+    3: CopyShare(
+        0.365,
+        0.06,
+        "Gen3 x16 staged copies of 5.3-5.8 GB/s (the project's p2p_02/p2p_08/p2p_11 "
+        "captures): two legs in turn at 0.73 each",
+    ),
+    4: CopyShare(
+        0.70,
+        0.05,
+        "P2P=Disabled matrix of a 6-GPU Gen4 server: 22.1-22.4 of 31.5 GB/s, "
+        "https://github.com/NVIDIA/nccl/issues/814",
+    ),
+    5: CopyShare(
+        0.59,
+        0.05,
+        "HGX H100 P2P=Disabled matrix: 36.3-38.0 of 63.0 GB/s, "
+        "https://github.com/NVIDIA/nccl/issues/1264",
+    ),
+}
+# The first PCIe generation whose drivers pipeline a staged copy's two legs.
+STAGED_LEGS_OVERLAP_GEN = 4
+# Host copies both ways at once over one PCIe link: each direction keeps this share of its
+# one-way rate (A100 Gen4: host-to-device ~11 plus device-to-host ~25 GB/s together, of ~25
+# one way, https://github.com/NVIDIA/nvbandwidth/issues/53). Staged copies with pipelined
+# legs pay it when both directions run; legs in turn leave each link idle half the time.
+HOST_COPY_DUPLEX_SHARE = 0.72
+
+
+def nvlink_copy_share(generation: Generation) -> CopyShare:
+    """The copy engines' NVLink share for a GPU generation (its family's, or the nearest)."""
+    family = generation.name.split("-")[0]
+    return NVLINK_COPY_SHARE[_COPY_FAMILY.get(family, family)]
+
+
+def _by_gen(table: dict[int, CopyShare], gen: int) -> CopyShare:
+    return table[min(max(gen, min(table)), max(table))]
+
+
+def pcie_p2p_share(gen: int) -> CopyShare:
+    return _by_gen(PCIE_P2P_SHARE, gen)
+
+
+def staged_copy_share(gen: int) -> CopyShare:
+    return _by_gen(STAGED_COPY_SHARE, gen)
+
+
+# The default PCIe P2P share (Gen3's), for callers that do not know the generation.
+P2P_PCIE_EFFICIENCY = PCIE_P2P_SHARE[3].share
+# Fixed cost of one peer copy, as p2pBandwidthLatencyTest's GPU latency matrices time it:
+# 1.8-2.3 us with P2P and 11-20 us staged through the host on a published 4-GPU NVLink
+# server (https://github.com/NVIDIA/cuda-samples/issues/230). A server's own latency matrix
+# replaces these (calibrate_from_p2p); without one, answers carry COPY_LATENCY_BAND.
+P2P_COPY_LATENCY_US = 2.0
+STAGED_COPY_LATENCY_US = 15.0
+# Relative band of those priors: published GPU latencies run from about half to twice them
+# across drivers and platforms (the same issue's spread, and older drivers' 5-7 us).
+COPY_LATENCY_BAND = 0.5
+# Relative band of the cost model's large-message busbw of an NCCL collective: NCCL's own
+# tuning model, which ours follows, is a planning figure, not a measurement.
+BUSBW_MODEL_BAND = 0.10
 # Pinned host<->device copies reach ~88 % of PCIe line rate (device_01: 55.5 GB/s per
 # direction on Gen5 x16, 63.0 line); pageable copies 15-22 GB/s on the same link.
 HOST_PINNED_EFFICIENCY = 0.88
@@ -46,7 +160,7 @@ LAUNCH_US_PER_GPU = 3.2
 NET_EFFICIENCY = 0.92
 
 # NCCL's own per-link NVLink planning figures (GB/s per direction, src/graph/topo.h):
-# what its collectives reach on one link. Copies use line rate x NVLINK_COPY_EFFICIENCY.
+# what its collectives reach on one link. Copies use line rate x NVLINK_COPY_SHARE.
 NCCL_NVLINK_GBPS: dict[str, float] = {
     "NVLink1": 18.0,  # SM60
     "NVLink2": 20.0,  # SM70 (also Turing bridges)
@@ -77,10 +191,6 @@ NIC_CATALOGUE_GBITS: dict[str, float] = {
     "BlueField-3": 400.0,
     "EFA": 100.0,
 }
-# Copies between GPUs without P2P are staged through host memory: a device-to-host copy then
-# a host-to-device copy, one after the other, so each byte costs two PCIe transfers.
-HOST_STAGED_COPIES = 2
-
 # Per-link NVLink rate, per direction (DOMAIN.md s2 table, "per-link" column).
 NVLINK_PER_LINK_GBPS: dict[str, float] = {
     "NVLink1": 20.0,
@@ -289,13 +399,36 @@ class Hardware:
     latency_us: tuple[tuple[str, float], ...]
     nccl_pcie_gbps: float = 24.0  # NCCL's width x code / 80
     nvlink_copy_per_link_gbps: float = 24.25
-    staged_gbps: float = 11.5  # one leg of a staged (host-bounced) copy
+    staged_gbps: float = 5.75  # one staged (host-bounced) copy, one way, both legs
+    staged_overlap: bool = False  # the driver pipelines a staged copy's two legs
+    # Relative bands of the copy figures (from the published results they come from).
+    nvlink_copy_band: float = 0.03
+    pcie_copy_band: float = 0.05
+    staged_band: float = 0.06
+    copy_sources: tuple[str, ...] = ()
     pcie_p2p: bool = True  # the driver allows PCIe P2P (not GeForce/TITAN from Turing on)
     nic_source: str = "generation default"
     warnings: tuple[str, ...] = ()
 
     def latency(self, kind: str) -> float:
         return dict(self.latency_us)[kind]
+
+    @property
+    def pcie_line_gbps(self) -> float:
+        return pcie_line_rate_gbps(self.pcie_gen, self.pcie_width)
+
+    def with_pcie(self, gen: int, width: int) -> Hardware:
+        """The same hardware on another PCIe generation or width (NVML's word on the links)."""
+        return _pcie_figures(
+            replace(
+                self,
+                assumption=self.assumption.replace(
+                    f"; PCIe Gen{self.pcie_gen} x{self.pcie_width} assumed from the generation", ""
+                ),
+            ),
+            gen,
+            width,
+        )
 
     def describe(self) -> dict[str, object]:
         return {
@@ -309,13 +442,18 @@ class Hardware:
             "pcie": f"Gen{self.pcie_gen} x{self.pcie_width}",
             "pcie_gbps_per_direction": round(self.nccl_pcie_gbps, 2),
             "pcie_copy_gbps_per_direction": round(self.pcie_gbps, 2),
-            "pcie_line_rate_gbps_per_direction": round(self.pcie_gbps / P2P_PCIE_EFFICIENCY, 2),
+            "pcie_line_rate_gbps_per_direction": round(self.pcie_line_gbps, 2),
             "efficiency": {
-                "nvlink_copy": NVLINK_COPY_EFFICIENCY,
-                "pcie_p2p": P2P_PCIE_EFFICIENCY,
-                "staged_copy": STAGED_COPY_EFFICIENCY,
+                "nvlink_copy": round(
+                    self.nvlink_copy_per_link_gbps
+                    / (self.generation.nvlink_per_link_gbps or NVLINK_PER_LINK_GBPS["NVLink2"]),
+                    3,
+                ),
+                "pcie_p2p": round(self.pcie_gbps / self.pcie_line_gbps, 3),
+                "staged_copy": round(self.staged_gbps / self.pcie_line_gbps, 3),
                 "network": NET_EFFICIENCY,
             },
+            "copy_sources": list(self.copy_sources),
             "socket_link": self.socket_link,
             "socket_gbps_per_direction": self.socket_gbps,
             "nic_gbps_per_direction": self.nic_gbps,
@@ -371,25 +509,49 @@ def resolve_hardware(
     nv_line = gen.nvlink_per_link_gbps or NVLINK_PER_LINK_GBPS["NVLink2"]
     if topo is not None and gen.nvlink is None and any(lnk.is_nvlink for lnk in topo.gpu_links()):
         assumption += "; the matrix shows NVLink this GPU family lacks: using 25 GB/s per link"
-    line = pcie_line_rate_gbps(pgen, pcie_width)
-    return Hardware(
+    nv_copy = nvlink_copy_share(gen)
+    hw = Hardware(
         generation=gen,
         assumption=assumption,
         nvlink_per_link_gbps=nv_nccl,
         pcie_gen=pgen,
         pcie_width=pcie_width,
-        pcie_gbps=line * P2P_PCIE_EFFICIENCY,
+        pcie_gbps=0.0,
         socket_link=link,
         socket_gbps=SOCKET_LINK_GBPS[link],
         nic_gbps=(nic_gbits or gen.nic_gbits) / 8,
         p2p_enabled=p2p_enabled,
         latency_us=tuple(sorted(LATENCY_US.items())),
-        nccl_pcie_gbps=nccl_pcie_gbps(pgen, pcie_width),
-        nvlink_copy_per_link_gbps=nv_line * NVLINK_COPY_EFFICIENCY,
-        staged_gbps=line * STAGED_COPY_EFFICIENCY,
+        nvlink_copy_per_link_gbps=nv_line * nv_copy.share,
+        nvlink_copy_band=nv_copy.band,
         pcie_p2p=pcie_p2p_supported(gpu_model, gen),
         nic_source="given" if nic_gbits else f"{gen.name} era default ({gen.nic_gbits:g} Gb/s)",
         warnings=tuple(_nvlink_warnings(topo, gpu_model, gen)),
+    )
+    return _pcie_figures(hw, pgen, pcie_width)
+
+
+def _pcie_figures(hw: Hardware, gen: int, width: int) -> Hardware:
+    """The PCIe figures of `hw` for a link generation and width: NCCL's planning figure and
+    the copy engines' P2P and staged rates, with their published sources."""
+    line = pcie_line_rate_gbps(gen, width)
+    p2p, staged = pcie_p2p_share(gen), staged_copy_share(gen)
+    nv = nvlink_copy_share(hw.generation)
+    return replace(
+        hw,
+        pcie_gen=gen,
+        pcie_width=width,
+        pcie_gbps=line * p2p.share,
+        nccl_pcie_gbps=nccl_pcie_gbps(gen, width),
+        staged_gbps=line * staged.share,
+        staged_overlap=gen >= STAGED_LEGS_OVERLAP_GEN,
+        pcie_copy_band=p2p.band,
+        staged_band=staged.band,
+        copy_sources=((f"NVLink copies: {nv.source}",) if hw.generation.nvlink else ())
+        + (
+            f"PCIe P2P copies (Gen{gen}): {p2p.source}",
+            f"staged copies (Gen{gen}): {staged.source}",
+        ),
     )
 
 

@@ -33,7 +33,7 @@ from topoweb.core.costs.collectives import (
     slowest_cost,
     slowest_group_us,
 )
-from topoweb.core.costs.copies import p2p_matrix, p2p_unidirectional
+from topoweb.core.costs.copies import copy_band, copy_latency, p2p_matrix, p2p_unidirectional
 from topoweb.core.costs.model import (
     CostModel,
     build_model,
@@ -88,6 +88,8 @@ __all__ = [
     "chain_time_bound",
     "collective_cost",
     "concurrent_costs",
+    "copy_band",
+    "copy_latency",
     "curve",
     "fit_alpha_beta",
     "nvlink_domain",

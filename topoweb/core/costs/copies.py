@@ -14,6 +14,20 @@ if TYPE_CHECKING:
     from topoweb.core.costs.model import CostModel
 
 
+def copy_latency(model: CostModel, a: int, b: int) -> float:
+    """The fixed time (us) of one peer copy from GPU a to GPU b, whatever its size."""
+    staged = model.copy_transport((a, b)) == "staged"
+    return STAGED_COPY_LATENCY_US if staged else P2P_COPY_LATENCY_US
+
+
+def copy_band(model: CostModel, a: int, b: int) -> float:
+    """The relative band of the copy rate the model prices from GPU a to GPU b: the spread of
+    the published figures its copy engine share comes from."""
+    hw = model.hardware
+    how = model.copy_transport((a, b))
+    return {"nvlink": hw.nvlink_copy_band, "p2p": hw.pcie_copy_band}.get(how, hw.staged_band)
+
+
 def copy_variant(model: CostModel, key: tuple[int, ...], n: int, bidirectional: bool) -> Variant:
     """cudaMemcpyPeer: one way, or both ways at once (rates summed as p2pBandwidthLatencyTest
     reports them); copy-engine rates, no NCCL efficiency."""
@@ -22,8 +36,7 @@ def copy_variant(model: CostModel, key: tuple[int, ...], n: int, bidirectional: 
     if len(key) != 2:
         raise ValueError(f"a copy is between two GPUs, got {len(key)}")
     fwd = (key[0], key[1])
-    staged = model.copy_transport(fwd) == "staged"
-    lat = STAGED_COPY_LATENCY_US if staged else P2P_COPY_LATENCY_US
+    lat = copy_latency(model, *fwd)
     if bidirectional:
         rates = model.share(
             [model.copy_load([(fwd, 1.0)]), model.copy_load([(fwd[::-1], 1.0)])], copy=True

@@ -11,11 +11,7 @@ from typing import ClassVar
 
 from topoweb.core.catalogue import (
     NET_EFFICIENCY,
-    P2P_PCIE_EFFICIENCY,
-    STAGED_COPY_EFFICIENCY,
     Hardware,
-    nccl_pcie_gbps,
-    pcie_line_rate_gbps,
     resolve_hardware,
 )
 from topoweb.core.costs.records import (
@@ -217,7 +213,12 @@ class CostModel:
     def private(self, r: int) -> bool:
         """Only flows from or to one GPU cross this resource (its NVLink bundle to a peer, its
         NVSwitch port, its own PCIe link): groups of disjoint GPUs never share it."""
-        return self.resources[r].kind in ("nvlink_pair", "nvswitch_port", "pcie_link")
+        return self.resources[r].kind in (
+            "nvlink_pair",
+            "nvswitch_port",
+            "pcie_link",
+            "pcie_duplex",
+        )
 
     def describe(self, r: int) -> str:
         return self.resources[r].description
@@ -373,19 +374,7 @@ def with_options(
     query asks of a cached model. `pcie_gen` / `pcie_width`: NVML's word on the GPUs' links."""
     hw = model.hardware
     if pcie_gen is not None or pcie_width is not None:
-        gen, width = pcie_gen or hw.pcie_gen, pcie_width or hw.pcie_width
-        line = pcie_line_rate_gbps(gen, width)
-        hw = replace(
-            hw,
-            pcie_gen=gen,
-            pcie_width=width,
-            pcie_gbps=line * P2P_PCIE_EFFICIENCY,
-            nccl_pcie_gbps=nccl_pcie_gbps(gen, width),
-            staged_gbps=line * STAGED_COPY_EFFICIENCY,
-            assumption=hw.assumption.replace(
-                f"; PCIe Gen{hw.pcie_gen} x{hw.pcie_width} assumed from the generation", ""
-            ),
-        )
+        hw = hw.with_pcie(pcie_gen or hw.pcie_gen, pcie_width or hw.pcie_width)
     if nvlink_nodes and (nodes or 1) > 1:
         topo = nvlink_domain(model.topo, nodes or 1)
         return CostModel(

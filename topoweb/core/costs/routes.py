@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from topoweb.core.catalogue import PCIE_GTS, SHM_READ_WEIGHT, Hardware
+from topoweb.core.catalogue import HOST_COPY_DUPLEX_SHARE, PCIE_GTS, SHM_READ_WEIGHT, Hardware
 from topoweb.core.costs.records import Calibration, Flow, P2PMode, Path, Resource
 from topoweb.core.formats.nvml import HostFacts, NvmlFacts
 from topoweb.core.hierarchy import Hierarchy, NvlinkDomain
@@ -253,8 +253,11 @@ class Routes:
     def _pcie_path(self, a: str, b: str, how: str) -> Path:
         """PCIe route a -> b. P2P goes up to the lowest common node, across sockets if needed,
         and down. NCCL's SHM goes up to host memory and down, the reading leg weighing
-        SHM_READ_WEIGHT. A staged copy goes up and down in sequence (each leg weighs twice,
-        at the staging rate) and through host memory, not the socket's P2P path."""
+        SHM_READ_WEIGHT. A staged copy goes up and down through host memory, not the socket's
+        P2P path, each leg weighing what makes one copy reach the staged rate; staged legs queue
+        on a PCIe switch's uplink but not on host bridges or inferred switch trees. Where
+        the driver pipelines the legs, each GPU's link also carries a duplex resource: copies
+        both ways at once keep HOST_COPY_DUPLEX_SHARE of their one-way rate each."""
         hw = self.hardware
         up_a = (a, *self.chain(a))
         up_b = (b, *self.chain(b))
@@ -266,23 +269,31 @@ class Routes:
         elif how == "shm":
             down_weight = SHM_READ_WEIGHT
         else:  # staged copy
-            up_weight = down_weight = 2 * hw.pcie_gbps / hw.staged_gbps
+            up_weight = down_weight = hw.pcie_gbps / hw.staged_gbps
         if how == "p2p" and "Intel" in hw.socket_link:
             kind = self._nodes_by_id[common].kind if common is not None else "numa"
             if kind in ("host_bridge", "numa"):
                 # P2P through an Intel root complex runs at 5/6 of the link (NCCL charges
                 # PHB paths 6/5; p2p_01: 0.73 GB/s across the host bridge vs 0.82 in a switch).
                 up_weight = down_weight = 1.2
+        staged = how == "staged"
         path: list[tuple[int, float]] = []
         for item in up_a[:-1]:
             if item == common:
                 break
+            if staged and self._not_a_link(item):
+                continue
             path.append((self._uplink(item, "up"), up_weight))
         down: list[tuple[int, float]] = []
         for item in up_b[:-1]:
             if item == common:
                 break
+            if staged and self._not_a_link(item):
+                continue
             down.append((self._uplink(item, "down"), down_weight))
+        if staged and hw.staged_overlap:
+            path.append((self._duplex(a), up_weight))
+            down.append((self._duplex(b), down_weight))
         sock_a, sock_b = self._socket_key[a], self._socket_key[b]
         if sock_a != sock_b and how != "staged":
             cap = hw.socket_gbps
@@ -304,6 +315,24 @@ class Routes:
                     )
                 )
         return tuple(path + down[::-1])
+
+    def _not_a_link(self, item: str) -> bool:
+        """A host bridge (the CPU's root complex) or a switch tree inferred from PXB cells: the
+        capture says nothing of a shared x16 link above them, only a single switch (PIX)."""
+        node = self._nodes_by_id.get(item)
+        return node is not None and node.kind in ("host_bridge", "switch_tree")
+
+    def _duplex(self, gpu: str) -> int:
+        """Both directions of a GPU's PCIe link as staged copies see them together."""
+        hw = self.hardware
+        cap = 2 * HOST_COPY_DUPLEX_SHARE * hw.pcie_gbps
+        return self.resource(
+            f"hostcopy:{gpu}",
+            "pcie_duplex",
+            "pcie",
+            cap,
+            f"PCIe link of {gpu}, both directions of staged copies together",
+        )
 
     def hop_class(self, flow: Flow) -> str:
         """nvlink or pcie: which of NCCL's per-hop latency rows a hop pays."""
