@@ -129,6 +129,11 @@ def expectations_for(
         ),
         thresholds,
         basis=f"{staff.basis}; other figures from the {model.basis}",
+        # The model's bands stay on the figures it still gives; staff's figures carry none.
+        p2p_bands={k: v for k, v in model.p2p_bands.items() if k not in staff.figures.p2p_gbps},
+        busbw_bands={
+            k: v for k, v in model.busbw_bands.items() if k not in staff.figures.busbw_gbps
+        },
     )
 
 

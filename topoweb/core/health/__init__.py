@@ -16,6 +16,14 @@ from __future__ import annotations
 from topoweb.core.health.acceptance import acceptance_report
 from topoweb.core.health.checks import check_health
 from topoweb.core.health.diff import TopologyDiff, diff_topologies
+from topoweb.core.health.expectations import (
+    SOURCES,
+    Judgement,
+    PairExpectation,
+    PairExpectations,
+    judge,
+    pair_expectations,
+)
 from topoweb.core.health.figures import (
     CollectiveKey,
     Expectations,
@@ -58,6 +66,7 @@ __all__ = [
     "NIC_FAR_FROM_GPU",
     "P2P_UNAVAILABLE",
     "SEVERITIES",
+    "SOURCES",
     "SOURCES_DISAGREE",
     "TOPOLOGY_DRIFT",
     "CollectiveKey",
@@ -65,6 +74,9 @@ __all__ = [
     "Figures",
     "Finding",
     "HealthInputError",
+    "Judgement",
+    "PairExpectation",
+    "PairExpectations",
     "PairKey",
     "Severity",
     "Thresholds",
@@ -76,7 +88,9 @@ __all__ = [
     "diff_topologies",
     "expectations_by_class",
     "expectations_from_model",
+    "judge",
     "measured_figures",
     "median_figures",
+    "pair_expectations",
     "sku_distribution",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from topoweb.core.health.expectations import judge, pair_expectations
 from topoweb.core.health.figures import (
     CollectiveKey,
     Expectations,
@@ -15,7 +16,7 @@ from topoweb.core.health.figures import (
     measured_figures,
     ranks_of,
 )
-from topoweb.core.health.findings import Finding
+from topoweb.core.health.findings import P2P_UNAVAILABLE, Finding
 from topoweb.core.model import NcclRun, P2PResult, Topology
 
 
@@ -61,6 +62,22 @@ def acceptance_report(
         if best is not None and measured.busbw_gbps.get(key) == best[0]:
             sizes[key] = best[1]
     medians = sku_medians or Figures()
+    # The same expectation per pair the findings judged by (one rule: pair_expectations).
+    index = {g.id: g.index for g in topo.gpus}
+    staged = {
+        frozenset((index[p["a"]], index[p["b"]]))
+        for f in findings
+        if f.kind == P2P_UNAVAILABLE
+        for p in f.evidence.get("pairs", ())
+        if p.get("a") in index and p.get("b") in index
+    }
+    pairs = pair_expectations(
+        topo,
+        expectations,
+        {k: v for k, v in measured.p2p_gbps.items() if frozenset(k) not in staged},
+        sku_medians,
+        host_staged=staged,
+    )
     rows = []
     for table in ("p2p_gbps", "busbw_gbps"):
         exp: Mapping[Any, float] = getattr(expectations.figures, table)
@@ -68,11 +85,16 @@ def acceptance_report(
         med: Mapping[Any, float] = getattr(medians, table)
         for key in sorted(set(exp) | set(got)):
             e, m, s = exp.get(key), got.get(key), med.get(key)
+            record = pairs.get(key) if table == "p2p_gbps" else None
+            if record is not None:
+                e = round(record.value_gbps, 2)
             ratio = round(m / e, 3) if m is not None and e else None
             if m is None:
                 status = "not measured"
             elif e is None:
                 status = "no expectation"
+            elif record is not None:
+                status = "below" if judge(record, m, limits).severity else "ok"
             else:
                 status = "ok" if m >= limits.bandwidth_ratio * e else "below"
             if table == "p2p_gbps":
@@ -82,6 +104,7 @@ def acceptance_report(
                     "kind": "p2p",
                     "devices": [a, b],
                     "class": topo.link_class(a, b),
+                    "expectation": record.to_document() if record is not None else None,
                 }
             else:
                 row = {

@@ -7,6 +7,12 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from topoweb.core.health.expectations import (
+    FAR_BELOW_BAND,
+    FAR_BELOW_EVIDENCE,
+    judge,
+    pair_expectations,
+)
 from topoweb.core.health.figures import (
     Expectations,
     Figures,
@@ -21,6 +27,7 @@ from topoweb.core.health.findings import (
     P2P_UNAVAILABLE,
     Finding,
     HealthInputError,
+    Severity,
     ordered_ids,
 )
 from topoweb.core.model import NcclRun, P2PResult, Topology, nvlink_count
@@ -66,10 +73,6 @@ _BELOW_ADVICE = (
     "(lspci -vv LnkSta), BIOS settings (ACS, IOMMU, power profile) and GPU clocks; compare "
     "with a sibling of the same SKU."
 )
-
-
-# The share of a pair's direct P2P bandwidth a copy staged through host memory should reach.
-_STAGED_SHARE = 0.5
 
 
 def p2p_findings(
@@ -135,35 +138,39 @@ def p2p_findings(
         )
 
     cells = p2p_cells(p2p)
-    expected = expectations.figures.p2p_gbps if expectations else {}
-    median = medians.p2p_gbps if medians else {}
     measured = {k: v for k, (v, _) in cells.items() if frozenset(k) not in unavailable}
-    low = _below_expected(topo, measured, expected, median, thresholds)
-    # Without P2P a copy is staged through host memory and crosses the PCIe links twice: it
-    # should still reach half the direct figure. Far below that (a GTX rig's x1 risers give
-    # 6 %) is a slow link whatever P2P does, and is a finding like any other pair's.
-    staged = {k: v for k, (v, _) in cells.items() if frozenset(k) in unavailable}
-    halved = {k: e * _STAGED_SHARE for k, e in expected.items() if k in staged}
-    low |= {
-        k: ev | {"host_staged": True}
-        for k, ev in _below_expected(topo, staged, halved, {}, thresholds).items()
-    }
+    expected = pair_expectations(topo, expectations, measured, medians, host_staged=unavailable)
+    median = medians.p2p_gbps if medians else {}
+    low: dict[tuple[int, int], dict[str, Any]] = {}
+    for key, value in sorted(cells.items()):
+        e = expected.get(key)
+        if e is None:
+            continue
+        host_staged = frozenset(key) in unavailable
+        verdict = judge(e, value[0], thresholds)
+        if verdict.severity is None:
+            continue
+        m = median.get(key)
+        low[key] = {
+            "measured_gbps": round(value[0], 2),
+            "expected_gbps": round(e.value_gbps, 2),
+            "ratio": round(verdict.ratio, 3),
+            "severity": verdict.severity,
+            "against": verdict.against,
+            "expectation": e.to_document(),
+            "sku_median_gbps": m,
+            "median_ratio": round(value[0] / m, 3) if m else None,
+            "host_staged": host_staged,
+            "matrix": value[1],
+        }
     by_pair: dict[frozenset[int], dict[str, Any]] = {}
     for (i, j), ev in sorted(low.items()):
-        by_pair.setdefault(frozenset((i, j)), {})[f"{ids[i]}->{ids[j]}"] = ev | {
-            "source": cells[(i, j)][1]
-        }
+        by_pair.setdefault(frozenset((i, j)), {})[f"{ids[i]}->{ids[j]}"] = ev
     for pair, directions in by_pair.items():
         i, j = sorted(pair)
-        critical = any(ev["below_expected"] for ev in directions.values())
-        worst = min(directions.values(), key=lambda ev: ev["ratio"] or ev["median_ratio"] or 1.0)
-        against = (
-            f"{worst['ratio']:.0%} of the expected {worst['expected_gbps']:.1f} GB/s"
-            + (" for a host-staged copy (P2P unavailable)" if worst.get("host_staged") else "")
-            if worst["below_expected"]
-            else f"{worst['median_ratio']:.0%} of the SKU median "
-            f"{worst['sku_median_gbps']:.1f} GB/s"
-        )
+        critical = any(ev["severity"] == "critical" for ev in directions.values())
+        worst = min(directions.values(), key=lambda ev: ev["ratio"])
+        cls = topo.link_class(ids[i], ids[j])
         findings.append(
             Finding(
                 kind=BELOW_EXPECTED_BANDWIDTH,
@@ -171,12 +178,12 @@ def p2p_findings(
                 devices=(ids[i], ids[j]),
                 evidence={
                     "benchmark": "p2pBandwidthLatencyTest",
-                    "class": topo.link_class(ids[i], ids[j]),
+                    "class": cls,
                     "directions": directions,
                 },
                 advice=_BELOW_ADVICE,
-                message=f"{ids[i]}-{ids[j]} ({topo.link_class(ids[i], ids[j])}) measured "
-                f"{worst['measured_gbps']:.1f} GB/s per direction, {against}",
+                message=f"{ids[i]}-{ids[j]} ({cls}) measured {worst['measured_gbps']:.1f} GB/s "
+                f"per direction, {worst['against']}",
             )
         )
     return findings
@@ -198,6 +205,21 @@ def p2p_unavailable(topo: Topology, pairs: list[dict[str, Any]], why: str) -> Fi
         ),
         message=f"P2P unavailable between {shown}: {why}",
     )
+
+
+def _busbw_severity(
+    ev: Mapping[str, Any], expectations: Expectations | None, key: tuple[str, int]
+) -> Severity:
+    """Critical only far below the evidence: under FAR_BELOW_EVIDENCE of the SKU median, or
+    under FAR_BELOW_BAND of the low edge of the model's band (staff's figures: of the figure)."""
+    median_ratio = ev.get("median_ratio")
+    if ev["below_sku_median"] and median_ratio is not None and median_ratio < FAR_BELOW_EVIDENCE:
+        return "critical"
+    if not ev["below_expected"]:
+        return "warning"
+    band = expectations.busbw_bands.get(key) if expectations else None
+    low = ev["expected_gbps"] * (1 - (band or 0.0))
+    return "critical" if ev["measured_gbps"] < FAR_BELOW_BAND * low else "warning"
 
 
 def nccl_findings(
@@ -273,7 +295,7 @@ def nccl_findings(
         findings.append(
             Finding(
                 kind=BELOW_EXPECTED_BANDWIDTH,
-                severity="critical" if ev["below_expected"] else "warning",
+                severity=_busbw_severity(ev, expectations, key),
                 devices=devices,
                 evidence=ev
                 | {

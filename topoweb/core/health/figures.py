@@ -10,8 +10,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from topoweb.core.catalogue import infer_generation
-from topoweb.core.costs import COLLECTIVES, build_model, collective_cost, p2p_unidirectional
+from topoweb.core.catalogue import BUSBW_MODEL_BAND, infer_generation
+from topoweb.core.costs import (
+    COLLECTIVES,
+    build_model,
+    collective_cost,
+    copy_band,
+    p2p_unidirectional,
+)
 from topoweb.core.health.findings import HealthInputError
 from topoweb.core.model import NcclRun, P2PResult, Topology
 
@@ -78,12 +84,23 @@ class Expectations:
     figures: Figures
     thresholds: Thresholds = Thresholds()
     basis: str = ""
+    # The cost model's relative band per figure it gave (a figure without one is staff's).
+    p2p_bands: Mapping[PairKey, float] = field(default_factory=dict, hash=False)
+    busbw_bands: Mapping[CollectiveKey, float] = field(default_factory=dict, hash=False)
 
     def to_document(self) -> dict[str, Any]:
         return {
             "figures": self.figures.to_document(),
             "thresholds": self.thresholds.to_document(),
             "basis": self.basis,
+            "p2p_bands": [
+                {"src": s, "dst": d, "band": round(v, 3)}
+                for (s, d), v in sorted(self.p2p_bands.items())
+            ],
+            "busbw_bands": [
+                {"collective": c, "ranks": n, "band": round(v, 3)}
+                for (c, n), v in sorted(self.busbw_bands.items())
+            ],
         }
 
 
@@ -125,6 +142,7 @@ def expectations_from_model(
         for j, b in enumerate(order)
         if (value := uni[i][j]) is not None
     }
+    bands = {key: copy_band(model, *key) for key in pairs}
     busbw: dict[CollectiveKey, float] = {}
     if len(order) >= 2:
         for name in COLLECTIVES:
@@ -134,7 +152,11 @@ def expectations_from_model(
             busbw[(name, len(order))] = round(cost.busbw_gbps, 2)
     assumption = infer_generation(topo, gpu_model).assumption
     return Expectations(
-        Figures(pairs, busbw), thresholds, basis=f"cost model, uncalibrated ({assumption})"
+        Figures(pairs, busbw),
+        thresholds,
+        basis=f"cost model, uncalibrated ({assumption})",
+        p2p_bands=bands,
+        busbw_bands=dict.fromkeys(busbw, BUSBW_MODEL_BAND),
     )
 
 

@@ -1,0 +1,214 @@
+"""What each GPU pair of one server is expected to reach, as one typed record per ordered pair:
+the figure, where it comes from (the SKU siblings' measurements, this server's own other pairs
+of the same link class, staff's SKU figures, or the cost model), how uncertain that source is,
+and the evidence in words. `pair_expectations` is the one rule; findings, the acceptance report
+and the stored assessment all read its answer, and `judge` says how bad a measurement is.
+
+Severity respects the uncertainty: a figure inside the model's band is never critical; critical
+needs a figure far below measured evidence, or far below the model's band."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from topoweb.core.health.figures import Expectations, Figures, PairKey, Thresholds
+from topoweb.core.health.findings import Severity
+from topoweb.core.model import Topology
+
+Source = Literal["siblings", "self", "staff", "model"]
+SOURCES: tuple[Source, ...] = ("siblings", "self", "staff", "model")
+
+# A measurement under this share of measured evidence (siblings' median, this server's other
+# same-class pairs) is far below it: critical. Under thresholds.sku_median_ratio: a warning.
+FAR_BELOW_EVIDENCE = 0.80
+# Under this share of the low edge of the model's band a figure is far below the model.
+FAR_BELOW_BAND = 0.80
+# This server's own pairs speak for a pair's class only with at least this many other pairs.
+MIN_SAME_CLASS_PAIRS = 3
+# The band of a figure measured on siblings or on this server's own pairs: how far healthy
+# copies of one class spread on one board (p2p matrices of healthy boards stay within 2-3 %).
+MEASURED_BAND = 0.05
+# The band of a staff figure: staff's own threshold says how close is close enough.
+_STAFF = "staff's SKU figure"
+# Without P2P a copy is staged through host memory and crosses the PCIe links twice: it should
+# still reach this share of the pair's direct figure. Far below that (x1 risers) is a slow link
+# whatever P2P does.
+STAGED_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class PairExpectation:
+    """What one GPU pair, one direction, should reach (GB/s per direction), and why."""
+
+    src: int
+    dst: int
+    link_class: str
+    value_gbps: float
+    source: Source
+    band: float  # relative: healthy figures from this source fall within value x (1 +- band)
+    evidence: str  # the evidence in words: "this server's other 27 NV18 pairs"
+    model_gbps: float | None = None  # the cost model's figure, kept beside measured evidence
+    model_band: float = 0.0
+
+    @property
+    def low_gbps(self) -> float:
+        return self.value_gbps * (1 - self.band)
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "src": self.src,
+            "dst": self.dst,
+            "class": self.link_class,
+            "expected_gbps": round(self.value_gbps, 2),
+            "source": self.source,
+            "band": round(self.band, 3),
+            "low_gbps": round(self.low_gbps, 2),
+            "evidence": self.evidence,
+            "model_gbps": None if self.model_gbps is None else round(self.model_gbps, 2),
+            "model_band": round(self.model_band, 3),
+        }
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A measurement against its expectation: its severity (None: fine), the ratio and the
+    comparison in words ("86 % of this server's other NV18 pairs (372.0 GB/s)")."""
+
+    severity: Severity | None
+    ratio: float
+    against: str
+
+
+@dataclass(frozen=True)
+class PairExpectations:
+    """Every ordered GPU pair's expectation on one server (the answer `pair_expectations`
+    gives; the stored assessment keeps it whole)."""
+
+    pairs: Mapping[PairKey, PairExpectation] = field(default_factory=dict, hash=False)
+
+    def __getitem__(self, key: PairKey) -> PairExpectation:
+        return self.pairs[key]
+
+    def __iter__(self) -> Iterator[PairKey]:
+        return iter(self.pairs)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def get(self, key: PairKey) -> PairExpectation | None:
+        return self.pairs.get(key)
+
+    def to_document(self) -> list[dict[str, Any]]:
+        return [e.to_document() for _, e in sorted(self.pairs.items())]
+
+
+def pair_expectations(
+    topo: Topology,
+    expectations: Expectations | None,
+    measured: Mapping[PairKey, float] | None = None,
+    medians: Figures | None = None,
+    sibling_count: int | None = None,
+    host_staged: Collection[frozenset[int]] = (),
+) -> PairExpectations:
+    """Each ordered pair's expectation, from the most specific evidence there is: the SKU
+    siblings' median for this very pair, else the median of this server's other pairs of the
+    same link class (`measured`, at least MIN_SAME_CLASS_PAIRS of them), else staff's figure,
+    else the cost model's with its band. Measured evidence that is itself far below the model's
+    band (a whole SKU or server slow) gives way to the model. `host_staged`: pairs whose P2P is
+    unavailable (a p2p_unavailable finding): their copies are staged through the host, so any
+    expectation but their siblings' is STAGED_SHARE of the direct one."""
+    measured = measured or {}
+    model = dict(expectations.figures.p2p_gbps) if expectations else {}
+    bands = dict(expectations.p2p_bands) if expectations else {}
+    siblings = dict(medians.p2p_gbps) if medians else {}
+    ids = {g.index: g.id for g in topo.gpus}
+    cls = {
+        (a, b): topo.link_class(ids[a], ids[b])
+        for a in ids
+        for b in ids
+        if a != b and (a, b) in (model.keys() | measured.keys() | siblings.keys())
+    }
+    by_class: dict[str, list[tuple[PairKey, float]]] = {}
+    for key, value in measured.items():
+        if key in cls:
+            by_class.setdefault(cls[key], []).append((key, value))
+    out: dict[PairKey, PairExpectation] = {}
+    for key, link_class in sorted(cls.items()):
+        a, b = key
+        m_value = model.get(key)
+        staff = m_value is not None and key not in bands
+        m_band = bands.get(key, 0.0)
+        model_low = None if m_value is None or staff else m_value * (1 - m_band)
+        candidates: list[PairExpectation] = []
+        if key in siblings:
+            n = f"{sibling_count} " if sibling_count else ""
+            candidates.append(
+                PairExpectation(
+                    a, b, link_class, siblings[key], "siblings", MEASURED_BAND,
+                    f"the median of {n}SKU siblings' GPU{a}->GPU{b}",
+                    None if staff else m_value, m_band,
+                )
+            )  # fmt: skip
+        pair = {key, (b, a)}
+        others = [v for k, v in by_class.get(link_class, ()) if k not in pair]
+        if len(others) >= MIN_SAME_CLASS_PAIRS:
+            candidates.append(
+                PairExpectation(
+                    a, b, link_class, statistics.median(others), "self", MEASURED_BAND,
+                    f"this server's other {len(others)} {link_class} pairs",
+                    None if staff else m_value, m_band,
+                )
+            )  # fmt: skip
+        chosen = next(
+            (
+                c
+                for c in candidates
+                if model_low is None or c.value_gbps >= FAR_BELOW_BAND * model_low
+            ),
+            None,
+        )
+        if chosen is None and m_value is not None:
+            if staff:
+                band = (
+                    1 - (expectations.thresholds if expectations else Thresholds()).bandwidth_ratio
+                )
+                chosen = PairExpectation(a, b, link_class, m_value, "staff", band, _STAFF)
+            else:
+                chosen = PairExpectation(
+                    a, b, link_class, m_value, "model", m_band,
+                    f"the cost model's {link_class} figure (+-{m_band:.0%})",
+                    m_value, m_band,
+                )  # fmt: skip
+        if chosen is not None and chosen.source != "siblings" and frozenset(key) in host_staged:
+            chosen = replace(
+                chosen,
+                value_gbps=chosen.value_gbps * STAGED_SHARE,
+                evidence=f"half of {chosen.evidence}, for a host-staged copy (P2P unavailable)",
+            )
+        if chosen is not None:
+            out[key] = chosen
+    return PairExpectations(out)
+
+
+def judge(expectation: PairExpectation, measured: float, thresholds: Thresholds) -> Judgement:
+    """How a measured figure stands against its expectation. Against measured evidence: a
+    warning under thresholds.sku_median_ratio of it, critical under FAR_BELOW_EVIDENCE. Against
+    the model or staff: nothing inside the band, a warning below it, critical only far below
+    its low edge (FAR_BELOW_BAND)."""
+    e = expectation
+    ratio = measured / e.value_gbps if e.value_gbps > 0 else 1.0
+    words = f"{ratio:.0%} of {e.evidence} ({e.value_gbps:.1f} GB/s)"
+    if e.source in ("siblings", "self"):
+        if ratio < FAR_BELOW_EVIDENCE:
+            return Judgement("critical", ratio, words)
+        if ratio < thresholds.sku_median_ratio:
+            return Judgement("warning", ratio, words)
+        return Judgement(None, ratio, words)
+    low = e.low_gbps
+    if measured >= low:
+        return Judgement(None, ratio, words)
+    far = measured < FAR_BELOW_BAND * low
+    return Judgement("critical" if far else "warning", ratio, words)
