@@ -9,7 +9,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from topoweb.core.catalogue import LAUNCH_US_PER_GPU
+from topoweb.core.catalogue import (
+    COPY_LATENCY_BAND,
+    LAUNCH_US_PER_GPU,
+    P2P_COPY_LATENCY_US,
+    STAGED_COPY_LATENCY_US,
+)
 from topoweb.core.costs.copies import copy_variant
 from topoweb.core.costs.model import CostModel
 from topoweb.core.costs.records import (
@@ -424,9 +429,18 @@ def _assumptions(model: CostModel, copy: bool, best: Variant, p: int) -> tuple[s
             "P2P inferred from the GPU model and link classes (no topo -p2p / NVML status given)"
         )
     if copy:
+        eff = hw.describe()["efficiency"]
+        assert isinstance(eff, dict)
+        legs = "legs pipelined" if hw.staged_overlap else "legs in turn"
         out.append(
-            "copy rates: NVLink line x 0.97, PCIe line x 0.85 (P2P) or x 0.73 per leg (staged)"
+            f"copy rates: NVLink line x {eff['nvlink_copy']:g}, PCIe line x {eff['pcie_p2p']:g} "
+            f"(P2P) or x {eff['staged_copy']:g} staged ({legs}); sources in the catalogue"
         )
+        if "pcie" not in model.calibration.alpha_us and "nvlink" not in model.calibration.alpha_us:
+            out.append(
+                f"copy latency uncalibrated: P2P {P2P_COPY_LATENCY_US:g} us, staged "
+                f"{STAGED_COPY_LATENCY_US:g} us, +-{COPY_LATENCY_BAND:.0%} (no latency matrix)"
+            )
     else:
         out.append(f"NCCL {hw.generation.arch} tuning constants (NCCL 2.30 tuning.cc)")
         out.append(
