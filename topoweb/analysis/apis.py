@@ -33,6 +33,7 @@ from topoweb.config.renderers import JSONRenderer
 from topoweb.config.throttles import QueryThrottle
 from topoweb.core.costs import COLLECTIVES, OPERATIONS
 from topoweb.core.ledger import PRESETS, Layout
+from topoweb.core.placement.serving import DEFAULT_CONCURRENCY, DTYPES
 from topoweb.fleet.selectors import server_by_hostname
 
 MAX_GPUS = 4096
@@ -494,6 +495,140 @@ class JobApi(APIView):
         shape = _answer(selectors.resolve_shape, q.get("model"))
         doc = _answer(selectors.job_selection, wanted, q.get("k"), layout, shape)
         return Response(JobResultSerializer(doc).data)
+
+
+# --- serving -------------------------------------------------------------------------------
+
+
+class ServingOptionSerializer(serializers.Serializer):
+    tp = serializers.IntegerField()
+    pp = serializers.IntegerField()
+    replicas = serializers.IntegerField(help_text="replicas the free GPUs hold")
+    gpus_per_replica = serializers.IntegerField()
+    gpus = serializers.ListField(child=serializers.IntegerField(), help_text="GPUs used")
+    replica_gpus = serializers.ListField(
+        child=serializers.ListField(child=serializers.IntegerField()),
+        help_text="the GPUs of each replica",
+    )
+    fits = serializers.BooleanField()
+    memory_per_gpu = serializers.JSONField(
+        help_text="weights, KV cache, activations, total, usable and left, GB"
+    )
+    max_concurrency = serializers.IntegerField(help_text="sequences of the asked context")
+    max_context = serializers.IntegerField(help_text="tokens at the asked concurrency")
+    time_per_output_token_ms = serializers.FloatField()
+    time_to_first_token_ms = serializers.FloatField()
+    tp_all_reduce_decode_us = serializers.FloatField()
+    tp_all_reduce_prefill_us = serializers.FloatField()
+
+
+class ServingSerializer(serializers.Serializer):
+    hostname = serializers.CharField()
+    model = serializers.JSONField(help_text="the model shape used")
+    dtype = serializers.CharField()
+    context_tokens = serializers.IntegerField(help_text="tokens per sequence")
+    concurrency = serializers.IntegerField()
+    gpu = serializers.JSONField(help_text="peak TFLOP/s, HBM bandwidth, memory, their source")
+    assumed = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="what was guessed rather than read: GPU model, generation, memory",
+    )
+    free = serializers.ListField(child=serializers.IntegerField())
+    kv_bytes_per_token = serializers.IntegerField(
+        help_text="2 x layers x KV heads x head dim x bytes"
+    )
+    kv_bytes_per_token_per_layer = serializers.IntegerField()
+    fits = serializers.BooleanField()
+    recommended = ServingOptionSerializer(allow_null=True)
+    message = serializers.CharField(allow_null=True, help_text="why nothing fits")
+    options = ServingOptionSerializer(many=True, help_text="fitting first, fewest GPUs first")
+    assumptions = serializers.CharField()
+
+
+class FleetServingSerializer(serializers.Serializer):
+    servers = ServingSerializer(many=True, help_text="most replicas first")
+
+
+class ServingQuestionSerializer(serializers.Serializer):
+    # What to serve: the model, its weights' dtype, context and concurrent sequences.
+    model = ModelField(required=False, help_text="preset key or shape (default llama-7b)")
+    context_tokens = serializers.IntegerField(
+        min_value=1,
+        max_value=10_000_000,
+        required=False,
+        help_text="tokens per sequence (default: the model's training sequence)",
+    )
+    concurrency = serializers.IntegerField(
+        min_value=1, max_value=100_000, default=DEFAULT_CONCURRENCY
+    )
+    dtype = serializers.ChoiceField(choices=DTYPES, default="bf16")
+
+
+class ServingApi(APIView):
+    """How the server would serve a model: GPUs per replica (TP x PP), which GPUs, replicas,
+    memory per GPU, the largest context and concurrency, time per output token and to the
+    first token."""
+
+    permission_classes = [CanQuery]
+    throttle_classes = [QueryThrottle]
+    parser_classes = [JSONParser]
+
+    class ServingInputSerializer(ServingQuestionSerializer):
+        free = _gpu_list(required=False, help_text="free GPU indices (default: all)")
+
+    @extend_schema(
+        operation_id="servers_serving_create",
+        request=ServingInputSerializer,
+        responses={200: ServingSerializer, **QUERY_ERRORS},
+    )
+    def post(self, request: Request, hostname: str) -> Response:
+        q = validated(self.ServingInputSerializer, request.data)
+        server = selectors.server_for_questions(hostname)
+        shape = _answer(selectors.resolve_shape, q.get("model"))
+        doc = _answer(
+            selectors.serving_for,
+            server,
+            shape,
+            q.get("context_tokens"),
+            q["concurrency"],
+            q["dtype"],
+            q.get("free"),
+        )
+        return Response(ServingSerializer(doc).data)
+
+
+class FleetServingApi(APIView):
+    """Serving a model over the named servers (free masks) or the whole fleet: each server's
+    answer, those holding the most replicas first."""
+
+    permission_classes = [CanQuery]
+    throttle_classes = [QueryThrottle]
+    parser_classes = [JSONParser]
+
+    class FleetServingInputSerializer(ServingQuestionSerializer):
+        servers = _server_list()
+
+        def validate_servers(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            _each_server_once(value)
+            return value
+
+    @extend_schema(
+        operation_id="serving_create",
+        request=FleetServingInputSerializer,
+        responses={200: FleetServingSerializer, **QUERY_ERRORS},
+    )
+    def post(self, request: Request) -> Response:
+        q = validated(self.FleetServingInputSerializer, request.data)
+        shape = _answer(selectors.resolve_shape, q.get("model"))
+        doc = _answer(
+            selectors.fleet_serving,
+            _wanted(q),
+            shape,
+            q.get("context_tokens"),
+            q["concurrency"],
+            q["dtype"],
+        )
+        return Response(FleetServingSerializer(doc).data)
 
 
 # --- affinity, stored costs, presets -------------------------------------------------------

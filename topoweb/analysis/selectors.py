@@ -57,6 +57,7 @@ from topoweb.core.placement import (
     select_gpus,
     select_job,
 )
+from topoweb.core.placement.serving import serve
 from topoweb.core.steptime import GpuSpec, gpu_spec, valid_layout_problem
 from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
 
@@ -639,6 +640,59 @@ def job_selection(
         "layout": layout.__dict__ if layout else None,
         "selections": [p.to_document() for p in picks],
     }
+
+
+def serving_for(
+    server: Server,
+    shape: ModelShape | None,
+    context: int | None,
+    concurrency: int,
+    dtype: str,
+    free: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """How the server would serve the model (core.placement.serving), computed once per model
+    and question."""
+    key = model_key(server)
+
+    def compute() -> dict[str, Any]:
+        model = _cached_model(key)
+        spec = server_gpu_spec(server, model)
+        return serve(model, shape, context, concurrency, dtype, spec=spec, free=free).to_document()
+
+    memory = server.latest_snapshot.gpu_memory_bytes  # type: ignore[union-attr]  # model_key: set
+    free_key = tuple(free) if free is not None else None
+    question = ("serving", key, memory, shape, context, concurrency, dtype, free_key)
+    return {"hostname": server.hostname, **answer_once(question, compute)}
+
+
+def fleet_serving(
+    wanted: Sequence[tuple[str, Sequence[int] | None]] | None,
+    shape: ModelShape | None,
+    context: int | None,
+    concurrency: int,
+    dtype: str,
+) -> dict[str, Any]:
+    """Serving over the named servers (free masks) or the whole fleet: each server's answer,
+    those holding the most replicas first, then the shortest time per output token."""
+    chosen: list[tuple[Server, Sequence[int] | None]]
+    if wanted is None:
+        chosen = [(s, None) for s in servers_for_questions(None)]
+    else:
+        found = servers_for_questions([name for name, _ in wanted])
+        chosen = [(server, free) for server, (_, free) in zip(found, wanted, strict=True)]
+    answers = [serving_for(s, shape, context, concurrency, dtype, free) for s, free in chosen]
+
+    def rank(doc: dict[str, Any]) -> tuple[Any, ...]:
+        best = doc["recommended"] or {}
+        return (
+            best == {},
+            -best.get("replicas", 0),
+            best.get("time_per_output_token_ms", 0.0),
+            doc["hostname"],
+        )
+
+    answers.sort(key=rank)
+    return {"servers": answers}
 
 
 def affinity_of(server: Server) -> dict[str, Any]:

@@ -56,6 +56,12 @@ api_v1 = [
         analysis_apis.StoredCostsApi.as_view(),
         name="server-cost-tables",
     ),
+    path(
+        "servers/<str:hostname>/serving/",
+        analysis_apis.ServingApi.as_view(),
+        name="server-serving",
+    ),
+    path("serving/", analysis_apis.FleetServingApi.as_view(), name="serving"),
     path("placement/select/", analysis_apis.SelectApi.as_view(), name="placement-select"),
     path("placement/job/", analysis_apis.JobApi.as_view(), name="placement-job"),
     path("model-presets/", analysis_apis.ModelPresetsApi.as_view(), name="model-presets"),

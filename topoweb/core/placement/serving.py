@@ -157,7 +157,7 @@ class ServingAdvice:
         return {
             "model": self.shape.to_document(),
             "dtype": self.dtype,
-            "context": self.context,
+            "context_tokens": self.context,
             "concurrency": self.concurrency,
             "gpu": self.spec.to_document(),
             "assumed": list(self.spec.assumed),
@@ -216,8 +216,8 @@ def serve(
     free: Sequence[int] | None = None,
 ) -> ServingAdvice:
     """Every TP x PP replica of `shape` on the server's free GPUs, with its memory per GPU,
-    limits and latency; the recommendation is the fitting replica of fewest GPUs (most
-    replicas), TP before PP inside the server, then the shortest time per output token."""
+    limits and latency; the recommendation is the fitting replica without a pipeline if any,
+    of fewest GPUs (most replicas), then the shortest time per output token."""
     shape = shape or DEFAULT_SHAPE
     if dtype not in WEIGHT_BYTES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -231,7 +231,9 @@ def serve(
         _option(model, shape, tp, pp, context, concurrency, dtype, spec, pool)
         for tp, pp in serving_layouts(shape, len(pool))
     ]
-    options.sort(key=lambda o: (not o.memory.fits, o.tp * o.pp, o.pp, o.tpot_ms))
+    # Inside a server TP first (a pipeline's stages wait on each other at every token): a
+    # replica pipelines only when no TP alone fits.
+    options.sort(key=lambda o: (not o.memory.fits, o.pp, o.tp, o.tpot_ms))
     return ServingAdvice(shape, dtype, context, concurrency, spec, tuple(options), pool)
 
 
