@@ -10,7 +10,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/topoweb
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 PY_SOURCES := topoweb collector tests bench docs manage.py
 
-.PHONY: install run test lint bench screenshots clean
+.PHONY: install run test lint bench screenshots approve-screenshots clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt collector/requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -48,7 +48,15 @@ lint: install
 	$(VENV)/bin/mypy
 	cd frontend && node_modules/.bin/eslint --max-warnings 0 src
 
-test: install $(CHROMIUM)
+# The visual check compares pictures drawn with Debian's DejaVu fonts (what the approved
+# pictures in tests/e2e/approved/ were drawn with).
+FONT := /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
+$(FONT):
+	@if [ "$$(id -u)" != 0 ]; then echo "Install Debian's fonts-dejavu-core (sudo apt-get install fonts-dejavu-core)" >&2; exit 1; fi
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-dejavu-core >/dev/null
+
+test: install $(CHROMIUM) $(FONT)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check $(PY_SOURCES)
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)
@@ -73,6 +81,12 @@ bench: install $(WRK)
 
 screenshots: install
 	$(PY) docs/screenshots.py
+
+# Rewrites the visual check's approved pictures from the pages as they are now. A deliberate
+# step: look at every changed PNG (git status tests/e2e/approved/) before committing it.
+approve-screenshots: install $(CHROMIUM) $(FONT)
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
+		TOPOWEB_APPROVE_SCREENSHOTS=1 $(VENV)/bin/pytest -q tests/e2e/test_visual.py
 
 clean:
 	rm -rf $(VENV) frontend/node_modules staticfiles

@@ -58,7 +58,7 @@ function row(s) {
     el("td", { class: "num" }, el("span", { text: s.gpu_count ?? "–" }), el("span", { class: "muted", text: s.gpu_model ? ` ${s.gpu_model}` : "" })),
     el("td", { class: "links-summary", text: linkSummary(s) }),
     el("td", {}, healthBadge(s.health, s.findings_count ?? s.finding_count)),
-    el("td", { title: fmtDate(s.last_seen_at || s.last_seen), text: fmtAgo(s.last_seen_at || s.last_seen) }),
+    el("td", { class: "age", title: fmtDate(s.last_seen_at || s.last_seen), text: fmtAgo(s.last_seen_at || s.last_seen) }),
   );
 }
 

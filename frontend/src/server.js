@@ -87,7 +87,7 @@ function drawn() {
     });
     const gpus = cy.nodes('[kind = "gpu"]').length;
     const nicCount = cy.nodes('[kind = "nic"]').length;
-    status.textContent = `${gpus} GPUs · ${nicCount} NICs · drawn in ${Math.round(performance.now() - t0)} ms`;
+    clear(status).append(`${gpus} GPUs · ${nicCount} NICs · `, el("span", { class: "timing", text: `drawn in ${Math.round(performance.now() - t0)} ms` }));
     window.topowebLayoutMs = performance.now() - t0;
     window.topowebLayoutDone = performance.now();
     const asked = view.get("gpu");
@@ -194,8 +194,8 @@ function renderSummary(s, analysis, findings) {
   if (s.gpu_count != null) parts.push(s.gpu_model ? `${s.gpu_count}x ${s.gpu_model}` : `${s.gpu_count} GPUs (model not reported)`);
   if (s.nvlink_summary) parts.push(s.nvlink_summary);
   if (s.nic_count != null) parts.push(`${s.nic_count} NICs`);
-  parts.push(`last seen ${fmtAgo(s.last_seen_at)}`);
-  $("server-summary").textContent = parts.join(" · ");
+  // The age in its own element: the visual check hides what changes with the clock.
+  clear($("server-summary")).append(`${parts.join(" · ")} · last seen `, el("span", { class: "age", text: fmtAgo(s.last_seen_at) }));
   const badges = clear($("server-badges"));
   badges.append(healthBadge(s.health, (findings || []).length));
   if (analysis) badges.append(el("span", { class: `badge analysis-${analysis.status}`, text: `analysis ${analysis.status}` }));
@@ -223,7 +223,7 @@ function renderBenchmarks(rows) {
   if (!rows.length) tbody.append(el("tr", {}, el("td", { colspan: 5, class: "muted", text: "No benchmark results yet." })));
   for (const b of rows) {
     tbody.append(el("tr", {},
-      el("td", { title: fmtDate(b.captured_at), text: fmtAgo(b.captured_at) }),
+      el("td", { class: "age", title: fmtDate(b.captured_at), text: fmtAgo(b.captured_at) }),
       el("td", { text: b.kind }),
       el("td", { text: b.collective || "–" }),
       el("td", { class: "num", text: b.avg_busbw_gbps != null ? `${fmtNumber(b.avg_busbw_gbps, 1)} GB/s` : "–" }),
@@ -248,7 +248,7 @@ function renderHistory(rows) {
       ? el("span", { class: "muted", text: "first" })
       : s.changes.length ? el("span", { class: "badge sev-warning", text: s.changes.join("; ") }) : el("span", { class: "muted", text: "no change" });
     tbody.append(el("tr", {},
-      el("td", { title: s.captured_at, text: fmtDate(s.captured_at) }),
+      el("td", { class: "age", title: s.captured_at, text: fmtDate(s.captured_at) }),
       el("td", { text: s.source }),
       el("td", { class: "num", text: s.gpu_count }),
       el("td", { class: "num", text: s.nic_count }),

@@ -60,7 +60,9 @@ async function preview() {
     if (previewCy) previewCy.destroy();
     previewCy = null;
     clear($("preview-graph"));
-    if (res.elements && res.elements.length) previewCy = await drawGraph($("preview-graph"), res.elements);
+    // Both NIC drawings arrive; the document says which one the positions are for.
+    if (res.elements && res.elements.length) previewCy = await drawGraph($("preview-graph"), { elements: res.elements, paths: {}, nic_groups: res.nic_groups });
+    window.topowebPreviewCy = previewCy; // read by the e2e tests
     $("save-button").disabled = false;
     document.body.dataset.previewReady = "1";
   } catch (err) {

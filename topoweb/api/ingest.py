@@ -383,6 +383,11 @@ class UploadPreviewSerializer(serializers.Serializer):
         help_text="Cytoscape.js elements of a topology, as the graph API draws it; "
         "empty for benchmarks",
     )
+    nic_groups = serializers.DictField(
+        required=False,
+        help_text="As the graph API's: whether NICs are grouped and start collapsed (the "
+        "elements hold both drawings); a topology only",
+    )
 
 
 class UploadPreviewApi(APIView):

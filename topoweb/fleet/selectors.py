@@ -27,7 +27,7 @@ from django.utils import timezone
 import topoweb.core as core_package
 from topoweb.config import limits
 from topoweb.core.ecosystem import EXPORT_FORMATS, Export, render_export
-from topoweb.core.export import cytoscape_elements, graph_document
+from topoweb.core.export import graph_document
 from topoweb.core.formats import TOPOLOGY_FORMATS, ParseError, detect_format, parse_text
 from topoweb.core.formats.ibnet import IbnetCapture
 from topoweb.core.model import NcclRun, NvbandwidthRun, Topology
@@ -373,11 +373,13 @@ def upload_preview(text: str) -> dict[str, Any]:
         if parsed.warnings:
             n = len(parsed.warnings)
             summary += f" ({n} reader warning{'s' if n > 1 else ''})"
+        graph = graph_document(parsed)
         return {
             "kind": "topology",
             "summary": summary,
             "warnings": list(parsed.warnings),
-            "elements": cytoscape_elements(parsed),
+            "elements": graph["elements"],
+            "nic_groups": graph["nic_groups"],
         }
     if isinstance(parsed, IbnetCapture):
         raise ParseError(
