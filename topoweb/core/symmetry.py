@@ -5,8 +5,11 @@ same, so the placement search prices one of them and reuses it for the other: gr
 memoised under a canonical key (the smallest image over the known symmetries). Pipeline
 chains are not: pricing one (a route per hop, no ring search) costs less than its key.
 
-Any subset of the symmetries gives correct keys (equal keys are still images of each other);
-past AUTOMORPHISM_LIMIT found, the search for more stops and keys merge a little less."""
+The relabellings are the automorphisms of a complete graph on the GPUs (colour: the GPU's PCIe
+chain and NVLink domain; label of a pair: its link class and how much of the PCIe tree the two
+share), found by `core.automorphism`, the search the fingerprint uses too. Any subset of the
+symmetries gives correct keys (equal keys are still images of each other); past
+AUTOMORPHISM_LIMIT listed, the listing stops and keys merge a little less."""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ import weakref
 from collections.abc import Collection, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING
+
+from topoweb.core.automorphism import automorphism_generators
 
 if TYPE_CHECKING:
     from topoweb.core.costs import CostModel
@@ -129,69 +134,14 @@ def _find(model: CostModel) -> Symmetry:
         code((tuple(kinds.get(x) for x in c), domain(i))) for c, i in zip(chains, ids, strict=True)
     ]
     above = [set(c) for c in chains]
-    label = [[0] * n for _ in range(n)]
+    label = [[code("self")] * n for _ in range(n)]
     for a in range(n):
         for b in range(n):
             if a != b:
                 common = len(above[a] & above[b])
                 label[a][b] = code((topo.link_class(ids[a], ids[b]), common))
-    # Colour refinement: a GPU's colour and the multiset of (label, colour) to every other.
-    colour = vertex[:]
-    for _ in range(n):
-        sig = [
-            (colour[a], tuple(sorted((label[a][b], colour[b]) for b in range(n) if b != a)))
-            for a in range(n)
-        ]
-        ranks = {s: i for i, s in enumerate(sorted(set(sig)))}
-        new = [ranks[s] for s in sig]
-        if len(set(new)) == len(set(colour)):
-            colour = new
-            break
-        colour = new
-
-    def extend(image: list[int], taken: list[bool], a: int) -> tuple[int, ...] | None:
-        """One automorphism extending the partial `image` (set below position a)."""
-        if a == n:
-            return tuple(image)
-        if image[a] >= 0:
-            return extend(image, taken, a + 1)
-        for b in range(n):
-            if taken[b] or colour[b] != colour[a]:
-                continue
-            if any(image[k] >= 0 and label[a][k] != label[b][image[k]] for k in range(n)):
-                continue
-            image[a], taken[b] = b, True
-            got = extend(image, taken, a + 1)
-            image[a], taken[b] = -1, False
-            if got is not None:
-                return got
-        return None
-
-    # Generators: for each point a in turn (the earlier ones fixed), one symmetry taking a to
-    # each point of its orbit not yet reached (Schreier-Sims style, by backtracking).
-    gens: list[tuple[int, ...]] = []
+    gens, generated = automorphism_generators(label, vertex)
     identity = tuple(range(n))
-    for a in range(n):
-        fixing = [g for g in gens if g[:a] == identity[:a]]
-        orbit = _orbit(a, fixing)
-        for b in range(a + 1, n):
-            if b in orbit or colour[b] != colour[a]:
-                continue
-            image, taken = [-1] * n, [False] * n
-            consistent = True
-            for k in range(a):
-                image[k], taken[k] = k, True
-            for k in range(a):
-                if label[a][k] != label[b][k]:
-                    consistent = False
-            if not consistent:
-                continue
-            image[a], taken[b] = b, True
-            g = extend(image, taken, 0)
-            if g is not None:
-                gens.append(g)
-                fixing.append(g)
-                orbit = _orbit(a, fixing)
     # The group they generate, breadth first (the nearest products first), up to the limit.
     found = [identity]
     seen = {identity}
@@ -205,7 +155,7 @@ def _find(model: CostModel) -> Symmetry:
                 found.append(y)
                 if len(found) >= AUTOMORPHISM_LIMIT:
                     break
-    complete = i >= len(found) and len(found) < AUTOMORPHISM_LIMIT
+    complete = generated and i >= len(found) and len(found) < AUTOMORPHISM_LIMIT
     # Orbits of the whole group (from the generators: exact whatever the limit).
     least = list(range(n))
     for a in range(n):
