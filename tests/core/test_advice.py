@@ -188,3 +188,44 @@ def test_each_presets_answer_on_8x_h100_servers_is_within_a_factor_of_two_of_pub
 def test_llama_70b_over_two_h100_servers_is_tp8_inside_each_server() -> None:
     count, lay = _h100_answer(PRESETS["llama-70b"])
     assert count == 16 and lay.tp == 8 and lay.pp * lay.dp == 2
+
+
+def test_tp8_pp2_on_two_free_h200_servers_keeps_tp_inside_and_sends_stages_over_the_network() -> (
+    None
+):
+    from tests.core import topologies as T
+    from topoweb.core.placement import ServerPool, select_job
+
+    h200 = build_model(T.h200_nv18_12nic(), "NVIDIA H200")
+    spec = gpu_spec("NVIDIA H200", memory_bytes=143_771_000_832)  # NVML's total of an H200
+    servers = {
+        "a": ServerPool(h200, tuple(range(8)), "rail-1", spec),
+        "b": ServerPool(h200, tuple(range(8)), "rail-1", spec),
+    }
+    (job, *_rest) = select_job(servers, layout=Layout(8, 2, 1), shape=PRESETS["llama-70b"])
+    doc = job.to_document()
+    assert [(p["server"], p["gpus"]) for p in doc["servers"]] == [
+        ("a", list(range(8))),
+        ("b", list(range(8))),
+    ]
+    assert job.fits and "(" not in job.reason  # 141 GB a GPU: no lever needed
+    # Only the pipeline crosses: 8 chains (one per TP rank, through its own nearest NIC),
+    # each sending its 1/8 of the activation forward and its gradient back per micro-batch.
+    (pp,) = doc["network"]
+    shape = PRESETS["llama-70b"]
+    activation = shape.micro_batch * shape.seq * shape.hidden * shape.bytes_per_elem
+    micro_batches = shape.global_batch // shape.micro_batch
+    assert pp["dimension"] == "pp" and pp["groups_crossing"] == 8
+    assert pp["bytes_per_step"] == pytest.approx(8 * 2 * micro_batches * activation / 8)
+    assert 0 < job.inter_node_us < job.predicted_us
+    # DP over the two servers instead: the gradients cross.
+    (dp_job, *_rest) = select_job(servers, layout=Layout(8, 1, 2), shape=shape)
+    assert [d["dimension"] for d in dp_job.to_document()["network"]] == ["dp"]
+    # On 80 GB GPUs the same job fits once full recomputation is on, and says so.
+    h100 = gpu_spec(H100)
+    small = {n: ServerPool(h200, tuple(range(8)), "rail-1", h100) for n in ("a", "b")}
+    (tight, *_rest) = select_job(small, layout=Layout(8, 2, 1), shape=shape)
+    assert tight.fits and tight.reason.endswith("(full activation recomputation)")
+    # TP16 would straddle the servers: never offered, named as the blocks it needs.
+    with pytest.raises(ValueError, match="whole TP x EP blocks of 16"):
+        select_job(servers, layout=Layout(16, 1, 1), shape=shape)

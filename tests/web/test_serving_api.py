@@ -107,3 +107,22 @@ class TestServing:
             "/api/v1/servers/anon-01/recommendation/", {"model": "llama-7b"}, format="json"
         ).json()
         assert [a.split(":")[0] for a in anon["assumed"]] == ["GPU model", "generation", "memory"]
+
+
+@pytest.mark.django_db
+def test_a_tp8_pp2_job_over_two_free_h200_servers_says_what_crosses_the_network(
+    reader: APIClient,
+) -> None:
+    for name in ("h200-a", "h200-b"):
+        conftest.add(name, "topo_01_h200-8gpu-12nic-numaid.txt", model="NVIDIA H200")
+    response = reader.post(
+        "/api/v1/placement/job/",
+        {"tp": 8, "pp": 2, "dp": 1, "model": "llama-70b",
+         "servers": [{"hostname": "h200-a"}, {"hostname": "h200-b"}]},
+        format="json",
+    )  # fmt: skip
+    assert response.status_code == 200, response.content
+    best = response.json()["selections"][0]
+    assert [len(p["gpus"]) for p in best["servers"]] == [8, 8]
+    assert [n["dimension"] for n in best["network"]] == ["pp"] and best["inter_node_us"] > 0
+    assert all(p["nics"] for p in best["servers"])  # each GPU's nearest NIC named

@@ -448,6 +448,11 @@ class JobSelectionSerializer(serializers.Serializer):
     layout = LayoutSerializer(allow_null=True)
     fits = serializers.BooleanField(help_text="fits in GPU memory")
     reason = serializers.CharField()
+    network = serializers.ListField(
+        child=serializers.JSONField(),
+        help_text="what crosses the network per step: per dimension, the groups spanning "
+        "servers, the bytes they move between servers and the time that takes",
+    )
 
 
 class JobResultSerializer(serializers.Serializer):
@@ -459,7 +464,7 @@ class JobResultSerializer(serializers.Serializer):
 class JobApi(APIView):
     """Where a job of k GPUs, or a TP x PP x DP (x EP) layout, should run over several servers
     with free masks: one server when any can hold it; otherwise the fewest servers, one rail
-    group first, TP and PP kept inside each server."""
+    group first, TP (and EP) groups inside each server, pipeline stages and DP across."""
 
     permission_classes = [CanQuery]
     throttle_classes = [QueryThrottle]

@@ -7,13 +7,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from topoweb.core.costs import CostModel, collective_cost, with_options
+from topoweb.core.costs import CostModel, collective_cost, slowest_group_us, with_options
 from topoweb.core.ledger import Layout, ModelShape
 from topoweb.core.placement.binding import affinity
 from topoweb.core.placement.mapping import place
-from topoweb.core.placement.objective import DEFAULT_SHAPE
+from topoweb.core.placement.objective import DEFAULT_SHAPE, hierarchy_order, rank_groups
 from topoweb.core.placement.selection import SELECTION_BYTES, best_group, select_gpus
-from topoweb.core.steptime import GpuSpec, gpu_spec, memory_fit, step_plan
+from topoweb.core.steptime import GpuSpec, first_fit, gpu_spec, lever_steps, step_plan
 
 # What a network transfer reaches of the NICs' line rate, and how much less crossing the spine
 # between rail groups gets (a 2:1 oversubscribed spine): stated assumptions, used until the
@@ -53,6 +53,9 @@ class JobSelection:
     inter_node_us: float  # the part of it spent between servers
     fits: bool
     reason: str
+    # What crosses the network per step: per dimension, the groups that span servers, the
+    # bytes each moves between servers per step, and the time that takes.
+    network: tuple[dict[str, Any], ...] = ()
 
     def to_document(self) -> dict[str, Any]:
         return {
@@ -65,6 +68,7 @@ class JobSelection:
             "layout": self.layout.__dict__ if self.layout else None,
             "fits": self.fits,
             "reason": self.reason,
+            "network": list(self.network),
         }
 
 
@@ -120,7 +124,8 @@ def select_job(
     """Where a job of k GPUs (or a TP x PP x DP layout) should run: on one server when any
     has enough free GPUs (best first, see `select_gpus` and `place`); otherwise over the
     fewest servers, those of one rail group first, each part the best-connected of that
-    server's free GPUs. A layout keeps TP and PP inside a server and spans servers with DP."""
+    server's free GPUs. A layout keeps each TP (and TP x EP) group inside a server; its
+    pipeline stages and DP replicas span servers (`_layout_over_servers`)."""
     if (k is None) == (layout is None):
         raise ValueError("ask for k GPUs or for a TP x PP x DP layout, not both")
     size = layout.size if layout else int(k or 0)
@@ -133,7 +138,8 @@ def select_job(
             (_one_server(name, servers[name], size, layout, shape, nbytes) for name in single),
             key=lambda j: (not j.fits, j.predicted_us, j.parts[0].server),
         )[:top]
-    unit = layout.tp * layout.pp * layout.ep if layout else 1
+    # TP and EP groups stay inside a server; pipeline stages and DP replicas may span them.
+    unit = layout.tp * layout.ep if layout else 1
     groups: dict[str, list[str]] = {}
     for name, pool in servers.items():
         groups.setdefault(pool.rail_group, []).append(name)
@@ -146,12 +152,15 @@ def select_job(
             continue
         seen.add(tuple(sorted(picked)))
         same_rails = len({servers[n].rail_group for n in picked}) == 1
-        found.append(_over_servers(servers, picked, size, unit, layout, shape, nbytes, same_rails))
+        if layout is not None:
+            found.append(_layout_over_servers(servers, picked, layout, shape, same_rails))
+        else:
+            found.append(_over_servers(servers, picked, size, nbytes, same_rails))
     if not found:
         total = sum(len(p.free) // unit * unit for p in servers.values())
         raise ValueError(
             f"the servers have {total} usable free GPUs"
-            + (f" in whole TP x PP x EP blocks of {unit}" if unit > 1 else "")
+            + (f" in whole TP x EP blocks of {unit}" if unit > 1 else "")
             + f"; the job needs {size}"
         )
     found.sort(key=lambda j: (len(j.parts), not j.same_rails, not j.fits, j.predicted_us))
@@ -204,76 +213,199 @@ def _over_servers(
     servers: Mapping[str, ServerPool],
     picked: Sequence[str],
     size: int,
-    unit: int,
-    layout: Layout | None,
-    shape: ModelShape,
     nbytes: int,
     same_rails: bool,
 ) -> JobSelection:
+    """A job of k GPUs over several servers: each part the best-connected of that server's
+    free GPUs, the all_reduce of `nbytes` reduced inside each, then between them."""
     left = size
     counts = []
     for n in picked:
-        take = min(left, len(servers[n].free) // unit * unit)
+        take = min(left, len(servers[n].free))
         counts.append(take)
         left -= take
     parts, inter_parts = [], []
-    local_us, fits = 0.0, True
-    each: dict[tuple[str, str], float] = {}
+    local_us = 0.0
     for n, take in zip(picked, counts, strict=True):
         model, pool = servers[n].model, servers[n]
-        if layout is not None:
-            sub = Layout(layout.tp, layout.pp, take // (layout.tp * layout.pp), layout.ep)
-            placed = place(model, sub, pool.free, shape, spec=pool.spec)
-            gpus = placed.gpus
-            fits = (
-                fits
-                and memory_fit(
-                    shape, layout, placed.spec.memory_bytes, reserve=placed.spec.reserve
-                ).fits
-            )
-            for d in placed.per_dimension:
-                key = (d.dimension, d.collective)
-                each[key] = max(each.get(key, 0.0), d.each_us)
-        else:
-            gpus = best_group(model, take, pool.free) if take < len(pool.free) else pool.free
-            if take >= 2:
-                local = collective_cost(model, "reduce_scatter", gpus, nbytes).time_us
-                local_us = max(local_us, 2 * local)  # reduce-scatter, then all-gather
+        gpus = best_group(model, take, pool.free) if take < len(pool.free) else pool.free
+        if take >= 2:
+            local = collective_cost(model, "reduce_scatter", gpus, nbytes).time_us
+            local_us = max(local_us, 2 * local)  # reduce-scatter, then all-gather
         nics = _nics_of(model, gpus)
         parts.append(ServerPart(n, tuple(gpus), nics))
         inter_parts.append((model, len(gpus), len(nics) or len(gpus)))
     rails = "the same rail group" if same_rails else "different rail groups (through the spine)"
-    if layout is None:
-        total = _multi_node_all_reduce_us(servers, parts, nbytes) if same_rails else None
-        if total is not None:  # the cost model prices the job over servers wired alike
-            # What spanning servers adds: beyond the same all_reduce inside the largest part.
-            largest = max(parts, key=lambda p: len(p.gpus))
-            alone = (
-                collective_cost(servers[largest.server].model, "all_reduce", largest.gpus, nbytes)
-                if len(largest.gpus) >= 2
-                else None
-            )
-            inter = max(0.0, total - (alone.time_us if alone else 0.0))
-            how = "priced by the multi-node cost model"
-        else:
-            inter = inter_node_all_reduce_us(inter_parts, nbytes / max(counts), same_rails)
-            total, how = local_us + inter, "inside each server, then a ring over their NICs"
-        return JobSelection(
-            tuple(parts), same_rails, total, f"all_reduce of {nbytes} bytes",
-            None, inter, True,
-            f"no server has {size} free GPUs: {len(parts)} servers on {rails}; {how}",
-        )  # fmt: skip
-    # Gradients: reduced inside each server over its DP replicas, then between servers.
+    total = _multi_node_all_reduce_us(servers, parts, nbytes) if same_rails else None
+    if total is not None:  # the cost model prices the job over servers wired alike
+        # What spanning servers adds: beyond the same all_reduce inside the largest part.
+        largest = max(parts, key=lambda p: len(p.gpus))
+        alone = (
+            collective_cost(servers[largest.server].model, "all_reduce", largest.gpus, nbytes)
+            if len(largest.gpus) >= 2
+            else None
+        )
+        inter = max(0.0, total - (alone.time_us if alone else 0.0))
+        how = "priced by the multi-node cost model"
+    else:
+        inter = inter_node_all_reduce_us(inter_parts, nbytes / max(counts), same_rails)
+        total, how = local_us + inter, "inside each server, then a ring over their NICs"
+    return JobSelection(
+        tuple(parts), same_rails, total, f"all_reduce of {nbytes} bytes",
+        None, inter, True,
+        f"no server has {size} free GPUs: {len(parts)} servers on {rails}; {how}",
+    )  # fmt: skip
+
+
+def stage_order(servers: Mapping[str, ServerPool], picked: Sequence[str]) -> list[str]:
+    """The order in which a job's pipeline stages (and then DP replicas) are laid over the
+    picked servers: consecutive stages on neighbours in it, so each pipeline hop between
+    servers crosses the network once. The seam for fabric preferences (servers under one leaf
+    switch next to each other): today rail group, then the most free GPUs, then the name."""
+    return sorted(picked, key=lambda n: (servers[n].rail_group, -len(servers[n].free), n))
+
+
+def _network_hop_us(
+    model: CostModel, gpu: int, nbytes: float, sharing: int, same_rails: bool
+) -> float:
+    """One send of `nbytes` from `gpu` to a GPU of another server through its nearest NIC,
+    which `sharing` such sends use at once."""
+    rate = model.hardware.nic_gbps * NET_EFFICIENCY / max(1, sharing)
+    if not same_rails:
+        rate /= SPINE_OVERSUBSCRIPTION
+    alpha = dict(model.hardware.latency_us).get("network", 3.0)
+    return alpha + nbytes / (rate * 1e3)
+
+
+def _layout_over_servers(
+    servers: Mapping[str, ServerPool],
+    picked: Sequence[str],
+    layout: Layout,
+    shape: ModelShape,
+    same_rails: bool,
+) -> JobSelection:
+    """A TP x PP x DP (x EP) job over several servers. Ranks in Megatron order (TP fastest,
+    then DP, then PP) fill blocks of TP x EP GPUs, each block the neighbours of one server's
+    free GPUs in its hierarchy order, servers taken in `stage_order`: TP and EP groups never
+    leave a server, a stage's DP replicas share servers where they fit, and pipeline hops or
+    DP groups between servers go through each GPU's nearest NIC. Each collective is priced
+    inside a server by its cost model and between servers by NIC rate (NET_EFFICIENCY, the
+    spine's SPINE_OVERSUBSCRIPTION across rail groups); the step time follows
+    steptime.StepPlan."""
+    unit = layout.tp * layout.ep
+    where: list[tuple[str, int]] = []  # rank -> (server, GPU)
+    for name in stage_order(servers, picked):
+        pool = servers[name]
+        order = hierarchy_order(pool.model, list(pool.free))
+        usable = len(order) // unit * unit
+        where.extend((name, g) for g in order[:usable])
+        if len(where) >= layout.size:
+            break
+    where = where[: layout.size]
     first = servers[picked[0]]
     spec = first.spec or gpu_spec(None, first.model.hardware.generation.name)
-    plan = step_plan(shape, layout, spec)
-    grad = next((b for d, _c, b, _n in plan.collectives if d == "dp"), 0)
-    local_per_gpu = max(counts) // (layout.tp * layout.pp)
-    inter = inter_node_all_reduce_us(inter_parts, grad / max(1, local_per_gpu), same_rails)
-    each[("dp", "all_reduce")] = each.get(("dp", "all_reduce"), 0.0) + inter
+    # The memory levers practitioners pull, in order, until the layout fits (if it can).
+    steps = lever_steps(shape)
+    settings = (first_fit(steps, [layout], spec) or (steps[0], []))[0]
+    plan = step_plan(settings.shape, layout, spec, recompute=settings.recompute, zero=settings.zero)
+    groups = rank_groups(tuple(range(layout.size)), layout)
+    # How many crossing sends each NIC carries at once, per dimension (NIC affinity per GPU).
+    nic_of = {
+        (name, g): (_nics_of(servers[name].model, [g]) or (f"GPU{g}",))[0] for name, g in where
+    }
+    each: dict[tuple[str, str], float] = {}
+    network: list[dict[str, Any]] = []
+    inter_us = 0.0
+    for dim, coll, nbytes, count in plan.collectives:
+        per_step = count * (1 if dim == "dp" else plan.micro_batches)
+        slowest, crossing, moved, net_us = 0.0, 0, 0.0, 0.0
+        chains = dim == "pp"
+        hops = [
+            (grp[i], grp[i + 1]) if chains else grp
+            for grp in groups.get(dim, [])
+            if len(grp) > 1
+            for i in range(len(grp) - 1 if chains else 1)
+        ]
+        if not hops:
+            continue
+        crossing_hops = [h for h in hops if len({where[r][0] for r in h}) > 1]
+        load: dict[str, int] = {}
+        for h in crossing_hops:
+            for r in h[:1] if chains else h:
+                load[nic_of[where[r]]] = load.get(nic_of[where[r]], 0) + 1
+        if chains:
+            for grp in groups[dim]:
+                t = 0.0
+                for a, b in zip(grp, grp[1:], strict=False):
+                    (sa, ga), (sb, gb) = where[a], where[b]
+                    if sa == sb:
+                        hop = slowest_group_us(servers[sa].model, coll, [(ga, gb)], nbytes, True)
+                    else:
+                        # Each TP rank sends its 1/TP of the activation (Megatron scatters
+                        # pipeline tensors over the TP group and gathers them after the hop).
+                        share = nbytes / layout.tp
+                        hop = _network_hop_us(
+                            servers[sa].model, ga, share, load[nic_of[(sa, ga)]], same_rails
+                        )
+                        crossing += 1
+                        moved += share * per_step
+                        net_us += hop * per_step
+                    t = max(t, hop)
+                slowest = max(slowest, t)
+        else:
+            for grp in groups[dim]:
+                if len(grp) < 2:
+                    continue
+                by_server: dict[str, list[int]] = {}
+                for r in grp:
+                    by_server.setdefault(where[r][0], []).append(where[r][1])
+                if len(by_server) == 1:
+                    ((name, gpus),) = by_server.items()
+                    t = slowest_group_us(servers[name].model, coll, [tuple(gpus)], nbytes)
+                else:
+                    # Reduced inside each server, then a ring over the servers' NICs.
+                    local = max(
+                        slowest_group_us(servers[n].model, coll, [tuple(g)], nbytes)
+                        if len(g) > 1
+                        else 0.0
+                        for n, g in by_server.items()
+                    )
+                    ring = [
+                        (servers[n].model, len(g), len({nic_of[(n, x)] for x in g}))
+                        for n, g in by_server.items()
+                    ]
+                    share = nbytes / max(len(g) for g in by_server.values())
+                    net = inter_node_all_reduce_us(ring, share, same_rails)
+                    t = local + net
+                    crossing += 1
+                    n_srv = len(by_server)
+                    moved += 2 * (n_srv - 1) / n_srv * nbytes * per_step
+                    net_us += net * per_step
+                slowest = max(slowest, t)
+        each[(dim, coll)] = slowest
+        if crossing:
+            inter_us += net_us / max(1, crossing)
+            network.append(
+                {
+                    "dimension": dim,
+                    "collective": coll,
+                    "groups_crossing": crossing,
+                    "bytes_per_step": int(moved),
+                    "network_us_per_step": round(net_us / max(1, crossing), 1),
+                }
+            )
     step = plan.step(each)
+    fits = settings.fit(layout, spec).fits
+    levers = f" ({', '.join(settings.levers)})" if settings.levers and fits else ""
+    parts = []
+    for name in dict.fromkeys(n for n, _g in where):
+        taken = tuple(sorted(g for n, g in where if n == name))
+        parts.append(ServerPart(name, taken, _nics_of(servers[name].model, taken)))
+    rails = "the same rail group" if same_rails else "different rail groups (through the spine)"
+    spans = [d["dimension"].upper() for d in network] or ["nothing"]
     return JobSelection(
-        tuple(parts), same_rails, step.total_us, "step time", layout, inter, fits,
-        f"no server has {size} free GPUs: TP and PP inside each server, DP over "
-        f"{len(parts)} servers on {rails}",
+        tuple(parts), same_rails, step.total_us, "step time", layout, inter_us, fits,
+        f"no server has {layout.size} free GPUs: TP{' x EP' if layout.ep > 1 else ''} inside "
+        f"each server, {' and '.join(spans)} between {len(parts)} servers on {rails}{levers}",
+        tuple(network),
     )  # fmt: skip
