@@ -88,3 +88,36 @@ def test_labels_follow_topograph_with_the_nvlink_domain_as_accelerator() -> None
     ) in script.splitlines()
     bad = run_cli("fabric", str(IBNET_01), "--export", "label.sh", "--nvlink", "nodomain")
     assert bad.returncode == 2 and "HOST=CLUSTER_UUID.CLIQUE_ID" in bad.stderr
+
+
+def test_the_page_layout_is_deterministic_and_folds_large_fabrics() -> None:
+    from bench.fabric import generate
+    from topoweb.core.fabric import build_fabric
+    from topoweb.core.fabric_findings import fabric_analysis
+    from topoweb.core.fabric_layout import COLLAPSE_OVER, PAIRS_DRAWN, fabric_page
+    from topoweb.core.formats.ibnet import parse
+
+    doc = fabric_analysis(build_fabric(parse(IBNET_01.read_text())))
+    page = fabric_page(doc)
+    assert page == fabric_page(json_round_trip(doc))
+    assert not page["collapsed"] and not page["bundled"]
+    tiers = {s["tier"]: s["y"] for s in page["switches"]}
+    assert tiers["spine"] < tiers["leaf"]
+    # Rails are rows: every rail-k leaf at one height, rail k+1 below it.
+    rows = {s["rail"]: s["y"] for s in page["switches"] if s["tier"] == "leaf"}
+    assert sorted(rows, key=rows.__getitem__) == [0, 1, 2, 3]
+
+    big = fabric_analysis(build_fabric(parse(generate(4000))))
+    folded = fabric_page(big)
+    assert len(big["hosts"]) > COLLAPSE_OVER and folded["collapsed"]
+    assert all(not u["expanded"] for u in folded["units"]) and len(folded["units"]) == 125
+    # 1,000 leaves x 32 spines are bundled: one line per leaf and spine group.
+    assert folded["bundled"] and PAIRS_DRAWN < 32_000
+    assert len(folded["uplinks"]) == 1000
+
+
+def json_round_trip(doc: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    result: dict[str, Any] = json.loads(json.dumps(doc))
+    return result

@@ -319,3 +319,44 @@ class Conflict(exceptions.APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "Not ready."
     default_code = "not_ready"
+
+
+class FabricPageSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    capture = CaptureSummarySerializer(allow_null=True)
+    status = serializers.ChoiceField(choices=["pending", "done", "failed"])
+    summary = serializers.DictField(allow_null=True)
+    findings = FabricFindingSerializer(many=True)
+    warnings = serializers.ListField(child=serializers.CharField())
+    page = serializers.DictField(
+        allow_null=True,
+        help_text="The drawing (core.fabric_layout): switches with positions, uplinks as "
+        "[leaf, spine, links, speed class, style], unit chips, hosts with their rails as "
+        "[switch index, port, rail, device, rate]; null until the worker has run",
+    )
+
+
+class FabricPageApi(APIView):
+    @extend_schema(
+        operation_id="fabrics_page_retrieve",
+        responses={200: FabricPageSerializer, **READ_ERRORS},
+    )
+    def get(self, request: Request, name: str) -> Response:
+        return Response(fabric_selectors.fabric_page_document(name))
+
+
+class ServerRailsSerializer(serializers.Serializer):
+    fabric = serializers.CharField()
+    hostname = serializers.CharField(help_text="the host's name in the capture")
+    hcas = FabricHcaSerializer(many=True)
+
+
+class ServerFabricsApi(APIView):
+    """The leaves a server's HCAs hang off, in each fabric whose latest analysis names it."""
+
+    @extend_schema(
+        operation_id="servers_fabrics_list",
+        responses={200: ServerRailsSerializer(many=True), **READ_ERRORS},
+    )
+    def get(self, request: Request, hostname: str) -> Response:
+        return Response(fabric_selectors.server_rails(hostname))

@@ -29,6 +29,11 @@ api_v1 = [
     ),
     path("servers/<str:hostname>/graph/", apis.ServerGraphApi.as_view(), name="server-graph"),
     path(
+        "servers/<str:hostname>/fabrics/",
+        fabric_apis.ServerFabricsApi.as_view(),
+        name="server-fabrics",
+    ),
+    path(
         "servers/<str:hostname>/export/<str:fmt>/",
         export_apis.ServerExportApi.as_view(),
         name="server-export",
@@ -96,6 +101,7 @@ api_v1 = [
         name="fabric-captures",
     ),
     path("fabrics/<str:name>/diff/", fabric_apis.FabricDiffApi.as_view(), name="fabric-diff"),
+    path("fabrics/<str:name>/page/", fabric_apis.FabricPageApi.as_view(), name="fabric-page"),
     path(
         "fabrics/<str:name>/export/<str:fmt>/",
         fabric_apis.FabricExportApi.as_view(),

@@ -32,7 +32,10 @@ SUMMARY_FIELDS = (
 
 def fabrics() -> QuerySet[Fabric]:
     return Fabric.objects.select_related("latest_capture").defer(
-        "latest_capture__raw_text", "latest_capture__document", "latest_capture__analysis"
+        "latest_capture__raw_text",
+        "latest_capture__document",
+        "latest_capture__analysis",
+        "latest_capture__page",
     )
 
 
@@ -59,11 +62,11 @@ def fabric_detail(name: str, capture_id: int | None = None) -> dict[str, Any]:
     fabric = fabric_by_name(name)
     captures = FabricCapture.objects.filter(fabric=fabric)
     if capture_id is not None:
-        capture = captures.filter(pk=capture_id).defer("raw_text", "document").first()
+        capture = captures.filter(pk=capture_id).defer("raw_text", "document", "page").first()
         if capture is None:
             raise Http404(f"fabric {name!r} has no capture {capture_id}")
     elif fabric.latest_capture_id is not None:
-        capture = captures.defer("raw_text", "document").get(pk=fabric.latest_capture_id)
+        capture = captures.defer("raw_text", "document", "page").get(pk=fabric.latest_capture_id)
     else:
         capture = None
     return {
@@ -139,3 +142,32 @@ def fabric_export(name: str, fmt: str) -> str:
         if domain:
             nvlink[hostname] = domain
     return render_fabric_export(doc, fmt, nvlink=nvlink)
+
+
+def fabric_page_document(name: str) -> dict[str, Any]:
+    """What the fabric page draws: the stored drawing, the summary and the findings of the
+    latest capture (reading neither the raw text nor the host list of the analysis)."""
+    fabric = fabric_by_name(name)
+    row = (
+        FabricCapture.objects.filter(fabric=fabric, pk=fabric.latest_capture_id or 0)
+        .defer("raw_text", "document", "analysis")
+        .first()
+    )
+    summary = findings = warnings = None
+    if row is not None and row.status == FabricCapture.Status.DONE:
+        parts = (
+            FabricCapture.objects.filter(pk=row.pk)
+            .values_list("analysis__summary", "analysis__findings", "analysis__warnings")
+            .first()
+        )
+        if parts is not None:
+            summary, findings, warnings = parts
+    return {
+        "name": fabric.name,
+        "capture": capture_summary(row),
+        "status": row.status if row else "pending",
+        "summary": summary,
+        "findings": findings or [],
+        "warnings": warnings or [],
+        "page": row.page if row is not None and row.status == FabricCapture.Status.DONE else None,
+    }

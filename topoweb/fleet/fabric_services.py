@@ -17,6 +17,7 @@ from django.utils import timezone
 from topoweb.config.celery_app import enqueue
 from topoweb.core.fabric import build_fabric, normal_guid
 from topoweb.core.fabric_findings import FABRIC_ANALYSIS_VERSION, fabric_analysis
+from topoweb.core.fabric_layout import fabric_page
 from topoweb.core.formats import parse_text
 from topoweb.core.formats.ibnet import IbnetCapture
 from topoweb.fleet.models import Fabric, FabricCapture, Server
@@ -151,10 +152,19 @@ def analyse_capture(capture_id: int) -> str:
             host["server"] = servers.get(host["hostname"]) if host["hostname"] else None
         doc["summary"]["servers"] = len(set(servers.values()))
         capture.analysis, capture.analysis_key = doc, key
+        capture.page = fabric_page(doc)
         capture.status, capture.error = FabricCapture.Status.DONE, ""
         capture.analysed_at = timezone.now()
         capture.save(
-            update_fields=["analysis", "analysis_key", "status", "error", "analysed_at", "attempts"]
+            update_fields=[
+                "analysis",
+                "page",
+                "analysis_key",
+                "status",
+                "error",
+                "analysed_at",
+                "attempts",
+            ]
         )
     return "done"
 

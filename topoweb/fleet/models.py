@@ -255,6 +255,9 @@ class FabricCapture(models.Model):
     warning_count = models.PositiveIntegerField(default=0)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     analysis = models.JSONField(null=True, blank=True)
+    # The fabric page's drawing (core.fabric_layout.fabric_page), made with the analysis so
+    # that a page of a large fabric reads one compact column.
+    page = models.JSONField(null=True, blank=True)
     analysis_key = models.CharField(max_length=64, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)

@@ -13,4 +13,6 @@ urlpatterns = [
     path("servers/<str:hostname>/matrix.csv", views.matrix_csv_export, name="server-matrix-csv"),
     path("compare/", views.compare, name="compare"),
     path("upload/", views.upload, name="upload"),
+    path("fabrics/", views.fabrics, name="fabrics"),
+    path("fabrics/<str:name>/", views.fabric, name="fabric"),
 ]

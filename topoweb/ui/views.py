@@ -16,6 +16,7 @@ from topoweb.api.pages import newest_p2p, stored_result
 from topoweb.config.permissions import may_read
 from topoweb.core.export import matrix_csv, matrix_document
 from topoweb.core.svg import graph_svg
+from topoweb.fleet.fabric_selectors import fabric_by_name
 from topoweb.fleet.selectors import graph_elements, server_by_hostname
 
 View = Callable[..., HttpResponse]
@@ -121,3 +122,17 @@ def upload(request: HttpRequest) -> HttpResponse:
     if not request.user.is_authenticated:
         return redirect_to_login(request.get_full_path())
     return _page(request, "ui/upload.html", "upload", hostname=request.GET.get("host", ""))
+
+
+@require_GET
+@readable
+def fabrics(request: HttpRequest) -> HttpResponse:
+    """The InfiniBand fabrics, and (signed in) a form to upload an ibnetdiscover capture."""
+    return _page(request, "ui/fabrics.html", "fabrics")
+
+
+@require_GET
+@readable
+def fabric(request: HttpRequest, name: str) -> HttpResponse:
+    fabric_by_name(name)  # an unknown name is a 404 page, not an empty shell
+    return _page(request, "ui/fabric.html", "fabric", name=name, host=request.GET.get("host", ""))

@@ -1,0 +1,99 @@
+"""The fabric page in Chromium on NVIDIA/topograph's real capture (ibnet_01): spines above the
+leaves, leaves in rail rows, hosts under their unit, the uplink shortfalls drawn dashed, the
+findings beside; a host's rails on click, then its server page, which lists its leaves; the
+upload form making a new fabric."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import Page, expect
+
+from tests.e2e.conftest import ARTIFACTS, FIXTURES, wait_for_flag
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+IBNET_01 = FIXTURES / "ibnet_01_dgx-h100-ndr-fabric-40-switches-582-hcas.txt"
+HOST = "a08-p1-dgx-04-c01"
+
+
+@pytest.fixture
+def ndr_fabric(transactional_db: None) -> None:
+    """ibnet_01 stored and analysed (no worker in e2e), and one of its hosts as a server."""
+    from topoweb.fleet import fabric_services
+    from topoweb.fleet.models import Source
+    from topoweb.fleet.services import ingest_report
+
+    ingest_report(
+        hostname=HOST,
+        topo_text=(FIXTURES / "topo_01_h200-8gpu-12nic-numaid.txt").read_text(),
+        captured_at=timezone.now(),
+        source=Source.UPLOAD,
+    )
+    result = fabric_services.ingest_fabric(
+        name="dgx-ndr", text=IBNET_01.read_text(), source=Source.UPLOAD
+    )
+    assert fabric_services.analyse_capture(result.capture.pk) == "done"
+
+
+def test_the_fabric_page_draws_ibnet_01(page: Page, ndr_fabric: None) -> None:
+    page.goto("/fabrics/dgx-ndr/")
+    wait_for_flag(page, "fabric-ready")
+    expect(page.locator("#fabric-summary")).to_contain_text("31 leaves, 9 spines (2 tiers)")
+    spines = page.locator(".switch.spine")
+    leaves = page.locator(".switch.leaf")
+    assert spines.count() == 9 and leaves.count() == 31
+    spine_y = max(spines.nth(i).bounding_box()["y"] for i in range(9))  # type: ignore[index]
+    leaf_y = min(leaves.nth(i).bounding_box()["y"] for i in range(31))  # type: ignore[index]
+    assert spine_y < leaf_y
+    # Each leaf-spine pair: 263 with cables, 10 with none (dashed), 6 of those short (dashed).
+    assert page.locator("line.uplink.missing").count() == 10
+    assert page.locator("line.uplink.short").count() == 6
+    assert page.locator("line.uplink").count() == 279
+    # Rails are rows: IBLEAF-<rail>-<unit> leaves of one rail share a row.
+    y = {
+        n: page.locator(f'.switch[data-name="{n}"] rect').bounding_box()["y"]  # type: ignore[index]
+        for n in ("A09-P1-IBLEAF-01-03", "B09-P1-IBLEAF-01-07", "A09-P1-IBLEAF-04-03")
+    }
+    assert y["A09-P1-IBLEAF-01-03"] == y["B09-P1-IBLEAF-01-07"] < y["A09-P1-IBLEAF-04-03"]
+    assert page.locator(".host").count() == 122
+    expect(page.locator("#fabric-findings li").first).to_contain_text(
+        "A09-P1-IBLEAF-01-02 has no link to A10-P1-IBSPINE-01"
+    )
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "fabric-page.png"))  # docs/fabric-page.png
+
+    page.locator(f'.host[data-host="{HOST}"]').click()
+    expect(page.locator("#host-title")).to_have_text(HOST)
+    rows = page.locator("#host-rails tr")
+    assert rows.count() == 4
+    expect(rows.nth(3)).to_contain_text("A09-P1-IBLEAF-04-04")
+    assert page.locator(".rail-line").count() == 4
+    page.get_by_role("link", name=f"Open {HOST}'s server page").click()
+    page.wait_for_url(f"**/servers/{HOST}/")
+    wait_for_flag(page, "fabric-rails")
+    panel = page.locator("#fabric-panel")
+    expect(panel).to_contain_text("dgx-ndr")
+    expect(panel).to_contain_text("A09-P1-IBLEAF-01-04")
+
+
+def test_a_capture_uploaded_on_the_fabrics_page_opens_its_fabric(
+    page: Page, tmp_path: Path
+) -> None:
+    page.goto("/fabrics/")
+    page.fill("#fabric-name", "lab-ndr")
+    page.set_input_files("#fabric-file", str(IBNET_01))
+    page.click("#fabric-save")
+    page.wait_for_url("**/fabrics/lab-ndr/")
+    expect(page.locator("#fabric-title")).to_have_text("lab-ndr")
+    # No worker in e2e: the page says what it waits for, and draws once the analysis is stored.
+    expect(page.locator("#fabric-summary")).to_contain_text("analysing")
+    from topoweb.fleet import fabric_services
+    from topoweb.fleet.models import FabricCapture
+
+    fabric_services.analyse_capture(FabricCapture.objects.get().pk)
+    wait_for_flag(page, "fabric-ready")
+    page.goto("/fabrics/")
+    expect(page.locator("#fabric-rows")).to_contain_text("lab-ndr")
