@@ -603,13 +603,15 @@ def test_the_same_report_twice_at_once_stores_one_snapshot_and_answers_201_then_
     client = collector_client_for("gpu-a01")
     post_report(client, report("gpu-a01", H200))  # the server exists, as for any collector
     both_checked = threading.Barrier(2, timeout=10)
-    original = services._topology_class
+    # Both wait here, inside their transactions, then take the host's lock in turn: the
+    # second stores after the first committed.
+    original = services._one_ingest_per_host_at_a_time
 
     def after_both_checked(*args: Any) -> Any:
         both_checked.wait()
         return original(*args)
 
-    monkeypatch.setattr(services, "_topology_class", after_both_checked)
+    monkeypatch.setattr(services, "_one_ingest_per_host_at_a_time", after_both_checked)
     answers = _posted_twice_at_once("gpu-a01", report("gpu-a01", H200, nvml=NVML_H200))
 
     assert sorted(status for status, _ in answers) == [200, 201]

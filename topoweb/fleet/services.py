@@ -269,6 +269,7 @@ def _store_report(report: _Report) -> Ingested:
     topology = report.topology
     now = timezone.now()
     with transaction.atomic():
+        _one_ingest_per_host_at_a_time(report.hostname)
         server = _server_to_store(report.hostname) or Server.objects.create(
             hostname=report.hostname
         )
@@ -557,6 +558,17 @@ def ingest_upload(
         source=Source.UPLOAD,
         uploaded_by=uploaded_by,
     )
+
+
+def _one_ingest_per_host_at_a_time(hostname: str) -> None:
+    """Which snapshot is current is decided from the previous one's capture time: two reports
+    of one host stored at once would each compare against the same previous one, and the
+    later commit would win whatever its capture time. A transaction-scoped advisory lock per
+    host, taken first (before the SKU's lock and any row), makes each read what the one
+    before it committed. SQLite's IMMEDIATE transactions already run one at a time."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"host:{hostname}"])
 
 
 def _one_ingest_per_sku_at_a_time(sku_name: str) -> None:
