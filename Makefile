@@ -56,7 +56,14 @@ $(FONT):
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-dejavu-core >/dev/null
 
-test: install $(CHROMIUM) $(FONT)
+# The alert rules and the dashboard's queries are checked with Debian's promtool.
+PROMTOOL := /usr/bin/promtool
+$(PROMTOOL):
+	@if [ "$$(id -u)" != 0 ]; then echo "Install Debian's prometheus for promtool (sudo apt-get install prometheus)" >&2; exit 1; fi
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+
+test: install $(CHROMIUM) $(FONT) $(PROMTOOL)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check $(PY_SOURCES)
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)

@@ -30,7 +30,7 @@ from topoweb.fleet.services import create_api_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-LATENCY = "topoweb_request_duration_seconds_count"
+LATENCY = "django_http_requests_latency_seconds_by_view_method_count"
 
 
 def service_env(name: str, **overrides: str) -> dict[str, str]:
@@ -143,7 +143,7 @@ def test_metrics_answer_only_with_the_compose_token(web: dict[str, Any]) -> None
 def test_metrics_are_summed_over_both_gunicorn_workers(web: dict[str, Any]) -> None:
     base = web["base"]
     token = create_api_token("scraper-stack")
-    route = (LATENCY, (("method", "GET"), ("route", "api/v1/servers/")))
+    route = (LATENCY, (("method", "GET"), ("view", "api:server-list")))
     before = scrape(base).get(route, 0)
 
     with ThreadPoolExecutor(8) as pool:

@@ -70,7 +70,7 @@ def test_metrics_count_ingest_outcomes_and_analyses(client: Any, collector_clien
     assert after[("topoweb_analyses", (("status", "pending"),))] == 1
     assert after[("topoweb_analyses", (("status", "done"),))] == 0
     latency = (
-        "topoweb_request_duration_seconds_count",
-        (("method", "POST"), ("route", "api/v1/reports/")),
+        "django_http_requests_latency_seconds_by_view_method_count",
+        (("method", "POST"), ("view", "api:reports")),
     )
     assert after[latency] - before.get(latency, 0) == 3

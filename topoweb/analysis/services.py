@@ -225,8 +225,14 @@ def publish_analysis_counts() -> dict[str, int]:
     counts = dict(
         Analysis.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n")
     )
+    oldest = (
+        Analysis.objects.filter(status=Analysis.Status.PENDING)
+        .order_by("created_at")
+        .values_list("created_at", flat=True)
+        .first()
+    )
     try:
-        metrics.publish_analysis_counts(counts)
+        metrics.publish_analysis_counts(counts, oldest.timestamp() if oldest else None)
     except Exception:
         log.warning("the analysis counts were not published for /metrics", exc_info=True)
     return counts

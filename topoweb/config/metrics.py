@@ -1,11 +1,13 @@
-"""Prometheus metrics: ingest outcomes and request latency counted where they happen, and the
-analyses by status as the worker's sweep last published them (in the cache). A scrape never
-touches the database, so it answers while the database is down.
+"""Prometheus metrics: ingest outcomes counted where they happen, HTTP requests by
+django-prometheus's middlewares (`django_http_*`: labelled by view name, or "<unnamed view>",
+and method, or "<invalid method>": fixed sets), and what the sweeps last published in the
+cache: the analyses by status with the oldest pending one, and the fleet's gauges per server
+and GPU (labelled as dcgm-exporter labels its series). A scrape never touches the database, so
+it answers while the database is down.
 
-Under gunicorn set PROMETHEUS_MULTIPROC_DIR (an empty directory, wiped at start by
-topoweb/config/gunicorn.py): every worker process writes its counters there and a scrape sums
-them, so consecutive scrapes never go backwards whichever worker answers. Labels come from
-fixed sets: the HTTP method (or "other") and the URL pattern that matched (or "unmatched").
+Under gunicorn (topoweb/config/gunicorn.py) every worker process writes its counters to
+PROMETHEUS_MULTIPROC_DIR and a scrape sums them, so consecutive scrapes never go backwards
+whichever worker answers.
 
 /metrics answers only to `Authorization: Bearer $TOPOWEB_METRICS_TOKEN`; without a token set
 it is not served on the application's address at all, and `manage.py serve_metrics` serves the
@@ -17,19 +19,20 @@ import hmac
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, TypedDict
 
+import django_prometheus.middleware
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
-    Histogram,
     generate_latest,
     multiprocess,
 )
+from prometheus_client import REGISTRY as DJANGO_REGISTRY
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -46,24 +49,18 @@ REPORTS = Counter(
 for _outcome in ("new", "duplicate", "rejected"):
     REPORTS.labels(_outcome)  # present at zero from the first scrape
 
-REQUEST_SECONDS = Histogram(
-    "topoweb_request_duration_seconds",
-    "Time to answer an HTTP request, by method and route.",
-    ["method", "route"],
-    registry=REGISTRY,
-)
-METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-
 # The analysis sweep (a worker) publishes the counts here; a scrape reads them back.
 ANALYSES_CACHE_KEY = "topoweb:metrics:analyses"
 ANALYSIS_STATUSES = ("pending", "running", "done", "failed")
 
 
-def publish_analysis_counts(counts: dict[str, int]) -> None:
-    """Called by the analysis sweep with the number of analyses in each status."""
+def publish_analysis_counts(counts: dict[str, int], oldest_pending: float | None) -> None:
+    """Called by the analysis sweep with the number of analyses in each status and when the
+    oldest pending one was made (Unix time; None when none is pending)."""
     from django.core.cache import cache
 
-    cache.set(ANALYSES_CACHE_KEY, {"counts": counts, "at": time.time()}, timeout=None)
+    published = {"counts": counts, "at": time.time(), "oldest_pending": oldest_pending}
+    cache.set(ANALYSES_CACHE_KEY, published, timeout=None)
 
 
 class AnalysisCollector(Collector):
@@ -90,10 +87,17 @@ class AnalysisCollector(Collector):
             by_status.add_metric([status], published["counts"].get(status, 0))
         yield by_status
         yield GaugeMetricFamily(
-            "topoweb_analyses_counted_at_seconds",
+            "topoweb_analyses_counted_timestamp_seconds",
             "When the sweep last counted the analyses (Unix time).",
             value=published["at"],
         )
+        if published.get("oldest_pending") is not None:
+            yield GaugeMetricFamily(
+                "topoweb_analyses_oldest_pending_timestamp_seconds",
+                "When the oldest analysis still pending was asked for (Unix time): the work "
+                "queue's age is time() minus this.",
+                value=published["oldest_pending"],
+            )
 
 
 REGISTRY.register(AnalysisCollector())
@@ -145,14 +149,15 @@ REGISTRY.register(FleetCollector())
 
 
 def exposition() -> bytes:
-    """The text a scrape gets: every process's counters in multiprocess mode, else this one's."""
+    """The text a scrape gets: every process's counters in multiprocess mode, else this one's
+    (ours and django-prometheus's, which registers in prometheus_client's default registry)."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         registry.register(AnalysisCollector())
         registry.register(FleetCollector())
         return generate_latest(registry)
-    return generate_latest(REGISTRY)
+    return generate_latest(REGISTRY) + generate_latest(DJANGO_REGISTRY)
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
@@ -168,20 +173,20 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     return HttpResponse(exposition(), content_type=CONTENT_TYPE_LATEST)
 
 
-class RequestLatencyMiddleware:
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        started = time.perf_counter()
-        response = self.get_response(request)
-        match = getattr(request, "resolver_match", None)
-        # The route pattern, not the path: hostnames in URLs would explode the label set; and
-        # a method from the fixed set, so made-up methods cannot grow it either.
-        route = match.route if match is not None else "unmatched"
-        method = request.method if request.method in METHODS else "other"
-        REQUEST_SECONDS.labels(method, route).observe(time.perf_counter() - started)
-        return response
+
+class PrometheusAfterMiddleware(django_prometheus.middleware.PrometheusAfterMiddleware):  # type: ignore[misc]
+    """django-prometheus's, with every `method` label kept to HTTP's methods: it labels the
+    latency histogram with the raw method, so made-up methods would grow the series without
+    bound."""
+
+    def label_metric(
+        self, metric: Any, request: HttpRequest, response: Any = None, **labels: str
+    ) -> Any:
+        if labels.get("method", "GET") not in METHODS:
+            labels["method"] = "<invalid method>"
+        return super().label_metric(metric, request, response, **labels)
 
 
 def count_report(outcome: str, **_: Any) -> None:

@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "django_prometheus",
     "topoweb.fleet",
     "topoweb.analysis",
     "topoweb.health",
@@ -64,7 +65,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "topoweb.config.probes.ProbeMiddleware",
-    "topoweb.config.metrics.RequestLatencyMiddleware",
+    # django-prometheus: first and last, so a request's time includes every middleware's.
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "topoweb.config.api.NulInPathMiddleware",
     "topoweb.config.api.ApiTrailingSlashMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -76,6 +78,7 @@ MIDDLEWARE = [
     "topoweb.config.api.PageMessagesMiddleware",  # Django's MessageMiddleware, off the API
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "topoweb.ui.middleware.ContentSecurityPolicyMiddleware",
+    "topoweb.config.metrics.PrometheusAfterMiddleware",  # django-prometheus's, methods bounded
 ]
 
 ROOT_URLCONF = "topoweb.config.urls"

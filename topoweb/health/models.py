@@ -88,6 +88,8 @@ class ServerHealth(models.Model):
     acceptance = models.JSONField()  # core.health.acceptance_report
     critical_count = models.PositiveIntegerField(default=0, db_index=True)
     warning_count = models.PositiveIntegerField(default=0)
+    # core.health.server_gauges: what /metrics says of this server (GPUs, bandwidth figures).
+    gauges = models.JSONField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"health of {self.server_id} at {self.computed_at:%Y-%m-%dT%H:%M}"

@@ -361,19 +361,96 @@ def collector_fed() -> QuerySet[Server]:
     )
 
 
+# dcgm-exporter's label names, so that PromQL can join topoweb's series with its own
+# (`on (Hostname, gpu)` or `on (UUID)`).
+HOST, GPU_LABELS = ["Hostname"], ["Hostname", "gpu", "UUID", "modelName"]
+_GBPS = 1e9  # the figures are GB/s; Prometheus wants bytes per second
+
+
+def _family(name: str, help_text: str, labels: list[str]) -> GaugeFamily:
+    return GaugeFamily(name=name, help=help_text, labels=labels, samples=[])
+
+
 def fleet_gauges() -> list[GaugeFamily]:
-    """The per-server gauges /metrics serves, labelled as dcgm-exporter labels its series
-    (`Hostname`), so that a query can join them."""
-    silent = HealthFinding.objects.filter(kind=COLLECTOR_SILENT, server=OuterRef("pk"))
-    rows = collector_fed().annotate(silent=Exists(silent)).values_list("hostname", "silent")
-    return [
-        GaugeFamily(
-            name="topoweb_server_collector_silent",
-            help=(
-                "1 when the server's collector missed TOPOWEB_COLLECTOR_SILENT_AFTER reports in a "
-                "row (the collector_silent finding), else 0; servers a collector reports only."
-            ),
-            labels=["Hostname"],
-            samples=[([hostname], float(silent)) for hostname, silent in rows],
-        )
-    ]
+    """The per-server and per-GPU gauges /metrics serves, labelled as dcgm-exporter labels its
+    series: a handful of queries over the fleet, and each server's small gauges document
+    (ServerHealth.gauges, written at evaluation), never its acceptance report."""
+    health = _family(
+        "topoweb_server_health",
+        "1 for the server's health state (the fleet page's badge), 0 for the others.",
+        [*HOST, "state"],
+    )
+    silent = _family(
+        "topoweb_server_collector_silent",
+        "1 when the server's collector missed TOPOWEB_COLLECTOR_SILENT_AFTER reports in a row "
+        "(the collector_silent finding), else 0; servers a collector reports only.",
+        HOST,
+    )
+    last = _family(
+        "topoweb_server_last_report_timestamp_seconds",
+        "When the server last reported (a duplicate report counts), Unix time.",
+        HOST,
+    )
+    gpus = _family("topoweb_server_gpus", "GPUs in the server's latest topology.", HOST)
+    nics = _family("topoweb_server_nics", "NICs in the server's latest topology.", HOST)
+    findings = _family(
+        "topoweb_server_findings",
+        "Findings of the server's latest evaluation, by kind and severity.",
+        [*HOST, "kind", "severity"],
+    )
+    nvlinks = _family("topoweb_gpu_nvlinks_up", "NVLinks NVML reported up on the GPU.", GPU_LABELS)
+    expected = _family(
+        "topoweb_server_bandwidth_expected_bytes_per_second",
+        "Expected bandwidth of a figure (a collective's busbw, or a GPU pair class's copy).",
+        [*HOST, "figure"],
+    )
+    measured = _family(
+        "topoweb_server_bandwidth_measured_bytes_per_second",
+        "Measured bandwidth of a figure (for a pair class, its worst measured pair).",
+        [*HOST, "figure"],
+    )
+    fed = set(collector_fed().values_list("pk", flat=True))
+    marked = set(
+        HealthFinding.objects.filter(kind=COLLECTOR_SILENT).values_list("server_id", flat=True)
+    )
+    rows = Server.objects.values(
+        "pk",
+        "hostname",
+        "last_seen_at",
+        "latest_snapshot_id",
+        "latest_snapshot__gpu_count",
+        "latest_snapshot__nic_count",
+        "differs_from_sku",
+        "health__id",
+        "health__critical_count",
+        "health__warning_count",
+        "health__gauges",
+    ).order_by("hostname")
+    for row in rows:
+        host = [row["hostname"]]
+        state, _ = summary_health(dict(row))
+        for each in _HEALTH_STATES:
+            health["samples"].append(([*host, each], float(each == state)))
+        if row["pk"] in fed:
+            silent["samples"].append((host, float(row["pk"] in marked)))
+        if row["last_seen_at"] is not None:
+            last["samples"].append((host, row["last_seen_at"].timestamp()))
+        if row["latest_snapshot_id"] is not None:
+            gpus["samples"].append((host, float(row["latest_snapshot__gpu_count"])))
+            nics["samples"].append((host, float(row["latest_snapshot__nic_count"])))
+        document = row["health__gauges"] or {}
+        for gpu in document.get("gpus", ()):
+            labels = [*host, gpu["gpu"], gpu["uuid"], gpu["model"]]
+            nvlinks["samples"].append((labels, float(gpu["nvlinks_up"])))
+        for figure in document.get("bandwidth", ()):
+            for family, key in ((expected, "expected_gbps"), (measured, "measured_gbps")):
+                if figure[key] is not None:
+                    family["samples"].append(([*host, figure["figure"]], figure[key] * _GBPS))
+    counted = (
+        HealthFinding.objects.values_list("server__hostname", "kind", "severity")
+        .annotate(n=Count("id"))
+        .order_by("server__hostname", "kind", "severity")
+    )
+    for hostname, kind, severity, n in counted:
+        findings["samples"].append(([hostname, kind, severity], float(n)))
+    return [health, silent, last, gpus, nics, findings, nvlinks, expected, measured]

@@ -26,6 +26,7 @@ from topoweb.core.health import (
     collector_silence,
     expectations_from_model,
     median_figures,
+    server_gauges,
     silence_window,
 )
 from topoweb.core.model import Topology
@@ -98,6 +99,7 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
                 "expectation_version": row.version if row is not None else None,
                 "expectations": expectations.to_document(),
                 "acceptance": report,
+                "gauges": server_gauges(inputs.nvml, report),
                 "critical_count": sum(f.severity == "critical" for f in findings),
                 "warning_count": sum(f.severity == "warning" for f in findings),
             },

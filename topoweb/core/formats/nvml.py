@@ -13,6 +13,7 @@ generation keys, true/false and "up"/"down" as well as "active"/"inactive" for a
      "driver_version": "580.159.04",
      "gpus": [{"index": 0,                     # NVML index == nvidia-smi's == topo -m GPU<index>
                "name": "NVIDIA H100 80GB HBM3",
+               "uuid": "GPU-5c6c5a1e-...",
                "pci_bus_id": "00000000:18:00.0",
                "pcie": {"current_generation": 5, "max_generation": 5,
                         "current_width": 16, "max_width": 16},
@@ -77,6 +78,7 @@ class NvLink:
 class NvmlGpu:
     index: int | None
     name: str | None = None
+    uuid: str | None = None  # "GPU-..." as NVML and dcgm-exporter's UUID label give it
     pci_bus_id: str | None = None
     pcie: PcieLink = PcieLink()
     nvlinks: tuple[NvLink, ...] = ()  # empty also when the driver has no NVLink functions
@@ -255,6 +257,7 @@ def _gpu(g: Mapping[str, Any], where: str) -> NvmlGpu:
     return NvmlGpu(
         index=_in_range(g.get("index"), f"{where}.index", 0, MAX_NVML_GPUS - 1),
         name=_text(g.get("name")),
+        uuid=_text(g.get("uuid")),
         pci_bus_id=_bus_id(g.get("pci_bus_id"), f"{where}.pci_bus_id"),
         pcie=PcieLink(cg, mg, cw, mw),
         nvlinks=tuple(

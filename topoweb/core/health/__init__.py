@@ -1,7 +1,7 @@
 """Health findings for one server: links wired, trained or measured worse than they should be.
 A package by concern: findings (the vocabulary), figures, diff, checks (wiring and NVML),
-benchmarks, acceptance, silence (a collector that stopped reporting); every public name is
-importable from here.
+benchmarks, acceptance, gauges (what /metrics says of a server), silence (a collector that
+stopped reporting); every public name is importable from here.
 
 Everything here is a pure function of parsed inputs (Topology, P2PResult, NcclRun, the NVML
 facts dict a collector sends) plus the figures a server is expected to reach; the web service
@@ -53,6 +53,7 @@ from topoweb.core.health.findings import (
     HealthInputError,
     Severity,
 )
+from topoweb.core.health.gauges import BandwidthGauges, GpuGauges, ServerGauges, server_gauges
 from topoweb.core.health.silence import collector_silence, silence_window
 
 __all__ = [
@@ -82,6 +83,10 @@ __all__ = [
     "Thresholds",
     "TopologyDiff",
     "acceptance_report",
+    "BandwidthGauges",
+    "GpuGauges",
+    "ServerGauges",
+    "server_gauges",
     "check_health",
     "collector_silence",
     "silence_window",
