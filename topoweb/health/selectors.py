@@ -413,32 +413,34 @@ def fleet_gauges() -> list[GaugeFamily]:
     marked = set(
         HealthFinding.objects.filter(kind=COLLECTOR_SILENT).values_list("server_id", flat=True)
     )
-    rows = Server.objects.values(
-        "pk",
-        "hostname",
-        "last_seen_at",
-        "latest_snapshot_id",
-        "latest_snapshot__gpu_count",
-        "latest_snapshot__nic_count",
-        "differs_from_sku",
-        "health__id",
-        "health__critical_count",
-        "health__warning_count",
-        "health__gauges",
-    ).order_by("hostname")
-    for row in rows:
-        host = [row["hostname"]]
-        state, _ = summary_health(dict(row))
+    servers = (
+        Server.objects.select_related("health", "latest_snapshot")
+        .only(
+            "hostname",
+            "last_seen_at",
+            "differs_from_sku",
+            "latest_snapshot__gpu_count",
+            "latest_snapshot__nic_count",
+            "health__critical_count",
+            "health__warning_count",
+            "health__gauges",
+        )
+        .order_by("hostname")
+    )
+    for server in servers.iterator(chunk_size=2000):
+        host = [server.hostname]
+        state = server_health(server)  # the badge's rule
         for each in _HEALTH_STATES:
             health["samples"].append(([*host, each], float(each == state)))
-        if row["pk"] in fed:
-            silent["samples"].append((host, float(row["pk"] in marked)))
-        if row["last_seen_at"] is not None:
-            last["samples"].append((host, row["last_seen_at"].timestamp()))
-        if row["latest_snapshot_id"] is not None:
-            gpus["samples"].append((host, float(row["latest_snapshot__gpu_count"])))
-            nics["samples"].append((host, float(row["latest_snapshot__nic_count"])))
-        document = row["health__gauges"] or {}
+        if server.pk in fed:
+            silent["samples"].append((host, float(server.pk in marked)))
+        if server.last_seen_at is not None:
+            last["samples"].append((host, server.last_seen_at.timestamp()))
+        if server.latest_snapshot is not None:
+            gpus["samples"].append((host, float(server.latest_snapshot.gpu_count)))
+            nics["samples"].append((host, float(server.latest_snapshot.nic_count)))
+        stored = getattr(server, "health", None)
+        document = (stored.gauges if stored is not None else None) or {}
         for gpu in document.get("gpus", ()):
             labels = [*host, gpu["gpu"], gpu["uuid"], gpu["model"]]
             nvlinks["samples"].append((labels, float(gpu["nvlinks_up"])))
