@@ -426,6 +426,17 @@ function renderNoTopology() {
   note.querySelector("a").href = `/upload/?host=${encodeURIComponent(hostname)}`;
 }
 
+// Ask again every few seconds while the first assessment is pending; reload when it is there.
+async function waitForAssessment(tries = 60) {
+  for (let i = 0; i < tries; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    try {
+      const next = await getJSON(`${base}/page/`);
+      if (!next.left_out?.assessment) { location.reload(); return; }
+    } catch { /* a failed ask is retried */ }
+  }
+}
+
 async function main() {
   renderLegend($("legend"));
   $("view-graph").addEventListener("click", () => setView("graph"));
@@ -447,12 +458,20 @@ async function main() {
     document.body.dataset.graphReady = "1";
     return;
   }
+  if (state.left_out?.assessment) {
+    // The worker has not assessed this server yet: say so, and reload once it has.
+    $("assessment-pending").hidden = false;
+    waitForAssessment();
+  }
   renderSummary(state.server, state.analysis, state.findings);
-  renderFindings(state.findings, Boolean(state.graph), state.findings_checked);
+  renderFindings(state.findings, Boolean(state.graph || state.left_out?.assessment), state.findings_checked);
   renderReaderWarnings(state.reader_warnings);
   if (state.graph) {
     await drawn();
     setView(view.get("view") === "matrix" ? "matrix" : "graph", false);
+  } else if (state.left_out?.assessment) {
+    $("graph").hidden = true;
+    document.body.dataset.graphReady = "1";
   } else {
     renderNoTopology();
     document.body.dataset.graphReady = "1";

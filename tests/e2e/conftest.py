@@ -41,13 +41,15 @@ DGX1_TOPO = "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt"
 
 
 def ingest(hostname: str, topo: str, gpu_model: str = "", benchmarks: tuple[str, ...] = ()) -> None:
-    """One server through the same service the collector's reports go through."""
+    """One server through the same service the collector's reports go through, then assessed
+    as the health worker would (no worker in e2e)."""
     from django.utils import timezone
 
     from topoweb.fleet.models import Source
     from topoweb.fleet.services import BenchmarkInput, ingest_report
+    from topoweb.health.services import evaluate_server
 
-    ingest_report(
+    result = ingest_report(
         hostname=hostname,
         topo_text=(FIXTURES / topo).read_text(encoding="utf-8"),
         captured_at=timezone.now(),
@@ -58,15 +60,21 @@ def ingest(hostname: str, topo: str, gpu_model: str = "", benchmarks: tuple[str,
             for b in benchmarks
         ],
     )
+    evaluate_server(result.server.pk)
 
 
 def analyse_pending() -> None:
-    """Run the analyses the ingests asked for here, instead of waiting for a worker."""
+    """Run the analyses the ingests asked for here, then assess every server (its page reads
+    the assessment), instead of waiting for the workers."""
     from topoweb.analysis import services
     from topoweb.analysis.models import Analysis
+    from topoweb.fleet.models import Server
+    from topoweb.health.services import evaluate_server
 
     for pk in Analysis.objects.filter(status=Analysis.Status.PENDING).values_list("pk", flat=True):
         assert services.run_analysis(pk) == "done", pk
+    for pk in Server.objects.values_list("pk", flat=True):
+        evaluate_server(pk)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from tests.e2e.conftest import FIXTURES, wait_for_flag, wait_for_graph
+from tests.e2e.conftest import FIXTURES, analyse_pending, wait_for_flag, wait_for_graph
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -20,10 +20,12 @@ DGX_A100_SKU = "DGX A100"  # topo_26: NV12 through NVSwitch, 12 mlx5 NICs, four 
 
 
 def ingest(hostname: str, fixture: str, sku: str, model: str) -> Any:
-    """A collector report, then the analysis the worker would run (no worker in e2e)."""
+    """A collector report, then the analysis and assessment the workers would run (no worker
+    in e2e)."""
     from topoweb.analysis.services import current_analysis_for, run_analysis
     from topoweb.fleet.models import Source
     from topoweb.fleet.services import ingest_report
+    from topoweb.health.services import evaluate_server
 
     result = ingest_report(
         hostname=hostname,
@@ -36,6 +38,7 @@ def ingest(hostname: str, fixture: str, sku: str, model: str) -> Any:
     analysis = current_analysis_for(result.server.topology_class)
     if analysis.status != "done":
         run_analysis(analysis.pk)
+    evaluate_server(result.server.pk)
     return result.server
 
 
@@ -237,13 +240,16 @@ def test_a_glued_affinity_capture_shows_its_repair_and_pins_to_numa_node_0(page:
     expect(warnings.first).to_contain_text("read as CPUs 0-45,92-137 on NUMA node 0")
     page.click("#save-button")
     page.wait_for_url(re.compile(r"/servers/glued-h200-u01/$"))
+    # No worker here: the page says the assessment is pending and claims no findings.
+    expect(page.locator("#assessment-pending")).to_be_visible()
+    expect(page.locator("#findings")).to_contain_text("Checks pending")
+    analyse_pending()  # what the workers do; the page asks again and reloads
+    expect(page.locator("#assessment-pending")).to_be_hidden(timeout=15_000)
     expect(page.locator("#reader-warnings li")).to_have_count(8)
     expect(page.locator("#reader-warnings-panel")).to_be_visible()
     hints = page.locator("#affinity .hints li")
     expect(hints.first).to_contain_text("GPU0: numactl --cpunodebind=0 --membind=0")
     expect(page.locator("#affinity")).not_to_contain_text("1370")
-    # No worker here: the checks have not judged it, and the page does not claim they found nothing.
-    expect(page.locator("#findings")).to_contain_text("Checks pending")
 
 
 def test_a_host_with_only_a_benchmark_shows_no_graph_and_no_false_all_clear(page: Page) -> None:

@@ -14,6 +14,7 @@ from tests.e2e.conftest import (
     FIXTURES,
     H200,
     XSS_HOST,
+    analyse_pending,
     click_node,
     ingest,
     wait_for_flag,
@@ -271,6 +272,10 @@ def test_uploading_a_good_file_creates_the_server_and_opens_its_page(
     expect(page.locator("#preview-summary")).to_contain_text("4 GPUs, 4 NICs")
     page.click("#save-button")
     page.wait_for_url(re.compile(r"/servers/e2e-uploaded-01/$"))
+    # No worker in e2e: the page waits for the assessment, and fills in once it is stored.
+    expect(page.locator("#assessment-pending")).to_be_visible()
+    analyse_pending()
+    expect(page.locator("#assessment-pending")).to_be_hidden(timeout=15_000)
     wait_for_graph(page)
     assert graph_facts(page)["gpus"] == 4
     from topoweb.fleet.models import Server

@@ -1,8 +1,8 @@
 """The page of a server past TOPOWEB_MAX_QUERY_GPUS (a 576-GPU NVLink domain by default): it
-loads, with everything that needs no request-time cost model (topology, graph, matrix, health,
-the stored analysis); the parts that would build the cost model in the request (affinity, the
-compare page's layout) are left out with the API's reason, never a 413 for the whole page. The
-limit is set low here so that a 12-GPU synthetic server stands for one past it."""
+loads from the stored assessment like every server page (no page builds a cost model); the
+affinity comes with the class analysis, and the compare page's layout, a question that builds
+the cost model, is left out with the API's reason, never a 413 for the whole page. The limit is
+set low here so that a 12-GPU synthetic server stands for one past it."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from rest_framework.test import APIClient
 from tests import synthetic
 from tests.web.conftest import H200, add
 from topoweb.analysis import selectors as analysis_selectors
+from topoweb.analysis import services as analysis_services
 from topoweb.fleet.models import Server, Source
 from topoweb.fleet.services import ingest_report
 from topoweb.health.services import evaluate_server
@@ -42,7 +43,7 @@ def big(settings: Any) -> Server:
     return server
 
 
-def test_the_page_of_a_server_past_the_query_limit_loads_without_its_affinity(
+def test_the_page_of_a_server_past_the_query_limit_loads_from_its_assessment(
     reader: APIClient, big: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(analysis_selectors, "_cached_model", no_cost_model)
@@ -58,15 +59,23 @@ def test_the_page_of_a_server_past_the_query_limit_loads_without_its_affinity(
     assert dict(body["devices"]["GPU0"]["rows"])["Nearest NIC"] == "–"
     assert body["findings_checked"] is True
     assert body["affinity"] is None
-    why = body["left_out"]["affinity"]
-    assert "12 GPUs" in why and "TOPOWEB_MAX_QUERY_GPUS" in why
+    # Its class is not analysed here: the affinity waits for it, and says so.
+    assert "class analysis" in body["left_out"]["affinity"]
     assert set(body["left_out"]) == {"affinity"}
     # The parts that need the cost model in the request still answer 413 on their own.
     affinity = reader.get("/api/v1/servers/nvl12-01/affinity/")
     assert affinity.status_code == 413
 
 
-def test_a_server_within_the_limit_gets_its_whole_page(reader: APIClient, big: Server) -> None:
+def test_a_server_assessed_after_its_class_analysis_gets_its_whole_page(
+    reader: APIClient, big: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h200 = Server.objects.get(hostname="h200-01")
+    analysis = analysis_services.current_analysis_for(h200.topology_class)
+    assert analysis_services.run_analysis(analysis.pk) == "done"
+    evaluate_server(h200.pk)
+    monkeypatch.setattr(analysis_selectors, "_cached_model", no_cost_model)
+
     body = reader.get("/api/v1/servers/h200-01/page/").json()
 
     assert body["left_out"] == {}

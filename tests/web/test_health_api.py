@@ -235,22 +235,25 @@ def test_the_acceptance_report_compares_measured_with_expected(
     assert allreduce_row(failed)["median_ratio"] == 0.704
 
 
-def test_a_server_never_evaluated_gets_a_pending_report_and_its_evaluation_queued(
-    reader: APIClient, monkeypatch: pytest.MonkeyPatch
+def test_a_server_never_evaluated_gets_a_pending_report_and_reads_queue_nothing(
+    reader: APIClient, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
 ) -> None:
     queued: list[int] = []
     monkeypatch.setattr("topoweb.health.services.enqueue_health", queued.append)
-    ingest_report(
-        hostname="h200-09",
-        topo_text=fixture_text(H200),
-        captured_at=START,
-        source=Source.COLLECTOR,
-    )
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest_report(
+            hostname="h200-09",
+            topo_text=fixture_text(H200),
+            captured_at=START,
+            source=Source.COLLECTOR,
+        )
 
     body = reader.get("/api/v1/servers/h200-09/acceptance").json()
+    reader.get("/api/v1/servers/h200-09/acceptance")
 
     assert (body["verdict"], body["stale"], body["computed_at"]) == ("pending", True, None)
     assert body["rows"] == [] and body["findings"] == []
+    # The ingest queued its evaluation once; the reads queued nothing.
     assert queued == [Server.objects.get(hostname="h200-09").pk]
     assert not ServerHealth.objects.exists()
 
@@ -274,35 +277,44 @@ def test_the_sku_acceptance_names_the_outlier(reader: APIClient, a100_fleet: Non
 
 
 def test_staff_edit_of_the_expectations_bumps_the_version_and_rejudges(
-    admin_client: Client, reader: APIClient, a100_fleet: None, monkeypatch: pytest.MonkeyPatch
+    admin_client: Client,
+    reader: APIClient,
+    a100_fleet: None,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
 ) -> None:
     expectation = SkuExpectation.objects.get(sku_name="DGX A100")
-    response = admin_client.post(
-        f"/admin/health/skuexpectation/{expectation.pk}/change/",
-        {
-            "sku_name": "DGX A100",
-            "bandwidth_ratio": "0.9",
-            "sku_median_ratio": "0.9",
-            "large_message_bytes": str(256 * 2**20),
-            "p2p_min_gain": "1.05",
-            "p2p_gbps_by_class": "{}",
-            "busbw_gbps": '{"all_reduce": 300}',
-            "notes": "vendor quotes 300",
-        },
-    )
+    queued: list[int] = []
+    monkeypatch.setattr("topoweb.health.services.enqueue_health", queued.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post(
+            f"/admin/health/skuexpectation/{expectation.pk}/change/",
+            {
+                "sku_name": "DGX A100",
+                "bandwidth_ratio": "0.9",
+                "sku_median_ratio": "0.9",
+                "large_message_bytes": str(256 * 2**20),
+                "p2p_min_gain": "1.05",
+                "p2p_gbps_by_class": "{}",
+                "busbw_gbps": '{"all_reduce": 300}',
+                "notes": "vendor quotes 300",
+            },
+        )
     assert response.status_code == 302, response.content
     expectation.refresh_from_db()
     assert expectation.version == 2
-    queued: list[int] = []
-    monkeypatch.setattr("topoweb.health.services.enqueue_health", queued.append)
+    a100 = Server.objects.get(hostname="a100-01")
+    # The edit queued each member's re-evaluation, once.
+    assert sorted(queued) == sorted(
+        Server.objects.filter(sku_name="DGX A100").values_list("pk", flat=True)
+    )
 
     before = reader.get("/api/v1/servers/a100-01/acceptance").json()
 
-    # The GET serves the stored report marked stale, queues a re-evaluation and writes nothing.
+    # The GET serves the stored report marked stale and writes nothing.
     assert (before["stale"], before["expectation_version"]) == (True, 1)
-    assert queued == [Server.objects.get(hostname="a100-01").pk]
     assert ServerHealth.objects.get(server__hostname="a100-01").expectation_version == 1
-    evaluate_server(queued[0])  # what the worker does with it
+    evaluate_server(a100.pk)  # what the worker does with it
     body = reader.get("/api/v1/servers/a100-01/acceptance").json()
     assert (body["stale"], body["expectation_version"]) == (False, 2)
     assert body["verdict"] == "fail"

@@ -670,7 +670,7 @@ def test_the_same_benchmark_uploaded_twice_at_once_is_stored_and_judged_once(
     _keep_tasks_off_the_broker(monkeypatch)
     health_requests: list[int] = []
     monkeypatch.setattr(
-        "topoweb.health.services.request_health", lambda server: health_requests.append(1)
+        "topoweb.health.services.request_assessments", lambda ids: health_requests.append(1)
     )
     both_checked = threading.Barrier(2, timeout=10)
     original = services._store_benchmark

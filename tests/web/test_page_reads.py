@@ -13,7 +13,9 @@ from rest_framework.test import APIClient
 from tests.web.conftest import H200, RTX6000, RTX6000_P2P, V100, add, fixture_text
 from topoweb.analysis import services as analysis_services
 from topoweb.analysis.models import Analysis
+from topoweb.fleet.models import Server
 from topoweb.fleet.services import BenchmarkInput
+from topoweb.health.services import evaluate_server
 
 pytestmark = pytest.mark.django_db
 
@@ -21,8 +23,12 @@ L40S = "topo_36_l40s-4gpu-node-sys-2nic-redacted-email-prompt.txt"
 
 
 def analyse() -> None:
+    """What the workers do after these ingests: each class analysed, then each server
+    assessed (the assessment shows its class analysis)."""
     for pk in Analysis.objects.filter(status=Analysis.Status.PENDING).values_list("pk", flat=True):
         assert analysis_services.run_analysis(pk) == "done"
+    for pk in Server.objects.values_list("pk", flat=True):
+        evaluate_server(pk)
 
 
 @pytest.fixture

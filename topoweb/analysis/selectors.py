@@ -699,30 +699,6 @@ def affinity_of(server: Server) -> dict[str, Any]:
     return {"hostname": server.hostname, **affinity(server_cost_model(server)).to_document()}
 
 
-def query_limit_reason(server: Server) -> str | None:
-    """Why the server's request-time answers (cost, placement, affinity: each builds its cost
-    model in the request) are not given, in the words of the API's 413; None when they are.
-    Read from the snapshot's GPU count alone, before any work."""
-    snapshot: Snapshot | None = server.latest_snapshot
-    if snapshot is None:
-        return None
-    try:
-        limits.check_query_gpus(server.hostname, snapshot.gpu_count)
-    except LimitExceeded as exc:
-        return exc.message
-    return None
-
-
-def page_affinity(server: Server) -> tuple[dict[str, Any] | None, str | None]:
-    """The affinity advice a page shows, or None and why it is left out: past
-    TOPOWEB_MAX_QUERY_GPUS the page is served without it (the rest of the page needs no
-    request-time cost model) instead of refusing the whole page."""
-    why = query_limit_reason(server)
-    if why is not None:
-        return None, why
-    return affinity_of(server), None
-
-
 def current_analysis(
     topology_class_id: int | None, *, result_as_text: bool = False
 ) -> Analysis | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
@@ -26,6 +26,17 @@ from topoweb.core.model import DocumentError
 from topoweb.fleet.models import Server, Snapshot, TopologyClass
 
 log = logging.getLogger(__name__)
+
+
+# Called with a topology class id whenever its analysis finishes: the apps above this one
+# register what that asks of them (AppConfig.ready; this app never imports them).
+_AFTER_ANALYSED: list[Callable[[int], None]] = []
+
+
+def after_class_analysed(hook: Callable[[int], None]) -> None:
+    """Call `hook(topology_class_id)` whenever a class analysis is stored."""
+    if hook not in _AFTER_ANALYSED:
+        _AFTER_ANALYSED.append(hook)
 
 
 def current_analysis_for(topology_class: TopologyClass) -> Analysis:
@@ -174,7 +185,11 @@ def run_analysis(analysis_id: int) -> str:
         updated_at=finished,
         duration_s=time.monotonic() - started,
     )
-    return "done" if written else "lost-claim"
+    if not written:
+        return "lost-claim"
+    for hook in _AFTER_ANALYSED:
+        hook(analysis.topology_class_id)
+    return "done"
 
 
 def _mark_failed(mine: QuerySet[Analysis], error: str, started: float) -> None:

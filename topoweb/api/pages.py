@@ -1,12 +1,15 @@
 """Page-shaped reads: everything the server page and the compare page show, in one answer each,
-computed here so that the pages' JavaScript only draws. The graph, the matrix, device details,
-benchmark rows, curves, history with its changes and the compare table's facts and verdicts
-are all decided on the server."""
+decided on the server so that the pages' JavaScript only draws. The server page is its stored
+assessment (health.assessment: graph, matrix, device details, curves, findings, computed by
+the worker) with the cheap reads beside it (summary, runs, history); the compare table's facts
+and verdicts are decided here from stored analyses."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
+from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -15,18 +18,17 @@ from rest_framework.views import APIView
 
 from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis.models import Analysis
-from topoweb.analysis.serializers import AnalysisSerializer, FindingSerializer
+from topoweb.analysis.serializers import FindingSerializer
 from topoweb.api.reads import ServerSummarySerializer
 from topoweb.config.api import READ_ERRORS
 from topoweb.config.limits import LimitExceeded
-from topoweb.core.export import device_details, matrix_document
 from topoweb.core.ledger import Layout
 from topoweb.fleet import selectors
 from topoweb.fleet.models import Benchmark, Server
 from topoweb.health import selectors as health_selectors
+from topoweb.health.assessment import step_us
 
 BENCHMARK_ROWS = 12
-BEST_LAYOUTS = 5
 MiB = 1 << 20
 COMPARE_SIZES = (MiB, 64 * MiB, 1024 * MiB)
 
@@ -38,21 +40,12 @@ def _analysis(server: Server) -> Analysis | None:
 def stored_result(server: Server) -> dict[str, Any]:
     """The class's finished analysis result in this server's GPU numbering ({} if none)."""
     analysis = _analysis(server)
-    if analysis is None or analysis.status != Analysis.Status.DONE or not analysis.result:
+    # A finished result stays served while its class is analysed again (new runs).
+    if analysis is None or not analysis.result:
         return {}
     # Stored in the class's canonical GPU order; served in this server's own numbering.
     result = analysis_selectors.analysis_result_for(server, analysis.result)
     return result or {}
-
-
-def newest_p2p(server: Server) -> dict[str, Any] | None:
-    found = (
-        Benchmark.objects.filter(server=server, kind=Benchmark.Kind.P2P)
-        .only("document")
-        .order_by("-captured_at", "-id")
-        .first()
-    )
-    return found.document if found is not None else None
 
 
 def _benchmark_rows(server: Server) -> list[dict[str, Any]]:
@@ -72,44 +65,6 @@ def _benchmark_rows(server: Server) -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-def _plot(server: Server) -> dict[str, Any]:
-    """The busbw curves: the model's all_reduce over all GPUs (and calibrated), and every
-    measured nccl-tests sweep, each as points (bytes, GB/s)."""
-    doc = analysis_selectors.stored_costs(server)
-    series = []
-
-    def modelled(costs: dict[str, Any] | None, label: str) -> None:
-        curve = ((costs or {}).get("curves") or {}).get("all_reduce")
-        if curve:
-            points = [list(p) for p in zip(costs["sizes"], curve["busbw_gbps"], strict=True)]  # type: ignore[index]
-            series.append({"label": label, "kind": "modelled", "dashed": True, "points": points})
-
-    gpus = len(((doc.get("costs") or {}).get("curve_gpus")) or [])
-    modelled(doc.get("costs"), f"modelled all_reduce, {gpus} GPUs")
-    modelled(doc.get("calibrated_costs"), "modelled all_reduce, calibrated on measurements")
-    for m in doc["measured"]:
-        series.append(
-            {
-                "label": f"measured {m['collective']}, {m['gpu_count']} GPUs "
-                f"(run {m['benchmark_id']})",
-                "kind": "measured",
-                "dashed": False,
-                "points": [list(p) for p in zip(m["bytes"], m["busbw_gbps"], strict=True)],
-            }
-        )
-    if not series:
-        status = doc["analysis_status"]
-        why = "" if status == "done" else f" (analysis {status or 'not run'})"
-        note = (
-            f"No modelled curve yet{why}; upload nccl-tests output to see measured bus bandwidth."
-        )
-    elif not doc["measured"]:
-        note = "Modelled only: upload nccl-tests output to compare with a measurement."
-    else:
-        note = ""
-    return {"series": series, "note": note}
 
 
 def _history(server: Server) -> list[dict[str, Any]]:
@@ -144,76 +99,43 @@ def _history(server: Server) -> list[dict[str, Any]]:
     return rows
 
 
-def _step_us(doc: dict[str, Any]) -> float:
-    value: float = doc.get("predicted_step_time_us", doc.get("predicted_step_comm_us", 0.0))
-    return value
-
-
-def _best_layouts(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """The stored layouts that fit in memory first, each group fastest first."""
-    layouts = sorted(
-        result.get("layouts") or [], key=lambda d: (d.get("fits") is False, _step_us(d))
-    )
-    return layouts[:BEST_LAYOUTS]
-
-
-def server_page(server: Server) -> dict[str, Any]:
-    """The whole server page in one document."""
-    server.snapshot_count = server.snapshots.count()  # type: ignore[attr-defined]
-    server.benchmark_count = server.benchmarks.count()  # type: ignore[attr-defined]
-    analysis = _analysis(server)
-    result = stored_result(server)
-    snapshot = server.latest_snapshot
-    graph = matrix = details = affinity = None
-    warnings: list[str] = []
-    left_out: dict[str, str] = {}
-    if snapshot is not None:
-        # Decided first, from the GPU count: a server past the query limit is served without
-        # its request-time parts (each named with the reason), never refused as a whole.
-        affinity, why = analysis_selectors.page_affinity(server)
-        if why is not None:
-            left_out["affinity"] = why
-        topo = snapshot.to_domain()
-        warnings = list(topo.warnings)
-        graph = selectors.graph_elements(snapshot, topo)
-        matrix = matrix_document(topo, newest_p2p(server), result.get("p2p_prediction"))
-        details = device_details(topo, affinity)
-    return {
+def server_page(server: Server) -> bytes:
+    """The whole server page in one JSON answer: the server's stored assessment (its text as
+    stored, not decoded) joined with the few cheap reads that change between assessments (the
+    summary, counts, runs, history)."""
+    document, stale, checked = health_selectors.assessment(server)
+    live = {
         "server": {
             **ServerSummarySerializer(server).data,
-            "snapshot_count": server.snapshot_count,  # type: ignore[attr-defined]
-            "benchmark_count": server.benchmark_count,  # type: ignore[attr-defined]
+            "snapshot_count": server.snapshots.count(),
+            "benchmark_count": server.benchmarks.count(),
         },
-        "analysis": (
-            {
-                "status": analysis.status,
-                "error": analysis.error,
-                "finished_at": AnalysisSerializer(analysis).data["finished_at"],
-            }
-            if analysis is not None
-            else None
-        ),
-        "findings": health_selectors.server_findings(server),
-        "findings_checked": health_selectors.findings_checked(server),
-        "reader_warnings": warnings,
-        "graph": graph,
-        "matrix": matrix,
-        "devices": details,
-        "affinity": affinity,
+        "stale": stale,
+        "findings_checked": checked,
         "benchmarks": _benchmark_rows(server),
-        "plot": _plot(server),
         "history": _history(server),
-        "best_layouts": _best_layouts(result),
-        "recommendations": result.get("recommendations") or {},
-        "step_assumptions": result.get("step_assumptions") or "",
         "presets": analysis_selectors.model_presets(),
-        "left_out": left_out,
     }
+    # Two JSON objects joined: the live one's closing brace and the stored one's opening go.
+    head = orjson.dumps(live, default=str, option=orjson.OPT_UTC_Z)
+    return head[:-1] + b"," + document.encode()[1:]
 
 
 class ServerPageSerializer(serializers.Serializer):
     server = serializers.DictField(help_text="The server's summary (as in the server list)")
-    analysis = serializers.DictField(allow_null=True, help_text="status, error, finished_at")
+    stale = serializers.BooleanField(
+        help_text="The stored assessment is older than one of its inputs; a newer one is queued"
+    )
+    analysis = serializers.DictField(
+        allow_null=True,
+        help_text="The class analysis: status, error, finished_at, cost_model_version, current, "
+        "calibrated_by (the benchmark ids that calibrated it)",
+    )
+    expectations = serializers.DictField(
+        allow_null=True,
+        help_text="Each GPU pair's one expectation: basis, thresholds, gpus, records (gbps, "
+        "floor_gbps, source, host_staged) and grid (record number per ordered pair), busbw_gbps",
+    )
     findings = FindingSerializer(many=True)
     findings_checked = serializers.BooleanField(
         help_text="The health checks have judged the current snapshot: only then does an "
@@ -245,9 +167,9 @@ class ServerPageSerializer(serializers.Serializer):
     presets = serializers.ListField(child=serializers.DictField())
     left_out = serializers.DictField(
         child=serializers.CharField(),
-        help_text="Parts of the page not given for this server (e.g. `affinity` past "
-        "TOPOWEB_MAX_QUERY_GPUS, which would build the cost model in the request), each with "
-        "the reason; empty when the page is whole",
+        help_text="Parts of the page not given for this server (e.g. `affinity` before the "
+        "class analysis, `assessment` before the first one), each with the reason; empty when "
+        "the page is whole",
     )
 
 
@@ -258,8 +180,9 @@ class ServerPageApi(APIView):
         operation_id="servers_page_retrieve",
         responses={200: ServerPageSerializer, **READ_ERRORS},
     )
-    def get(self, request: Request, hostname: str) -> Response:
-        return Response(server_page(selectors.server_by_hostname(hostname)))
+    def get(self, request: Request, hostname: str) -> HttpResponse:
+        body = server_page(selectors.server_by_hostname(hostname))
+        return HttpResponse(body, content_type="application/json")
 
 
 # --- compare --------------------------------------------------------------------------------
@@ -414,8 +337,8 @@ def _facts(side: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(
             {
                 "label": "Step time",
-                "text": _fmt_time(_step_us(placement)),
-                "value": _step_us(placement),
+                "text": _fmt_time(step_us(placement)),
+                "value": step_us(placement),
                 "better": -1,
             }
         )

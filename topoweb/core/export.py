@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from topoweb.core.catalogue import Hardware, resolve_hardware
@@ -455,19 +456,23 @@ def matrix_view(topo: Topology) -> dict[str, Any]:
 
 
 _P2P_KEYS = {
-    "uni": ("unidirectional_p2p_enabled_gbps", "unidirectional_gbps"),
-    "bi": ("bidirectional_p2p_enabled_gbps", "bidirectional_gbps"),
+    "uni": "unidirectional_p2p_enabled_gbps",
+    "bi": "bidirectional_p2p_enabled_gbps",
 }
 GOOD_RATIO, FAIR_RATIO = 0.8, 0.5  # measured / expected: at least good, at least fair, else poor
 
 
 def matrix_document(
-    topo: Topology, p2p: dict[str, Any] | None = None, prediction: dict[str, Any] | None = None
+    topo: Topology,
+    p2p: dict[str, Any] | None = None,
+    expected: Mapping[tuple[int, int], float] | None = None,
 ) -> dict[str, Any]:
     """Everything the matrix view shows, per ordered device pair: the link class, and per
     direction ("uni", "bi") that a p2pBandwidthLatencyTest document measured, the measured
-    GB/s, the cost model's expectation, their ratio and its grade (good >= 80 %, fair >= 50 %,
-    else poor). Cells that are not a GPU pair are None."""
+    GB/s, the pair's expectation, their ratio and its grade (good >= 80 %, fair >= 50 %,
+    else poor). `expected`: each ordered GPU pair's one expectation per direction (GB/s, by
+    GPU index), as core.health.judged_pairs gives it; both directions together for "bi".
+    Cells that are not a GPU pair are None."""
     ids = [d.id for d in topo.devices]
     labels = [_nic_label(topo, i) for i in ids]
     index = {d.id: d.index for d in topo.gpus}
@@ -478,11 +483,11 @@ def matrix_document(
         "directions": {},
     }
     matrices = (p2p or {}).get("matrices") or {}
-    for direction, (measured_key, predicted_key) in _P2P_KEYS.items():
+    pairs = expected or {}
+    for direction, measured_key in _P2P_KEYS.items():
         measured = matrices.get(measured_key)
         if not measured:
             continue
-        expected = (prediction or {}).get(predicted_key)
 
         def cell(grid: Any, a: str, b: str) -> float | None:
             i, j = index.get(a), index.get(b)
@@ -492,11 +497,21 @@ def matrix_document(
                 return None
             return float(grid[i][j])
 
+        def want(a: str, b: str, both: bool = direction == "bi") -> float | None:
+            i, j = index.get(a), index.get(b)
+            if i is None or j is None or a == b:
+                return None
+            there = pairs.get((i, j))
+            if not both or there is None:
+                return there
+            back = pairs.get((j, i))
+            return None if back is None else round(there + back, 4)
+
         got = [[cell(measured, a, b) for b in ids] for a in ids]
-        want = [[cell(expected, a, b) for b in ids] for a in ids]
+        wanted = [[want(a, b) for b in ids] for a in ids]
         ratio = [
             [round(g / w, 3) if g is not None and w else None for g, w in zip(gr, wr, strict=True)]
-            for gr, wr in zip(got, want, strict=True)
+            for gr, wr in zip(got, wanted, strict=True)
         ]
         grade = [
             [
@@ -514,9 +529,9 @@ def matrix_document(
         values = [v for row in got for v in row if v is not None]
         out["directions"][direction] = {
             "measured_gbps": got,
-            "expected_gbps": want if expected else None,
-            "ratio": ratio if expected else None,
-            "grade": grade if expected else None,
+            "expected_gbps": wanted if pairs else None,
+            "ratio": ratio if pairs else None,
+            "grade": grade if pairs else None,
             "max_measured_gbps": max(values) if values else None,
         }
     return out

@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from topoweb.config.api import READ_ERRORS
-from topoweb.health import selectors, services
+from topoweb.health import selectors
 from topoweb.health.serializers import AcceptanceSerializer, SkuAcceptanceSerializer
 
 
@@ -17,11 +17,8 @@ class ServerAcceptanceApi(APIView):
         operation_id="servers_acceptance", responses={200: AcceptanceSerializer, **READ_ERRORS}
     )
     def get(self, request: Request, hostname: str) -> Response:
-        server = selectors.server_with_health(hostname)
-        report = selectors.acceptance_document(server)
-        if report["stale"]:
-            services.enqueue_health(server.pk)  # a GET writes nothing; the worker re-judges
-        return Response(report)
+        # Read only: whatever made it stale queued its re-evaluation.
+        return Response(selectors.acceptance_document(selectors.server_with_health(hostname)))
 
 
 class SkuAcceptanceApi(APIView):

@@ -78,7 +78,14 @@ class SkuExpectation(models.Model):
 
 
 class ServerHealth(models.Model):
-    """The latest health evaluation of one server (replaced, never appended)."""
+    """A server's assessment: the latest evaluation of one server (replaced, never appended),
+    computed by the health worker from everything it depends on, and read as stored by every
+    page, export and API answer about the server (no request builds a cost model).
+
+    `requested_at` later than `computed_at` means an input changed since (a report, a run, a
+    sibling's figures, the class analysis): the stored one is served marked `stale` while the
+    queued evaluation runs. `computed_at` is when the worker began reading its inputs, so an
+    input changed while it ran keeps it stale."""
 
     server = models.OneToOneField(Server, on_delete=models.CASCADE, related_name="health")
     snapshot = models.ForeignKey(Snapshot, null=True, on_delete=models.SET_NULL, related_name="+")
@@ -86,6 +93,11 @@ class ServerHealth(models.Model):
     expectation_version = models.PositiveIntegerField(null=True, blank=True)
     expectations = models.JSONField(null=True, blank=True)  # the figures it was judged by
     acceptance = models.JSONField()  # core.health.acceptance_report
+    # The page-shaped document (health.assessment.ASSESSMENT_KEYS), stored as JSON text: a
+    # page reads it as bytes, never decoding it.
+    document = models.TextField(default="{}")
+    requested_at = models.DateTimeField(null=True, blank=True)
+    cost_model_version = models.PositiveIntegerField(null=True, blank=True)
     critical_count = models.PositiveIntegerField(default=0, db_index=True)
     warning_count = models.PositiveIntegerField(default=0)
     # core.health.server_gauges: what /metrics says of this server (GPUs, bandwidth figures).

@@ -5,13 +5,15 @@ the health badge (one rule for the badge and the filter)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+import orjson
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Sum
 from django.http import Http404
 
 from topoweb.analysis.selectors import KeptAnswers, benchmark_set_identity
 from topoweb.config.metrics import GaugeFamily
+from topoweb.core.analysis import COST_MODEL_VERSION
 from topoweb.core.formats.nvml import NvmlFacts, NvmlFactsError, read_nvml
 from topoweb.core.health import (
     COLLECTOR_SILENT,
@@ -25,6 +27,7 @@ from topoweb.core.health import (
 from topoweb.core.model import NcclRun, P2PResult, Topology
 from topoweb.fleet.models import Benchmark, Server, Snapshot, Source, TopologyClass
 from topoweb.fleet.selectors import usual_topology_class_id
+from topoweb.health.assessment import ASSESSMENT_KEYS
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
 
 # A SKU median means something only with a few servers behind it.
@@ -180,11 +183,24 @@ def health_findings(server: Server) -> list[dict[str, Any]]:
     return [f.to_document() for f in HealthFinding.objects.filter(server=server).order_by("id")]
 
 
+def is_stale(server: Server, health: ServerHealth, expectation_version: int | None) -> bool:
+    """Whether a stored assessment is older than what it depends on: the server has a newer
+    snapshot, an input changed since it was computed (a run, a sibling's figures, the class
+    analysis: `requested_at`, its evaluation queued), the SKU's expectations or the cost
+    model changed. The stored one is served meanwhile, marked `stale`."""
+    return (
+        health.snapshot_id != server.latest_snapshot_id
+        or (health.requested_at is not None and health.requested_at > health.computed_at)
+        or health.expectation_version != expectation_version
+        or health.cost_model_version != COST_MODEL_VERSION
+    )
+
+
 def acceptance_document(server: Server) -> dict[str, Any]:
     """The acceptance report as last computed, read only: `stale` is true when the server has
-    a newer snapshot or its SKU's expectations changed since (the caller queues a
-    re-evaluation), and a server never evaluated gets a "pending" report of the same shape.
-    Http404 for a server with no topology yet."""
+    a newer snapshot or its SKU's expectations changed since (is_stale: its evaluation is
+    queued by whatever changed), and a server never evaluated gets a "pending" report of the
+    same shape. Http404 for a server with no topology yet."""
     if server.latest_snapshot_id is None:
         raise Http404(f"server {server.hostname!r} has no topology snapshot yet")
     health = stored_health(server)
@@ -213,11 +229,44 @@ def acceptance_document(server: Server) -> dict[str, Any]:
             "computed_at": None,
             "stale": True,
         }
-    stale = health.snapshot_id != server.latest_snapshot_id or health.expectation_version != version
     return dict(health.acceptance) | {
         "computed_at": health.computed_at.isoformat(),
-        "stale": stale,
+        "stale": is_stale(server, health, version),
     }
+
+
+PENDING = "not assessed yet: the worker computes it after each report"
+
+
+def assessment(server: Server) -> tuple[str, bool, bool]:
+    """The server's stored assessment document (health.assessment.ASSESSMENT_KEYS) as JSON
+    text, never decoded here; whether it is stale (is_stale); whether its findings judge the
+    current snapshot. Before the first assessment: a pending document of the same keys, with
+    what ingest already knows as findings."""
+    health = ServerHealth.objects.filter(server=server).defer("acceptance").first()
+    if health is None or health.document in ("", "{}"):
+        pending: dict[str, Any] = dict.fromkeys(ASSESSMENT_KEYS)
+        pending |= {
+            "findings": _ingest_findings(server.differs_from_sku, server.sku_name),
+            "reader_warnings": [],
+            "best_layouts": [],
+            "recommendations": {},
+            "step_assumptions": "",
+            "plot": {"series": [], "note": PENDING if server.latest_snapshot_id else ""},
+            # A host known only by its benchmarks has nothing to assess until a topology comes.
+            "left_out": {"assessment": PENDING} if server.latest_snapshot_id else {},
+        }
+        return orjson.dumps(pending).decode(), True, False
+    row = sku_expectation(server.sku_name)
+    stale = is_stale(server, health, row.version if row is not None else None)
+    return health.document, stale, health.snapshot_id == server.latest_snapshot_id
+
+
+def stored_matrix(server: Server) -> dict[str, Any] | None:
+    """The matrix of the server's stored assessment (None before the first one)."""
+    text = ServerHealth.objects.filter(server=server).values_list("document", flat=True).first()
+    matrix = orjson.loads(text).get("matrix") if text else None
+    return cast(dict[str, Any] | None, matrix)
 
 
 def sku_acceptance(sku_name: str) -> dict[str, Any]:

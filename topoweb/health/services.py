@@ -4,17 +4,21 @@ staff's SKU expectations."""
 
 from __future__ import annotations
 
+import functools
 import logging
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 
+import orjson
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from topoweb.config import metrics
 from topoweb.config.celery_app import enqueue
+from topoweb.core.analysis import COST_MODEL_VERSION
 from topoweb.core.health import (
     COLLECTOR_SILENT,
     Expectations,
@@ -25,6 +29,8 @@ from topoweb.core.health import (
     check_health,
     collector_silence,
     expectations_from_model,
+    judged_pairs,
+    measured_figures,
     median_figures,
     server_gauges,
     silence_window,
@@ -33,6 +39,7 @@ from topoweb.core.model import Topology
 from topoweb.fleet import selectors as fleet_selectors
 from topoweb.fleet.models import Benchmark, Server, Snapshot
 from topoweb.health import selectors
+from topoweb.health.assessment import assessment_document
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
 
 log = logging.getLogger(__name__)
@@ -41,6 +48,11 @@ log = logging.getLogger(__name__)
 def evaluate_server(server_id: int) -> ServerHealth | None:
     """Recompute a server's findings and acceptance report from what is stored now. Idempotent:
     a re-run replaces the previous evaluation; None for a server with no topology yet."""
+    # The time its inputs are read from: an input that changes while this runs leaves the
+    # stored assessment stale (requested_at later), and its queued evaluation runs next.
+    started = timezone.now()
+    # What asked for it is being read now; an input that changes from here on asks again.
+    ServerHealth.objects.filter(server_id=server_id).update(requested_at=None)
     server = (
         Server.objects.select_related("latest_snapshot__topology_class")
         .filter(pk=server_id)
@@ -90,12 +102,18 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
     silence = silence_of(server, now)
     if silence is not None:  # kept through a re-evaluation (staff's edit) while it lasts
         findings = (*findings, silence)
+    # The pairs' expectations as the findings and acceptance rows judged them: the matrix too.
+    measured = measured_figures(inputs.p2p, inputs.nccl_runs, expectations.thresholds)
+    pairs = judged_pairs(inputs.topology, expectations, findings, measured, medians)
+    document = assessment_document(server, inputs.topology, expectations, pairs, findings)
     with transaction.atomic():
         health, _ = ServerHealth.objects.update_or_create(
             server=server,
             defaults={
                 "snapshot": server.latest_snapshot,
-                "computed_at": now,
+                "computed_at": started,
+                "document": orjson.dumps(document).decode(),
+                "cost_model_version": COST_MODEL_VERSION,
                 "expectation_version": row.version if row is not None else None,
                 "expectations": expectations.to_document(),
                 "acceptance": report,
@@ -108,7 +126,7 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
         HealthFinding.objects.bulk_create(
             HealthFinding(server=server, **f.to_document()) for f in findings
         )
-    # The graph pages draw, drawn here once per snapshot rather than by each request.
+    # The graph the graph API serves, drawn here once per snapshot rather than by a request.
     if server.latest_snapshot is not None:
         fleet_selectors.warm_graph(server.latest_snapshot, inputs.topology)
     return health
@@ -140,9 +158,22 @@ def expectations_for(
 
 
 def request_health(server: Server) -> None:
-    """Evaluate the server once the caller's transaction commits (eager without a broker)."""
-    server_id = server.pk
-    transaction.on_commit(lambda: enqueue_health(server_id))
+    """An input of the server's assessment changed: re-evaluate it once the caller's
+    transaction commits (eager without a broker). See request_assessments."""
+    request_assessments([server.pk])
+
+
+def request_assessments(server_ids: Sequence[int]) -> None:
+    """These servers' assessments are out of date: mark them (served `stale` meanwhile) and
+    queue each one's evaluation once the caller commits, unless one is already queued (its
+    mark set, not yet picked up by a worker): one queued evaluation per server at most."""
+    now = timezone.now()
+    stored = ServerHealth.objects.filter(server_id__in=server_ids)
+    queued = set(stored.filter(requested_at__isnull=False).values_list("server_id", flat=True))
+    stored.filter(requested_at__isnull=True).update(requested_at=now)
+    for server_id in server_ids:
+        if server_id not in queued:
+            transaction.on_commit(functools.partial(enqueue_health, server_id))
 
 
 def enqueue_health(server_id: int) -> bool:
@@ -150,17 +181,37 @@ def enqueue_health(server_id: int) -> bool:
     return enqueue("health.evaluate", server_id)
 
 
-def on_new_report(server: Server, _stored: Snapshot | Benchmark) -> None:
-    """The fleet stored a snapshot or a benchmark: the server needs a fresh evaluation
-    (fleet.services calls this, registered by HealthConfig.ready)."""
-    request_health(server)
+def on_new_report(server: Server, stored: Snapshot | Benchmark) -> None:
+    """The fleet stored a snapshot or a benchmark: the server needs a fresh assessment, and
+    for a benchmark so do its SKU siblings, whose medians include it (fleet.services calls
+    this, registered by HealthConfig.ready)."""
+    ids = [server.pk]
+    if isinstance(stored, Benchmark) and server.sku_name:
+        siblings = Server.objects.filter(sku_name=server.sku_name, latest_snapshot__isnull=False)
+        ids += siblings.exclude(pk=server.pk).values_list("pk", flat=True)
+    request_assessments(ids)
+
+
+def on_class_analysed(topology_class_id: int) -> None:
+    """A class analysis finished: its servers' assessments show it (curves, layouts,
+    affinity), so they are out of date (analysis.services calls this, registered by
+    HealthConfig.ready)."""
+    members = Server.objects.filter(topology_class_id=topology_class_id)
+    request_assessments(list(members.values_list("pk", flat=True)))
 
 
 def stale_servers() -> list[int]:
-    """Servers never evaluated, or evaluated against an older snapshot than their latest."""
+    """Servers never evaluated, evaluated against an older snapshot than their latest or an
+    older cost model, or asked for again and not picked up for a minute (a lost message)."""
+    lost = timezone.now() - timedelta(seconds=60)
     return list(
         Server.objects.filter(latest_snapshot__isnull=False)
-        .exclude(health__snapshot_id=F("latest_snapshot_id"))
+        .filter(
+            Q(health__isnull=True)
+            | ~Q(health__snapshot_id=F("latest_snapshot_id"))
+            | ~Q(health__cost_model_version=COST_MODEL_VERSION)
+            | Q(health__requested_at__lt=lost)
+        )
         .values_list("pk", flat=True)
     )
 
@@ -211,6 +262,8 @@ def sweep_silent_collectors(now: datetime | None = None) -> tuple[list[str], lis
         ServerHealth.objects.filter(server_id__in=[row[1] for row in back]).update(
             warning_count=F("warning_count") - 1
         )
+        # Their pages read the findings from the assessment: it follows.
+        request_assessments([row[0] for row in newly] + [row[1] for row in back])
     return [row[1] for row in newly], [row[2] for row in back]
 
 
@@ -241,8 +294,8 @@ def save_expectation(
         ]
         expectation.save(update_fields=fields)
         expectation.refresh_from_db(fields=["version"])
-    for server in Server.objects.filter(sku_name=expectation.sku_name):
-        request_health(server)
+    members = Server.objects.filter(sku_name=expectation.sku_name)
+    request_assessments(list(members.values_list("pk", flat=True)))
     return expectation
 
 

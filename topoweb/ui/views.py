@@ -12,12 +12,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from topoweb.api.pages import newest_p2p, stored_result
 from topoweb.config.permissions import may_read
-from topoweb.core.export import matrix_csv, matrix_document
+from topoweb.core.export import matrix_csv
 from topoweb.core.svg import graph_svg
 from topoweb.fleet.fabric_selectors import fabric_by_name
 from topoweb.fleet.selectors import graph_elements, server_by_hostname
+from topoweb.health.selectors import stored_matrix
 
 View = Callable[..., HttpResponse]
 
@@ -83,7 +83,7 @@ def graph_svg_export(request: HttpRequest, hostname: str) -> HttpResponse:
 @readable
 def matrix_csv_export(request: HttpRequest, hostname: str) -> HttpResponse:
     """The matrix view as CSV: ?mode=class|measured|ratio, ?direction=uni|bi."""
-    server, topo = _topology_of(hostname)
+    server, _ = _topology_of(hostname)
     mode = request.GET.get("mode", "class")
     direction = request.GET.get("direction", "uni")
     if mode not in ("class", "measured", "ratio") or direction not in ("uni", "bi"):
@@ -92,7 +92,9 @@ def matrix_csv_export(request: HttpRequest, hostname: str) -> HttpResponse:
             status=400,
             content_type="text/plain",
         )
-    doc = matrix_document(topo, newest_p2p(server), stored_result(server).get("p2p_prediction"))
+    doc = stored_matrix(server)
+    if doc is None:
+        raise Http404(f"{hostname!r} is not assessed yet: its matrix comes with the assessment")
     response = HttpResponse(matrix_csv(doc, mode, direction), content_type="text/csv")
     response["Content-Disposition"] = (
         f'attachment; filename="{_file_name(hostname)}-matrix-{mode}.csv"'

@@ -13,7 +13,7 @@ the collector's raw `nvml` object and reads it there.
 
 from __future__ import annotations
 
-from topoweb.core.health.acceptance import acceptance_report
+from topoweb.core.health.acceptance import acceptance_report, judged_pairs
 from topoweb.core.health.checks import check_health
 from topoweb.core.health.diff import TopologyDiff, diff_topologies
 from topoweb.core.health.expectations import (
@@ -94,6 +94,7 @@ __all__ = [
     "expectations_by_class",
     "expectations_from_model",
     "judge",
+    "judged_pairs",
     "measured_figures",
     "median_figures",
     "pair_expectations",

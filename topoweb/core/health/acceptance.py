@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from topoweb.core.health.expectations import judge, pair_expectations
+from topoweb.core.health.expectations import PairExpectations, judge, pair_expectations
 from topoweb.core.health.figures import (
     CollectiveKey,
     Expectations,
@@ -41,6 +41,33 @@ def _not_measured_groups(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, An
     ]
 
 
+def judged_pairs(
+    topo: Topology,
+    expectations: Expectations,
+    findings: Sequence[Finding],
+    measured: Figures,
+    sku_medians: Figures | None = None,
+) -> PairExpectations:
+    """Each GPU pair's expectation as the findings judged it (one rule: pair_expectations),
+    the pairs a p2p_unavailable finding names taken as host-staged copies: what the acceptance
+    rows and the stored assessment's matrix show."""
+    index = {g.id: g.index for g in topo.gpus}
+    staged = {
+        frozenset((index[p["a"]], index[p["b"]]))
+        for f in findings
+        if f.kind == P2P_UNAVAILABLE
+        for p in f.evidence.get("pairs", ())
+        if p.get("a") in index and p.get("b") in index
+    }
+    return pair_expectations(
+        topo,
+        expectations,
+        {k: v for k, v in measured.p2p_gbps.items() if frozenset(k) not in staged},
+        sku_medians,
+        host_staged=staged,
+    )
+
+
 def acceptance_report(
     topo: Topology,
     expectations: Expectations,
@@ -62,22 +89,7 @@ def acceptance_report(
         if best is not None and measured.busbw_gbps.get(key) == best[0]:
             sizes[key] = best[1]
     medians = sku_medians or Figures()
-    # The same expectation per pair the findings judged by (one rule: pair_expectations).
-    index = {g.id: g.index for g in topo.gpus}
-    staged = {
-        frozenset((index[p["a"]], index[p["b"]]))
-        for f in findings
-        if f.kind == P2P_UNAVAILABLE
-        for p in f.evidence.get("pairs", ())
-        if p.get("a") in index and p.get("b") in index
-    }
-    pairs = pair_expectations(
-        topo,
-        expectations,
-        {k: v for k, v in measured.p2p_gbps.items() if frozenset(k) not in staged},
-        sku_medians,
-        host_staged=staged,
-    )
+    pairs = judged_pairs(topo, expectations, findings, measured, sku_medians)
     rows = []
     for table in ("p2p_gbps", "busbw_gbps"):
         exp: Mapping[Any, float] = getattr(expectations.figures, table)

@@ -1,0 +1,187 @@
+"""A server's assessment document: everything its page and exports show that takes work to
+compute (each GPU pair's one expectation, findings, graph, matrix, device details, affinity,
+the class analysis in the server's own numbering, the busbw curves), composed by the health
+worker (services.evaluate_server) and stored as JSON text on ServerHealth.document. Requests
+only read it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from topoweb.analysis import selectors as analysis_selectors
+from topoweb.analysis.models import Analysis
+from topoweb.core.analysis import COST_MODEL_VERSION
+from topoweb.core.export import device_details, graph_document, matrix_document
+from topoweb.core.health import Expectations, Finding, PairExpectation, PairExpectations
+from topoweb.core.model import Topology
+from topoweb.fleet.models import Benchmark, Server
+
+BEST_LAYOUTS = 5
+
+# The keys of the stored document, in the order the page's answer gives them.
+ASSESSMENT_KEYS = (
+    "analysis",
+    "expectations",
+    "findings",
+    "reader_warnings",
+    "graph",
+    "matrix",
+    "devices",
+    "affinity",
+    "plot",
+    "best_layouts",
+    "recommendations",
+    "step_assumptions",
+    "left_out",
+)
+
+AFFINITY_WAITS = "waits for the class analysis of this wiring (queued or running)"
+
+
+def newest_p2p(server: Server) -> dict[str, Any] | None:
+    found = (
+        Benchmark.objects.filter(server=server, kind=Benchmark.Kind.P2P)
+        .only("document")
+        .order_by("-captured_at", "-id")
+        .first()
+    )
+    return found.document if found is not None else None
+
+
+def pair_table(
+    topology: Topology, pairs: PairExpectations, expectations: Expectations
+) -> dict[str, Any]:
+    """Each ordered GPU pair's one expectation (core.health.pair_expectations' record, less
+    its pair): the distinct records once, and a grid by GPU (rows and columns in `gpus` order)
+    of each pair's record number (None where nothing is expected). A 576-GPU server has 331,200
+    pairs and a handful of distinct records."""
+    gpus = [g.index for g in topology.gpus]
+    records: dict[str, int] = {}
+    documents: list[dict[str, Any]] = []
+
+    def number(e: PairExpectation) -> int:
+        doc = {k: v for k, v in e.to_document().items() if k not in ("src", "dst")}
+        key = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS).decode()
+        if key not in records:
+            records[key] = len(documents)
+            documents.append(doc)
+        return records[key]
+
+    grid = [[None if (e := pairs.get((a, b))) is None else number(e) for b in gpus] for a in gpus]
+    return {
+        "basis": expectations.basis,
+        "thresholds": expectations.thresholds.to_document(),
+        "gpus": gpus,
+        "records": documents,
+        "grid": grid,
+        "busbw_gbps": expectations.figures.to_document()["busbw_gbps"],
+    }
+
+
+def _plot(server: Server, costs_doc: dict[str, Any]) -> dict[str, Any]:
+    """The busbw curves: the model's all_reduce over all GPUs (and calibrated), and every
+    measured nccl-tests sweep, each as points (bytes, GB/s)."""
+    doc = costs_doc
+    series = []
+
+    def modelled(costs: dict[str, Any] | None, label: str) -> None:
+        curve = ((costs or {}).get("curves") or {}).get("all_reduce")
+        if curve:
+            points = [list(p) for p in zip(costs["sizes"], curve["busbw_gbps"], strict=True)]  # type: ignore[index]
+            series.append({"label": label, "kind": "modelled", "dashed": True, "points": points})
+
+    gpus = len(((doc.get("costs") or {}).get("curve_gpus")) or [])
+    modelled(doc.get("costs"), f"modelled all_reduce, {gpus} GPUs")
+    modelled(doc.get("calibrated_costs"), "modelled all_reduce, calibrated on measurements")
+    for m in doc["measured"]:
+        series.append(
+            {
+                "label": f"measured {m['collective']}, {m['gpu_count']} GPUs "
+                f"(run {m['benchmark_id']})",
+                "kind": "measured",
+                "dashed": False,
+                "points": [list(p) for p in zip(m["bytes"], m["busbw_gbps"], strict=True)],
+            }
+        )
+    if not series:
+        status = doc["analysis_status"]
+        why = "" if status == "done" else f" (analysis {status or 'not run'})"
+        note = (
+            f"No modelled curve yet{why}; upload nccl-tests output to see measured bus bandwidth."
+        )
+    elif not doc["measured"]:
+        note = "Modelled only: upload nccl-tests output to compare with a measurement."
+    else:
+        note = ""
+    return {"series": series, "note": note}
+
+
+def step_us(doc: dict[str, Any]) -> float:
+    value: float = doc.get("predicted_step_time_us", doc.get("predicted_step_comm_us", 0.0))
+    return value
+
+
+def best_layouts(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stored layouts that fit in memory first, each group fastest first."""
+    layouts = sorted(
+        result.get("layouts") or [], key=lambda d: (d.get("fits") is False, step_us(d))
+    )
+    return layouts[:BEST_LAYOUTS]
+
+
+def _analysis_part(analysis: Analysis | None, result: dict[str, Any]) -> dict[str, Any] | None:
+    if analysis is None:
+        return None
+    done = analysis.finished_at
+    finished = done.isoformat().replace("+00:00", "Z") if done is not None else None
+    return {
+        "status": analysis.status,
+        "error": analysis.error,
+        "finished_at": finished,
+        "cost_model_version": analysis.cost_model_version,
+        "current": analysis.cost_model_version == COST_MODEL_VERSION,
+        # Which measured runs calibrated the class's curves and predictions.
+        "calibrated_by": (result.get("calibration") or {}).get("benchmarks", []),
+    }
+
+
+def assessment_document(
+    server: Server,
+    topology: Topology,
+    expectations: Expectations,
+    pairs: PairExpectations,
+    findings: Sequence[Finding],
+) -> dict[str, Any]:
+    """The stored document of ASSESSMENT_KEYS, from what is stored now (worker side)."""
+    analysis = analysis_selectors.current_analysis(server.topology_class_id)
+    result: dict[str, Any] = {}
+    if analysis is not None and analysis.result:
+        result = analysis_selectors.analysis_result_for(server, analysis.result) or {}
+    left_out: dict[str, str] = {}
+    affinity = None
+    if result.get("affinity"):
+        affinity = {"hostname": server.hostname, **result["affinity"]}
+    else:
+        left_out["affinity"] = AFFINITY_WAITS
+    costs = analysis_selectors.stored_costs(server)
+    # Rounded as the findings and acceptance rows give them: one number per pair.
+    expected = {k: round(pairs[k].value_gbps, 2) for k in pairs}
+    matrix = matrix_document(topology, newest_p2p(server), expected)
+    return {
+        "analysis": _analysis_part(analysis, result),
+        "expectations": pair_table(topology, pairs, expectations),
+        "findings": [f.to_document() for f in findings],
+        "reader_warnings": list(topology.warnings),
+        "graph": graph_document(topology),
+        "matrix": matrix,
+        "devices": device_details(topology, affinity),
+        "affinity": affinity,
+        "plot": _plot(server, costs),
+        "best_layouts": best_layouts(result),
+        "recommendations": result.get("recommendations") or {},
+        "step_assumptions": result.get("step_assumptions") or "",
+        "left_out": left_out,
+    }
