@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("health", "0002_sources_disagree_finding"),
+        ("health", "0003_collector_silent_finding"),
     ]
 
     operations = [
