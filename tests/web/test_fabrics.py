@@ -232,3 +232,32 @@ def test_the_fabric_analysis_runs_on_the_heavy_queue() -> None:
     route = app.amqp.router.route({}, fabric_services.ANALYSE_TASK)
     assert route["queue"].name == "analysis"
     assert app.amqp.router.route({}, "fleet.sweep_fabrics")["queue"].name == "default"
+
+
+def test_a_job_over_servers_takes_the_ones_whose_rails_share_leaves(
+    celery_worker: Any, uploading: APIClient, reader: APIClient
+) -> None:
+    """Four H200 servers named as ibnet_01's hosts: by name a05/a06 (two units apart) come
+    first; the fabric puts the two b05 hosts (one unit: the same leaves) together."""
+    hosts = ("a05-p1-dgx-01-c01", "a06-p1-dgx-02-c01", "b05-p1-dgx-05-c01", "b05-p1-dgx-05-c02")
+    for host in hosts:
+        body = report(host)
+        assert (
+            collector_client_for(host).post("/api/v1/reports", body, format="json").status_code
+            == 201
+        )
+    question = {"k": 16, "servers": [{"hostname": h} for h in hosts]}
+    blind = reader.post("/api/v1/placement/job/", question, format="json").json()
+    assert {s["server"] for s in blind["selections"][0]["servers"]} == set(hosts[:2])
+
+    uploading.post("/api/v1/fabrics/", {"name": "ndr", "text": IBNET_01}, format="json")
+    analysed("ndr", reader)
+    answer = reader.post("/api/v1/placement/job/", question, format="json").json()
+    best = answer["selections"][0]
+    assert {s["server"] for s in best["servers"]} == set(hosts[2:])
+    assert "leaf-local in fabric ndr (4 NICs at 400 Gb/s per server)" in best["reason"]
+    apart = next(
+        s for s in answer["selections"] if {p["server"] for p in s["servers"]} == set(hosts[:2])
+    )
+    assert "through the spines of fabric ndr" in apart["reason"]
+    assert apart["inter_node_us"] > best["inter_node_us"]

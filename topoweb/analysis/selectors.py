@@ -59,6 +59,7 @@ from topoweb.core.placement import (
 )
 from topoweb.core.placement.serving import serve
 from topoweb.core.steptime import GpuSpec, gpu_spec, valid_layout_problem
+from topoweb.fleet.fabric_selectors import server_fabric_places
 from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
 
 log = logging.getLogger(__name__)
@@ -600,8 +601,9 @@ def _select(
 
 
 def rail_group(server: Server) -> str:
-    """Servers whose NIC i sits on the same leaf switch: the `rail_group` label (or `pod`)
-    where the fleet sets one, else servers of one topology class are taken as cabled alike."""
+    """Servers whose NIC i sits on the same leaf switch, where no fabric capture places the
+    server (job_selection reads its leaf group then): the `rail_group` label (or `pod`) where
+    the fleet sets one, else servers of one topology class are taken as cabled alike."""
     labels = server.labels if isinstance(server.labels, dict) else {}
     for key in ("rail_group", "pod"):
         if labels.get(key):
@@ -626,13 +628,16 @@ def job_selection(
         found = servers_for_questions([name for name, _ in wanted], rails=True)
         chosen = [(server, free) for server, (_, free) in zip(found, wanted, strict=True)]
     pools = {}
+    places = server_fabric_places({server.hostname for server, _ in chosen})
     for server, free in chosen:
         model = server_cost_model(server)
+        place = places.get(server.hostname)
         pools[server.hostname] = ServerPool(
             model,
             tuple(sorted(model.check_gpus(free if free is not None else sorted(model.gpu_ids)))),
-            rail_group(server),
+            f"leaf={place.fabric}:{place.leaf_group}" if place else rail_group(server),
             server_gpu_spec(server, model),
+            fabric=place,
         )
     picks = select_job(pools, k=k, layout=layout, shape=shape)
     return {

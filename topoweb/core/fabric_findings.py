@@ -447,7 +447,7 @@ def _unnamed(fabric: Fabric) -> list[FabricFinding]:
     ]
 
 
-FABRIC_ANALYSIS_VERSION = 1
+FABRIC_ANALYSIS_VERSION = 2  # 2: the service adds each server's place
 
 
 def fabric_analysis(fabric: Fabric) -> dict[str, Any]:

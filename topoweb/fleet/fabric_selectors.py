@@ -11,6 +11,7 @@ from django.http import Http404
 
 from topoweb.core.fabric import build_fabric, diff_fabrics
 from topoweb.core.fabric_exports import FABRIC_EXPORTS, render_fabric_export
+from topoweb.core.fabric_paths import FabricPlace
 from topoweb.core.formats.ibnet import IbnetCapture
 from topoweb.core.scheduling import nvlink_domain_of
 from topoweb.fleet.models import Fabric, FabricCapture, Server
@@ -171,3 +172,19 @@ def fabric_page_document(name: str) -> dict[str, Any]:
         "warnings": warnings or [],
         "page": row.page if row is not None and row.status == FabricCapture.Status.DONE else None,
     }
+
+
+def server_fabric_places(hostnames: set[str]) -> dict[str, FabricPlace]:
+    """Where each of these servers sits in the fabrics whose latest capture is analysed (the
+    first fabric by name for a server in two): what placement over servers reads."""
+    out: dict[str, FabricPlace] = {}
+    rows = (
+        Fabric.objects.filter(latest_capture__status=FabricCapture.Status.DONE)
+        .order_by("name")
+        .values_list("name", "latest_capture__analysis__places")
+    )
+    for name, places in rows:
+        for node, row in (places or {}).items():
+            if node in hostnames and node not in out:
+                out[node] = FabricPlace.from_document(name, row)
+    return out

@@ -18,6 +18,7 @@ from topoweb.config.celery_app import enqueue
 from topoweb.core.fabric import build_fabric, normal_guid
 from topoweb.core.fabric_findings import FABRIC_ANALYSIS_VERSION, fabric_analysis
 from topoweb.core.fabric_layout import fabric_page
+from topoweb.core.fabric_paths import fabric_places
 from topoweb.core.formats import parse_text
 from topoweb.core.formats.ibnet import IbnetCapture
 from topoweb.fleet.models import Fabric, FabricCapture, Server
@@ -130,7 +131,12 @@ def analyse_capture(capture_id: int) -> str:
     'failed' (kept with the error; a capture that fails MAX_ATTEMPTS times is not retried)."""
     known = guid_hosts()
     with transaction.atomic():
-        capture = FabricCapture.objects.select_for_update().filter(pk=capture_id).first()
+        capture = (
+            FabricCapture.objects.select_for_update()
+            .select_related("fabric")
+            .filter(pk=capture_id)
+            .first()
+        )
         if capture is None:
             return "skipped"
         key = analysis_key(capture, known)
@@ -151,6 +157,12 @@ def analyse_capture(capture_id: int) -> str:
         for host in doc["hosts"]:
             host["server"] = servers.get(host["hostname"]) if host["hostname"] else None
         doc["summary"]["servers"] = len(set(servers.values()))
+        # Where each known server sits, compact, for placement questions (core.fabric_paths).
+        doc["places"] = {
+            node: place.to_document()
+            for node, place in fabric_places(capture.fabric.name, doc).items()
+            if node in set(servers.values())
+        }
         capture.analysis, capture.analysis_key = doc, key
         capture.page = fabric_page(doc)
         capture.status, capture.error = FabricCapture.Status.DONE, ""

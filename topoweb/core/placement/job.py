@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from topoweb.core.costs import CostModel, collective_cost, slowest_group_us, with_options
+from topoweb.core.fabric_paths import FabricPlace, NetworkPath, network_path
 from topoweb.core.ledger import Layout, ModelShape
 from topoweb.core.placement.binding import affinity
 from topoweb.core.placement.mapping import place
@@ -16,8 +17,9 @@ from topoweb.core.placement.selection import SELECTION_BYTES, best_group, select
 from topoweb.core.steptime import GpuSpec, first_fit, gpu_spec, lever_steps, step_plan
 
 # What a network transfer reaches of the NICs' line rate, and how much less crossing the spine
-# between rail groups gets (a 2:1 oversubscribed spine): stated assumptions, used until the
-# costs model's multi-node option prices these hops itself.
+# between rail groups gets (a 2:1 oversubscribed spine): stated assumptions, used where no
+# fabric capture says where the servers sit (with one, the path's own link rate and its
+# leaves' oversubscription replace them: core.fabric_paths.NetworkPath).
 NET_EFFICIENCY = 0.92
 SPINE_OVERSUBSCRIPTION = 2.0
 
@@ -25,12 +27,14 @@ SPINE_OVERSUBSCRIPTION = 2.0
 @dataclass(frozen=True)
 class ServerPool:
     """One server a job may use: its cost model, free GPUs and rail group (the servers whose
-    NIC i sits on the same leaf switch i; by default the topology class)."""
+    NIC i sits on the same leaf switch i: its leaf group in a fabric capture, else the
+    topology class), and its place in the fabric when a capture has it."""
 
     model: CostModel
     free: tuple[int, ...]
     rail_group: str
     spec: GpuSpec | None = None
+    fabric: FabricPlace | None = None
 
 
 @dataclass(frozen=True)
@@ -78,24 +82,38 @@ def _nics_of(model: CostModel, gpus: Sequence[int]) -> tuple[str, ...]:
 
 
 def inter_node_all_reduce_us(
-    parts: Sequence[tuple[CostModel, int, int]], nbytes: float, same_rails: bool
+    parts: Sequence[tuple[CostModel, int, int]],
+    nbytes: float,
+    same_rails: bool,
+    path: NetworkPath | None = None,
 ) -> float:
     """All-reduce of `nbytes` between servers after each reduced it inside (hierarchical, as
     NCCL does over nodes): a ring over the servers, each carrying its share over the NICs of
-    the GPUs it uses. `parts`: (model, GPUs used, NICs used) per server. The seam where the
-    costs model's multi-node pricing plugs in."""
+    the GPUs it uses. `parts`: (model, GPUs used, NICs used) per server. With the fabric's
+    `path`, its link rate and (through the spines) its leaves' oversubscription; else the NIC
+    line rate and SPINE_OVERSUBSCRIPTION across rail groups."""
     n = len(parts)
     if n < 2:
         return 0.0
-    per_node = min(max(1, nics) * m.hardware.nic_gbps * NET_EFFICIENCY for m, _g, nics in parts)
-    if not same_rails:
+    if path is not None:  # the HCAs each server has on the fabric, at the path's rate
+        per_node = min(max(1, min(nics, path.nics)) for _m, _g, nics in parts) * (
+            path.nic_gbps / 8 * NET_EFFICIENCY
+        )
+    else:
+        per_node = min(max(1, nics) * m.hardware.nic_gbps * NET_EFFICIENCY for m, _g, nics in parts)
+    if path is not None:
+        per_node /= path.oversubscription
+    elif not same_rails:
         per_node /= SPINE_OVERSUBSCRIPTION
     alpha = dict(parts[0][0].hardware.latency_us).get("network", 3.0)
     return 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes / (per_node * 1e3)
 
 
 def _multi_node_all_reduce_us(
-    servers: Mapping[str, ServerPool], parts: Sequence[ServerPart], nbytes: int
+    servers: Mapping[str, ServerPool],
+    parts: Sequence[ServerPart],
+    nbytes: int,
+    path: NetworkPath | None = None,
 ) -> float | None:
     """The all_reduce over several servers from the cost model's multi-node option, when
     every server is numbered and wired like the first (one model serves them all); None
@@ -106,7 +124,11 @@ def _multi_node_all_reduce_us(
     g = len(first.gpu_ids)
     local = sorted(first.gpu_ids)
     try:
-        job = with_options(first, nodes=len(parts))
+        # Through the spines, each NIC keeps what its leaves' oversubscription leaves it.
+        rate = path.nic_gbps / path.oversubscription if path else None
+        job = with_options(
+            first, nodes=len(parts), nic_gbits=rate, nics_per_node=path.nics if path else None
+        )
         gpus = [n * g + local.index(x) for n, p in enumerate(parts) for x in p.gpus]
         return collective_cost(job, "all_reduce", gpus, nbytes).time_us
     except ValueError:
@@ -123,9 +145,10 @@ def select_job(
 ) -> list[JobSelection]:
     """Where a job of k GPUs (or a TP x PP x DP layout) should run: on one server when any
     has enough free GPUs (best first, see `select_gpus` and `place`); otherwise over the
-    fewest servers, those of one rail group first, each part the best-connected of that
-    server's free GPUs. A layout keeps each TP (and TP x EP) group inside a server; its
-    pipeline stages and DP replicas span servers (`_layout_over_servers`)."""
+    fewest servers, those of one rail group (leaf group) first, then of one spine group, each
+    part the best-connected of that server's free GPUs. A layout keeps each TP (and TP x EP)
+    group inside a server; its pipeline stages and DP replicas span servers
+    (`_layout_over_servers`)."""
     if (k is None) == (layout is None):
         raise ValueError("ask for k GPUs or for a TP x PP x DP layout, not both")
     size = layout.size if layout else int(k or 0)
@@ -141,10 +164,14 @@ def select_job(
     # TP and EP groups stay inside a server; pipeline stages and DP replicas may span them.
     unit = layout.tp * layout.ep if layout else 1
     groups: dict[str, list[str]] = {}
+    spines: dict[str, list[str]] = {}
     for name, pool in servers.items():
         groups.setdefault(pool.rail_group, []).append(name)
+        if pool.fabric is not None and pool.fabric.spine_group:
+            spines.setdefault(f"{pool.fabric.fabric}:{pool.fabric.spine_group}", []).append(name)
     found = []
-    plans = [*groups.values(), list(servers)]  # one rail group first, then any servers
+    # One rail group (leaf group) first, then one spine group, then any servers.
+    plans = [*groups.values(), *spines.values(), list(servers)]
     seen: set[tuple[str, ...]] = set()
     for names in plans:
         picked = _fewest_servers(servers, names, size, unit)
@@ -163,8 +190,25 @@ def select_job(
             + (f" in whole TP x EP blocks of {unit}" if unit > 1 else "")
             + f"; the job needs {size}"
         )
-    found.sort(key=lambda j: (len(j.parts), not j.same_rails, not j.fits, j.predicted_us))
+    found.sort(
+        key=lambda j: (
+            len(j.parts),
+            not j.same_rails,
+            _path_rank(servers, j.parts),
+            not j.fits,
+            j.predicted_us,
+        )
+    )
     return found[:top]
+
+
+_LEVELS = {"leaf": 0, "spine": 1, "core": 2}
+
+
+def _path_rank(servers: Mapping[str, ServerPool], parts: Sequence[ServerPart]) -> int:
+    """Leaf-local before one spine group before the core; servers outside any fabric last."""
+    path = network_path(servers[p.server].fabric for p in parts)
+    return _LEVELS.get(path.level, 3) if path else 3
 
 
 def _one_server(
@@ -235,8 +279,10 @@ def _over_servers(
         nics = _nics_of(model, gpus)
         parts.append(ServerPart(n, tuple(gpus), nics))
         inter_parts.append((model, len(gpus), len(nics) or len(gpus)))
-    rails = "the same rail group" if same_rails else "different rail groups (through the spine)"
-    total = _multi_node_all_reduce_us(servers, parts, nbytes) if same_rails else None
+    path = network_path(servers[n].fabric for n in picked)
+    rails = _rails_text(same_rails, path)
+    priced = same_rails or path is not None  # a fabric path prices the spine hop itself
+    total = _multi_node_all_reduce_us(servers, parts, nbytes, path) if priced else None
     if total is not None:  # the cost model prices the job over servers wired alike
         # What spanning servers adds: beyond the same all_reduce inside the largest part.
         largest = max(parts, key=lambda p: len(p.gpus))
@@ -248,7 +294,7 @@ def _over_servers(
         inter = max(0.0, total - (alone.time_us if alone else 0.0))
         how = "priced by the multi-node cost model"
     else:
-        inter = inter_node_all_reduce_us(inter_parts, nbytes / max(counts), same_rails)
+        inter = inter_node_all_reduce_us(inter_parts, nbytes / max(counts), same_rails, path)
         total, how = local_us + inter, "inside each server, then a ring over their NICs"
     return JobSelection(
         tuple(parts), same_rails, total, f"all_reduce of {nbytes} bytes",
@@ -257,21 +303,41 @@ def _over_servers(
     )  # fmt: skip
 
 
+def _rails_text(same_rails: bool, path: NetworkPath | None) -> str:
+    if path is not None:
+        return path.describe()
+    return "the same rail group" if same_rails else "different rail groups (through the spine)"
+
+
 def stage_order(servers: Mapping[str, ServerPool], picked: Sequence[str]) -> list[str]:
     """The order in which a job's pipeline stages (and then DP replicas) are laid over the
     picked servers: consecutive stages on neighbours in it, so each pipeline hop between
-    servers crosses the network once. The seam for fabric preferences (servers under one leaf
-    switch next to each other): today rail group, then the most free GPUs, then the name."""
-    return sorted(picked, key=lambda n: (servers[n].rail_group, -len(servers[n].free), n))
+    servers crosses the network once: servers of one spine group, then of one rail (leaf)
+    group, next to each other; then the most free GPUs, then the name."""
+
+    def key(n: str) -> tuple[str, str, int, str]:
+        place = servers[n].fabric
+        spine = f"{place.fabric}:{place.spine_group}" if place and place.spine_group else ""
+        return (spine, servers[n].rail_group, -len(servers[n].free), n)
+
+    return sorted(picked, key=key)
 
 
 def _network_hop_us(
-    model: CostModel, gpu: int, nbytes: float, sharing: int, same_rails: bool
+    model: CostModel,
+    gpu: int,
+    nbytes: float,
+    sharing: int,
+    same_rails: bool,
+    path: NetworkPath | None = None,
 ) -> float:
     """One send of `nbytes` from `gpu` to a GPU of another server through its nearest NIC,
-    which `sharing` such sends use at once."""
-    rate = model.hardware.nic_gbps * NET_EFFICIENCY / max(1, sharing)
-    if not same_rails:
+    which `sharing` such sends use at once (at the fabric path's rate when there is one)."""
+    nic = path.nic_gbps / 8 if path else model.hardware.nic_gbps  # GB/s, as the hardware's
+    rate = nic * NET_EFFICIENCY / max(1, sharing)
+    if path is not None:
+        rate /= path.oversubscription
+    elif not same_rails:
         rate /= SPINE_OVERSUBSCRIPTION
     alpha = dict(model.hardware.latency_us).get("network", 3.0)
     return alpha + nbytes / (rate * 1e3)
@@ -293,6 +359,7 @@ def _layout_over_servers(
     spine's SPINE_OVERSUBSCRIPTION across rail groups); the step time follows
     steptime.StepPlan."""
     unit = layout.tp * layout.ep
+    path = network_path(servers[n].fabric for n in picked)
     where: list[tuple[str, int]] = []  # rank -> (server, GPU)
     for name in stage_order(servers, picked):
         pool = servers[name]
@@ -345,7 +412,7 @@ def _layout_over_servers(
                         # pipeline tensors over the TP group and gathers them after the hop).
                         share = nbytes / layout.tp
                         hop = _network_hop_us(
-                            servers[sa].model, ga, share, load[nic_of[(sa, ga)]], same_rails
+                            servers[sa].model, ga, share, load[nic_of[(sa, ga)]], same_rails, path
                         )
                         crossing += 1
                         moved += share * per_step
@@ -375,7 +442,7 @@ def _layout_over_servers(
                         for n, g in by_server.items()
                     ]
                     share = nbytes / max(len(g) for g in by_server.values())
-                    net = inter_node_all_reduce_us(ring, share, same_rails)
+                    net = inter_node_all_reduce_us(ring, share, same_rails, path)
                     t = local + net
                     crossing += 1
                     n_srv = len(by_server)
@@ -401,7 +468,7 @@ def _layout_over_servers(
     for name in dict.fromkeys(n for n, _g in where):
         taken = tuple(sorted(g for n, g in where if n == name))
         parts.append(ServerPart(name, taken, _nics_of(servers[name].model, taken)))
-    rails = "the same rail group" if same_rails else "different rail groups (through the spine)"
+    rails = _rails_text(same_rails, path)
     spans = [d["dimension"].upper() for d in network] or ["nothing"]
     return JobSelection(
         tuple(parts), same_rails, step.total_us, "step time", layout, inter_us, fits,
