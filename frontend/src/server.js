@@ -286,7 +286,7 @@ function memoryFit(m, gpu) {
   const badge = el("span", { class: `badge ${m.fits ? "health-ok" : "sev-critical"}`, text: m.fits ? "fits" : "does not fit" });
   const gb = (x) => `${fmtNumber(x, 1)} GB`;
   box.append(el("p", { class: "small" }, badge, ` ${gb(m.total_gb)} of ${gb(m.usable_gb)} usable per GPU${gpu ? ` (${gpu.name})` : ""}: `,
-    `weights ${gb(m.weights_gb)}, gradients ${gb(m.gradients_gb)}, optimizer ${gb(m.optimizer_gb)} (ZeRO-${m.zero}), activations ${gb(m.activations_gb)}`));
+    `weights ${gb(m.weights_gb)}, gradients ${gb(m.gradients_gb)}, optimizer ${gb(m.optimizer_gb)} (ZeRO-${m.zero}), activations ${gb(m.activations_gb)}${m.recompute ? ` (${m.recompute} recomputation)` : ""}${m.kept_back ? `; ${m.kept_back}` : ""}`));
   return box;
 }
 
@@ -339,7 +339,7 @@ function renderPlacement(res) {
   table.append(body);
   out.append(table);
   if (res.mapping) out.append(el("p", { class: "small" }, "Rank order: ", el("code", { class: "mapping", text: `CUDA_VISIBLE_DEVICES=${res.mapping.join(",")}` })));
-  const notes = [res.search && `search: ${res.search}`, res.calibrated ? "calibrated on this class's measurements" : "uncalibrated model", res.assumption].filter(Boolean);
+  const notes = [res.search && `search: ${res.search}`, res.calibrated ? "calibrated on this class's measurements" : "uncalibrated model", res.assumption, res.assumed?.length && `assumed: ${res.assumed.join("; ")}`].filter(Boolean);
   out.append(el("p", { class: "muted small", text: notes.join(" · ") }));
   document.body.dataset.placementReady = String(Number(document.body.dataset.placementReady || 0) + 1);
 }
@@ -399,7 +399,7 @@ function renderBestLayouts(layouts, recs, assumptions) {
     for (const [key, rec] of Object.entries(recs)) {
       const r = rec.recommended;
       const text = r
-        ? `TP${r.layout.tp} · PP${r.layout.pp} · DP${r.layout.dp}${r.layout.ep > 1 ? ` · EP${r.layout.ep}` : ""}, ${fmtTime(r.predicted_step_time_us)} per step`
+        ? `TP${r.layout.tp} · PP${r.layout.pp} · DP${r.layout.dp}${r.layout.ep > 1 ? ` · EP${r.layout.ep}` : ""}, ${fmtTime(r.predicted_step_time_us)} per step${rec.levers?.length ? ` with ${rec.levers.join(", ")}` : ""}`
         : (rec.no_fit?.message || "fits no layout");
       ul.append(el("li", { dataset: { preset: key } }, el("strong", { text: `${rec.model?.name || key}: ` }), text));
     }

@@ -1,0 +1,56 @@
+"""The server page's serving panel in a real browser: it shows the serving API's answer, and
+says what it assumed when the capture names no GPU."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.e2e.conftest import A100_TOPO, H200, ingest, wait_for_flag, wait_for_graph
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def serving_api(page: Page, hostname: str, body: dict) -> dict:  # type: ignore[type-arg]
+    """The serving API's own answer, asked through the signed-in page's session."""
+    return page.evaluate(
+        """([host, body]) => fetch(`/api/v1/servers/${encodeURIComponent(host)}/serving/`, {
+          method: "POST", credentials: "same-origin",
+          headers: {"Content-Type": "application/json", "X-CSRFToken":
+            document.cookie.match(/csrftoken=([^;]+)/)[1]},
+          body: JSON.stringify(body)}).then((r) => r.json())""",
+        [hostname, body],
+    )
+
+
+def test_the_serving_panel_shows_replicas_memory_and_latency_as_the_api_answers(
+    page: Page, fleet: None
+) -> None:
+    page.goto(f"/servers/{H200}/")
+    wait_for_graph(page)
+    page.select_option("#serving-form select[name=model]", "llama-70b")
+    page.fill("#serving-form input[name=context_tokens]", "8192")
+    page.fill("#serving-form input[name=concurrency]", "16")
+    page.click("#serving-form button[type=submit]")
+    wait_for_flag(page, "serving-ready")
+    api = serving_api(page, H200, {"model": "llama-70b", "context_tokens": 8192, "concurrency": 16})
+    best = api["recommended"]
+    plural = "s" if best["replicas"] > 1 else ""
+    head = f"TP{best['tp']} × {best['replicas']} replica{plural}"
+    expect(page.locator("#serving-head")).to_contain_text(head)
+    expect(page.locator("#serving-head")).to_contain_text("Llama-style 70B (bf16), 16 × 8192")
+    result = page.locator("#serving-result")
+    expect(result).to_contain_text(f"{best['max_concurrency']} at 8192 tokens")
+    expect(result).to_contain_text("Time per output token")
+    # An H200 named without its memory: the catalogue's size, said as an assumption.
+    expect(page.locator("#serving-assumed")).to_contain_text("memory: 141 GB")
+
+
+def test_a_server_without_a_gpu_name_says_what_the_advice_assumed(page: Page, fleet: None) -> None:
+    ingest("e2e-anon-01", A100_TOPO)
+    page.goto("/servers/e2e-anon-01/")
+    wait_for_graph(page)
+    page.click("#serving-form button[type=submit]")
+    wait_for_flag(page, "serving-ready")
+    expect(page.locator("#serving-assumed")).to_contain_text("GPU model: A100 80GB")
+    expect(page.locator("#serving-assumed")).to_contain_text("at most 85% of it is planned for")
