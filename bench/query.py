@@ -41,8 +41,8 @@ QUERIES = (
     ("select k=4, one server", "POST", "/api/v1/placement/select/", SELECT),
     ("placement TP4 PP2", "POST", f"/api/v1/servers/{HOST}/placement/", PLACE),
 )
-TARGET_RATIO = 0.25
-TARGET_P95_MS = 20.0
+TARGET_RATIO = 0.25  # of the bare endpoint's req/s, same run (issue 23)
+TARGET_P95_TIMES = 4.0  # p95 within this many times the bare endpoint's p95, same run
 
 # wrk's Lua side: the request, and a summary line this script reads back.
 LUA = """
@@ -208,11 +208,15 @@ def main() -> int:
             ]
             baseline.append(drive(bare, "GET", None, token, args))
     bare_rps = sum(r.rps for r in baseline) / len(baseline)
+    bare_p95 = sum(r.p95_ms for r in baseline) / len(baseline)
     print(
         f"{args.connections} clients, {args.workers} gunicorn sync workers, "
         f"{args.duration} s per run (wrk)"
     )
-    print(f"{'endpoint':<26} {'req/s':>8} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'of bare':>8}")
+    print(
+        f"{'endpoint':<26} {'req/s':>8} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'of bare':>8} "
+        f"{'p95/bare':>8}"
+    )
     for n, b in enumerate(baseline):
         print(
             f"{'bare DRF APIView ' + ('before' if n == 0 else 'after'):<26} {b.rps:8.0f} "
@@ -220,14 +224,15 @@ def main() -> int:
         )
     for label, r in results:
         ratio = r.rps / bare_rps
-        ok = ratio >= TARGET_RATIO and r.p95_ms < TARGET_P95_MS and not r.failed
+        ok = ratio >= TARGET_RATIO and r.p95_ms <= TARGET_P95_TIMES * bare_p95 and not r.failed
         note = "" if not r.failed else f"  {r.failed} failed"
         print(
             f"{label:<26} {r.rps:8.0f} {r.p50_ms:7.1f} {r.p95_ms:7.1f} {r.p99_ms:7.1f} "
-            f"{ratio:7.0%} {'ok' if ok else 'MISSED'}{note}"
+            f"{ratio:8.0%} {r.p95_ms / bare_p95:7.1f}x {'ok' if ok else 'MISSED'}{note}"
         )
     print(
-        f"targets: >= {TARGET_RATIO:.0%} of the bare endpoint's req/s, p95 < {TARGET_P95_MS:g} ms"
+        f"targets: >= {TARGET_RATIO:.0%} of the bare endpoint's req/s, p95 within "
+        f"{TARGET_P95_TIMES:g}x its p95 (both from this run)"
     )
     return 0
 

@@ -116,7 +116,7 @@ def test_a_repeated_placement_question_is_answered_from_the_answer_computed_once
 ) -> None:
     question = {"tp": 4, "pp": 2, "dp": 1}
     first = reader.post("/api/v1/servers/h200-01/placement/", question, format="json")
-    with django_assert_max_num_queries(2):  # the token and the server
+    with django_assert_max_num_queries(3):  # the token, the server, its calibrating runs
         again = reader.post("/api/v1/servers/h200-01/placement/", question, format="json")
     assert first.status_code == again.status_code == 200
     assert again.json() == first.json()
@@ -215,6 +215,24 @@ def test_a_new_benchmark_changes_the_model_the_answers_are_keyed_on(fleet: None)
     assert analysis_selectors.server_cost_model(after) is not (
         analysis_selectors.server_cost_model(before)
     )
+
+
+def test_one_servers_question_keys_its_model_as_the_many_servers_question_does(
+    fleet: None,
+) -> None:
+    add(  # own benchmarks; rtx-02 has none and takes its class's
+        "rtx-01",
+        RTX6000,
+        "ESC8000A",
+        benchmarks=[BenchmarkInput("p2p-bandwidth-latency", fixture_text(RTX6000_P2P))],
+    )
+    add("rtx-02", RTX6000, "ESC8000A")
+    many = {s.hostname: s for s in analysis_selectors.servers_for_questions(None)}
+    for hostname in ("rtx-01", "rtx-02", "h200-01", "v100-01"):
+        one = analysis_selectors.server_for_questions(hostname)
+        assert one.calibration == many[hostname].calibration, hostname  # type: ignore[attr-defined]
+        assert analysis_selectors.model_key(one) == analysis_selectors.model_key(many[hostname])
+    assert analysis_selectors.server_for_questions("rtx-02").calibration  # type: ignore[attr-defined]
 
 
 def test_a_server_without_benchmarks_is_keyed_on_its_classs(fleet: None) -> None:
