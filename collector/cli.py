@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import random
 import sys
 import time
 import urllib.parse
@@ -18,12 +19,14 @@ from collector import __version__, bench, gather, nvml
 from collector.upload import (
     FABRIC_REPORTS_PATH,
     Backoff,
+    EnrollError,
     FlushResult,
     Outcome,
     Spool,
     SpoolError,
     Uploader,
     classify,
+    enroll,
     post_report,
     report_url,
 )
@@ -179,6 +182,20 @@ def run_once(
         return result
 
 
+# The spread of capture times: a tenth of the interval, at most five minutes.
+JITTER_FRACTION = 0.1
+MAX_JITTER_S = 300.0
+
+
+def jitter_spread(interval_s: float) -> float:
+    return min(interval_s * JITTER_FRACTION, MAX_JITTER_S)
+
+
+def random_jitter(spread: float) -> float:
+    """An offset in [-spread/2, spread/2], different on every host."""
+    return random.uniform(-spread / 2, spread / 2)
+
+
 def run_interval(
     server: str,
     token: str,
@@ -191,10 +208,16 @@ def run_interval(
     cycles: int | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    jitter: Callable[[float], float] = random_jitter,
 ) -> None:
     """Capture every INTERVAL_S and deliver in between; a host without a usable GPU is logged
-    and tried again next interval. CYCLES bounds the loop (tests); None runs for ever."""
+    and tried again next interval. CYCLES bounds the loop (tests); None runs for ever.
+
+    A fleet restarted together must not report in lockstep: the first capture waits a random
+    part of the spread (jitter_spread(INTERVAL_S)), and each later one comes INTERVAL_S plus a
+    random offset of at most half the spread either way after the one before."""
     chosen = settings or Settings()
+    spread = jitter_spread(interval_s)
     with Spool(spool_dir) as spool:
         uploader = Uploader(
             server,
@@ -205,7 +228,8 @@ def run_interval(
             sleep=sleep,
             clock=clock,
         )
-        next_capture = clock()
+        next_capture = clock() + spread / 2 + jitter(spread)
+        sleep(max(0.0, next_capture - clock()))
         done = 0
         while cycles is None or done < cycles:
             done += 1
@@ -220,7 +244,7 @@ def run_interval(
                 except OSError as err:
                     log.error("cannot spool the report (%s); sending it from memory", err)
                     unspooled = body
-            next_capture = max(next_capture + interval_s, clock())
+            next_capture = max(next_capture + interval_s + jitter(spread), clock())
             result = uploader.drain(until=next_capture)
             # As in run_once: the unspooled report goes only once nothing older waits.
             if unspooled is not None and result.remaining == 0 and result.stopped_by is None:
@@ -263,6 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--token-file",
         type=Path,
         help="file holding this host's collector token (else env TOPOWEB_TOKEN)",
+    )
+    parser.add_argument(
+        "--enroll-token-file",
+        type=Path,
+        help="file holding the fleet's enrollment secret: when --token-file does not exist "
+        "yet, trade it for this host's token and write that to --token-file (first contact)",
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--once", action="store_true", help="capture and deliver once (default)")
@@ -420,6 +450,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.server:
             raise ValueError("--server (or TOPOWEB_SERVER) is required unless --dry-run")
         report_url(args.server)
+        if args.enroll_token_file is not None:
+            if args.token_file is None:
+                raise ValueError("--enroll-token-file needs --token-file (where to keep the token)")
+            if not args.token_file.exists():
+                secret = _read_token(args.enroll_token_file)
+                hostname = settings.hostname or os.uname().nodename
+                try:
+                    enroll(args.server, secret, hostname, args.token_file,
+                           timeout_s=args.http_timeout)  # fmt: skip
+                except EnrollError as err:
+                    log.error("%s", err)
+                    return EXIT_NOT_DELIVERED
+                log.info("enrolled %s; its token is in %s", hostname, args.token_file)
         token = _read_token(args.token_file)
         if not token:
             raise ValueError("no token: give --token-file or set TOPOWEB_TOKEN")

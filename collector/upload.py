@@ -28,6 +28,7 @@ log = logging.getLogger("collector")
 
 REPORTS_PATH = "/api/v1/reports"
 FABRIC_REPORTS_PATH = "/api/v1/fabric-reports/"
+ENROLL_PATH = "/api/v1/enroll/"
 # A spooled report's name: a 20-digit nanosecond stamp (oldest sorts first) and its digest.
 _SPOOLED = re.compile(r"\d{20}-[0-9a-f]{16}\.json")
 
@@ -83,6 +84,35 @@ def post_report(
     except urllib.error.HTTPError as err:
         text = err.read().decode("utf-8", errors="replace") if err.fp is not None else ""
         return Response(err.code, text, _retry_after(err.headers))
+
+
+class EnrollError(Exception):
+    """The server would not give this host a token (or could not be reached)."""
+
+
+def enroll(server: str, enrollment_token: str, hostname: str, token_file: Path, *,
+           timeout_s: float) -> str:  # fmt: skip
+    """Trade the fleet's enrollment secret for this host's collector token on first contact
+    and keep it in TOKEN_FILE (0600, written whole or not at all)."""
+    body = json.dumps({"hostname": hostname}).encode()
+    try:
+        answer = post_report(server, enrollment_token, body, timeout_s=timeout_s,
+                             path=ENROLL_PATH)  # fmt: skip
+    except OSError as err:
+        raise EnrollError(f"cannot reach {server} to enroll: {err}") from None
+    if answer.status != 201:
+        raise EnrollError(f"enrollment refused ({answer.status}): {answer.body[:300]}")
+    token = str(json.loads(answer.body)["token"])
+    token_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = token_file.with_name(token_file.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(token + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, token_file)
+    _fsync_dir(token_file.parent)
+    return token
 
 
 def _fsync_dir(path: Path) -> None:

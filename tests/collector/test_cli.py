@@ -114,12 +114,46 @@ def test_interval_mode_keeps_trying_at_the_interval_without_a_gpu(
         now[0] += seconds
 
     cli.run_interval("http://127.0.0.1:9", "t", spool_dir=tmp_path, interval_s=60, cycles=3,
-                     sleep=sleep, clock=lambda: now[0])  # fmt: skip
+                     sleep=sleep, clock=lambda: now[0], jitter=lambda spread: 0.0)  # fmt: skip
 
     errors = capsys.readouterr().err.splitlines()
     assert len(errors) == 3
     assert all("trying again in 60 s" in line for line in errors)
-    assert sleeps == [60, 60, 60]
+    assert sleeps == [3, 60, 60, 60]  # the middle of the start spread (a tenth), then 60 s
+
+
+def test_interval_mode_spreads_captures_so_a_fleet_does_not_report_in_lockstep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offsets = iter([-150.0, 40.0, -10.0, 150.0])
+    now = [0.0]
+    starts: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    def capture(settings: Any) -> bytes:
+        starts.append(now[0])
+        raise cli.gather.GatherError("no GPU")
+
+    monkeypatch.setattr(cli, "capture", capture)
+
+    cli.run_interval("http://127.0.0.1:9", "t", spool_dir=tmp_path, interval_s=3600, cycles=3,
+                     sleep=sleep, clock=lambda: now[0],
+                     jitter=lambda spread: next(offsets))  # fmt: skip
+
+    # Spread: a tenth of the hour capped at 300 s; the start at 150 - 150 s, then 3600 + offset.
+    assert starts == [0.0, 3640.0, 7230.0]
+
+
+def test_the_default_jitter_differs_between_hosts_and_stays_within_the_spread() -> None:
+    spread = cli.jitter_spread(3600)
+    offsets = [cli.random_jitter(spread) for _ in range(200)]
+
+    assert spread == 300
+    assert all(-150 <= offset <= 150 for offset in offsets)
+    assert len(set(offsets)) > 150
+    assert min(offsets) < -100 and max(offsets) > 100
 
 
 def test_interval_mode_captures_and_delivers_each_time(

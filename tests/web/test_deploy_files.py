@@ -10,6 +10,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -382,48 +383,162 @@ def test_a_local_env_file_with_the_secrets_never_goes_into_the_image() -> None:
 
 # ---------------------------------------------------------------- collector deployment
 
+COLLECTOR_SCRIPT = "topoweb-collector"
+KUBERNETES = ROOT / "deploy" / "kubernetes"
 
-def test_the_systemd_unit_runs_the_collector_module_with_options_it_accepts() -> None:
+
+def collector_project() -> dict[str, Any]:
+    return tomllib.loads((ROOT / "collector" / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def test_the_collector_wheel_declares_its_console_script_and_the_pinned_binding() -> None:
+    project = collector_project()["project"]
+    assert project["scripts"] == {COLLECTOR_SCRIPT: "collector.cli:main"}
+    pinned = [
+        line.strip()
+        for line in (ROOT / "collector" / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert project["dependencies"] == pinned
+
+
+def test_the_systemd_service_runs_the_installed_script_once_with_options_it_accepts() -> None:
     unit = read_unit(ROOT / "collector" / "deploy" / "topoweb-collector.service")
-    assert list(unit) == ["Unit", "Service", "Install"]
+    assert list(unit) == ["Unit", "Service"]  # started by its timer, not at boot on its own
     service = dict(unit["Service"])
+    assert service["Type"] == "oneshot"
     argv = shlex.split(service["ExecStart"])
-    assert argv[1:3] == ["-m", "collector"]
-    assert (ROOT / "collector" / "__main__.py").is_file()
+    assert argv[0] == f"/opt/topoweb-collector/bin/{COLLECTOR_SCRIPT}"  # the wheel's script
 
     # systemd's specifiers: %d the credentials directory, %S the state directory root.
     args = [
         arg.replace("%d", "/run/credentials/topoweb-collector.service").replace("%S", "/var/lib")
-        for arg in argv[3:]
+        for arg in argv[1:]
     ]
     options = build_parser().parse_args(args)
-    assert options.interval == 3600
+    assert options.once and options.interval is None
     assert service["LoadCredential"].split(":")[0] == options.token_file.name == "token"
     assert options.spool_dir == Path("/var/lib") / service["StateDirectory"] / "spool"
-    assert dict(unit["Install"])["WantedBy"] == "multi-user.target"
+    assert "PYTHONPATH" not in service.get("Environment", "")
 
 
-def test_the_daemonset_runs_the_collector_module_with_options_it_accepts() -> None:
-    document = yaml.safe_load(
-        (ROOT / "collector" / "deploy" / "daemonset.yaml").read_text(encoding="utf-8")
+def test_the_timer_starts_it_hourly_at_a_random_minute_per_host(settings: Any) -> None:
+    timer = read_unit(ROOT / "collector" / "deploy" / "topoweb-collector.timer")
+    entries = dict(timer["Timer"])
+    # Hourly, as the server expects reports by default (collector_silent counts from it).
+    assert entries["OnCalendar"] == "hourly"
+    assert settings.TOPOWEB_COLLECTOR_INTERVAL_S == 3600
+    assert entries["RandomizedDelaySec"] == "3600" and entries["FixedRandomDelay"] == "yes"
+    assert dict(timer["Install"])["WantedBy"] == "timers.target"
+
+
+def test_the_collector_image_installs_the_wheel_and_runs_its_script_as_nobody() -> None:
+    dockerfile = ROOT / "collector" / "Dockerfile"
+    text = dockerfile.read_text(encoding="utf-8")
+    instructions = [
+        line.split(None, 1) for line in text.splitlines() if line and not line.startswith("#")
+    ]
+    copies = [args for keyword, args in instructions if keyword == "COPY" and "--from" not in args]
+    assert copies == [". collector/"]  # the build context is collector/ itself
+    assert "pip wheel --no-cache-dir --no-deps ./collector -w /wheels" in text
+    assert "pip install --no-cache-dir /wheels/*.whl" in text
+    (user,) = [args for keyword, args in instructions if keyword == "USER"]
+    assert user == "65534:65534"
+    (entrypoint,) = [args for keyword, args in instructions if keyword == "ENTRYPOINT"]
+    assert yaml.safe_load(entrypoint) == [COLLECTOR_SCRIPT]
+    assert "NVIDIA_DRIVER_CAPABILITIES=utility" in text
+
+
+def kubernetes_documents() -> list[tuple[str, dict[str, Any]]]:
+    kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())
+    listed = kustomization["resources"]
+    assert sorted(listed) == sorted(
+        p.name for p in KUBERNETES.glob("*.yaml") if p.name != "kustomization.yaml"
     )
-    assert (document["apiVersion"], document["kind"]) == ("apps/v1", "DaemonSet")
-    pod = document["spec"]["template"]
-    assert document["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
-    (container,) = pod["spec"]["containers"]
-    assert container["command"] == ["python", "-m", "collector"]
+    return [
+        (name, document)
+        for name in listed
+        for document in yaml.safe_load_all((KUBERNETES / name).read_text(encoding="utf-8"))
+    ]
 
-    # Kubernetes expands $(NODE_NAME) from the container's environment.
+
+def test_every_kubernetes_manifest_validates_against_the_api_schema() -> None:
+    checked = subprocess.run(
+        [str(VENV_BIN / "kubernetes-validate"), "--strict", "-k", "1.30.0",
+         *[str(KUBERNETES / name) for name in yaml.safe_load(
+             (KUBERNETES / "kustomization.yaml").read_text())["resources"]]],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    kinds = sorted(f"{d['kind']}/{d['metadata']['name']}" for _, d in kubernetes_documents())
+    assert kinds == [
+        "ConfigMap/topoweb-config",
+        "DaemonSet/topoweb-collector",
+        "Deployment/topoweb-beat",
+        "Deployment/topoweb-web",
+        "Deployment/topoweb-worker",
+        "Deployment/topoweb-worker-analysis",
+        "Namespace/topoweb",
+        "Service/topoweb-web",
+    ]
+
+
+def test_kubernetes_runs_the_same_commands_and_probes_as_compose() -> None:
+    found = {d["metadata"]["name"]: d for _, d in kubernetes_documents() if d["kind"] != "Service"}
+    web = found["topoweb-web"]["spec"]["template"]["spec"]
+    (migrate,), (gunicorn,) = web["initContainers"], web["containers"]
+    assert [migrate["command"], gunicorn["command"]] == command_parts(services()["web"])
+    assert gunicorn["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert gunicorn["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    for name, queue in (("topoweb-worker", "default"), ("topoweb-worker-analysis", "analysis")):
+        (worker,) = found[name]["spec"]["template"]["spec"]["containers"]
+        assert worker["command"][:4] == ["celery", "-A", "topoweb.config", "worker"]
+        assert f"--queues={queue}" in worker["command"]
+    (beat,) = found["topoweb-beat"]["spec"]["template"]["spec"]["containers"]
+    compose_beat = services()["beat"]
+    assert beat["command"] == shlex.split(compose_beat["command"])
+    assert beat["livenessProbe"]["exec"]["command"] == compose_beat["healthcheck"]["test"][1:]
+    assert found["topoweb-beat"]["spec"]["replicas"] == 1
+
+
+def test_the_daemonset_runs_non_root_with_only_nvidias_management_devices() -> None:
+    document = dict(kubernetes_documents())["collector.yaml"]
+    pod = document["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65534
+    (container,) = pod["containers"]
+    assert container["command"] == [COLLECTOR_SCRIPT]
+    security = container["securityContext"]
+    assert security["capabilities"] == {"drop": ["ALL"]} and security["privileged"] is False
+    assert security["allowPrivilegeEscalation"] is False
+    # No GPU reserved, no /dev mounted: the NVIDIA runtime gives the management devices only.
+    assert "nvidia.com/gpu" not in str(container["resources"])
+    assert pod["runtimeClassName"] == "nvidia"
     env = {item["name"]: item for item in container["env"]}
-    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"]["value"] == "utility"
+    assert all("/dev" not in v.get("hostPath", {}).get("path", "") for v in pod["volumes"])
+    # The init container only hands the node's state directory to that user.
+    (init,) = pod["initContainers"]
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]}
+
+
+def test_the_daemonset_enrolls_each_node_with_the_one_enrollment_secret() -> None:
+    document = dict(kubernetes_documents())["collector.yaml"]
+    pod = document["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {item["name"]: item for item in container["env"]}
     assert env["TOPOWEB_HOSTNAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    options = build_parser().parse_args(
-        [arg.replace("$(NODE_NAME)", "gpu-a01") for arg in container["args"]]
-    )
+    options = build_parser().parse_args(container["args"])
     assert options.server.startswith("https://")
-    assert options.interval == 3600
+    assert options.interval == 3600  # the loop's own jitter spreads the fleet
     mounts = {m["name"]: Path(m["mountPath"]) for m in container["volumeMounts"]}
-    assert options.token_file == mounts["tokens"] / "gpu-a01"
-    assert mounts["spool"] in options.spool_dir.parents
-    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
-    assert volumes["spool"]["hostPath"]["path"] == str(mounts["spool"])  # survives the pod
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    # One Secret for every node, not one per node.
+    assert volumes["enrollment"]["secret"]["secretName"] == "topoweb-collector-enrollment"
+    assert options.enroll_token_file == mounts["enrollment"] / "token"
+    # The host's own token and its spool live on the node, and survive the pod.
+    assert (
+        options.token_file.parent == mounts["state"]
+        and mounts["state"] in options.spool_dir.parents
+    )
+    assert volumes["state"]["hostPath"]["path"] == str(mounts["state"])

@@ -3,6 +3,7 @@ validates (size, JSON depth, text), calls one service and shapes the answer."""
 
 from __future__ import annotations
 
+import hmac
 import math
 import re
 from datetime import UTC, datetime
@@ -413,3 +414,52 @@ class UploadPreviewApi(APIView):
     def post(self, request: Request) -> Response:
         text, _ = uploaded_text(request, UploadTextSerializer)
         return Response(UploadPreviewSerializer(selectors.upload_preview(text)).data)
+
+
+class EnrollInputSerializer(serializers.Serializer):
+    hostname = serializers.CharField(max_length=253, validators=[hostname_field])
+
+
+class EnrolledSerializer(serializers.Serializer):
+    hostname = serializers.CharField()
+    token = serializers.CharField(help_text="This host's collector token, shown once.")
+
+
+class AlreadyEnrolled(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+
+
+class EnrollApi(APIView):
+    """A collector's first contact: the fleet's one enrollment secret (TOPOWEB_ENROLLMENT_TOKEN)
+    is traded for the host's own collector token. 409 once the host holds one; 404 when
+    enrollment is off (no secret set)."""
+
+    authentication_classes: list[Any] = []
+    permission_classes: list[Any] = []
+    throttle_classes = [IngestThrottle]
+    parser_classes = [JSONParser]
+
+    @extend_schema(
+        operation_id="enroll_create",
+        request=EnrollInputSerializer,
+        responses={201: EnrolledSerializer, **ERRORS},
+    )
+    def post(self, request: Request) -> Response:
+        secret = settings.TOPOWEB_ENROLLMENT_TOKEN
+        if not secret:
+            raise exceptions.NotFound("Enrollment is off: TOPOWEB_ENROLLMENT_TOKEN is not set.")
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), secret):
+            raise exceptions.AuthenticationFailed("The enrollment token is required.")
+        hostname = validated(EnrollInputSerializer, request.data)["hostname"]
+        token = services.enroll_collector(hostname)
+        if token is None:
+            raise AlreadyEnrolled(
+                f"{hostname!r} is already enrolled: revoke its collector token in the admin "
+                "to enroll it again."
+            )
+        return Response({"hostname": hostname, "token": token}, status=status.HTTP_201_CREATED)
+
+    def get_authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="topoweb enrollment"'  # a 401, not a 403, without the secret

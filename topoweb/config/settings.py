@@ -286,6 +286,9 @@ TOPOWEB_MAX_SELECT_GPUS = env.int("TOPOWEB_MAX_SELECT_GPUS", default=576)
 # /metrics answers only with `Authorization: Bearer <this>`; unset, it is not served on the
 # application's address (`manage.py serve_metrics` serves it on an internal one).
 TOPOWEB_METRICS_TOKEN = env.str("TOPOWEB_METRICS_TOKEN", default="")
+# The fleet's one enrollment secret: a collector holding it gets its own host's collector token
+# on first contact (POST /api/v1/enroll/). Unset, enrollment is off.
+TOPOWEB_ENROLLMENT_TOKEN = env.str("TOPOWEB_ENROLLMENT_TOKEN", default="")
 # A report captured further ahead of this server's clock is refused (400 naming captured_at).
 TOPOWEB_MAX_CLOCK_SKEW_S = env.int("TOPOWEB_MAX_CLOCK_SKEW_S", default=300)
 TOPOWEB_INGEST_RATE = env.str("TOPOWEB_INGEST_RATE", default="600/min")
