@@ -71,6 +71,7 @@ def test_an_analysis_is_frozen_and_its_document_is_plain_json() -> None:
         "alpha_us": {},
         "sources": [],
         "skipped": [],
+        "benchmarks": [],
     }
 
 

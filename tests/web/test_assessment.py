@@ -10,9 +10,11 @@ import pytest
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
+from tests.web.conftest import fixture_text, report, wait_for
+from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis import services as analysis_services
 from topoweb.analysis.models import Analysis
-from topoweb.fleet.models import Server
+from topoweb.fleet.models import Benchmark, Server
 from topoweb.health.services import evaluate_server
 
 pytestmark = pytest.mark.django_db
@@ -72,3 +74,86 @@ def test_every_gpu_pair_of_every_demo_server_has_one_expectation_on_every_page(
             compared += 1
     # The demo's measured pairs (the GTX rig, the RTX 6000 Ada servers) were all compared.
     assert compared >= 40
+
+
+A100_TOPO = "topo_26_dgx-a100-8gpu-nv12-12mlx5-named-cols.txt"
+A100_NCCL = "nccl_06_a100-sxm4-40gb-8gpu-single-proc-g8-full-sweep.txt"
+
+
+def _served(reader: APIClient, host: str, ready: Any) -> Any:
+    """The page once its stored assessment is current and `ready(page)` holds."""
+
+    def page() -> Any:
+        body = reader.get(f"/api/v1/servers/{host}/page/").json()
+        assessed = "assessment" not in body["left_out"] and not body["stale"]
+        return body if assessed and body["analysis"] and ready(body) else None
+
+    return wait_for(page, timeout=180)
+
+
+def _curves(page: dict[str, Any]) -> list[str]:
+    return [s["label"] for s in page["plot"]["series"]]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_a_benchmark_uploaded_after_the_class_analysis_changes_the_served_analysis_and_curves(
+    celery_worker: Any, collector_client: Any, person: APIClient, reader: APIClient
+) -> None:
+    host = "dgx-a100-w01"
+    sent = collector_client(host).post("/api/v1/reports", report(host, A100_TOPO), format="json")
+    assert sent.status_code == 201
+    before = _served(reader, host, lambda p: p["analysis"]["status"] == "done")
+    assert before["analysis"]["calibrated_by"] == []
+    assert not any("calibrated" in label for label in _curves(before))
+
+    upload = person.post(
+        "/api/v1/uploads/", {"hostname": host, "text": fixture_text(A100_NCCL)}, format="json"
+    )
+    assert upload.status_code == 201, upload.content
+    run = Benchmark.objects.get(server__hostname=host)
+
+    # The run queued the class's analysis again; its servers' assessments follow it.
+    after = _served(reader, host, lambda p: p["analysis"]["calibrated_by"] == [run.pk])
+    assert after["analysis"]["status"] == "done"
+    curves = _curves(after)
+    assert "modelled all_reduce, calibrated on measurements" in curves
+    assert f"measured all_reduce, 8 GPUs (run {run.pk})" in curves
+    analysis = Analysis.objects.get(topology_class__servers__hostname=host)
+    assert analysis.result["calibration"]["benchmarks"] == [run.pk]
+    assert analysis.attempts == 1  # queued again once, not once per reader
+
+
+def test_a_class_analysis_reads_the_calibrations_fitted_at_ingest_and_names_its_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.utils import timezone
+
+    from topoweb.fleet.models import Source
+    from topoweb.fleet.services import BenchmarkInput, ingest_report
+
+    done = ingest_report(
+        hostname="dgx-a100-c01",
+        topo_text=fixture_text(A100_TOPO),
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+        benchmarks=[BenchmarkInput("nccl-tests", fixture_text(A100_NCCL))],
+    )
+    run = Benchmark.objects.get()
+    assert run.calibration is not None and "scale" in run.calibration  # fitted at ingest
+
+    def no_fitting(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a run was fitted again after ingest")
+
+    monkeypatch.setattr("topoweb.core.analysis.calibration_from", no_fitting)
+    analysis = analysis_services.current_analysis_for(done.server.topology_class)
+    assert analysis_services.run_analysis(analysis.pk) == "done"
+
+    analysis.refresh_from_db()
+    assert analysis.result["calibration"]["applied"] is True
+    assert analysis.result["calibration"]["scale"] == run.calibration["scale"]
+    assert analysis.result["calibration"]["benchmarks"] == [run.pk]
+    # Its runs are what it was computed from: nothing to queue until they change.
+    assert list(analysis_selectors.analyses_behind_their_runs()) == []
+    Benchmark.objects.filter(pk=run.pk).delete()
+    assert list(analysis_selectors.analyses_behind_their_runs()) == [analysis]

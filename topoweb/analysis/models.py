@@ -33,6 +33,9 @@ class Analysis(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_s = models.FloatField(null=True, blank=True)
+    # The class's measured runs it was computed from (analysis.selectors.class_benchmark_set):
+    # when they change (a run added or removed), the class is analysed again.
+    benchmark_set = models.CharField(max_length=200, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at", "-id"]

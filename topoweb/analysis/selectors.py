@@ -18,6 +18,7 @@ from django.db.models import (
     Case,
     CharField,
     Count,
+    F,
     Max,
     OuterRef,
     Q,
@@ -34,7 +35,7 @@ from django.http import Http404
 from topoweb.analysis.models import Analysis
 from topoweb.config import limits
 from topoweb.config.limits import LimitExceeded
-from topoweb.core.analysis import COST_MODEL_VERSION, CalibrationInput, calibration_from
+from topoweb.core.analysis import COST_MODEL_VERSION, Fitted
 from topoweb.core.costs import (
     Calibration,
     CostModel,
@@ -46,7 +47,7 @@ from topoweb.core.costs import (
 )
 from topoweb.core.formats.nvml import NvmlFactsError, read_host, read_nvml
 from topoweb.core.ledger import PRESETS, Layout, ModelShape
-from topoweb.core.model import NcclRun, P2PResult, Topology
+from topoweb.core.model import NcclRun, Topology
 from topoweb.core.numbering import canonical_gpus, in_server_order
 from topoweb.core.placement import (
     DEFAULT_SHAPE,
@@ -76,36 +77,16 @@ T = TypeVar("T")
 
 def class_benchmarks(topology_class: TopologyClass | int) -> QuerySet[Benchmark]:
     """Measured runs of every server of the class, oldest first (later ones win a merge)."""
-    return (
-        Benchmark.objects.filter(server__topology_class=topology_class)
-        .select_related("snapshot", "server__latest_snapshot")
-        .order_by("captured_at", "id")
-    )
+    runs = Benchmark.objects.filter(server__topology_class=topology_class)
+    return runs.order_by("captured_at", "id")
 
 
 def server_benchmarks(server: Server) -> QuerySet[Benchmark]:
     """The server's own runs; failing that, those of its topology class."""
-    own = (
-        Benchmark.objects.filter(server=server)
-        .select_related("snapshot", "server__latest_snapshot")
-        .order_by("captured_at", "id")
-    )
+    own = Benchmark.objects.filter(server=server).order_by("captured_at", "id")
     if own.exists() or server.topology_class_id is None:
         return own
     return class_benchmarks(server.topology_class_id)
-
-
-def calibration_inputs(benchmarks: QuerySet[Benchmark]) -> list[CalibrationInput]:
-    """Each run with the topology it was measured on; runs with no topology are left out."""
-    out: list[CalibrationInput] = []
-    for b in benchmarks:
-        snapshot = b.snapshot or b.server.latest_snapshot
-        if snapshot is None:
-            continue
-        run = b.to_domain()
-        assert isinstance(run, NcclRun | P2PResult)
-        out.append((snapshot.to_domain(), snapshot.gpu_model, run))
-    return out
 
 
 # --- the cached cost model ------------------------------------------------------------------
@@ -138,23 +119,40 @@ def _cached_model(key: _ModelKey) -> CostModel:
 
 
 def stored_calibration(benchmarks: QuerySet[Benchmark]) -> Calibration | None:
-    """The runs' calibrations merged in order (later ones win), from the reduced form each
-    benchmark stored at ingest; only rows stored without one are parsed and fitted here."""
+    """The runs' calibrations merged in order (later ones win), read back from the reduced
+    form each benchmark stored at ingest (fitted there once; never fitted again here)."""
+    return fitted_calibration(benchmarks).calibration
+
+
+def fitted_calibration(benchmarks: QuerySet[Benchmark]) -> Fitted:
+    """stored_calibration with the notes on runs that did not calibrate and the ids of those
+    that did: what a class analysis is calibrated with and names."""
     found: Calibration | None = None
-    for pk, document in benchmarks.values_list("pk", "calibration"):
+    notes: list[str] = []
+    used: list[int] = []
+    for pk, kind, document in benchmarks.values_list("pk", "kind", "calibration"):
         if document is None:
-            cal, _ = calibration_from(calibration_inputs(benchmarks.filter(pk=pk)))
+            notes.append(f"{kind} run {pk} skipped: stored before its server had a topology")
         elif "scale" in document:
             cal = Calibration(
                 dict(document["scale"]),
                 dict(document.get("alpha_us", {})),
                 tuple(document.get("sources", ())),
             )
-        else:
-            cal = None  # {"skipped": why}: this run cannot calibrate
-        if cal is not None:
             found = cal if found is None else found.merged(cal)
-    return found
+            used.append(pk)
+        else:  # {"skipped": why}: this run cannot calibrate
+            notes.append(f"{kind} run {pk} skipped: {document.get('skipped', '')}")
+    return Fitted(found, tuple(notes), tuple(used))
+
+
+def class_benchmark_set(topology_class_id: int) -> str:
+    """benchmark_set_identity of the class's runs ("" without any): what its analysis was
+    calibrated from, compared to decide when to analyse it again."""
+    found = Benchmark.objects.filter(server__topology_class_id=topology_class_id).aggregate(
+        identity=benchmark_set_identity(), runs=Count("id")
+    )
+    return str(found["identity"]) if found["runs"] else ""
 
 
 def benchmark_set_identity() -> Concat:
@@ -175,6 +173,19 @@ def _benchmark_set(benchmarks: QuerySet[Benchmark, Any]) -> Subquery:
     """benchmark_set_identity of a group of benchmarks, as a subquery of an outer query."""
     return Subquery(
         benchmarks.order_by().annotate(identity=benchmark_set_identity()).values("identity")[:1]
+    )
+
+
+def analyses_behind_their_runs() -> QuerySet[Analysis]:
+    """Finished current analyses whose class's runs changed since they were computed (the
+    sweep queues them again, should an ingest's request have been lost)."""
+    runs = Benchmark.objects.filter(server__topology_class=OuterRef("topology_class")).values(
+        "server__topology_class"
+    )
+    return (
+        Analysis.objects.filter(status=Analysis.Status.DONE, cost_model_version=COST_MODEL_VERSION)
+        .annotate(runs_now=Coalesce(_benchmark_set(runs), Value("")))
+        .exclude(benchmark_set=F("runs_now"))
     )
 
 

@@ -23,7 +23,7 @@ from topoweb.config import metrics
 from topoweb.config.celery_app import enqueue
 from topoweb.core.analysis import COST_MODEL_VERSION, analyse
 from topoweb.core.model import DocumentError
-from topoweb.fleet.models import Server, Snapshot, TopologyClass
+from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
 
 log = logging.getLogger(__name__)
 
@@ -47,24 +47,33 @@ def current_analysis_for(topology_class: TopologyClass) -> Analysis:
     return analysis
 
 
-# What every new snapshot asks of its class's analysis: two columns (not the row with its
+# What every new snapshot asks of its class's analysis: three columns (not the row with its
 # result, the whole analysis document).
-def _current_status(class_id: int) -> list[tuple[int, str]]:
+def _current_status(class_id: int) -> list[tuple[int, str, str]]:
     return list(
         Analysis.objects.filter(
             topology_class_id=class_id, cost_model_version=COST_MODEL_VERSION
-        ).values_list("id", "status")
+        ).values_list("id", "status", "benchmark_set")
     )
 
 
 def request_analysis(topology_class: TopologyClass) -> None:
-    """Make sure the class has a current analysis, and enqueue it once the caller commits."""
+    """Make sure the class has a current analysis, and enqueue it once the caller commits;
+    a finished one whose class's runs changed since (a run added or removed) is analysed
+    again, its result served meanwhile."""
     found = _current_status(topology_class.pk)
     if found:
-        analysis_id, status = found[0]
+        analysis_id, status, seen = found[0]
     else:
         analysis = current_analysis_for(topology_class)
-        analysis_id, status = analysis.pk, analysis.status
+        analysis_id, status, seen = analysis.pk, analysis.status, analysis.benchmark_set
+    finished = (Analysis.Status.DONE, Analysis.Status.FAILED)
+    if status in finished and seen != selectors.class_benchmark_set(topology_class.pk):
+        # Conditional: of two ingests racing here, one re-queues it.
+        again = Analysis.objects.filter(pk=analysis_id, status=status, benchmark_set=seen).update(
+            status=Analysis.Status.PENDING, attempts=0, updated_at=timezone.now()
+        )
+        status = Analysis.Status.PENDING if again else status
     if status == Analysis.Status.PENDING:
         transaction.on_commit(lambda: enqueue_analysis(analysis_id))
 
@@ -75,10 +84,16 @@ def enqueue_analysis(analysis_id: int) -> bool:
 
 
 def on_new_snapshot(server: Server, snapshot: Snapshot) -> None:
-    """The fleet stored a snapshot: its topology class needs an analysis (fleet.services
-    calls this, registered by AnalysisConfig.ready)."""
+    """The fleet stored a snapshot (with any runs captured beside it): its topology class
+    needs an analysis (fleet.services calls this, registered by AnalysisConfig.ready)."""
     if snapshot.topology_class is not None:
         request_analysis(snapshot.topology_class)
+
+
+def on_new_benchmark(server: Server, _benchmark: Benchmark) -> None:
+    """The fleet stored a run on its own: its server's class is calibrated anew."""
+    if server.topology_class is not None:
+        request_analysis(server.topology_class)
 
 
 def _stale_claims(now: datetime) -> Q:
@@ -158,10 +173,11 @@ def run_analysis(analysis_id: int) -> str:
     try:
         topology_class = analysis.topology_class
         with _heartbeat(analysis_id, claimed_at):
+            # The class's runs as they are now, each calibration fitted once at ingest.
+            benchmark_set = selectors.class_benchmark_set(topology_class.pk)
+            fitted = selectors.fitted_calibration(selectors.class_benchmarks(topology_class))
             result = analyse(
-                topology_class.to_domain(),
-                topology_class.gpu_model,
-                selectors.calibration_inputs(selectors.class_benchmarks(topology_class)),
+                topology_class.to_domain(), topology_class.gpu_model, fitted=fitted
             ).to_document()
     except (DocumentError, ValueError, KeyError) as exc:
         # Bad stored data will not get better by retrying.
@@ -184,11 +200,13 @@ def run_analysis(analysis_id: int) -> str:
         finished_at=finished,
         updated_at=finished,
         duration_s=time.monotonic() - started,
+        benchmark_set=benchmark_set,
     )
     if not written:
         return "lost-claim"
     for hook in _AFTER_ANALYSED:
         hook(analysis.topology_class_id)
+    request_analysis(topology_class)  # a run stored while this one ran: analyse again
     return "done"
 
 
@@ -224,6 +242,11 @@ def sweep(now: datetime | None = None) -> list[int]:
         updated_at=now,
     )
     stale.update(status=Analysis.Status.PENDING, claimed_at=None, updated_at=now - pending_after)
+    # Finished before the class's runs changed (their ingest's request lost): analyse again.
+    behind = list(selectors.analyses_behind_their_runs().values_list("pk", flat=True))
+    Analysis.objects.filter(pk__in=behind, status=Analysis.Status.DONE).update(
+        status=Analysis.Status.PENDING, attempts=0, updated_at=now - pending_after
+    )
     due = created + list(
         Analysis.objects.filter(
             status=Analysis.Status.PENDING, updated_at__lte=now - pending_after

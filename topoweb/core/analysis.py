@@ -100,17 +100,39 @@ class Analysis:
         return in_canonical_order(doc, self.gpu_order) if self.gpu_order else doc
 
 
+@dataclass(frozen=True)
+class Fitted:
+    """Calibrations already fitted (the web service fits each run once, at ingest): merged,
+    the notes on runs that could not calibrate, and which runs (by id) did."""
+
+    calibration: Calibration | None
+    notes: tuple[str, ...] = ()
+    benchmark_ids: tuple[int, ...] = ()
+
+
 def analyse(
-    topology: Topology, gpu_model: str = "", benchmarks: Sequence[CalibrationInput] = ()
+    topology: Topology,
+    gpu_model: str = "",
+    benchmarks: Sequence[CalibrationInput] = (),
+    *,
+    fitted: Fitted | None = None,
 ) -> Analysis:
     """Everything stored as the analysis of one topology class. `gpu_model` is the NVML name
     the class's servers report (the one hardware fact a class analysis reads: it picks the
-    catalogue's link speeds); `benchmarks` are the measured runs of the class's servers, for
-    calibrated figures."""
+    catalogue's link speeds); `benchmarks` are measured runs to fit a calibration from (the
+    CLI), or `fitted` the calibration already fitted from the class's runs (the worker)."""
     model = build_model(topology, gpu_model or None)
     spec = gpu_spec(gpu_model or None, model.hardware.generation.name)
     default = recommend(model, DEFAULT_SHAPE, spec=spec, time_budget_s=_each_budget())
-    calibration, notes = calibration_from(benchmarks)
+    if fitted is None:
+        calibration, notes = calibration_from(benchmarks)
+        used: list[int] = []
+    else:
+        calibration, notes, used = (
+            fitted.calibration,
+            list(fitted.notes),
+            list(fitted.benchmark_ids),
+        )
     measured = calibrated(model, calibration) if calibration is not None else None
     return Analysis(
         summary=summary_of(model, gpu_model),
@@ -130,6 +152,7 @@ def analyse(
                 else {"scale": {}, "alpha_us": {}, "sources": []}
             ),
             "skipped": notes,
+            "benchmarks": used,
         },
         calibrated_costs=cost_tables(measured) if measured is not None else None,
         calibrated_p2p_prediction=p2p_matrix(measured) if measured is not None else None,
