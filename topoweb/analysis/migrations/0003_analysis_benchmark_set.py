@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('analysis', '0002_analysis_heartbeat'),
+        ("analysis", "0002_analysis_heartbeat"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='analysis',
-            name='benchmark_set',
-            field=models.CharField(blank=True, default='', max_length=200),
+            model_name="analysis",
+            name="benchmark_set",
+            field=models.CharField(blank=True, default="", max_length=200),
         ),
     ]
