@@ -228,4 +228,23 @@ def test_tp8_pp2_on_two_free_h200_servers_keeps_tp_inside_and_sends_stages_over_
     assert tight.fits and tight.reason.endswith("(full activation recomputation)")
     # TP16 would straddle the servers: never offered, named as the blocks it needs.
     with pytest.raises(ValueError, match="whole TP x EP blocks of 16"):
-        select_job(servers, layout=Layout(16, 1, 1), shape=shape)
+        select_job(servers, layout=Layout(16, 1, 1), shape=PRESETS["gpt3-175b"])
+    # Unless the caller allows it: then its all-reduces are what crosses, every layer.
+    (wide, *_rest) = select_job(
+        servers, layout=Layout(16, 1, 1), shape=PRESETS["gpt3-175b"], allow_tp_across_servers=True
+    )
+    assert "TP across servers (allowed by the caller)" in wide.reason
+    assert [d["dimension"] for d in wide.to_document()["network"]] == ["tp"]
+
+
+def test_a_job_whose_tp_does_not_divide_the_kv_heads_is_refused_before_any_search() -> None:
+    from tests.core import topologies as T
+    from topoweb.core.placement import ServerPool, select_job
+
+    h200 = build_model(T.h200_nv18_12nic(), "NVIDIA H200")
+    servers = {n: ServerPool(h200, tuple(range(8)), "rail-1") for n in ("a", "b")}
+    with pytest.raises(ValueError, match="TP 16 does not divide the 8 key/value heads"):
+        select_job(
+            servers, layout=Layout(16, 1, 1), shape=PRESETS["llama-70b"],
+            allow_tp_across_servers=True,
+        )  # fmt: skip

@@ -478,6 +478,11 @@ class JobApi(APIView):
         ep = serializers.IntegerField(min_value=1, max_value=MAX_GPUS, default=1)
         servers = _server_list()
         model = ModelField(required=False, help_text="preset key or shape (default llama-7b)")
+        allow_tp_across_servers = serializers.BooleanField(
+            default=False,
+            help_text="let TP groups span servers (their all-reduces then cross the network "
+            "every layer); by default TP and EP stay inside one server",
+        )
 
         def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
             layout = [attrs.get(x) for x in ("tp", "pp", "dp")]
@@ -498,7 +503,14 @@ class JobApi(APIView):
         wanted = _wanted(q)
         layout = _answer(Layout, q["tp"], q["pp"], q["dp"], q["ep"]) if "tp" in q else None
         shape = _answer(selectors.resolve_shape, q.get("model"))
-        doc = _answer(selectors.job_selection, wanted, q.get("k"), layout, shape)
+        doc = _answer(
+            selectors.job_selection,
+            wanted,
+            q.get("k"),
+            layout,
+            shape,
+            allow_tp_across_servers=q["allow_tp_across_servers"],
+        )
         return Response(JobResultSerializer(doc).data)
 
 

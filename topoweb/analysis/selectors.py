@@ -649,6 +649,8 @@ def job_selection(
     k: int | None,
     layout: Layout | None,
     shape: ModelShape | None,
+    *,
+    allow_tp_across_servers: bool = False,
 ) -> dict[str, Any]:
     """Where a job of k GPUs or a TP x PP x DP layout runs over the named servers (free
     masks) or the whole fleet: one server if any can hold it, else the fewest servers of one
@@ -671,7 +673,9 @@ def job_selection(
             server_gpu_spec(server, model),
             fabric=place,
         )
-    picks = select_job(pools, k=k, layout=layout, shape=shape)
+    picks = select_job(
+        pools, k=k, layout=layout, shape=shape, allow_tp_across_servers=allow_tp_across_servers
+    )
     return {
         "k": k if layout is None else layout.size,
         "layout": layout.__dict__ if layout else None,

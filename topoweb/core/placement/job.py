@@ -14,7 +14,14 @@ from topoweb.core.placement.binding import affinity
 from topoweb.core.placement.mapping import place
 from topoweb.core.placement.objective import DEFAULT_SHAPE, hierarchy_order, rank_groups
 from topoweb.core.placement.selection import SELECTION_BYTES, best_group, select_gpus
-from topoweb.core.steptime import GpuSpec, first_fit, gpu_spec, lever_steps, step_plan
+from topoweb.core.steptime import (
+    GpuSpec,
+    first_fit,
+    gpu_spec,
+    lever_steps,
+    step_plan,
+    valid_layout_problem,
+)
 
 # What a network transfer reaches of the NICs' line rate, and how much less crossing the spine
 # between rail groups gets (a 2:1 oversubscribed spine): stated assumptions, used where no
@@ -142,12 +149,15 @@ def select_job(
     shape: ModelShape | None = None,
     nbytes: int = SELECTION_BYTES,
     top: int = 5,
+    *,
+    allow_tp_across_servers: bool = False,
 ) -> list[JobSelection]:
     """Where a job of k GPUs (or a TP x PP x DP layout) should run: on one server when any
     has enough free GPUs (best first, see `select_gpus` and `place`); otherwise over the
     fewest servers, those of one rail group (leaf group) first, then of one spine group, each
     part the best-connected of that server's free GPUs. A layout keeps each TP (and TP x EP)
-    group inside a server; its pipeline stages and DP replicas span servers
+    group inside a server (unless the caller allows TP across servers: its all-reduces then
+    cross the network every layer); its pipeline stages and DP replicas span servers
     (`_layout_over_servers`)."""
     if (k is None) == (layout is None):
         raise ValueError("ask for k GPUs or for a TP x PP x DP layout, not both")
@@ -155,6 +165,11 @@ def select_job(
     if size < 1:
         raise ValueError("k must be at least 1")
     shape = shape or DEFAULT_SHAPE
+    if layout is not None:
+        # Heads, KV heads, layers and experts; where the groups sit is settled below.
+        problem = valid_layout_problem(shape, layout, layout.size)
+        if problem is not None:
+            raise ValueError(f"{shape.name}: {problem}")
     single = [name for name, pool in servers.items() if len(pool.free) >= size]
     if single:
         return sorted(
@@ -162,7 +177,7 @@ def select_job(
             key=lambda j: (not j.fits, j.predicted_us, j.parts[0].server),
         )[:top]
     # TP and EP groups stay inside a server; pipeline stages and DP replicas may span them.
-    unit = layout.tp * layout.ep if layout else 1
+    unit = layout.tp * layout.ep if layout and not allow_tp_across_servers else 1
     groups: dict[str, list[str]] = {}
     spines: dict[str, list[str]] = {}
     for name, pool in servers.items():
@@ -180,7 +195,7 @@ def select_job(
         seen.add(tuple(sorted(picked)))
         same_rails = len({servers[n].rail_group for n in picked}) == 1
         if layout is not None:
-            found.append(_layout_over_servers(servers, picked, layout, shape, same_rails))
+            found.append(_layout_over_servers(servers, picked, layout, shape, same_rails, unit))
         else:
             found.append(_over_servers(servers, picked, size, nbytes, same_rails))
     if not found:
@@ -349,6 +364,7 @@ def _layout_over_servers(
     layout: Layout,
     shape: ModelShape,
     same_rails: bool,
+    unit: int,
 ) -> JobSelection:
     """A TP x PP x DP (x EP) job over several servers. Ranks in Megatron order (TP fastest,
     then DP, then PP) fill blocks of TP x EP GPUs, each block the neighbours of one server's
@@ -358,7 +374,6 @@ def _layout_over_servers(
     inside a server by its cost model and between servers by NIC rate (NET_EFFICIENCY, the
     spine's SPINE_OVERSUBSCRIPTION across rail groups); the step time follows
     steptime.StepPlan."""
-    unit = layout.tp * layout.ep
     path = network_path(servers[n].fabric for n in picked)
     where: list[tuple[str, int]] = []  # rank -> (server, GPU)
     for name in stage_order(servers, picked):
@@ -472,7 +487,10 @@ def _layout_over_servers(
     spans = [d["dimension"].upper() for d in network] or ["nothing"]
     return JobSelection(
         tuple(parts), same_rails, step.total_us, "step time", layout, inter_us, fits,
-        f"no server has {layout.size} free GPUs: TP{' x EP' if layout.ep > 1 else ''} inside "
-        f"each server, {' and '.join(spans)} between {len(parts)} servers on {rails}{levers}",
+        f"no server has {layout.size} free GPUs: "
+        + (f"TP{' x EP' if layout.ep > 1 else ''} inside each server, "
+           if unit == layout.tp * layout.ep
+           else "TP across servers (allowed by the caller), ")
+        + f"{' and '.join(spans)} between {len(parts)} servers on {rails}{levers}",
         tuple(network),
     )  # fmt: skip
