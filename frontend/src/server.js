@@ -177,9 +177,10 @@ function setView(which, save = true) {
 
 // --- panels -----------------------------------------------------------------------------
 
-function renderFindings(findings, hasTopology, checked) {
+function renderFindings(findings, hasTopology, checked, gaveUp) {
   const ul = clear($("findings"));
   if (!hasTopology) { ul.append(el("li", { class: "finding muted", text: "Nothing checked yet: the checks need this server's topology (nvidia-smi topo -m)." })); return; }
+  if (!checked && gaveUp) { ul.append(el("li", { class: "finding sev-warning", text: `The health checks gave up on this snapshot (${gaveUp}); its next report asks again.` })); return; }
   if ((!findings || !findings.length) && !checked) { ul.append(el("li", { class: "finding muted", text: "Checks pending: findings appear once the health checks have judged this snapshot." })); return; }
   if (!findings || !findings.length) { ul.append(el("li", { class: "finding ok", text: "No findings: wiring matches expectations." })); return; }
   for (const f of findings) {
@@ -464,7 +465,7 @@ async function main() {
     waitForAssessment();
   }
   renderSummary(state.server, state.analysis, state.findings);
-  renderFindings(state.findings, Boolean(state.graph || state.left_out?.assessment), state.findings_checked);
+  renderFindings(state.findings, Boolean(state.graph || state.left_out?.assessment), state.findings_checked, state.gave_up?.health);
   renderReaderWarnings(state.reader_warnings);
   if (state.graph) {
     await drawn();

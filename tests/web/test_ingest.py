@@ -34,6 +34,7 @@ from tests.web.conftest import (
     uploader,
 )
 from topoweb.analysis.models import Analysis
+from topoweb.fleet import work
 from topoweb.fleet.models import Benchmark, CollectorToken, Server, Snapshot, Source, TopologyClass
 from topoweb.fleet.services import (
     BenchmarkInput,
@@ -745,7 +746,9 @@ def test_a_new_reports_tasks_are_sent_together_once_it_commits(
     sent: list[list[tuple[str, tuple[Any, ...]]]] = []
     # The module, not the Celery app that topoweb.config exports under the same name.
     celery_app = importlib.import_module("topoweb.config.celery_app")
-    monkeypatch.setattr(celery_app, "_send", lambda pending: sent.append(list(pending)))
+    monkeypatch.setattr(
+        celery_app, "_send", lambda pending: sent.append([(n, a) for n, a, _ in pending])
+    )
     client = collector_client("gpu-a01")
     assert client.post("/api/v1/reports", report("gpu-a01"), format="json").status_code == 201
     server = Server.objects.get(hostname="gpu-a01")
@@ -758,10 +761,15 @@ def test_a_new_reports_tasks_are_sent_together_once_it_commits(
     assert client.post("/api/v1/reports", bad, format="json").status_code == 400
     assert len(sent) == 1
 
-    # Once its class's analysis is done, a new report of the class sends the health task only.
+    # While the server's evaluation is still queued, a new report queues no second one; once
+    # a worker took it (and the class's analysis is done), the next sends the health task only.
     Analysis.objects.update(status=Analysis.Status.DONE)
     changed = report("gpu-a01", nvml=NVML_H200)
     assert client.post("/api/v1/reports", changed, format="json").status_code == 201
+    assert len(sent) == 1
+    assert work.begin("health", server.pk)
+    again = report("gpu-a01", nvml=NVML_H200, host={"kernel": "6.8"})
+    assert client.post("/api/v1/reports", again, format="json").status_code == 201
     assert sent[1:] == [[("health.evaluate", (server.pk,))]]
 
 

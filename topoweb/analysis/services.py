@@ -20,9 +20,9 @@ from django.utils import timezone
 from topoweb.analysis import selectors
 from topoweb.analysis.models import Analysis
 from topoweb.config import metrics
-from topoweb.config.celery_app import enqueue
 from topoweb.core.analysis import COST_MODEL_VERSION, analyse
 from topoweb.core.model import DocumentError
+from topoweb.fleet import work
 from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
 
 log = logging.getLogger(__name__)
@@ -74,13 +74,19 @@ def request_analysis(topology_class: TopologyClass) -> None:
             status=Analysis.Status.PENDING, attempts=0, updated_at=timezone.now()
         )
         status = Analysis.Status.PENDING if again else status
+        if again:
+            work.renew(ANALYSIS, analysis_id)  # new input: its full tries again
     if status == Analysis.Status.PENDING:
         transaction.on_commit(lambda: enqueue_analysis(analysis_id))
 
 
+ANALYSIS = "analysis"  # the kind of work, in fleet.work
+
+
 def enqueue_analysis(analysis_id: int) -> bool:
-    """Send the task; a broker that is down is logged, not raised: the sweep sends it later."""
-    return enqueue("analysis.run", analysis_id)
+    """Send the task unless one is queued; a broker that is down is logged, not raised: the
+    sweep sends it later."""
+    return work.send(ANALYSIS, analysis_id, "analysis.run")
 
 
 def on_new_snapshot(server: Server, snapshot: Snapshot) -> None:
@@ -208,6 +214,20 @@ def run_analysis(analysis_id: int) -> str:
         hook(analysis.topology_class_id)
     request_analysis(topology_class)  # a run stored while this one ran: analyse again
     return "done"
+
+
+def run_attempt(analysis_id: int) -> str:
+    """One attempt of the worker's task (fleet.work: counted, given up past its tries): what
+    run_analysis returns, or "given-up", the analysis then marked failed with the reason."""
+    outcome = work.attempt(ANALYSIS, analysis_id, lambda: run_analysis(analysis_id))
+    if outcome is None:
+        reason = work.given_up(ANALYSIS, [analysis_id]).get(analysis_id, "given up")
+        now = timezone.now()
+        Analysis.objects.filter(pk=analysis_id).exclude(status=Analysis.Status.DONE).update(
+            status=Analysis.Status.FAILED, error=reason, finished_at=now, updated_at=now
+        )
+        return "given-up"
+    return str(outcome)
 
 
 def _mark_failed(mine: QuerySet[Analysis], error: str, started: float) -> None:

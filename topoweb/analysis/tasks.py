@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from topoweb.analysis import services
+from topoweb.fleet import work
 
 
 @shared_task(
@@ -20,7 +21,7 @@ from topoweb.analysis import services
     time_limit=150,
 )
 def run_analysis(self: Task, analysis_id: int) -> str:
-    outcome = services.run_analysis(analysis_id)
+    outcome = services.run_attempt(analysis_id)
     if outcome == "busy" and not self.request.is_eager:
         # Another claim is running: a live worker (then the retry finds it done and skips) or
         # one killed mid-task, whose message came back here (acks late, rejected on worker
@@ -31,6 +32,9 @@ def run_analysis(self: Task, analysis_id: int) -> str:
 
 @shared_task(name="analysis.sweep", soft_time_limit=120, time_limit=150)
 def sweep() -> list[int]:
-    sent = services.sweep()
-    services.publish_analysis_counts()
-    return sent
+    with work.one_at_a_time("analysis.sweep", 150) as mine:
+        if not mine:
+            return []
+        sent = services.sweep()
+        services.publish_analysis_counts()
+        return sent

@@ -23,10 +23,11 @@ from topoweb.api.reads import ServerSummarySerializer
 from topoweb.config.api import READ_ERRORS
 from topoweb.config.limits import LimitExceeded
 from topoweb.core.ledger import Layout
-from topoweb.fleet import selectors
+from topoweb.fleet import selectors, work
 from topoweb.fleet.models import Benchmark, Server
 from topoweb.health import selectors as health_selectors
 from topoweb.health.assessment import step_us
+from topoweb.health import services as health_services
 
 BENCHMARK_ROWS = 12
 MiB = 1 << 20
@@ -115,6 +116,11 @@ def server_page(server: Server) -> bytes:
         "benchmarks": _benchmark_rows(server),
         "history": _history(server),
         "presets": analysis_selectors.model_presets(),
+        "gave_up": {
+            kind: reason
+            for kind, key in ((health_services.HEALTH, server.pk),)
+            for reason in work.given_up(kind, [key]).values()
+        },
     }
     # Two JSON objects joined: the live one's closing brace and the stored one's opening go.
     head = orjson.dumps(live, default=str, option=orjson.OPT_UTC_Z)
@@ -170,6 +176,11 @@ class ServerPageSerializer(serializers.Serializer):
         help_text="Parts of the page not given for this server (e.g. `affinity` before the "
         "class analysis, `assessment` before the first one), each with the reason; empty when "
         "the page is whole",
+    )
+    gave_up = serializers.DictField(
+        child=serializers.CharField(),
+        help_text="Worker tasks for this server that had their tries and were given up "
+        "(`health`: its evaluation), each with the reason; asked again by its next report",
     )
 
 

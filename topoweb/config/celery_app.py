@@ -6,7 +6,7 @@ production, so a quick health check never waits behind a long analysis."""
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -22,16 +22,18 @@ log = logging.getLogger(__name__)
 
 # The tasks `enqueue` was asked for inside `enqueue_together`, per thread; None outside.
 _together = threading.local()
+_Pending = tuple[str, tuple[Any, ...], "Callable[[], object] | None"]
 
 
-def enqueue(task_name: str, *args: Any) -> bool:
+def enqueue(task_name: str, *args: Any, on_refused: Callable[[], object] | None = None) -> bool:
     """Send a task by its registered name (run at once in eager mode), so that services need
     not import the tasks that wrap them. A broker that is down is logged, not raised: the row
-    records what is pending and a periodic sweep sends it later. Inside `enqueue_together` the
-    task is sent when that block ends (True: it will be tried then)."""
-    pending: list[tuple[str, tuple[Any, ...]]] | None = getattr(_together, "pending", None)
+    records what is pending and a periodic sweep sends it later; `on_refused` is called then
+    (fleet.work forgets that a message is out). Inside `enqueue_together` the task is sent
+    when that block ends (True: it will be tried then)."""
+    pending: list[_Pending] | None = getattr(_together, "pending", None)
     if pending is not None:
-        pending.append((task_name, args))
+        pending.append((task_name, args, on_refused))
         return True
     try:
         task = app.tasks[task_name]
@@ -43,6 +45,8 @@ def enqueue(task_name: str, *args: Any) -> bool:
             task.apply_async(args=args)
     except Exception:  # kombu and redis raise several unrelated types for "broker down"
         log.warning("%s%s not queued: the broker refused it", task_name, args, exc_info=True)
+        if on_refused is not None:
+            on_refused()
         return False
     return True
 
@@ -58,7 +62,7 @@ def enqueue_together() -> Iterator[None]:
     if getattr(_together, "pending", None) is not None or app.conf.task_always_eager:
         yield
         return
-    pending: list[tuple[str, tuple[Any, ...]]] = []
+    pending: list[_Pending] = []
     _together.pending = pending
     try:
         yield
@@ -68,11 +72,13 @@ def enqueue_together() -> Iterator[None]:
             _send(pending)
 
 
-def _send(pending: list[tuple[str, tuple[Any, ...]]]) -> None:
+def _send(pending: list[_Pending]) -> None:
     try:
         with app.producer_or_acquire() as producer, producer.batch():
-            for task_name, args in pending:
+            for task_name, args, _ in pending:
                 app.tasks[task_name].apply_async(args=args, producer=producer)
     except Exception:  # as in enqueue: a batch that fails is sent by none of its tasks
-        for task_name, args in pending:
+        for task_name, args, on_refused in pending:
             log.warning("%s%s not queued: the broker refused it", task_name, args, exc_info=True)
+            if on_refused is not None:
+                on_refused()

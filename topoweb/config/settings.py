@@ -308,6 +308,10 @@ TOPOWEB_COLLECTOR_INTERVAL_S = env.float("TOPOWEB_COLLECTOR_INTERVAL_S", default
 TOPOWEB_COLLECTOR_SILENT_AFTER = env.int("TOPOWEB_COLLECTOR_SILENT_AFTER", default=3)
 # An analysis that hits its time limit (or loses its worker) this many times is marked failed.
 TOPOWEB_ANALYSIS_MAX_ATTEMPTS = env.int("TOPOWEB_ANALYSIS_MAX_ATTEMPTS", default=3)
+# Any worker task (fleet.work): tries per object before it is given up with the reason, which
+# the pages show; a message still queued after TOPOWEB_QUEUED_LOST_AFTER_S counts as lost.
+TOPOWEB_TASK_MAX_ATTEMPTS = env.int("TOPOWEB_TASK_MAX_ATTEMPTS", default=3)
+TOPOWEB_QUEUED_LOST_AFTER_S = env.int("TOPOWEB_QUEUED_LOST_AFTER_S", default=900)
 
 LOGGING = {
     "version": 1,

@@ -273,3 +273,25 @@ class FabricCapture(models.Model):
 
     def __str__(self) -> str:
         return f"{self.fabric_id}@{self.captured_at:%Y-%m-%dT%H:%M}"
+
+
+class QueuedWork(models.Model):
+    """One kind of worker task for one object (a server's health evaluation, a class's
+    analysis): whether a message for it is queued now (at most one is), the attempts made
+    since its input last changed, and, once it has had its tries, why it was given up.
+    Written only through fleet.work."""
+
+    kind = models.CharField(max_length=40)
+    key = models.BigIntegerField()  # the id the task takes
+    queued_at = models.DateTimeField(null=True, blank=True)  # a message is out since then
+    attempts = models.PositiveIntegerField(default=0)
+    gave_up = models.TextField(blank=True)  # why; empty while it may still run
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "key"], name="queued_work_one_per_object")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key}: {self.attempts} attempt(s)"

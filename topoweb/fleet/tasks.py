@@ -6,8 +6,9 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import DatabaseError
 
-from topoweb.config.celery_app import enqueue
-from topoweb.fleet import fabric_services
+from topoweb.fleet import fabric_services, work
+
+FABRIC = "fabric"  # the kind of work, in fleet.work
 
 
 @shared_task(
@@ -19,13 +20,19 @@ from topoweb.fleet import fabric_services
     time_limit=360,
 )
 def analyse_fabric(capture_id: int) -> str:
-    return fabric_services.analyse_capture(capture_id)
+    outcome = work.attempt(FABRIC, capture_id, lambda: fabric_services.analyse_capture(capture_id))
+    return "given-up" if outcome is None else str(outcome)
 
 
 @shared_task(name="fleet.sweep_fabrics", soft_time_limit=120, time_limit=150)
 def sweep_fabrics() -> list[int]:
     """Send the latest captures whose analysis never ran (broker down), failed with tries
     left, or was made before the servers' collectors sent other HCA GUIDs."""
-    return [
-        pk for pk in fabric_services.stale_captures() if enqueue(fabric_services.ANALYSE_TASK, pk)
-    ]
+    with work.one_at_a_time("fleet.sweep_fabrics", 150) as mine:
+        if not mine:
+            return []
+        return [
+            pk
+            for pk in fabric_services.stale_captures()
+            if work.send(FABRIC, pk, fabric_services.ANALYSE_TASK)
+        ]

@@ -17,7 +17,6 @@ from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from topoweb.config import metrics
-from topoweb.config.celery_app import enqueue
 from topoweb.core.analysis import COST_MODEL_VERSION
 from topoweb.core.health import (
     COLLECTOR_SILENT,
@@ -37,6 +36,7 @@ from topoweb.core.health import (
 )
 from topoweb.core.model import Topology
 from topoweb.fleet import selectors as fleet_selectors
+from topoweb.fleet import work
 from topoweb.fleet.models import Benchmark, Server, Snapshot
 from topoweb.health import selectors
 from topoweb.health.assessment import assessment_document
@@ -157,6 +157,9 @@ def expectations_for(
     )
 
 
+HEALTH = "health"  # the kind of work, in fleet.work
+
+
 def request_health(server: Server) -> None:
     """An input of the server's assessment changed: re-evaluate it once the caller's
     transaction commits (eager without a broker). See request_assessments."""
@@ -164,21 +167,28 @@ def request_health(server: Server) -> None:
 
 
 def request_assessments(server_ids: Sequence[int]) -> None:
-    """These servers' assessments are out of date: mark them (served `stale` meanwhile) and
-    queue each one's evaluation once the caller commits, unless one is already queued (its
-    mark set, not yet picked up by a worker): one queued evaluation per server at most."""
+    """These servers' assessments are out of date: mark them (served `stale` meanwhile), give
+    their evaluations their full tries again (fleet.work) and send each once the caller
+    commits, unless one is already queued: one queued evaluation per server at most."""
     now = timezone.now()
-    stored = ServerHealth.objects.filter(server_id__in=server_ids)
-    queued = set(stored.filter(requested_at__isnull=False).values_list("server_id", flat=True))
-    stored.filter(requested_at__isnull=True).update(requested_at=now)
+    ServerHealth.objects.filter(server_id__in=server_ids, requested_at__isnull=True).update(
+        requested_at=now
+    )
     for server_id in server_ids:
-        if server_id not in queued:
-            transaction.on_commit(functools.partial(enqueue_health, server_id))
+        work.renew(HEALTH, server_id)
+        transaction.on_commit(functools.partial(enqueue_health, server_id))
 
 
 def enqueue_health(server_id: int) -> bool:
-    """Send the task; a broker that is down is logged, not raised: the sweep sends it later."""
-    return enqueue("health.evaluate", server_id)
+    """Send the task unless one is queued or it was given up; a broker that is down is
+    logged, not raised: the sweep sends it later."""
+    return work.send(HEALTH, server_id, "health.evaluate")
+
+
+def run_evaluation(server_id: int) -> bool:
+    """One attempt of the worker's evaluation (fleet.work: counted, given up past its tries
+    with the reason); whether the server was evaluated."""
+    return work.attempt(HEALTH, server_id, lambda: evaluate_server(server_id)) is not None
 
 
 def on_new_report(server: Server, stored: Snapshot | Benchmark) -> None:
@@ -202,7 +212,8 @@ def on_class_analysed(topology_class_id: int) -> None:
 
 def stale_servers() -> list[int]:
     """Servers never evaluated, evaluated against an older snapshot than their latest or an
-    older cost model, or asked for again and not picked up for a minute (a lost message)."""
+    older cost model, or asked for again and not picked up for a minute (a lost message);
+    but for those whose evaluation was given up (until new input asks again)."""
     lost = timezone.now() - timedelta(seconds=60)
     return list(
         Server.objects.filter(latest_snapshot__isnull=False)
@@ -212,6 +223,7 @@ def stale_servers() -> list[int]:
             | ~Q(health__cost_model_version=COST_MODEL_VERSION)
             | Q(health__requested_at__lt=lost)
         )
+        .exclude(pk__in=work.given_up_keys(HEALTH))
         .values_list("pk", flat=True)
     )
 

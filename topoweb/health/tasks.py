@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import DatabaseError
 
+from topoweb.fleet import work
 from topoweb.health import services
 
 
@@ -17,15 +18,18 @@ from topoweb.health import services
     time_limit=90,
 )
 def evaluate_server_task(server_id: int) -> bool:
-    return services.evaluate_server(server_id) is not None
+    return services.run_evaluation(server_id)
 
 
 @shared_task(name="health.sweep", soft_time_limit=120, time_limit=150)
 def sweep() -> list[int]:
     """Queue the servers whose evaluation is missing or older than their latest snapshot; mark
     and clear collector_silent; publish the fleet's gauges for /metrics."""
-    stale = services.stale_servers()
-    sent = [pk for pk in stale if services.enqueue_health(pk)]
-    services.sweep_silent_collectors()
-    services.publish_fleet_gauges()
-    return sent
+    with work.one_at_a_time("health.sweep", 150) as mine:
+        if not mine:
+            return []
+        stale = services.stale_servers()
+        sent = [pk for pk in stale if services.enqueue_health(pk)]
+        services.sweep_silent_collectors()
+        services.publish_fleet_gauges()
+        return sent
