@@ -26,8 +26,8 @@ from topoweb.core.ledger import Layout
 from topoweb.fleet import selectors, work
 from topoweb.fleet.models import Benchmark, Server
 from topoweb.health import selectors as health_selectors
-from topoweb.health.assessment import step_us
 from topoweb.health import services as health_services
+from topoweb.health.assessment import step_us
 
 BENCHMARK_ROWS = 12
 MiB = 1 << 20
