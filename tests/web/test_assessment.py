@@ -157,3 +157,39 @@ def test_a_class_analysis_reads_the_calibrations_fitted_at_ingest_and_names_its_
     assert list(analysis_selectors.analyses_behind_their_runs()) == []
     Benchmark.objects.filter(pk=run.pk).delete()
     assert list(analysis_selectors.analyses_behind_their_runs()) == [analysis]
+
+
+def test_a_placement_answer_is_kept_in_djangos_cache(
+    reader: APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.core.cache import cache
+    from django.utils import timezone
+
+    from topoweb.analysis import selectors
+    from topoweb.fleet.models import Source
+    from topoweb.fleet.services import ingest_report
+
+    ingest_report(
+        hostname="dgx-a100-p01",
+        topo_text=fixture_text(A100_TOPO),
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+    )
+    computed: list[int] = []
+    real = selectors.place
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        computed.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(selectors, "place", counted)
+    ask = {"tp": 4, "pp": 2, "dp": 1}
+    url = "/api/v1/servers/dgx-a100-p01/placement"
+    first = reader.post(url, ask, format="json")
+    again = reader.post(url, ask, format="json")
+
+    assert first.status_code == again.status_code == 200
+    assert first.json() == again.json() and computed == [1]
+    cache.clear()  # the cache framework holds it: cleared, it is computed again
+    assert reader.post(url, ask, format="json").json() == first.json()
+    assert computed == [1, 1]

@@ -8,10 +8,9 @@ import dataclasses
 import functools
 import hashlib
 import logging
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS
 from django.db.models import (
@@ -34,6 +33,7 @@ from django.http import Http404
 
 from topoweb.analysis.models import Analysis
 from topoweb.config import limits
+from topoweb.config.answers import answer_once
 from topoweb.config.limits import LimitExceeded
 from topoweb.core.analysis import COST_MODEL_VERSION, Fitted
 from topoweb.core.costs import (
@@ -334,41 +334,6 @@ def server_cost_model(server: Server) -> CostModel:
 
 
 # --- answers computed once ------------------------------------------------------------------
-
-
-class KeptAnswers:
-    """Answers that depend only on their key, computed on the first ask and kept in this
-    process, at most `size` of them, least recently used first out. A computation that raises
-    keeps nothing."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._kept: OrderedDict[Hashable, Any] = OrderedDict()
-
-    def get(self, key: Hashable, compute: Callable[[], T]) -> T:
-        try:
-            self._kept.move_to_end(key)
-            return cast(T, self._kept[key])
-        except KeyError:
-            pass
-        answer = compute()
-        self._kept[key] = answer
-        if len(self._kept) > self.size:
-            self._kept.popitem(last=False)
-        return answer
-
-    def clear(self) -> None:
-        self._kept.clear()
-
-
-ANSWER_CACHE_SIZE = 1024
-_answers = KeptAnswers(ANSWER_CACHE_SIZE)
-
-
-def answer_once(key: Hashable, compute: Callable[[], T]) -> T:
-    """The answer to a question that depends only on `key` (a model key and the question),
-    computed on the first ask and kept (KeptAnswers) in this process."""
-    return _answers.get(key, compute)
 
 
 def _as_is(doc: dict[str, Any]) -> Any:

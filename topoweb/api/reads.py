@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 
 from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis.serializers import AnalysisSerializer, FindingSerializer
+from topoweb.config.answers import answer_once
 from topoweb.config.api import (
     READ_ERRORS,
     Pagination,
@@ -201,8 +202,10 @@ def _analysis_json(
     answer) and then served as the stored JSON text."""
     if analysis_id is None:
         return None
-    text = _ANALYSIS_TEXT.get(
-        (analysis_id, updated_at, content_sha256),
+    # Kept by (analysis id, its last update, the snapshot content): the update time changes
+    # with every write to the analysis, so a stale entry is never served.
+    text = answer_once(
+        ("analysis text", analysis_id, updated_at, content_sha256),
         lambda: _analysis_text(topology_class_id, content_sha256, document_text),
     )
     return None if text is None else raw_json(text)
@@ -223,11 +226,6 @@ def _analysis_text(
             Server(latest_snapshot=snapshot), data["result"]
         )
     return dumps(data).decode()
-
-
-# Per process: (analysis id, its last update, the snapshot content) -> the answer's JSON text.
-# The update time changes with every write to the analysis, so a stale entry is never served.
-_ANALYSIS_TEXT = analysis_selectors.KeptAnswers(512)
 
 
 def _current_analysis_key() -> dict[str, Any]:

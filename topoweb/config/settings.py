@@ -282,6 +282,9 @@ TOPOWEB_MAX_BENCHMARK_BYTES = env.int("TOPOWEB_MAX_BENCHMARK_BYTES", default=256
 TOPOWEB_MAX_BENCHMARK_ROWS = env.int("TOPOWEB_MAX_BENCHMARK_ROWS", default=1000)
 TOPOWEB_MAX_BENCHMARKS_PER_REPORT = env.int("TOPOWEB_MAX_BENCHMARKS_PER_REPORT", default=32)
 TOPOWEB_MAX_QUERY_GPUS = env.int("TOPOWEB_MAX_QUERY_GPUS", default=256)
+# How long an answer to a question (placement, selection, serving) is kept in the cache; its
+# key names everything it depends on, so this only bounds the space (config/answers.py).
+TOPOWEB_ANSWER_CACHE_S = env.int("TOPOWEB_ANSWER_CACHE_S", default=24 * 3600)
 TOPOWEB_MAX_SELECT_GPUS = env.int("TOPOWEB_MAX_SELECT_GPUS", default=576)
 # /metrics answers only with `Authorization: Bearer <this>`; unset, it is not served on the
 # application's address (`manage.py serve_metrics` serves it on an internal one).

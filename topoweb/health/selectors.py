@@ -11,7 +11,8 @@ import orjson
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Sum
 from django.http import Http404
 
-from topoweb.analysis.selectors import KeptAnswers, benchmark_set_identity
+from topoweb.analysis.selectors import benchmark_set_identity
+from topoweb.config.answers import answer_once
 from topoweb.config.metrics import GaugeFamily
 from topoweb.core.analysis import COST_MODEL_VERSION
 from topoweb.core.formats.nvml import NvmlFacts, NvmlFactsError, read_nvml
@@ -123,13 +124,6 @@ def sku_expectation(sku_name: str) -> SkuExpectation | None:
     return SkuExpectation.objects.filter(sku_name=sku_name).first()
 
 
-# Each SKU's members' figures, computed once per state of the SKU (_sku_state) and
-# thresholds: evaluating one server reads its siblings' figures, and reading every member's
-# benchmarks again made each evaluation cost in proportion to its SKU (0.16 s at 500 members
-# with one nccl-tests run each).
-_SKU_FIGURES = KeptAnswers(64)
-
-
 def _sku_state(sku_name: str) -> tuple[Any, ...]:
     """What changes whenever a SKU's member figures can: who its members are (their count,
     the sum of their ids, and the newest snapshot among them: a server joins a SKU with a new
@@ -148,8 +142,11 @@ def sku_figures(sku_name: str, thresholds: Thresholds) -> dict[str, Figures]:
     out): two aggregate queries while the SKU's members and benchmarks stay the same."""
     if not sku_name:
         return {}
-    key = (sku_name, thresholds, _sku_state(sku_name))
-    return dict(_SKU_FIGURES.get(key, lambda: _sku_figures(sku_name, thresholds)))
+    # Kept per state of the SKU (_sku_state) and thresholds: evaluating one server reads its
+    # siblings' figures, and reading every member's runs each time would make an evaluation
+    # cost in proportion to its SKU.
+    key = ("sku figures", sku_name, thresholds, _sku_state(sku_name))
+    return dict(answer_once(key, lambda: _sku_figures(sku_name, thresholds)))
 
 
 def _sku_figures(sku_name: str, thresholds: Thresholds) -> dict[str, Figures]:
