@@ -405,6 +405,9 @@ function renderBestLayouts(layouts, recs, assumptions) {
       ul.append(el("li", { dataset: { preset: key } }, el("strong", { text: `${rec.model?.name || key}: ` }), text));
     }
     box.append(el("h3", { text: "Recommended per model" }), ul);
+    // Advice on a guessed GPU (model, generation or memory size) says so.
+    const assumed = Object.values(recs).find((rec) => rec.assumed?.length)?.assumed;
+    if (assumed) box.append(el("p", { class: "assumed small", id: "recommendations-assumed" }, el("strong", { text: "Assumed: " }), assumed.join("; ")));
   }
 }
 
