@@ -3,6 +3,7 @@ Celery's own `config_from_object`. Two queues: `analysis` (a topology class's an
 and `default` (health evaluations and the sweeps, light), each with its own worker in
 production, so a quick health check never waits behind a long analysis."""
 
+import collections
 import logging
 import os
 import threading
@@ -38,9 +39,10 @@ def enqueue(task_name: str, *args: Any, on_refused: Callable[[], object] | None 
     try:
         task = app.tasks[task_name]
         if app.conf.task_always_eager:
-            # Run here: apply_async would still open a broker connection for nothing (and kombu
-            # warns "No hostname was supplied" about the memory:// one).
-            task.apply(args=args)
+            # No broker (the embedded default): run in this process, off the caller's thread,
+            # so a request answers at once. apply_async would still open a broker connection
+            # for nothing (and kombu warns "No hostname was supplied" about the memory:// one).
+            _in_background(task_name, args)
         else:
             task.apply_async(args=args)
     except Exception:  # kombu and redis raise several unrelated types for "broker down"
@@ -49,6 +51,49 @@ def enqueue(task_name: str, *args: Any, on_refused: Callable[[], object] | None 
             on_refused()
         return False
     return True
+
+
+# Eager mode's tasks, run one at a time in the order asked by one thread of the process, started
+# when there is work and ending when there is none. Not a daemon: a process that ends (a
+# management command) first finishes what it asked for.
+_backlog: collections.deque[tuple[str, tuple[Any, ...]]] = collections.deque()
+_backlog_lock = threading.Condition()
+_runner: threading.Thread | None = None
+
+
+def _in_background(task_name: str, args: tuple[Any, ...]) -> None:
+    global _runner
+    with _backlog_lock:
+        _backlog.append((task_name, args))
+        if _runner is None:
+            _runner = threading.Thread(target=_run_backlog, name="topoweb-tasks")
+            _runner.start()
+
+
+def _run_backlog() -> None:
+    global _runner
+    from django.db import connections
+
+    while True:
+        with _backlog_lock:
+            if not _backlog:
+                _runner = None
+                _backlog_lock.notify_all()
+                return
+            task_name, args = _backlog.popleft()
+        try:
+            app.tasks[task_name].apply(args=args, throw=True)
+        except Exception:
+            log.exception("%s%s failed", task_name, args)
+        finally:
+            connections.close_all()  # this thread's own connections
+
+
+def wait_for_background(timeout: float | None = None) -> bool:
+    """Wait until eager mode's background tasks (and those they asked for) have run; whether
+    they had within `timeout`. For commands and tests that read what the tasks wrote."""
+    with _backlog_lock:
+        return _backlog_lock.wait_for(lambda: _runner is None, timeout)
 
 
 @contextmanager

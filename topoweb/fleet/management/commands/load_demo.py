@@ -14,6 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
+from topoweb.config.celery_app import wait_for_background
 from topoweb.core.formats import ParseError
 from topoweb.fleet.models import Server, Source
 from topoweb.fleet.services import BenchmarkInput, Ingested, ingest_report
@@ -109,6 +110,9 @@ class Command(BaseCommand):
                         break
                 assert result is not None  # nothing loaded breaks out above
                 created += result.created
+        # Without a broker the analyses and health checks run in this process's background
+        # thread: the demo is whole once they have.
+        wait_for_background()
         # Demo servers of an older naming scheme go, so a rerun leaves exactly this fleet.
         Server.objects.filter(labels__has_key="fixture").exclude(hostname__in=loaded).delete()
         user, _ = get_user_model().objects.get_or_create(
