@@ -126,3 +126,5 @@ def test_a_tp8_pp2_job_over_two_free_h200_servers_says_what_crosses_the_network(
     assert [len(p["gpus"]) for p in best["servers"]] == [8, 8]
     assert [n["dimension"] for n in best["network"]] == ["pp"] and best["inter_node_us"] > 0
     assert all(p["nics"] for p in best["servers"])  # each GPU's nearest NIC named
+    # Named "NVIDIA H200" without NVML's memory total: the catalogue's size, said per server.
+    assert [a.split(": ")[0] for a in response.json()["assumed"]] == ["h200-a", "h200-b"]

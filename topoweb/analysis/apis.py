@@ -459,6 +459,10 @@ class JobResultSerializer(serializers.Serializer):
     k = serializers.IntegerField()
     layout = LayoutSerializer(allow_null=True)
     selections = JobSelectionSerializer(many=True)
+    assumed = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="what was guessed rather than read (GPU model, generation, memory), by server",
+    )
 
 
 class JobApi(APIView):

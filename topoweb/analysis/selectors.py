@@ -645,6 +645,12 @@ def job_selection(
         "k": k if layout is None else layout.size,
         "layout": layout.__dict__ if layout else None,
         "selections": [p.to_document() for p in picks],
+        # What each server's answer guessed (GPU model, generation, memory), by server.
+        "assumed": [
+            f"{name}: {guess}"
+            for name, pool in pools.items()
+            for guess in (pool.spec.assumed if pool.spec else ())
+        ],
     }
 
 
