@@ -138,6 +138,9 @@ STAGED_COPY_LATENCY_US = 15.0
 # Relative band of those priors: published GPU latencies run from about half to twice them
 # across drivers and platforms (the same issue's spread, and older drivers' 5-7 us).
 COPY_LATENCY_BAND = 0.5
+# Relative band of NCCL's published latencies as small-message times: NCCL's tuning model
+# plans with them; measured small-message rows replace them (calibrate_from_nccl).
+LATENCY_PRIOR_BAND = 0.3
 # Relative band of the cost model's large-message busbw of an NCCL collective: NCCL's own
 # tuning model, which ours follows, is a planning figure, not a measurement.
 BUSBW_MODEL_BAND = 0.10

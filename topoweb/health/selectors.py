@@ -15,12 +15,14 @@ from topoweb.analysis.selectors import benchmark_set_identity
 from topoweb.config.answers import answer_once
 from topoweb.config.metrics import GaugeFamily
 from topoweb.core.analysis import COST_MODEL_VERSION
-from topoweb.core.formats.nvml import NvmlFacts, NvmlFactsError, read_nvml
+from topoweb.core.costs import options_from_facts
+from topoweb.core.formats.nvml import NvmlFacts, NvmlFactsError, read_host, read_nvml
 from topoweb.core.health import (
     COLLECTOR_SILENT,
     TOPOLOGY_DRIFT,
     Figures,
     Finding,
+    Network,
     Thresholds,
     measured_figures,
     sku_distribution,
@@ -49,6 +51,8 @@ class HealthInputs:
     nvml: NvmlFacts | None
     p2p: P2PResult | None
     nccl_runs: tuple[NcclRun, ...]
+    # The RDMA NICs the collector reported (count and rate), for multi-node runs' expectation.
+    network: Network | None = None
     # Stored facts that could not be read (stored before ingest checked their shape): the
     # server is judged on everything else, and the acceptance report says what was left out.
     unread_facts: tuple[str, ...] = ()
@@ -105,6 +109,9 @@ def health_inputs(server: Server) -> HealthInputs | None:
         nvml = read_nvml(snapshot.nvml) if snapshot.nvml is not None else None
     except NvmlFactsError as exc:
         unread = (f"NVML facts not read: {exc}",)
+    # Host facts are descriptive: read_host takes what it can and leaves the rest unknown.
+    facts = options_from_facts(None, read_host(snapshot.host))
+    network = Network(facts.get("nics_per_node"), facts.get("nic_gbits")) if facts else None
     return HealthInputs(
         topology=snapshot.to_domain(),
         previous=previous.to_domain() if previous is not None else None,
@@ -114,6 +121,7 @@ def health_inputs(server: Server) -> HealthInputs | None:
         nvml=nvml,
         p2p=p2p,
         nccl_runs=runs,
+        network=network,
         unread_facts=unread,
     )
 

@@ -85,6 +85,7 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
         nccl_runs=inputs.nccl_runs,
         expectations=expectations,
         sku_medians=medians,
+        network=inputs.network,
     )
     report = acceptance_report(
         inputs.topology,

@@ -43,8 +43,11 @@ def solo_time_bound(model: CostModel, collective: str, gpus: Sequence[int], nbyt
     bus_max = model.ring_rate_bound(key) * (1 + BOUND_MARGIN)
     nvlink = [model.hop_class((a, b)) == "nvlink" for a in key for b in key if a != b]
     hops = ("nvlink",) if all(nvlink) else (("pcie",) if not any(nvlink) else ("nvlink", "pcie"))
-    best = ring_time_bound(model, collective, p, nbytes, bus_max, hops)
-    alone = Shape([key], key, Rate(math.inf, -1), Rate(math.inf, -1), True, math.inf, -1)
+    # Without NVLink, GPUs on both sockets make every ring cross between them over PCIe:
+    # each step then waits on the socket link (what collectives price).
+    sock = model.socket_latency_us() if not any(nvlink) and model.sockets(key) > 1 else 0.0
+    best = ring_time_bound(model, collective, p, nbytes, bus_max, hops, sock)
+    alone = Shape([key], key, Rate(math.inf, -1), Rate(math.inf, -1), True, False, math.inf, -1)
     nvls = nvls_variant(model, collective, key, nbytes, alone, None, 0.0)
     if nvls is not None:
         best = min(best, nvls.time_us)
@@ -52,20 +55,35 @@ def solo_time_bound(model: CostModel, collective: str, gpus: Sequence[int], nbyt
 
 
 def ring_time_bound(
-    model: CostModel, collective: str, p: int, nbytes: int, bus_max: float, hops: Sequence[str]
+    model: CostModel,
+    collective: str,
+    p: int,
+    nbytes: int,
+    bus_max: float,
+    hops: Sequence[str],
+    socket_us: float = 0.0,
 ) -> float:
     """A lower bound of the ring and tree times of `collective` (all_reduce, reduce_scatter,
     all_gather) over p GPUs of one node whose ring gets at most `bus_max` GB/s and whose hops
     are of the `hops` latency classes: NCCL's formulas of the collectives' NCCL variants at
-    that rate, with every latency row the ring could pay (the least wins)."""
+    that rate, with every latency row the ring could pay (the least wins). `socket_us`: what
+    each step adds where the group crosses sockets (CostModel.socket_latency_us)."""
     name = model.hardware.generation.name
-    variants = _ring_bound_variants(name, ll_max_gbps(model, 1), collective, p, nbytes, tuple(hops))
+    variants = _ring_bound_variants(
+        name, ll_max_gbps(model, 1), collective, p, nbytes, tuple(hops), socket_us
+    )
     return min(lat + transfer_us(nbytes, min(cap, a * bus_max)) for lat, a, cap in variants)
 
 
 @functools.lru_cache(maxsize=1024)
 def _ring_bound_variants(
-    generation: str, ll_max: float, collective: str, p: int, nbytes: int, hops: tuple[str, ...]
+    generation: str,
+    ll_max: float,
+    collective: str,
+    p: int,
+    nbytes: int,
+    hops: tuple[str, ...],
+    socket_us: float = 0.0,
 ) -> tuple[tuple[float, float, float], ...]:
     """`ring_time_bound`'s variants as (latency, a, cap): at a rate x a variant's algorithm
     bandwidth is min(cap, a x); the same for every group of p GPUs (kept per process)."""
@@ -75,7 +93,10 @@ def _ring_bound_variants(
     for i, proto in enumerate(PROTOCOLS):
         if proto == "LL128" and not ll128_ok:
             continue
-        lat = min(BASE_LATENCY_US["ring"][i] + steps * HOP_LATENCY_US[h]["ring"][i] for h in hops)
+        lat = min(
+            BASE_LATENCY_US["ring"][i] + steps * (HOP_LATENCY_US[h]["ring"][i] + socket_us)
+            for h in hops
+        )
         share, cap = {"LL": (0.5, ll_max), "LL128": (0.92, math.inf), "Simple": (1.0, math.inf)}[
             proto
         ]
@@ -86,7 +107,8 @@ def _ring_bound_variants(
             if proto == "LL128" and not ll128_ok:
                 continue
             lat = min(
-                BASE_LATENCY_US["tree"][i] + 2 * (p - 1) * HOP_LATENCY_US[h]["tree"][i]
+                BASE_LATENCY_US["tree"][i]
+                + 2 * (p - 1) * (HOP_LATENCY_US[h]["tree"][i] + socket_us)
                 for h in hops
             )
             corr = 1.0

@@ -8,8 +8,13 @@ import statistics
 from collections.abc import Sequence
 
 from topoweb.core.costs.collectives import collective_cost
-from topoweb.core.costs.model import CostModel
-from topoweb.core.costs.records import RING_STEPS, Calibration
+from topoweb.core.costs.model import CostModel, with_options
+from topoweb.core.costs.records import (
+    COPY_LATENCY_KEY,
+    RING_STEPS,
+    STAGED_LATENCY_KEY,
+    Calibration,
+)
 from topoweb.core.model import NcclRun, P2PResult
 
 
@@ -48,6 +53,17 @@ def calibrate_from_nccl(
         raise ValueError("this nccl-tests run has no usable rows")
     if run.collective not in RING_STEPS:
         raise ValueError(f"cannot calibrate from collective {run.collective!r}")
+    hosts = list(dict.fromkeys(r.host for r in run.ranks if r.host))
+    if gpus is None and len(hosts) > 1 and model.nodes == 1:
+        # A run over several hosts calibrates the network of servers wired like this one:
+        # the same ranks on a model of that many nodes (GPU indices node-major).
+        per_host = {h: sum(1 for r in run.ranks if r.host == h) for h in hosts}
+        local = len(model.local_order)
+        if len(set(per_host.values())) != 1 or max(per_host.values()) > local:
+            raise ValueError("the run's hosts hold different numbers of ranks")
+        model = with_options(model, nodes=len(hosts))
+        per = per_host[hosts[0]]
+        gpus = [node * local + g for node in range(len(hosts)) for g in range(per)]
     if gpus is None:
         devices = [r.device for r in run.ranks if r.device is not None]
         gpus = devices if len(devices) >= 2 else list(range(run.n_gpus or 0))
@@ -107,8 +123,30 @@ def calibrate_from_p2p(model: CostModel, result: P2PResult) -> Calibration:
                 lats.setdefault(cls, []).append(lat[i][j])
     if not ratios:
         raise ValueError("the p2p result shares no GPU pair with this topology")
+    alphas = {c: statistics.median(v) for c, v in lats.items()}
+    # One copy's own fixed time, P2P and staged, from the latency matrices: what copies price
+    # in place of the published priors (copy_latency).
+    for key, name, staged in (
+        (COPY_LATENCY_KEY, "latency_gpu_p2p_enabled_us", False),
+        (STAGED_LATENCY_KEY, "latency_gpu_p2p_disabled_us", True),
+    ):
+        matrix = result.matrices.get(name)
+        if matrix is None:
+            continue
+        cells = [
+            matrix[i][j]
+            for i in range(len(matrix))
+            for j in range(len(matrix))
+            if i != j
+            and i in model.gpu_ids
+            and j in model.gpu_ids
+            and matrix[i][j] > 0
+            and (staged or model.copy_transport((i, j)) != "staged")
+        ]
+        if cells:
+            alphas[key] = statistics.median(cells)
     return Calibration(
         {c: statistics.median(v) * model.calibration.scale.get(c, 1.0) for c, v in ratios.items()},
-        {c: statistics.median(v) for c, v in lats.items()},
+        alphas,
         (f"p2pBandwidthLatencyTest over {n} GPUs",),
     )

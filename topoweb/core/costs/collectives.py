@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from topoweb.core.catalogue import (
     COPY_LATENCY_BAND,
+    LATENCY_PRIOR_BAND,
     LAUNCH_US_PER_GPU,
     P2P_COPY_LATENCY_US,
     STAGED_COPY_LATENCY_US,
@@ -19,6 +20,7 @@ from topoweb.core.costs.copies import copy_variant
 from topoweb.core.costs.model import CostModel
 from topoweb.core.costs.records import (
     BUSBW_FACTOR,
+    COPY_LATENCY_KEY,
     OPERATIONS,
     RING_STEPS,
     STANDARD_SIZES,
@@ -79,6 +81,7 @@ class Shape:
     intra: Rate  # intra-node ring rate (inf with one GPU per node)
     chain: Rate  # open chain of the ring (broadcast / reduce)
     nvlink: bool  # every intra-node hop is NVLink
+    socket: bool  # some intra-node hop crosses sockets (each step pays the socket latency)
     net: float  # per-node network rate (inf on one node)
     nic: int  # the network resource (-1 on one node)
 
@@ -90,7 +93,7 @@ def group_shape(model: CostModel, key: tuple[int, ...], rate: Rate | None) -> Sh
     local = _largest(parts)
     local = tuple(sorted(local))
     if len(local) >= 2:
-        order, solo, chain, nvlink = model.ring_shape(local)
+        order, solo, chain, nvlink, socket = model.ring_shape(local)
         intra = rate or solo
         if rate is not None:
             # Contention slows the open chain (broadcast, reduce) as much as the ring.
@@ -98,13 +101,14 @@ def group_shape(model: CostModel, key: tuple[int, ...], rate: Rate | None) -> Sh
             chain = Rate(max(rate.gbps, scaled), rate.bottleneck)
     else:
         order, intra, chain, nvlink = local, Rate(math.inf, -1), Rate(math.inf, -1), True
+        socket = False
     if len(parts) > 1:
         nic = model.nic_resource(len(local))
         net = model.resources[nic].capacity_gbps
         order = tuple(key) if len(local) < 2 else order
     else:
         nic, net = -1, math.inf
-    return Shape(parts, order, intra, chain, nvlink, net, nic)
+    return Shape(parts, order, intra, chain, nvlink, socket, net, nic)
 
 
 def _nccl_variants(
@@ -128,6 +132,8 @@ def _nccl_variants(
     ll128_ok = s.nvlink and not gen.name.startswith(("Kepler", "Maxwell", "Pascal"))
     ll_max = ll_max_gbps(model, nn)
     amd = "AMD" in hw.socket_link
+    # Each step of a ring or tree that crosses sockets waits for its slowest hop.
+    sock = model.socket_latency_us() if s.socket else 0.0
     out: list[Variant] = []
 
     def limit(intra: Rate) -> tuple[float, int]:
@@ -145,7 +151,7 @@ def _nccl_variants(
                 continue
             busbw = {"LL": min(ll_max, 0.5 * bus), "LL128": 0.92 * bus, "Simple": bus}[proto]
             algbw = busbw * p / steps
-            intra_lat = HOP_LATENCY_US[hop]["ring"][i]
+            intra_lat = HOP_LATENCY_US[hop]["ring"][i] + sock
             if nn > 1:
                 intra_lat = max(intra_lat, (2.0 if amd else 1.0) * (3 if proto == "Simple" else 1))
             inter_lat = HOP_LATENCY_US["net"]["tree" if ppn == 1 else "ring"][i]
@@ -154,7 +160,7 @@ def _nccl_variants(
                 if s.nvlink and nn == 1:
                     lat += intra_lat  # NCCL: same channels, one hop of latency
                 else:
-                    per = HOP_LATENCY_US[hop]["tree"][i] if proto == "Simple" else intra_lat
+                    per = HOP_LATENCY_US[hop]["tree"][i] + sock if proto == "Simple" else intra_lat
                     lat += (steps - inter_steps) * per + inter_steps * inter_lat
             else:
                 lat += (steps - inter_steps) * intra_lat + inter_steps * inter_lat
@@ -195,7 +201,7 @@ def _nccl_variants(
                 if net_alg < algbw:
                     algbw, tree_neck = net_alg, s.nic
             lat = BASE_LATENCY_US["tree"][i] + 2 * (
-                (ppn - 1) * HOP_LATENCY_US[hop]["tree"][i]
+                (ppn - 1) * (HOP_LATENCY_US[hop]["tree"][i] + sock)
                 + math.log2(nn) * HOP_LATENCY_US["net"]["tree"][i]
             )
             out.append(
@@ -304,6 +310,8 @@ def _pairwise(
             else "pcie"
         )
     lat = launch + BASE_LATENCY_US["ring"][2] + HOP_LATENCY_US[cls]["ring"][2]
+    if len(local) >= 2 and any(model.crosses_socket((local[0], b)) for b in local[1:]):
+        lat += model.socket_latency_us()
     if len(parts) > 1:
         nic = model.nic_resource(len(local))
         net = model.resources[nic].capacity_gbps
@@ -325,10 +333,15 @@ def _sendrecv(
     else:
         r = rate or model.solo_rate(model.load([((key[0], key[1]), 1.0)]))
         b, neck, hop = r.gbps, r.bottleneck, model.hop_class((key[0], key[1]))
+    sock = (
+        model.socket_latency_us()
+        if len(parts) == 1 and model.crosses_socket((key[0], key[1]))
+        else 0.0
+    )
     out = []
     for i, proto in ((0, "LL"), (2, "Simple")):
         bw = min(ll_max_gbps(model, len(parts)), 0.5 * b) if proto == "LL" else b
-        lat = launch + BASE_LATENCY_US["ring"][i] + HOP_LATENCY_US[hop]["ring"][i]
+        lat = launch + BASE_LATENCY_US["ring"][i] + HOP_LATENCY_US[hop]["ring"][i] + sock
         out.append(Variant("p2p", lat + transfer_us(n, bw), key, b, lat, neck, proto))
     return out
 
@@ -342,10 +355,11 @@ def _sendrecv_ring(
     s = group_shape(model, key, rate)
     bus, neck = (s.net, s.nic) if s.net < s.intra.gbps else (s.intra.gbps, s.intra.bottleneck)
     hop = "net" if len(s.parts) > 1 else ("nvlink" if s.nvlink else "pcie")
+    sock = model.socket_latency_us() if s.socket and len(s.parts) == 1 else 0.0
     out = []
     for i, proto in ((0, "LL"), (2, "Simple")):
         bw = min(ll_max_gbps(model, len(s.parts)), 0.5 * bus) if proto == "LL" else bus
-        lat = launch + BASE_LATENCY_US["ring"][i] + HOP_LATENCY_US[hop]["ring"][i]
+        lat = launch + BASE_LATENCY_US["ring"][i] + HOP_LATENCY_US[hop]["ring"][i] + sock
         out.append(Variant("ring", lat + transfer_us(n, bw), s.order, bus, lat, neck, proto))
     return out
 
@@ -436,13 +450,18 @@ def _assumptions(model: CostModel, copy: bool, best: Variant, p: int) -> tuple[s
             f"copy rates: NVLink line x {eff['nvlink_copy']:g}, PCIe line x {eff['pcie_p2p']:g} "
             f"(P2P) or x {eff['staged_copy']:g} staged ({legs}); sources in the catalogue"
         )
-        if "pcie" not in model.calibration.alpha_us and "nvlink" not in model.calibration.alpha_us:
+        if COPY_LATENCY_KEY not in model.calibration.alpha_us:
             out.append(
                 f"copy latency uncalibrated: P2P {P2P_COPY_LATENCY_US:g} us, staged "
                 f"{STAGED_COPY_LATENCY_US:g} us, +-{COPY_LATENCY_BAND:.0%} (no latency matrix)"
             )
     else:
         out.append(f"NCCL {hw.generation.arch} tuning constants (NCCL 2.30 tuning.cc)")
+        if not model.calibration.alpha_us.keys() & {"nvlink", "pcie", "network"}:
+            out.append(
+                "latency uncalibrated: NCCL's published latencies, "
+                f"+-{LATENCY_PRIOR_BAND:.0%} (no small-message run of this server or class)"
+            )
         out.append(
             f"{LAUNCH_US_PER_GPU:g} us per extra GPU one host thread launches (nccl-tests -g N)"
         )
@@ -617,12 +636,19 @@ def slowest_group_us(
 def _chain_time(model: CostModel, c: tuple[int, ...], nbytes: int, rate: Rate) -> float:
     flows = [(c[i], c[i + 1]) for i in range(len(c) - 1)]
     hop = "nvlink" if all(model.hop_class(f) == "nvlink" for f in flows) else "pcie"
-    return chain_time(nbytes, rate.gbps, hop)
+    sock = model.socket_latency_us() if any(model.crosses_socket(f) for f in flows) else 0.0
+    return chain_time(nbytes, rate.gbps, hop, sock)
 
 
-def chain_time(nbytes: int, gbps: float, hop: str) -> float:
-    """A pipeline chain's time at `gbps` with hops of one latency class (nvlink or pcie)."""
-    return BASE_LATENCY_US["ring"][2] + HOP_LATENCY_US[hop]["ring"][2] + transfer_us(nbytes, gbps)
+def chain_time(nbytes: int, gbps: float, hop: str, socket_us: float = 0.0) -> float:
+    """A pipeline chain's time at `gbps` with hops of one latency class (nvlink or pcie),
+    plus `socket_us` where a hop crosses sockets."""
+    return (
+        BASE_LATENCY_US["ring"][2]
+        + HOP_LATENCY_US[hop]["ring"][2]
+        + socket_us
+        + transfer_us(nbytes, gbps)
+    )
 
 
 def chain_costs(

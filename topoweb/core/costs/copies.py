@@ -8,16 +8,21 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from topoweb.core.catalogue import P2P_COPY_LATENCY_US, STAGED_COPY_LATENCY_US
-from topoweb.core.costs.records import Variant, transfer_us
+from topoweb.core.costs.records import COPY_LATENCY_KEY, STAGED_LATENCY_KEY, Variant, transfer_us
 
 if TYPE_CHECKING:
     from topoweb.core.costs.model import CostModel
 
 
 def copy_latency(model: CostModel, a: int, b: int) -> float:
-    """The fixed time (us) of one peer copy from GPU a to GPU b, whatever its size."""
-    staged = model.copy_transport((a, b)) == "staged"
-    return STAGED_COPY_LATENCY_US if staged else P2P_COPY_LATENCY_US
+    """The fixed time (us) of one peer copy from GPU a to GPU b, whatever its size: the
+    server's own latency matrix where a calibration carries it, else the published prior."""
+    # Crossing sockets adds no visible time to one copy: the API's own overhead dwarfs the
+    # socket hop (NCCL's steps, which wait on every hop, pay it; see collectives).
+    measured = model.calibration.alpha_us
+    if model.copy_transport((a, b)) == "staged":
+        return measured.get(STAGED_LATENCY_KEY, STAGED_COPY_LATENCY_US)
+    return measured.get(COPY_LATENCY_KEY, P2P_COPY_LATENCY_US)
 
 
 def copy_band(model: CostModel, a: int, b: int) -> float:

@@ -101,6 +101,20 @@ class CostModel:
     def describe_hop(self, flow: Flow, copy: bool = False) -> str:
         return self.routes.describe_hop(flow, copy)
 
+    def crosses_socket(self, flow: Flow, copy: bool = False) -> bool:
+        """The flow's route (NCCL's, or a copy's) crosses the link between two sockets."""
+        return self.routes.crosses_socket(flow, copy)
+
+    def sockets(self, gpus: Iterable[int]) -> int:
+        """How many sockets (NUMA nodes) the GPUs (this server's indices) hang from: a group
+        across them pays the socket link's latency at every step."""
+        return self.routes.sockets(gpus)
+
+    def socket_latency_us(self) -> float:
+        """What a hop across sockets adds to its latency: measured where a calibration gives
+        it, else the catalogue's QPI/UPI/xGMI figure."""
+        return self.calibration.alpha_us.get("socket", self.hardware.latency("socket"))
+
     def nvlink_domain_of(self, gpu: str) -> NvlinkDomain | None:
         """The NVLink domain of a GPU (by id), None outside any."""
         return self.routes.domain_of(gpu)

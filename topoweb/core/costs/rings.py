@@ -30,12 +30,14 @@ Channels = tuple[tuple[tuple[int, ...], float], ...]  # (ring order, share of th
 
 class RingShape(NamedTuple):
     """A local GPU set's rings alone: the first ring's order, the rate of all its rings, the
-    rate of the first ring opened into a chain (broadcast / reduce), every hop NVLink."""
+    rate of the first ring opened into a chain (broadcast / reduce), every hop NVLink, some hop
+    across sockets."""
 
     order: tuple[int, ...]
     rate: Rate
     chain: Rate
     nvlink: bool
+    socket: bool  # some hop crosses the link between two sockets
 
 
 class Rings:
@@ -63,6 +65,7 @@ class Rings:
                 model.solo_rate(model.channel_load(channels)),
                 model.solo_rate(model.load((f, 1.0) for f in open_flows)),
                 all(self.routes.hop_class(f) == "nvlink" for f in flows),
+                any(self.routes.crosses_socket(f) for f in flows),
             )
         return got
 

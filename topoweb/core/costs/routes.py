@@ -51,6 +51,7 @@ class Routes:
         self._copy_paths: dict[Flow, Path] = {}
         self._transport: dict[Flow, str] = {}
         self._alpha: dict[Flow, float] = {}
+        self._crosses: dict[Flow, bool] = {}  # see crosses_socket
         self._device_ids = {d.id for d in topo.devices}
         self._nodes_by_id = {n.id: n for n in hierarchy.nodes}
         self._chains: dict[str, tuple[str, ...]] = {}
@@ -333,6 +334,21 @@ class Routes:
             cap,
             f"PCIe link of {gpu}, both directions of staged copies together",
         )
+
+    def sockets(self, gpus: Iterable[int]) -> int:
+        """How many sockets (NUMA nodes) the GPUs (local indices) hang from."""
+        return len({self._socket_key[self.gpu_ids[g]] for g in gpus})
+
+    def crosses_socket(self, flow: Flow, copy: bool = False) -> bool:
+        """The flow's route (NCCL's, or a copy's) crosses the link between two sockets."""
+        if copy:
+            return any(self.resources[r].kind == "socket" for r, _ in self.copy_path(flow))
+        got = self._crosses.get(flow)
+        if got is None:
+            got = self._crosses[flow] = any(
+                self.resources[r].kind == "socket" for r, _ in self.path(flow)
+            )
+        return got
 
     def hop_class(self, flow: Flow) -> str:
         """nvlink or pcie: which of NCCL's per-hop latency rows a hop pays."""

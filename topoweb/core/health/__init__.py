@@ -19,9 +19,12 @@ from topoweb.core.health.diff import TopologyDiff, diff_topologies
 from topoweb.core.health.expectations import (
     SOURCES,
     Judgement,
+    Network,
+    NetworkExpectation,
     PairExpectation,
     PairExpectations,
     judge,
+    network_expectation,
     pair_expectations,
 )
 from topoweb.core.health.figures import (
@@ -44,6 +47,7 @@ from topoweb.core.health.findings import (
     FAILED_BENCHMARK,
     INCONSISTENT_MATRIX,
     KINDS,
+    NETWORK_BELOW_EXPECTED,
     NIC_FAR_FROM_GPU,
     P2P_UNAVAILABLE,
     SEVERITIES,
@@ -64,6 +68,7 @@ __all__ = [
     "FAILED_BENCHMARK",
     "INCONSISTENT_MATRIX",
     "KINDS",
+    "NETWORK_BELOW_EXPECTED",
     "NIC_FAR_FROM_GPU",
     "P2P_UNAVAILABLE",
     "SEVERITIES",
@@ -76,6 +81,8 @@ __all__ = [
     "Finding",
     "HealthInputError",
     "Judgement",
+    "Network",
+    "NetworkExpectation",
     "PairExpectation",
     "PairExpectations",
     "PairKey",
@@ -97,6 +104,7 @@ __all__ = [
     "judged_pairs",
     "measured_figures",
     "median_figures",
+    "network_expectation",
     "pair_expectations",
     "sku_distribution",
 ]

@@ -10,8 +10,11 @@ from typing import Any
 from topoweb.core.health.expectations import (
     FAR_BELOW_BAND,
     FAR_BELOW_EVIDENCE,
+    Network,
     judge,
+    network_expectation,
     pair_expectations,
+    run_hosts,
 )
 from topoweb.core.health.figures import (
     Expectations,
@@ -24,6 +27,7 @@ from topoweb.core.health.figures import (
 from topoweb.core.health.findings import (
     BELOW_EXPECTED_BANDWIDTH,
     FAILED_BENCHMARK,
+    NETWORK_BELOW_EXPECTED,
     P2P_UNAVAILABLE,
     Finding,
     HealthInputError,
@@ -222,12 +226,54 @@ def _busbw_severity(
     return "critical" if ev["measured_gbps"] < FAR_BELOW_BAND * low else "warning"
 
 
+def _network_findings(
+    topo: Topology,
+    run: NcclRun,
+    best: tuple[float, int],
+    devices: tuple[str, ...],
+    network: Network | None,
+) -> list[Finding]:
+    """A run over several hosts against the busbw its nodes' NICs should carry: inside the
+    model's band nothing; below it a warning; far below it (FAR_BELOW_BAND) critical."""
+    expected = network_expectation(topo, run, best[1], network)
+    if expected is None or best[0] >= expected.low_gbps:
+        return []
+    ratio = best[0] / expected.value_gbps
+    far = best[0] < FAR_BELOW_BAND * expected.low_gbps
+    return [
+        Finding(
+            kind=NETWORK_BELOW_EXPECTED,
+            severity="critical" if far else "warning",
+            devices=devices,
+            evidence={
+                "benchmark": "nccl-tests",
+                "collective": run.collective,
+                "measured_gbps": round(best[0], 2),
+                "ratio": round(ratio, 3),
+                "hosts": run_hosts(run),
+                "expectation": expected.to_document(),
+            },
+            advice=(
+                "Check the network under load: link state and speed of every RDMA port "
+                "(ibstat, ethtool), NCCL_IB_HCA / NCCL_SOCKET_IFNAME (NCCL falling back to TCP "
+                "shows as NET/Socket in NCCL_DEBUG=INFO), GPUDirect RDMA (nvidia-peermem), PCIe "
+                "placement of NICs beside their GPUs, and the switch ports' counters."
+            ),
+            message=f"{run.collective} over {expected.nodes} nodes ({expected.ranks} ranks) "
+            f"reached {best[0]:.1f} GB/s busbw, {ratio:.0%} of the {expected.value_gbps:.1f} "
+            f"GB/s its network should carry ({expected.nics_per_node:g} NIC(s) per node at "
+            f"{expected.nic_gbits:g} Gb/s)",
+        )
+    ]
+
+
 def nccl_findings(
     topo: Topology,
     runs: Sequence[NcclRun],
     expectations: Expectations | None,
     medians: Figures | None,
     thresholds: Thresholds,
+    network: Network | None = None,
 ) -> list[Finding]:
     findings = []
     for number, run in enumerate(runs):
@@ -275,6 +321,9 @@ def nccl_findings(
             )
         best = large_busbw(run, thresholds)
         if run.collective is None or best is None:
+            continue
+        if len(run_hosts(run)) > 1:
+            findings += _network_findings(topo, run, best, devices, network)
             continue
         key = (run.collective, ranks_of(run))
         low = _below_expected(

@@ -14,6 +14,7 @@ from typing import Any
 from topoweb.core.formats.nvml import NvLink, NvmlFacts, NvmlFactsError, read_nvml
 from topoweb.core.health.benchmarks import nccl_findings, p2p_findings, p2p_unavailable
 from topoweb.core.health.diff import TopologyDiff, diff_topologies, farther
+from topoweb.core.health.expectations import Network
 from topoweb.core.health.figures import Expectations, Figures, Thresholds
 from topoweb.core.health.findings import (
     DEGRADED_NVLINK,
@@ -46,6 +47,7 @@ def check_health(
     expectations: Expectations | None = None,
     sku_medians: Figures | None = None,
     thresholds: Thresholds | None = None,
+    network: Network | None = None,
 ) -> tuple[Finding, ...]:
     """Every finding the inputs support, most severe first. Absent inputs check nothing:
     no NVML facts, no PCIe finding; no expectations or SKU medians, no bandwidth finding.
@@ -75,7 +77,7 @@ def check_health(
             for p in f.evidence["pairs"]
         }
         findings += _nvml_p2p_findings(topo, nvml, covered)
-    findings += nccl_findings(topo, nccl_runs, expectations, sku_medians, limits)
+    findings += nccl_findings(topo, nccl_runs, expectations, sku_medians, limits, network)
     kind_order = {k: i for i, k in enumerate(KINDS)}
     names = _nic_names(topo, previous, sku_reference)
     named = [_with_nic_names(f, names) for f in findings] if names else findings

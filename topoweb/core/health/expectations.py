@@ -14,9 +14,11 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from topoweb.core.catalogue import BUSBW_MODEL_BAND
+from topoweb.core.costs import build_model, collective_cost
 from topoweb.core.health.figures import Expectations, Figures, PairKey, Thresholds
 from topoweb.core.health.findings import Severity
-from topoweb.core.model import Topology
+from topoweb.core.model import NcclRun, Topology
 
 Source = Literal["siblings", "self", "staff", "model"]
 SOURCES: tuple[Source, ...] = ("siblings", "self", "staff", "model")
@@ -212,3 +214,103 @@ def judge(expectation: PairExpectation, measured: float, thresholds: Thresholds)
         return Judgement(None, ratio, words)
     far = measured < FAR_BELOW_BAND * low
     return Judgement("critical" if far else "warning", ratio, words)
+
+
+@dataclass(frozen=True)
+class Network:
+    """What a collector or staff say of a server's RDMA network (None: not known)."""
+
+    nics_per_node: int | None = None
+    nic_gbits: float | None = None
+
+
+@dataclass(frozen=True)
+class NetworkExpectation:
+    """The busbw a multi-node nccl-tests run should reach, bound by its nodes' NICs."""
+
+    collective: str
+    nodes: int
+    ranks: int
+    at_bytes: int
+    value_gbps: float
+    band: float
+    nics_per_node: float
+    nic_gbits: float
+    evidence: str
+
+    @property
+    def low_gbps(self) -> float:
+        return self.value_gbps * (1 - self.band)
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "collective": self.collective,
+            "nodes": self.nodes,
+            "ranks": self.ranks,
+            "at_bytes": self.at_bytes,
+            "expected_gbps": round(self.value_gbps, 2),
+            "band": round(self.band, 3),
+            "low_gbps": round(self.low_gbps, 2),
+            "nics_per_node": self.nics_per_node,
+            "nic_gbits": self.nic_gbits,
+            "evidence": self.evidence,
+        }
+
+
+def run_hosts(run: NcclRun) -> list[str]:
+    """The hosts a run's rank lines name, in order of first appearance."""
+    seen: dict[str, None] = {}
+    for rank in run.ranks:
+        if rank.host:
+            seen.setdefault(rank.host, None)
+    return list(seen)
+
+
+def network_expectation(
+    topo: Topology, run: NcclRun, at_bytes: int, network: Network | None = None
+) -> NetworkExpectation | None:
+    """The NIC-bound busbw of a run over several hosts (its rank lines name them), priced by
+    the cost model over that many servers wired like this one: the NICs the collector reports
+    (else the capture's, else one per GPU), at their reported rate (else the generation's).
+    None for a run on one host, or one the model cannot price."""
+    hosts = run_hosts(run)
+    if len(hosts) < 2 or run.collective is None or not topo.gpus:
+        return None
+    network = network or Network()
+    names = [r.name for r in run.ranks if r.name]
+    per_host = [sum(1 for r in run.ranks if r.host == h) for h in hosts]
+    local = len(topo.gpus)
+    if len(set(per_host)) != 1 or per_host[0] > local:
+        return None
+    try:
+        model = build_model(
+            topo,
+            names[0] if names else None,
+            nodes=len(hosts),
+            nic_gbits=network.nic_gbits,
+            nics_per_node=network.nics_per_node,
+        )
+        gpus = [node * local + g for node in range(len(hosts)) for g in range(per_host[0])]
+        cost = collective_cost(model, run.collective, gpus, at_bytes)
+    except ValueError:
+        return None
+    hw = model.hardware
+    nics = model.nics_per_node * min(per_host[0], local) / local
+    source = "reported" if network.nic_gbits else hw.nic_source
+    count = (
+        "reported"
+        if network.nics_per_node
+        else ("one per GPU assumed" if model.nic_assumed else "from the capture")
+    )
+    return NetworkExpectation(
+        run.collective,
+        len(hosts),
+        len(run.ranks),
+        at_bytes,
+        cost.busbw_gbps,
+        BUSBW_MODEL_BAND,
+        round(max(1.0, nics), 2),
+        hw.nic_gbps * 8,
+        f"{len(hosts)} nodes' NICs: {max(1.0, nics):g} per node ({count}) at "
+        f"{hw.nic_gbps * 8:g} Gb/s ({source}), {cost.algorithm} bound by {cost.bottleneck}",
+    )

@@ -21,6 +21,7 @@ TOPOLOGY_DRIFT = "topology_drift"
 INCONSISTENT_MATRIX = "inconsistent_matrix"
 FAILED_BENCHMARK = "failed_benchmark"
 SOURCES_DISAGREE = "sources_disagree"
+NETWORK_BELOW_EXPECTED = "network_below_expected"
 COLLECTOR_SILENT = "collector_silent"
 # Stable ids: the API filters on them and stored analyses keep them.
 KINDS: tuple[str, ...] = (
@@ -34,6 +35,7 @@ KINDS: tuple[str, ...] = (
     FAILED_BENCHMARK,
     SOURCES_DISAGREE,
     COLLECTOR_SILENT,
+    NETWORK_BELOW_EXPECTED,
 )
 
 

@@ -137,16 +137,24 @@ def cut_bound_proves(
 
     # A dimension's time once x of its flows leave node 0 and y leave node 1 (a ring across
     # the nodes: one each way; a pipeline hop: one), per TP/PP/DP term of the step plan.
+    # A group across the nodes also pays the socket link's latency at each step (a term's
+    # second function); one inside a node does not.
     size = {"tp": tp, "pp": pp, "dp": dp, "ep": layout.ep}
-    terms: dict[str, list[tuple[int, Callable[[float], float]]]] = {"tp": [], "pp": [], "dp": []}
+    sock = model.socket_latency_us()
+    terms: dict[str, list[tuple[int, Callable[[float], float], Callable[[float], float]]]] = {
+        "tp": [],
+        "pp": [],
+        "dp": [],
+    }
     for dim, coll, nbytes, count in plan.collectives:
         if size[dim] < 2:
             continue
         if dim == "pp" and coll == "sendrecv":
-            terms[dim].append((count, functools.partial(chain_time, nbytes, hop="pcie")))
+            hop = functools.partial(chain_time, nbytes, hop="pcie")
+            terms[dim].append((count, hop, functools.partial(hop, socket_us=sock)))
         elif dim in ("tp", "dp") and coll in RING_COLLECTIVES:
             at = functools.partial(ring_time_bound, model, coll, size[dim], nbytes, hops=("pcie",))
-            terms[dim].append((count, at))
+            terms[dim].append((count, at, functools.partial(at, socket_us=sock)))
     # Memoised per dimension on x + y * stride (x, y count flows: fewer than the GPUs).
     times: dict[str, dict[int, float]] = {"tp": {}, "pp": {}, "dp": {}}
     stride = len(gpus) + 1
@@ -154,7 +162,9 @@ def cut_bound_proves(
     def dim_us(dim: str, x: int, y: int) -> float:
         rate = min([fastest, *(c / (x * a + y * b) for c, a, b in cut if x * a + y * b > 0)])
         rate *= 1 + BOUND_MARGIN
-        got = times[dim][x + stride * y] = sum(count * at(rate) for count, at in terms[dim])
+        got = times[dim][x + stride * y] = sum(
+            count * (across(rate) if x + y else at(rate)) for count, at, across in terms[dim]
+        )
         return got
 
     tp_us, pp_us, dp_us = times["tp"], times["pp"], times["dp"]

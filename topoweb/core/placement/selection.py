@@ -59,7 +59,13 @@ def select_gpus(
     if not found:
         raise ValueError(f"no server has {k} free GPUs")
     found.sort(
-        key=lambda s: (-round(s.busbw_gbps, 1), -round(s.leftover_busbw_gbps, 1), s.server, s.gpus)
+        key=lambda s: (
+            -round(s.busbw_gbps, 1),
+            -round(s.leftover_busbw_gbps, 1),
+            servers[s.server][0].sockets(s.gpus),
+            s.server,
+            s.gpus,
+        )
     )
     out = []
     for s in found[:top]:
@@ -124,7 +130,9 @@ def _best_on(
             left = tuple(g for g in free if g not in subset)
             left_bw = quality(model, left)[0] if len(left) >= 2 else 0.0
         rows.append((subset, bw, left_bw, why))
-    rows.sort(key=lambda r: (-round(r[1], 1), -round(r[2], 1), r[0]))
+    # Among equals, GPUs of one socket: a group across sockets pays the socket link's latency
+    # at every step, which the rounded busbw does not show.
+    rows.sort(key=lambda r: (-round(r[1], 1), -round(r[2], 1), model.sockets(r[0]), r[0]))
     return _remember(memo, key, tuple(rows[:top]))
 
 
@@ -134,7 +142,10 @@ def best_group(model: CostModel, k: int, free: Sequence[int] | None = None) -> t
     pool = tuple(sorted(model.check_gpus(free if free is not None else sorted(model.gpu_ids))))
     if not 1 <= k <= len(pool):
         raise ValueError(f"cannot pick {k} of {len(pool)} GPUs")
-    return max(candidate_subsets(model, pool, k), key=lambda s: round(quality(model, s)[0], 1))
+    return max(
+        candidate_subsets(model, pool, k),
+        key=lambda s: (round(quality(model, s)[0], 1), -model.sockets(s)),
+    )
 
 
 def quality(model: CostModel, subset: tuple[int, ...]) -> tuple[float, str]:
