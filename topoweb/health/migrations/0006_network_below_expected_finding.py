@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("health", "0003_collector_silent_finding"),
+        ("health", "0005_assessment_document"),
     ]
 
     operations = [
