@@ -140,3 +140,41 @@ def test_two_gpus_under_one_host_bridge_do_not_share_an_x16_when_copying_both_wa
     both = matrix["bidirectional_gbps"][0][1]
     assert one_way is not None and both is not None
     assert both == pytest.approx(2 * 0.72 * one_way, rel=1e-3)
+
+
+# Every P2P=Disabled (staged) matrix of the fixtures against the model, by its median error.
+# Known misses, each a limit of the capture: p2p_01's x1 risers stage at the link's own rate
+# (legs pipelined on that Gen3 rig); p2p_08 / p2p_09 show NV cells for pairs that share a PCIe
+# switch when copying through the host; p2p_02's VM shows SOC inside one M60 board.
+KNOWN_STAGED_MISSES = {
+    ("p2p_01", "unidirectional"),
+    ("p2p_01", "bidirectional"),
+    ("p2p_08", "bidirectional"),
+    ("p2p_09", "bidirectional"),
+    ("p2p_02", "bidirectional"),
+}
+
+
+def test_every_staged_matrix_in_the_fixtures_is_within_15_percent_median() -> None:
+    from tests.core.test_costs_measured import COPIES
+
+    cases = COPIES + [("p2p_02", lambda: _topo("topo_05"), "Tesla M60", {})]
+    checked = 0
+    for prefix, build, gpu, options in cases:
+        result = _p2p(prefix)
+        model = build_model(build(), gpu, p2p="off", **options)  # type: ignore[operator, arg-type]
+        predicted = p2p_matrix(model)
+        for way in ("unidirectional", "bidirectional"):
+            measured = result.matrices.get(f"{way}_p2p_disabled_gbps")
+            if measured is None or (prefix, way) in KNOWN_STAGED_MISSES:
+                continue
+            errors = [
+                abs((predicted[f"{way}_gbps"][i][j] or 0.0) - v) / v
+                for i, row in enumerate(measured)
+                for j, v in enumerate(row)
+                if i != j and v > 0
+            ]
+            errors.sort()
+            assert errors[len(errors) // 2] <= 0.15, (prefix, way, errors[len(errors) // 2])
+            checked += 1
+    assert checked >= 8
