@@ -292,6 +292,7 @@ def test_the_celery_app_has_the_tasks_and_a_beat_schedule_for_the_sweeps() -> No
     assert {"analysis.run", "analysis.sweep", "health.evaluate", "health.sweep"} <= set(app.tasks)
     assert sorted(entry["task"] for entry in app.conf.beat_schedule.values()) == [
         "analysis.sweep",
+        "fleet.prune_snapshots",
         "fleet.sweep_fabrics",
         "health.sweep",
     ]

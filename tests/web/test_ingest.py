@@ -781,9 +781,9 @@ def test_a_token_due_a_mark_is_marked_used_by_the_reports_own_statement(
     long_ago = timezone.now() - timedelta(hours=1)
     CollectorToken.objects.update(last_used_at=long_ago)
 
-    # The token's lookup, then one statement: the duplicate found, its server seen, the token
-    # marked.
-    with django_assert_num_queries(2):
+    # The token's lookup, its use in the audit trail (due, as its mark is), then one statement:
+    # the duplicate found, its server seen, the token marked.
+    with django_assert_num_queries(3):
         assert post_report(client, report("gpu-a01", H200)).status_code == 200
     assert CollectorToken.objects.get().last_used_at > long_ago
 

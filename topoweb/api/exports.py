@@ -3,17 +3,18 @@ per server, per topology class and for the fleet."""
 
 from __future__ import annotations
 
-from django.http import HttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
+from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import exceptions, permissions
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from topoweb.config.api import (
-    READ_ERRORS,
-)
+from topoweb.config.api import ERRORS, READ_ERRORS
 from topoweb.core.ecosystem import Export
-from topoweb.fleet import selectors
+from topoweb.fleet import access, selectors
+from topoweb.fleet.models import AuditEvent
 
 EXPORT_DOC = (
     "An export as the file itself: `nccl-xml` (an NCCL_TOPO_FILE), `gres` (Slurm gres.conf "
@@ -62,3 +63,34 @@ class TopologyConfApi(APIView):
         return _file_response(
             Export(selectors.fleet_topology_conf(), "text/plain", "topology.conf")
         )
+
+
+class AuditExportApi(APIView):
+    """The audit trail as JSON lines, oldest first: staff only (a staff member's session or
+    API token). `since` (ISO 8601) and `kind` narrow it."""
+
+    permission_classes = [permissions.IsAdminUser]
+
+    @extend_schema(
+        operation_id="audit_export",
+        parameters=[
+            OpenApiParameter("since", OpenApiTypes.DATETIME, required=False),
+            OpenApiParameter("kind", str, required=False, enum=list(AuditEvent.Kind.values)),
+        ],
+        responses={(200, "application/jsonl"): OpenApiTypes.STR, **ERRORS},
+    )
+    def get(self, request: Request) -> StreamingHttpResponse:
+        since_text = request.query_params.get("since", "")
+        since = parse_datetime(since_text) if since_text else None
+        if since_text and (since is None or since.tzinfo is None):
+            raise exceptions.ValidationError(
+                {"since": ["An ISO 8601 time with its zone, e.g. 2026-12-01T00:00:00Z."]}
+            )
+        kind = request.query_params.get("kind", "")
+        if kind and kind not in AuditEvent.Kind.values:
+            raise exceptions.ValidationError({"kind": [f"One of {AuditEvent.Kind.values}."]})
+        response = StreamingHttpResponse(
+            access.export_lines(since, kind), content_type="application/jsonl"
+        )
+        response["Content-Disposition"] = 'attachment; filename="topoweb-audit.jsonl"'
+        return response

@@ -30,13 +30,13 @@ from topoweb.config.metrics import count_report
 from topoweb.config.parsers import JSONParser
 from topoweb.config.throttles import IngestThrottle
 from topoweb.core.formats import ParseError
-from topoweb.fleet import facts, selectors, services
+from topoweb.fleet import access, facts, selectors, services
 from topoweb.fleet.authentication import (
     CanUpload,
     CollectorTokenAuthentication,
     HasCollectorToken,
 )
-from topoweb.fleet.models import CollectorToken, Source
+from topoweb.fleet.models import AuditEvent, CollectorToken, Source
 
 # Far deeper than any facts the collector sends, and far from Python's recursion limit, which
 # json.dumps (hashing, storing) and json.loads (reading back) would otherwise hit.
@@ -369,6 +369,14 @@ class UploadApi(_CountedIngest):
             )
         except services.UnknownServer as exc:
             raise exceptions.ValidationError({"hostname": [str(exc)]}) from exc
+        access.record_request(
+            AuditEvent.Kind.UPLOAD,
+            request,
+            subject=payload["hostname"],
+            created=result.created,
+            snapshot=result.snapshot.pk if result.snapshot is not None else None,
+            benchmark=result.benchmark.pk if result.benchmark is not None else None,
+        )
         return _ingested(result)
 
 
@@ -453,7 +461,7 @@ class EnrollApi(APIView):
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), secret):
             raise exceptions.AuthenticationFailed("The enrollment token is required.")
         hostname = validated(EnrollInputSerializer, request.data)["hostname"]
-        token = services.enroll_collector(hostname)
+        token = access.enroll_collector(request, hostname)
         if token is None:
             raise AlreadyEnrolled(
                 f"{hostname!r} is already enrolled: revoke its collector token in the admin "

@@ -75,6 +75,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "topoweb.fleet.access.AuditContextMiddleware",  # who makes a token, for the audit trail
     "topoweb.config.api.PageMessagesMiddleware",  # Django's MessageMiddleware, off the API
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "topoweb.ui.middleware.ContentSecurityPolicyMiddleware",
@@ -212,6 +213,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "fleet.sweep_fabrics",
         "schedule": env.float("TOPOWEB_SWEEP_EVERY_S", default=60.0),
     },
+    "snapshot-prune": {
+        "task": "fleet.prune_snapshots",
+        "schedule": env.float("TOPOWEB_PRUNE_EVERY_S", default=3600.0),
+    },
 }
 # Beat writes its schedule file after every task it sends: the file's age is its health check.
 CELERY_BEAT_SYNC_EVERY = 1
@@ -289,6 +294,9 @@ TOPOWEB_MAX_SELECT_GPUS = env.int("TOPOWEB_MAX_SELECT_GPUS", default=576)
 # /metrics answers only with `Authorization: Bearer <this>`; unset, it is not served on the
 # application's address (`manage.py serve_metrics` serves it on an internal one).
 TOPOWEB_METRICS_TOKEN = env.str("TOPOWEB_METRICS_TOKEN", default="")
+# Retention: every snapshot that changed a server's wiring is kept, and its newest this many;
+# the rest are pruned every TOPOWEB_PRUNE_EVERY_S (fleet.retention).
+TOPOWEB_KEEP_SNAPSHOTS = env.int("TOPOWEB_KEEP_SNAPSHOTS", default=20)
 # The fleet's one enrollment secret: a collector holding it gets its own host's collector token
 # on first contact (POST /api/v1/enroll/). Unset, enrollment is off.
 TOPOWEB_ENROLLMENT_TOKEN = env.str("TOPOWEB_ENROLLMENT_TOKEN", default="")

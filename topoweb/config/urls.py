@@ -19,6 +19,7 @@ from topoweb.health import urls as health_urls
 api_v1 = [
     path("reports/", ingest_apis.ReportApi.as_view(), name="reports"),
     path("enroll/", ingest_apis.EnrollApi.as_view(), name="enroll"),
+    path("audit/", export_apis.AuditExportApi.as_view(), name="audit"),
     path("uploads/", ingest_apis.UploadApi.as_view(), name="uploads"),
     path("uploads/preview/", ingest_apis.UploadPreviewApi.as_view(), name="upload-preview"),
     path("servers/", apis.ServerListApi.as_view(), name="server-list"),

@@ -1,9 +1,14 @@
 """Admin pages of the fleet, for operators (token revocation, labels)."""
 
+from typing import Any
+
+from django.conf import settings
 from django.contrib import admin
 
+from topoweb.fleet import retention
 from topoweb.fleet.models import (
     ApiToken,
+    AuditEvent,
     Benchmark,
     CollectorToken,
     Server,
@@ -23,6 +28,35 @@ class ServerAdmin(admin.ModelAdmin):
 class SnapshotAdmin(admin.ModelAdmin):
     list_display = ("server", "captured_at", "source", "gpu_count", "gpu_model", "nvlink_summary")
     raw_id_fields = ("server", "topology_class", "uploaded_by")
+    change_list_template = "admin/fleet/snapshot/change_list.html"  # with the retention counts
+
+    def changelist_view(self, request: Any, extra_context: dict[str, Any] | None = None) -> Any:
+        context = {
+            **(extra_context or {}),
+            "retention": retention.retention_counts(),
+            "keep_newest": settings.TOPOWEB_KEEP_SNAPSHOTS,
+            "last_prune": retention.last_prune(),
+        }
+        return super().changelist_view(request, extra_context=context)
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    """The audit trail, read only: written by the service, never edited."""
+
+    list_display = ("at", "kind", "actor", "address", "subject")
+    list_filter = ("kind",)
+    search_fields = ("actor", "subject", "address")
+    date_hierarchy = "at"
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(Benchmark)

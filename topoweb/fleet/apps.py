@@ -10,4 +10,6 @@ class FleetConfig(AppConfig):
 
     def ready(self) -> None:
         # Registers the OpenAPI description of the Bearer token authentication.
-        from topoweb.fleet import authentication  # noqa: F401
+        from topoweb.fleet import access, authentication  # noqa: F401
+
+        access.connect()  # the audit trail's receivers (sign-ins, tokens made)

@@ -9,11 +9,12 @@ import logging
 from typing import Any, TypeVar
 
 from django.contrib.auth.models import AnonymousUser
+from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
-from topoweb.fleet import selectors
+from topoweb.fleet import access, selectors
 from topoweb.fleet.models import ApiToken, CollectorToken
 
 UPLOAD_PERMISSION = "fleet.upload_files"
@@ -50,6 +51,8 @@ class CollectorTokenAuthentication(authentication.BaseAuthentication):
         found = selectors.active_collector_token(token, mark=False)
         if found is None:
             raise exceptions.AuthenticationFailed("Unknown or revoked collector token.")
+        if selectors.needs_mark(found, timezone.now()):  # ingest marks it; audited as often
+            access.token_used(request, found)
         return AnonymousUser(), found
 
     def authenticate_header(self, request: Request) -> str:
@@ -61,9 +64,12 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         token = _bearer(request)
         if token is None:
             return None
-        found = selectors.active_api_token(token)
+        found = selectors.active_api_token(token, mark=False)
         if found is None:
             raise exceptions.AuthenticationFailed("Unknown or revoked API token.")
+        if selectors.needs_mark(found, timezone.now()):  # at most once a minute per token
+            access.token_used(request, found)
+            selectors.mark_used(found)
         return found.user, found
 
     def authenticate_header(self, request: Request) -> str:

@@ -295,3 +295,44 @@ class QueuedWork(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.key}: {self.attempts} attempt(s)"
+
+
+class AuditEvent(models.Model):
+    """Who did what, when, from where: uploads, tokens made and used, sign-ins. Written by
+    fleet.access; read by staff in the admin and as JSON lines (GET /api/v1/audit/)."""
+
+    class Kind(models.TextChoices):
+        UPLOAD = "upload", "upload"
+        TOKEN_CREATED = "token_created", "token created"
+        TOKEN_USED = "token_used", "token used"
+        SIGN_IN = "sign_in", "sign-in"
+        SIGN_IN_FAILED = "sign_in_failed", "failed sign-in"
+
+    at = models.DateTimeField(db_index=True)
+    kind = models.CharField(max_length=32, choices=Kind.choices, db_index=True)
+    # A username, "collector <hostname>", "enrollment" or "system" (a management command).
+    actor = models.CharField(max_length=300)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    # The peer's address as the web server saw it (the proxy's behind one; `detail` keeps the
+    # X-Forwarded-For it sent).
+    address = models.GenericIPAddressField(null=True, blank=True)
+    subject = models.CharField(max_length=300, blank=True)  # a hostname or a token's prefix
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%dT%H:%M:%S} {self.kind} by {self.actor}"
+
+    def to_document(self) -> dict[str, object]:
+        return {
+            "at": self.at.isoformat(),
+            "kind": self.kind,
+            "actor": self.actor,
+            "address": self.address,
+            "subject": self.subject,
+            "detail": self.detail,
+        }

@@ -114,18 +114,6 @@ def revoke_collector_token(token: CollectorToken) -> None:
     token.save(update_fields=["revoked_at"])
 
 
-def enroll_collector(hostname: str) -> str | None:
-    """A collector token for a host on its first contact (the fleet's one enrollment secret
-    was checked by the caller); None when the host already holds a live token: a second
-    enrollment would let whoever has the secret write as an enrolled host, so staff revoke the
-    old token in the admin first."""
-    with transaction.atomic():
-        _one_ingest_per_host_at_a_time(hostname)  # two first contacts: one token
-        if CollectorToken.objects.filter(hostname=hostname, revoked_at__isnull=True).exists():
-            return None
-        return create_collector_token(hostname)
-
-
 def create_api_token(username: str, scope: str = ApiToken.Scope.READ) -> str:
     """A new API token for the user, created (without a usable password) if it does not exist.
     Read only unless `scope` is "upload"."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import DatabaseError
 
-from topoweb.fleet import fabric_services, work
+from topoweb.fleet import fabric_services, retention, work
 
 FABRIC = "fabric"  # the kind of work, in fleet.work
 
@@ -36,3 +36,9 @@ def sweep_fabrics() -> list[int]:
             for pk in fabric_services.stale_captures()
             if work.send(FABRIC, pk, fabric_services.ANALYSE_TASK)
         ]
+
+
+@shared_task(name="fleet.prune_snapshots", soft_time_limit=600, time_limit=660)
+def prune_snapshots() -> int:
+    """The retention policy's periodic prune (fleet.retention)."""
+    return retention.prune_snapshots()
