@@ -12,7 +12,15 @@ import pytest
 
 from tests.core import topologies as T
 from tests.core.topo_fixtures import fixture_text
-from topoweb.core.costs import build_model, calibrate_from_nccl, calibrated, collective_cost
+from topoweb.core.costs import (
+    Calibration,
+    build_model,
+    calibrate_from_nccl,
+    calibrated,
+    collective_cost,
+    slowest_group_us,
+    solo_time_bound,
+)
 from topoweb.core.formats import parse_text
 from topoweb.core.health import NETWORK_BELOW_EXPECTED, Network, check_health, network_expectation
 from topoweb.core.model import NcclMeasurement, NcclRun, Topology
@@ -111,3 +119,14 @@ def test_a_two_node_sweep_calibrates_the_network_of_its_class() -> None:
     assert abs(fitted.busbw_gbps - measured) / measured < 0.05
     assert abs(plain.busbw_gbps - measured) / measured > 0.5
     assert fitted.calibrated and fitted.bottleneck_class == "network"
+
+
+def test_a_network_calibration_leaves_one_servers_bounds_in_place() -> None:
+    # A class calibrated by a multi-node run prices one server as before: placement's
+    # optimistic bounds still apply (and stay under the priced time).
+    base = build_model(_a100(), "NVIDIA A100-SXM4-40GB")
+    net = calibrated(base, Calibration({"network": 0.8}, {"network": 4.0}))
+    for gpus in ([0, 1, 2, 3], list(range(8))):
+        bound = solo_time_bound(net, "all_reduce", gpus, 1 << 26)
+        assert 0 < bound <= slowest_group_us(net, "all_reduce", [gpus], 1 << 26)
+        assert bound == solo_time_bound(base, "all_reduce", gpus, 1 << 26)

@@ -36,7 +36,7 @@ def solo_time_bound(model: CostModel, collective: str, gpus: Sequence[int], nbyt
     if (
         p < 2
         or model.nodes > 1
-        or model.calibration.scale
+        or model.calibration.scale.keys() - {"network"}
         or collective not in ("all_reduce", "reduce_scatter", "all_gather")
     ):
         return 0.0

@@ -116,7 +116,9 @@ def cut_bound_proves(
     NUMA nodes, without NVLink or calibration (the formulas are NCCL's uncalibrated ones);
     alltoall (EP) adds nothing to the bound."""
     model, layout, plan = objective.model, objective.layout, objective.plan
-    if model.nodes > 1 or model.calibration.scale or model.hierarchy.nvlink_domains:
+    # A network-only calibration (a multi-node run) leaves one server's prices uncalibrated.
+    calibrated = model.calibration.scale.keys() - {"network"}
+    if model.nodes > 1 or calibrated or model.hierarchy.nvlink_domains:
         return False
     tp, pp, dp, cells = layout.tp, layout.pp, layout.dp, layout.tp * layout.pp
     numa = {g: model.hierarchy.numa_of(model.gpu_ids[g]) for g in gpus}
