@@ -83,12 +83,38 @@ function draw(page) {
     const g = svg("g", { class: `switch ${s.tier}`, "data-name": s.name, "data-index": i });
     g.append(svg("rect", { x: s.x - w / 2, y: s.y - h / 2, width: w, height: h, rx: 3, stroke: s.severity ? SEVERITY[s.severity] : "#5f6b7d", "stroke-width": s.severity ? 2 : 1 }));
     g.append(svg("text", { x: s.x, y: s.y + 3, "text-anchor": "middle" }, s.name));
-    const title = [`${s.name} (${s.tier}${s.rail !== null && s.rail !== undefined ? `, rail ${s.rail}` : ""})`];
-    if (s.unnamed) title.push(`${s.unnamed} HCA(s) with the default NodeDescription`);
-    g.append(svg("title", {}, title.join("\n")));
     nodes.append(g);
   });
+  // One tooltip for every switch (a <title> each would double a large fabric's elements).
+  const tip = $("fabric-tip");
+  nodes.addEventListener("mouseover", (event) => {
+    const g = event.target.closest(".switch");
+    if (!g) return;
+    const s = at[Number(g.dataset.index)];
+    const lines = [`${s.name} (${s.tier}${s.rail !== null && s.rail !== undefined ? `, rail ${s.rail}` : ""})`];
+    if (s.unnamed) lines.push(`${s.unnamed} HCA(s) with the default NodeDescription`);
+    tip.textContent = lines.join(" · ");
+    tip.hidden = false;
+  });
+  nodes.addEventListener("mouseout", () => { tip.hidden = true; });
   const shown = new Set(page.collapsed ? [] : page.units.map((u) => u.unit));
+  // A large fabric's hosts come per unit, when a unit is opened (see FabricPageApi).
+  const hosts = new Map((page.hosts || []).map((h) => [h.hostname, h]));
+  const fetched = new Set(page.hosts ? page.units.map((u) => u.unit) : []);
+  const fetchUnits = async (params) => {
+    const got = await getJSON(`fabrics/${encodeURIComponent(data.name)}/page/`, params);
+    for (const h of got.hosts) hosts.set(h.hostname, h);
+    if (got.unit === "*") for (const u of page.units) fetched.add(u.unit);
+    else fetched.add(got.unit);
+    return got.unit;
+  };
+  const openUnits = async (units) => {
+    const missing = units.filter((u) => !fetched.has(u));
+    if (missing.length > 1) await fetchUnits({ unit: "*" });
+    else if (missing.length === 1) await fetchUnits({ unit: missing[0] });
+    for (const u of units) shown.add(u);
+    drawHosts();
+  };
   const drawHosts = () => {
     hostLayer.replaceChildren();
     for (const u of page.units) {
@@ -96,31 +122,33 @@ function draw(page) {
         const g = svg("g", { class: "unit-chip", "data-unit": u.unit, tabindex: 0 });
         g.append(svg("rect", { x: u.x - hw / 2, y: u.y - hh / 2, width: hw, height: hh, rx: 7, stroke: u.severity ? SEVERITY[u.severity] : "#5f6b7d" }));
         g.append(svg("text", { x: u.x, y: u.y + 3, "text-anchor": "middle" }, `${u.hosts} hosts ▾`));
-        g.addEventListener("click", () => { shown.add(u.unit); drawHosts(); });
+        g.addEventListener("click", () => openUnits([u.unit]).catch((err) => showError($("fabric-summary"), err)));
         hostLayer.append(g);
       }
     }
-    page.hosts.forEach((h, i) => {
-      if (!shown.has(h.unit)) return;
-      const g = svg("g", { class: "host", "data-host": h.hostname, "data-index": i, tabindex: 0 });
+    for (const h of hosts.values()) {
+      if (!shown.has(h.unit)) continue;
+      const g = svg("g", { class: "host", "data-host": h.hostname, tabindex: 0 });
       g.append(svg("rect", { x: h.x - hw / 2, y: h.y - hh / 2, width: hw, height: hh, rx: 7, stroke: h.severity ? SEVERITY[h.severity] : "#9aa5b5", "stroke-width": h.severity ? 1.6 : 1 }));
       g.append(svg("text", { x: h.x, y: h.y + 3, "text-anchor": "middle" }, h.hostname));
-      g.addEventListener("click", () => selectHost(i));
+      g.addEventListener("click", () => selectHost(h.hostname));
       hostLayer.append(g);
-    });
+    }
   };
   drawHosts();
   const expand = $("fabric-expand");
   expand.hidden = !page.collapsed;
-  expand.onclick = () => { for (const u of page.units) shown.add(u.unit); drawHosts(); expand.hidden = true; };
-  state = { page, overlay, root, shown, drawHosts };
+  expand.onclick = () => openUnits(page.units.map((u) => u.unit)).then(() => { expand.hidden = true; }).catch((err) => showError($("fabric-summary"), err));
+  state = { page, overlay, root, shown, hosts, drawHosts, openUnits, fetchUnits };
   clear($("fabric-canvas")).append(root);
 }
 
-function selectHost(i) {
-  const { page, overlay, shown, drawHosts } = state;
-  const h = page.hosts[i];
-  if (!shown.has(h.unit)) { shown.add(h.unit); drawHosts(); }
+async function selectHost(name) {
+  const { page, overlay, shown, hosts, openUnits, fetchUnits } = state;
+  if (!hosts.has(name)) await fetchUnits({ host: name });
+  const h = hosts.get(name) || [...hosts.values()].find((x) => x.server === name);
+  if (!h) return;
+  if (!shown.has(h.unit)) await openUnits([h.unit]);
   overlay.replaceChildren();
   const [, lh] = page.sizes.leaf;
   const [, hh] = page.sizes.host;
@@ -130,7 +158,7 @@ function selectHost(i) {
     overlay.append(svg("line", { x1: h.x, y1: h.y - hh / 2, x2: leaf.x, y2: leaf.y + lh / 2, class: "rail-line", "data-rail": rail }));
   }
   for (const node of state.root.querySelectorAll(".host.selected")) node.classList.remove("selected");
-  const chip = state.root.querySelector(`.host[data-index="${i}"]`);
+  const chip = state.root.querySelector(`.host[data-host="${CSS.escape(h.hostname)}"]`);
   if (chip) chip.classList.add("selected");
   $("host-panel").hidden = false;
   $("host-title").textContent = h.hostname;
@@ -157,8 +185,8 @@ function findings(list) {
         const node = state.root.querySelector(`.switch[data-name="${CSS.escape(name)}"]`);
         if (node) node.classList.add("flagged");
       }
-      const host = state.page.hosts.findIndex((h) => f.hosts.includes(h.hostname));
-      if (host >= 0) selectHost(host);
+      const host = f.hosts.find((name) => !name.startsWith("H-"));
+      if (host) selectHost(host).catch((err) => showError($("fabric-summary"), err));
     });
     ul.append(li);
   }
@@ -182,10 +210,8 @@ async function load() {
     legend(doc.page);
     draw(doc.page);
     findings(doc.findings);
-    if (data.host) {
-      const i = doc.page.hosts.findIndex((h) => h.hostname === data.host || h.server === data.host);
-      if (i >= 0) selectHost(i);
-    }
+    if (data.host) await selectHost(data.host);
+    window.topowebFabricReady = performance.now(); // bench/fabric_page.py reads it
     document.body.dataset.fabricReady = "1";
   } catch (err) {
     showError($("fabric-summary"), err);

@@ -97,3 +97,24 @@ def test_a_capture_uploaded_on_the_fabrics_page_opens_its_fabric(
     wait_for_flag(page, "fabric-ready")
     page.goto("/fabrics/")
     expect(page.locator("#fabric-rows")).to_contain_text("lab-ndr")
+
+
+def test_a_large_fabric_opens_folded_and_unfolds_a_unit(page: Page) -> None:
+    from bench.fabric import generate
+    from topoweb.fleet import fabric_services
+    from topoweb.fleet.models import Source
+
+    done = fabric_services.ingest_fabric(name="big", text=generate(400), source=Source.UPLOAD)
+    fabric_services.analyse_capture(done.capture.pk)
+    page.goto("/fabrics/big/")
+    wait_for_flag(page, "fabric-ready")
+    assert page.locator(".unit-chip").count() == 13 and page.locator(".host").count() == 0
+    page.locator(".unit-chip").first.click()
+    expect(page.locator(".host")).to_have_count(32)
+    page.locator('.host[data-host="node00001"]').click()
+    expect(page.locator("#host-rails tr")).to_have_count(8)
+    page.click("#fabric-expand")
+    expect(page.locator(".host")).to_have_count(400)
+    page.goto("/fabrics/big/?host=node00399")
+    wait_for_flag(page, "fabric-ready")
+    expect(page.locator("#host-title")).to_have_text("node00399")

@@ -261,3 +261,47 @@ def test_a_job_over_servers_takes_the_ones_whose_rails_share_leaves(
     )
     assert "through the spines of fabric ndr" in apart["reason"]
     assert apart["inter_node_us"] > best["inter_node_us"]
+
+
+def test_without_a_broker_an_upload_is_analysed_in_process(
+    uploading: APIClient, reader: APIClient
+) -> None:
+    """The embedded default (no REDIS_URL) runs tasks inline: the fabric task is registered in
+    the web process, not only in a worker that discovered it."""
+    from django.test import override_settings
+
+    from topoweb.config.celery_app import app
+
+    assert fabric_services.ANALYSE_TASK in app.tasks
+    with override_settings(CELERY_TASK_ALWAYS_EAGER=True):
+        response = uploading.post(
+            "/api/v1/fabrics/", {"name": "e", "text": IBNET_01}, format="json"
+        )
+    assert response.status_code == 201
+    page = reader.get("/api/v1/fabrics/e/page/").json()
+    assert page["status"] == "done" and page["summary"]["switches"] == {"leaf": 31, "spine": 9}
+    assert page["page"]["switches"] and "findings" not in page["page"]
+
+
+def test_a_large_fabric_page_comes_folded_and_hands_out_hosts_per_unit(
+    celery_worker: Any, uploading: APIClient, reader: APIClient
+) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from bench.fabric import generate
+
+    big = SimpleUploadedFile("big.txt", generate(400).encode())
+    response = uploading.post("/api/v1/fabrics/", {"name": "big", "file": big}, format="multipart")
+    assert response.status_code == 201, response.content
+    analysed("big", reader)
+    page = reader.get("/api/v1/fabrics/big/page/").json()["page"]
+    assert page["collapsed"] is True and page["hosts"] is None
+    assert len(page["units"]) == 13 and page["units"][0]["hosts"] == 32  # 400 = 12 x 32 + 16
+    unit = page["units"][0]["unit"]
+    one = reader.get(f"/api/v1/fabrics/big/page/?unit={unit}").json()
+    assert one["unit"] == unit and len(one["hosts"]) == 32
+    assert len(one["hosts"][0]["rails"]) == 8
+    found = reader.get("/api/v1/fabrics/big/page/?host=node00400").json()
+    assert found["unit"] == page["units"][-1]["unit"] and len(found["hosts"]) == 16
+    every = reader.get("/api/v1/fabrics/big/page/?unit=*").json()
+    assert len(every["hosts"]) == 400

@@ -8,7 +8,12 @@ from typing import Any
 
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    PolymorphicProxySerializer,
+    extend_schema,
+    inline_serializer,
+)
 from rest_framework import exceptions, parsers, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -336,13 +341,35 @@ class FabricPageSerializer(serializers.Serializer):
     )
 
 
+class FabricPageHostsSerializer(serializers.Serializer):
+    unit = serializers.CharField(help_text="the unit asked for (`*`: all)")
+    hosts = serializers.ListField(child=serializers.DictField())
+
+
 class FabricPageApi(APIView):
     @extend_schema(
         operation_id="fabrics_page_retrieve",
-        responses={200: FabricPageSerializer, **READ_ERRORS},
+        description="The fabric page's drawing. A large fabric's drawing comes folded "
+        "(`page.collapsed`, `page.hosts` null): ask for a unit's hosts with `?unit=NAME` "
+        "(`*`: every host) or for a host's unit with `?host=NAME`; those answer "
+        "{unit, hosts}.",
+        parameters=[
+            OpenApiParameter("unit", str, description="a unit's hosts only"),
+            OpenApiParameter("host", str, description="the hosts of this host's unit"),
+        ],
+        responses={
+            200: PolymorphicProxySerializer(
+                component_name="FabricPageAnswer",
+                serializers=[FabricPageSerializer, FabricPageHostsSerializer],
+                resource_type_field_name=None,
+            ),
+            **READ_ERRORS,
+        },
     )
     def get(self, request: Request, name: str) -> Response:
-        return Response(fabric_selectors.fabric_page_document(name))
+        unit = request.query_params.get("unit")
+        host = request.query_params.get("host")
+        return Response(fabric_selectors.fabric_page_document(name, unit=unit, host=host))
 
 
 class ServerRailsSerializer(serializers.Serializer):

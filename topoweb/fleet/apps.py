@@ -9,7 +9,9 @@ class FleetConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Registers the OpenAPI description of the Bearer token authentication.
-        from topoweb.fleet import access, authentication  # noqa: F401
+        # Registers the OpenAPI description of the Bearer token authentication, and the
+        # fabric worker's tasks by name (services send them by name; the embedded default runs
+        # them in this process).
+        from topoweb.fleet import access, authentication, tasks  # noqa: F401
 
         access.connect()  # the audit trail's receivers (sign-ins, tokens made)

@@ -145,32 +145,35 @@ def fabric_export(name: str, fmt: str) -> str:
     return render_fabric_export(doc, fmt, nvlink=nvlink)
 
 
-def fabric_page_document(name: str) -> dict[str, Any]:
-    """What the fabric page draws: the stored drawing, the summary and the findings of the
-    latest capture (reading neither the raw text nor the host list of the analysis)."""
+def fabric_page_document(
+    name: str, unit: str | None = None, host: str | None = None
+) -> dict[str, Any]:
+    """What the fabric page draws: the latest capture's stored drawing with its summary,
+    findings and warnings (one column, not the analysis of every host). A large fabric's
+    drawing starts folded: its hosts come per unit (`unit`, or the unit of `host`; `*` all)."""
     fabric = fabric_by_name(name)
     row = (
         FabricCapture.objects.filter(fabric=fabric, pk=fabric.latest_capture_id or 0)
         .defer("raw_text", "document", "analysis")
         .first()
     )
-    summary = findings = warnings = None
-    if row is not None and row.status == FabricCapture.Status.DONE:
-        parts = (
-            FabricCapture.objects.filter(pk=row.pk)
-            .values_list("analysis__summary", "analysis__findings", "analysis__warnings")
-            .first()
-        )
-        if parts is not None:
-            summary, findings, warnings = parts
+    done = row is not None and row.status == FabricCapture.Status.DONE and row.page is not None
+    page = dict(row.page) if done and row is not None and row.page else {}
+    if unit is not None or host is not None:
+        hosts = page.get("hosts", [])
+        if host is not None:
+            unit = next((h["unit"] for h in hosts if host in (h["hostname"], h["server"])), "")
+        return {"unit": unit, "hosts": [h for h in hosts if unit in ("*", h["unit"])]}
+    if page.get("collapsed"):
+        page["hosts"] = None  # asked for per unit
     return {
         "name": fabric.name,
         "capture": capture_summary(row),
         "status": row.status if row else "pending",
-        "summary": summary,
-        "findings": findings or [],
-        "warnings": warnings or [],
-        "page": row.page if row is not None and row.status == FabricCapture.Status.DONE else None,
+        "summary": page.pop("summary", None),
+        "findings": page.pop("findings", []),
+        "warnings": page.pop("warnings", []),
+        "page": page or None,
     }
 
 

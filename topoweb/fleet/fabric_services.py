@@ -164,7 +164,13 @@ def analyse_capture(capture_id: int) -> str:
             if node in set(servers.values())
         }
         capture.analysis, capture.analysis_key = doc, key
-        capture.page = fabric_page(doc)
+        # The page reads this one column: the drawing with what is written beside it.
+        capture.page = {
+            **fabric_page(doc),
+            "summary": doc["summary"],
+            "findings": doc["findings"],
+            "warnings": doc["warnings"],
+        }
         capture.status, capture.error = FabricCapture.Status.DONE, ""
         capture.analysed_at = timezone.now()
         capture.save(
