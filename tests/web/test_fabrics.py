@@ -266,17 +266,18 @@ def test_a_job_over_servers_takes_the_ones_whose_rails_share_leaves(
 def test_without_a_broker_an_upload_is_analysed_in_process(
     uploading: APIClient, reader: APIClient
 ) -> None:
-    """The embedded default (no REDIS_URL) runs tasks inline: the fabric task is registered in
-    the web process, not only in a worker that discovered it."""
+    """The embedded default (no REDIS_URL) runs tasks in the web process (off the request's
+    thread): the fabric task is registered there, not only in a worker that discovered it."""
     from django.test import override_settings
 
-    from topoweb.config.celery_app import app
+    from topoweb.config.celery_app import app, wait_for_background
 
     assert fabric_services.ANALYSE_TASK in app.tasks
     with override_settings(CELERY_TASK_ALWAYS_EAGER=True):
         response = uploading.post(
             "/api/v1/fabrics/", {"name": "e", "text": IBNET_01}, format="json"
         )
+        assert wait_for_background(60)
     assert response.status_code == 201
     page = reader.get("/api/v1/fabrics/e/page/").json()
     assert page["status"] == "done" and page["summary"]["switches"] == {"leaf": 31, "spine": 9}
