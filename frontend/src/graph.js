@@ -110,6 +110,7 @@ function stylesheet() {
     // A peer names its class under its own name, in a size that stays inside its box.
     { selector: "node.peer", style: { label: "data(peer_label)", "font-size": 12 } },
     { selector: "edge.path", style: { opacity: 1, "z-index": 10, "underlay-color": "data(path_colour)", "underlay-opacity": 0.55, "underlay-padding": 4 } },
+    { selector: "node.finding-device", style: { "border-width": 4, "border-color": "#c8322d" } },
     { selector: "node.selected-gpu", style: { "border-width": 5, "border-color": "#ffb000", "underlay-color": "#ffd400", "underlay-opacity": 0.6, "underlay-padding": 6 } },
   ];
 }
@@ -350,7 +351,35 @@ export function highlightPaths(cy, gpu) {
 }
 
 export function clearHighlight(cy) {
-  cy.elements().removeClass("faded path selected-gpu peer");
+  cy.elements().removeClass("faded path selected-gpu peer finding-device");
+}
+
+// Highlights the devices a finding group names (each member's GPU pair, or one device) and,
+// for a pair, the real path between them as the server traced it; fades the rest.
+export function highlightPairs(cy, pairs) {
+  clearHighlight(cy);
+  const paths = cy.scratch("_paths") || {};
+  let on = cy.collection();
+  for (const [a, b] of pairs) {
+    const first = cy.getElementById(a);
+    if (first.empty()) continue;
+    on = on.union(first);
+    if (b === undefined) continue;
+    const row = peerRows(cy, a, paths[a] || []).find((r) => r.peer === b);
+    if (row) {
+      const items = cy.collection(row.elements.map((id) => cy.getElementById(id)).filter((x) => x.nonempty()));
+      const info = classInfo(row.class);
+      items.edges().data("path_colour", info ? info.color : "#ffd400");
+      on = on.union(items);
+    } else {
+      on = on.union(cy.getElementById(b));
+    }
+  }
+  const parents = on.nodes().ancestors();
+  cy.elements().not(on).not(parents).addClass("faded");
+  on.addClass("path");
+  on.nodes().filter((n) => pairs.some((p) => p.includes(n.id()))).addClass("finding-device");
+  return on;
 }
 
 // Colours GPU nodes by placement group; `groups` is a list of lists of GPU indices or ids.

@@ -5,7 +5,7 @@
 // a copied link reopens what is on screen.
 
 import { el, clear, getJSON, postJSON, hostPath, pageData, fmtNumber, fmtTime, fmtAgo, fmtDate, healthBadge, showError } from "./api.js";
-import { drawGraph, renderLegend, attachTooltips, highlightPaths, clearHighlight, colourGroups, classInfo, kindOf, setNicMode, downloadPng, GROUP_COLOURS } from "./graph.js";
+import { drawGraph, renderLegend, attachTooltips, highlightPaths, highlightPairs, clearHighlight, colourGroups, classInfo, kindOf, setNicMode, downloadPng, GROUP_COLOURS } from "./graph.js";
 import { busbwPlot } from "./plot.js";
 
 const { hostname } = pageData();
@@ -177,15 +177,33 @@ function setView(which, save = true) {
 
 // --- panels -----------------------------------------------------------------------------
 
-function renderFindings(findings, hasTopology, checked, gaveUp) {
+// One line per cause (the server grouped the findings); a cause found on several pairs opens
+// to each of them, and a click on it shows its pairs on the graph.
+function renderFindings(groups, hasTopology, checked, gaveUp) {
   const ul = clear($("findings"));
   if (!hasTopology) { ul.append(el("li", { class: "finding muted", text: "Nothing checked yet: the checks need this server's topology (nvidia-smi topo -m)." })); return; }
   if (!checked && gaveUp) { ul.append(el("li", { class: "finding sev-warning", text: `The health checks gave up on this snapshot (${gaveUp}); its next report asks again.` })); return; }
-  if ((!findings || !findings.length) && !checked) { ul.append(el("li", { class: "finding muted", text: "Checks pending: findings appear once the health checks have judged this snapshot." })); return; }
-  if (!findings || !findings.length) { ul.append(el("li", { class: "finding ok", text: "No findings: wiring matches expectations." })); return; }
-  for (const f of findings) {
-    const sev = f.severity || "info";
-    ul.append(el("li", { class: `finding sev-${sev}` }, el("span", { class: `badge sev-${sev}`, text: sev }), " ", el("span", { text: f.message || f.kind })));
+  if ((!groups || !groups.length) && !checked) { ul.append(el("li", { class: "finding muted", text: "Checks pending: findings appear once the health checks have judged this snapshot." })); return; }
+  if (!groups || !groups.length) { ul.append(el("li", { class: "finding ok", text: "No findings: wiring matches expectations." })); return; }
+  for (const g of groups) {
+    const sev = g.severity || "info";
+    const show = () => {
+      if (!cy) return;
+      if (state.graph && $("graph").hidden) setView("graph");
+      highlightPairs(cy, g.pairs);
+      for (const item of ul.querySelectorAll(".finding.shown")) item.classList.remove("shown");
+      li.classList.add("shown");
+    };
+    const title = g.pairs.length && state.graph
+      ? el("button", { type: "button", class: "link-button finding-title", title: "Show on the graph", onclick: show, text: g.title })
+      : el("span", { class: "finding-title", text: g.title });
+    const li = el("li", { class: `finding sev-${sev}`, dataset: { cause: g.cause, count: String(g.count) } }, el("span", { class: `badge sev-${sev}`, text: sev }), " ", title);
+    if (g.count > 1) {
+      const list = el("ul", { class: "finding-pairs" });
+      for (const f of g.findings) list.append(el("li", { text: f.message }));
+      li.append(el("details", {}, el("summary", { text: `each of the ${g.count}` }), list));
+    }
+    ul.append(li);
   }
 }
 
@@ -467,8 +485,11 @@ async function main() {
     $("assessment-pending").hidden = false;
     waitForAssessment();
   }
-  renderSummary(state.server, state.analysis, state.findings);
-  renderFindings(state.findings, Boolean(state.graph || state.left_out?.assessment), state.findings_checked, state.gave_up?.health);
+  // An assessment stored before findings were grouped: one group per finding until the worker
+  // stores a newer one.
+  state.groups ??= (state.findings || []).map((f) => ({ cause: `${f.kind}|${f.devices.join(",")}`, kind: f.kind, severity: f.severity, title: f.message, count: 1, pairs: [f.devices], devices: f.devices, findings: [f] }));
+  renderSummary(state.server, state.analysis, state.groups);
+  renderFindings(state.groups, Boolean(state.graph || state.left_out?.assessment), state.findings_checked, state.gave_up?.health);
   renderReaderWarnings(state.reader_warnings);
   if (state.graph) {
     await drawn();

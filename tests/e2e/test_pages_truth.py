@@ -34,3 +34,109 @@ def test_a_preview_of_a_36_nic_capture_draws_its_nic_groups_at_their_places(page
                 nics: cy.nodes('[kind = "nic"]:visible').length}; }"""
     )
     assert shown == {"groups": 4, "nics": 0}
+
+
+GTX_RIG = "gtx-rig-a01"  # the demo fleet's name for the 7-GPU x1-riser rig
+
+
+def gtx_rig_judged() -> None:
+    """The GTX rig with its p2pBandwidthLatencyTest, analysed and judged as the worker would."""
+    from django.utils import timezone
+
+    from tests.e2e.conftest import analyse_pending
+    from topoweb.fleet.models import Server, Source
+    from topoweb.fleet.services import BenchmarkInput, ingest_report
+    from topoweb.health.services import evaluate_server
+
+    ingest_report(
+        hostname=GTX_RIG,
+        topo_text=(FIXTURES / "topo_04_gtx1070x6-1080-7gpu-pix-phb.txt").read_text(),
+        captured_at=timezone.now(),
+        source=Source.UPLOAD,
+        gpu_model_hint="NVIDIA GeForce GTX 1070",
+        benchmarks=[
+            BenchmarkInput(
+                "p2p-bandwidth-latency",
+                (FIXTURES / "p2p_01_gtx1070x6-1080-7gpu-pcie-x1.txt").read_text(),
+            )
+        ],
+    )
+    analyse_pending()
+    evaluate_server(Server.objects.get(hostname=GTX_RIG).pk)
+
+
+def test_the_gtx_rig_shows_one_finding_per_cause_that_opens_to_its_pairs_on_the_graph(
+    page: Page,
+) -> None:
+    gtx_rig_judged()
+    page.goto(f"/servers/{GTX_RIG}/")
+    wait_for_flag(page, "graph-ready")
+    answer = page.request.get(f"/api/v1/servers/{GTX_RIG}/page/").json()
+    assert len(answer["findings"]) >= 21 and len(answer["groups"]) <= 4
+    items = page.locator("#findings > li.finding")
+    assert items.count() == len(answer["groups"])
+    causes = [items.nth(i).get_attribute("data-cause") for i in range(items.count())]
+    assert len(set(causes)) == len(causes)
+    staged = page.locator("#findings > li.finding", has_text="host-staged")
+    assert staged.count() == 1
+    group = next(g for g in answer["groups"] if "host-staged" in g["title"])
+    staged.locator("summary").click()
+    assert staged.locator(".finding-pairs li").count() == group["count"] == 13
+    staged.locator("button.finding-title").click()
+    shown = page.evaluate(
+        """() => { const cy = window.topowebCy;
+        return {marked: cy.nodes('.finding-device').map((n) => n.id()).sort(),
+                faded: cy.nodes('[kind = "gpu"].faded').length}; }"""
+    )
+    assert shown["marked"] == sorted({d for pair in group["pairs"] for d in pair})
+    assert shown["faded"] == 0  # every GPU of the rig is in one of its 13 pairs
+    api = page.request.get(f"/api/v1/servers/{GTX_RIG}/").json()
+    assert [g["cause"] for g in api["groups"]] == [g["cause"] for g in answer["groups"]]
+
+
+def test_the_acceptance_report_lists_one_row_per_cause_with_ratios_on_one_line(
+    page: Page,
+) -> None:
+    gtx_rig_judged()
+    page.goto(f"/servers/{GTX_RIG}/acceptance/")
+    rows = page.locator("table.finding-groups tbody > tr.finding-group")
+    report = page.request.get(f"/api/v1/servers/{GTX_RIG}/acceptance/").json()
+    assert rows.count() == len(report["groups"]) <= 4 < len(report["findings"])
+    ratio = page.locator("td.num", has_text="%").first
+    box = ratio.bounding_box()
+    assert box is not None and box["height"] < 40  # "13 %" on one line, not two
+    assert ratio.evaluate("(td) => getComputedStyle(td).whiteSpace") == "nowrap"
+
+
+def test_a_one_gpu_reduce_is_shown_with_why_it_is_no_bandwidth_not_as_5_million_gb_s(
+    page: Page,
+) -> None:
+    from django.utils import timezone
+
+    from topoweb.fleet.models import Server, Source
+    from topoweb.fleet.services import BenchmarkInput, ingest_report
+    from topoweb.health.services import evaluate_server
+
+    ingest_report(
+        hostname="autodl-2080ti-a01",
+        topo_text=(
+            FIXTURES / "topo_32_rtx2080ti-2gpu-pix-plus-topo-p2p-status-matrix.txt"
+        ).read_text(),
+        captured_at=timezone.now(),
+        source=Source.UPLOAD,
+        benchmarks=[
+            BenchmarkInput(
+                "nccl-tests",
+                (
+                    FIXTURES / "nccl_12_rtx2080ti-1gpu-reduce-perf-MISALIGNED-inplace-columns.txt"
+                ).read_text(),
+            )
+        ],
+    )
+    evaluate_server(Server.objects.get(hostname="autodl-2080ti-a01").pk)
+    page.goto("/servers/autodl-2080ti-a01/acceptance/")
+    row = page.locator("tr", has_text="busbw over 1 GPU")
+    assert row.count() == 1
+    assert "5706839" not in row.inner_text() and "n/a" in row.inner_text()
+    assert "moves no data between GPUs" in row.inner_text()
+    assert "not applicable" in row.inner_text()

@@ -32,6 +32,23 @@ class FindingSerializer(serializers.Serializer):
     message = serializers.CharField()
 
 
+class FindingGroupSerializer(serializers.Serializer):
+    """core.health.groups.FindingGroup: one cause, with the findings (pairs) it explains."""
+
+    cause = serializers.CharField(help_text="stable key: kind, severity and mechanism")
+    kind = serializers.ChoiceField(choices=list(KINDS))
+    severity = serializers.ChoiceField(choices=list(SEVERITIES))
+    title = serializers.CharField(help_text="one sentence for the cause, with its count")
+    count = serializers.IntegerField()
+    pairs = serializers.ListField(
+        child=serializers.ListField(child=serializers.CharField()),
+        help_text="each member finding's devices (a GPU pair, or one device)",
+    )
+    devices = serializers.ListField(child=serializers.CharField())
+    advice = serializers.CharField(allow_blank=True)
+    findings = FindingSerializer(many=True)
+
+
 # --- placement -------------------------------------------------------------------------------
 
 

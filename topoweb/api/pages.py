@@ -18,10 +18,11 @@ from rest_framework.views import APIView
 
 from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis.models import Analysis
-from topoweb.analysis.serializers import FindingSerializer
+from topoweb.analysis.serializers import FindingGroupSerializer, FindingSerializer
 from topoweb.api.reads import ServerSummarySerializer
 from topoweb.config.api import READ_ERRORS
 from topoweb.config.limits import LimitExceeded
+from topoweb.core.health.groups import group_documents
 from topoweb.core.ledger import Layout
 from topoweb.fleet import selectors, work
 from topoweb.fleet.models import Benchmark, Server
@@ -143,6 +144,9 @@ class ServerPageSerializer(serializers.Serializer):
         "floor_gbps, source, host_staged) and grid (record number per ordered pair), busbw_gbps",
     )
     findings = FindingSerializer(many=True)
+    groups = FindingGroupSerializer(
+        many=True, help_text="The findings grouped by cause, most severe first, with their pairs"
+    )
     findings_checked = serializers.BooleanField(
         help_text="The health checks have judged the current snapshot: only then does an "
         "empty `findings` mean nothing was found"
@@ -374,8 +378,8 @@ def _facts(side: dict[str, Any]) -> list[dict[str, Any]]:
     rows.append(
         {
             "label": "Findings",
-            "text": str(len(findings)) if findings is not None else None,
-            "value": len(findings) if findings is not None else None,
+            "text": str(len(group_documents(findings))) if findings is not None else None,
+            "value": len(group_documents(findings)) if findings is not None else None,
             "better": -1,
         }
     )

@@ -16,7 +16,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from topoweb.analysis import selectors as analysis_selectors
-from topoweb.analysis.serializers import AnalysisSerializer, FindingSerializer
+from topoweb.analysis.serializers import (
+    AnalysisSerializer,
+    FindingGroupSerializer,
+    FindingSerializer,
+)
 from topoweb.config.answers import answer_once
 from topoweb.config.api import (
     READ_ERRORS,
@@ -25,6 +29,7 @@ from topoweb.config.api import (
 )
 from topoweb.config.renderers import dumps, raw_json
 from topoweb.core.health import KINDS, SEVERITIES
+from topoweb.core.health.groups import group_documents
 from topoweb.fleet import selectors, services
 from topoweb.fleet.models import Server, Snapshot
 from topoweb.health import selectors as health_selectors
@@ -161,6 +166,10 @@ class TopologyClassSerializer(serializers.Serializer):
 class ServerDetailSerializer(ServerSummarySerializer):
     created_at = serializers.DateTimeField()
     findings = serializers.SerializerMethodField()
+    groups = serializers.SerializerMethodField(
+        help_text="The findings grouped by cause (one per cause, most severe first), each with "
+        "its pairs"
+    )
     findings_checked = serializers.SerializerMethodField(
         help_text="The health checks have judged the current snapshot: only then does an "
         "empty `findings` mean nothing was found"
@@ -173,6 +182,10 @@ class ServerDetailSerializer(ServerSummarySerializer):
     @extend_schema_field(FindingSerializer(many=True))
     def get_findings(self, server: Server) -> list[dict[str, Any]]:
         return health_selectors.server_findings(server)
+
+    @extend_schema_field(FindingGroupSerializer(many=True))
+    def get_groups(self, server: Server) -> list[dict[str, Any]]:
+        return group_documents(health_selectors.server_findings(server))
 
     def get_findings_checked(self, server: Server) -> bool:
         return health_selectors.findings_checked(server)

@@ -16,6 +16,7 @@ from topoweb.analysis.models import Analysis
 from topoweb.core.analysis import COST_MODEL_VERSION
 from topoweb.core.export import device_details, graph_document, matrix_document
 from topoweb.core.health import Expectations, Finding, PairExpectation, PairExpectations
+from topoweb.core.health.groups import group_findings
 from topoweb.core.model import Topology
 from topoweb.fleet.models import Benchmark, Server
 
@@ -26,6 +27,7 @@ ASSESSMENT_KEYS = (
     "analysis",
     "expectations",
     "findings",
+    "groups",
     "reader_warnings",
     "graph",
     "matrix",
@@ -174,6 +176,7 @@ def assessment_document(
         "analysis": _analysis_part(analysis, result),
         "expectations": pair_table(topology, pairs, expectations),
         "findings": [f.to_document() for f in findings],
+        "groups": [g.to_document() for g in group_findings(findings)],
         "reader_warnings": list(topology.warnings),
         "graph": graph_document(topology),
         "matrix": matrix,

@@ -27,6 +27,7 @@ from topoweb.core.health import (
     measured_figures,
     sku_distribution,
 )
+from topoweb.core.health.groups import group_documents
 from topoweb.core.model import NcclRun, P2PResult, Topology
 from topoweb.fleet.models import Benchmark, Server, Snapshot, Source, TopologyClass
 from topoweb.fleet.selectors import usual_topology_class_id
@@ -222,6 +223,7 @@ def acceptance_document(server: Server) -> dict[str, Any]:
             "rows": [],
             "not_measured": [],
             "findings": [],
+            "groups": [],
             "summary": {
                 "critical": 0,
                 "warning": 0,
@@ -235,6 +237,7 @@ def acceptance_document(server: Server) -> dict[str, Any]:
             "stale": True,
         }
     return dict(health.acceptance) | {
+        "groups": group_documents(health.acceptance.get("findings") or []),
         "computed_at": health.computed_at.isoformat(),
         "stale": is_stale(server, health, version),
     }
@@ -251,8 +254,10 @@ def assessment(server: Server) -> tuple[str, bool, bool]:
     health = ServerHealth.objects.filter(server=server).defer("acceptance").first()
     if health is None or health.document in ("", "{}"):
         pending: dict[str, Any] = dict.fromkeys(ASSESSMENT_KEYS)
+        known = _ingest_findings(server.differs_from_sku, server.sku_name)
         pending |= {
-            "findings": _ingest_findings(server.differs_from_sku, server.sku_name),
+            "findings": known,
+            "groups": group_documents(known),
             "reader_warnings": [],
             "best_layouts": [],
             "recommendations": {},

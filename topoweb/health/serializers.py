@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from topoweb.analysis.serializers import CoreDocumentSerializer, FindingSerializer
+from topoweb.analysis.serializers import (
+    CoreDocumentSerializer,
+    FindingGroupSerializer,
+    FindingSerializer,
+)
 
 VERDICTS = ("pass", "fail", "incomplete", "pending")
-ROW_STATUSES = ("ok", "below", "not measured", "no expectation")
+ROW_STATUSES = ("ok", "below", "not measured", "no expectation", "not applicable")
 
 
 class ThresholdsSerializer(serializers.Serializer):
@@ -33,6 +37,11 @@ class AcceptanceRowSerializer(serializers.Serializer):
     sku_median_gbps = serializers.FloatField(allow_null=True)
     median_ratio = serializers.FloatField(allow_null=True)
     status = serializers.ChoiceField(choices=list(ROW_STATUSES))
+    note = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        help_text="Why a figure is shown but not judged (e.g. a one-GPU collective moves no data)",
+    )
 
 
 # "class" is a Python keyword: declared after the class body.
@@ -71,6 +80,9 @@ class AcceptanceSerializer(CoreDocumentSerializer):
     rows = AcceptanceRowSerializer(many=True)
     not_measured = NotMeasuredSerializer(many=True)
     findings = FindingSerializer(many=True)
+    groups = FindingGroupSerializer(
+        many=True, help_text="The findings grouped by cause, most severe first, with their pairs"
+    )
     summary = AcceptanceSummarySerializer()
     expectation_version = serializers.IntegerField(allow_null=True)
     computed_at = serializers.DateTimeField(allow_null=True)

@@ -19,6 +19,11 @@ from topoweb.core.health.figures import (
 from topoweb.core.health.findings import P2P_UNAVAILABLE, Finding
 from topoweb.core.model import NcclRun, P2PResult, Topology
 
+ONE_RANK_NOTE = (
+    "one GPU: nccl-tests moves no data between GPUs (an in-place no-op), so this busbw is "
+    "bytes over almost no time, not a bandwidth"
+)
+
 
 def _not_measured_groups(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Unmeasured figures folded by kind, link class and expectation: 56 NV12 pairs read better
@@ -101,8 +106,14 @@ def acceptance_report(
             if record is not None:
                 e = round(record.value_gbps, 2)
             ratio = round(m / e, 3) if m is not None and e else None
+            note = ""
             if m is None:
                 status = "not measured"
+            elif table == "busbw_gbps" and key[1] == 1:
+                # One rank moves nothing: nccl-tests times an in-place no-op, so the figure it
+                # prints divides bytes by almost no time. Shown with why, never judged.
+                status = "not applicable"
+                note = ONE_RANK_NOTE
             elif e is None:
                 status = "no expectation"
             elif record is not None:
@@ -137,6 +148,7 @@ def acceptance_report(
                     "median_ratio": round(m / s, 3) if m is not None and s else None,
                     "status": status,
                 }
+                | ({"note": note} if note else {})
             )
     critical = [f for f in findings if f.severity == "critical"]
     below = [r for r in rows if r["status"] == "below"]

@@ -1,0 +1,67 @@
+"""Findings grouped by cause (issue 27 item 5): one group per cause with its pairs, as a pure
+function of findings, on the real GTX rig capture whose x1 risers make every pair slow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from topoweb.core.formats import parse_text
+from topoweb.core.health import check_health, expectations_from_model
+from topoweb.core.health.groups import cause_of, group_documents, group_findings
+from topoweb.core.model import P2PResult, Topology
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+GTX_RIG = "topo_04_gtx1070x6-1080-7gpu-pix-phb.txt"
+GTX_RIG_P2P = "p2p_01_gtx1070x6-1080-7gpu-pcie-x1.txt"
+
+
+def rig_findings() -> tuple[Topology, list]:  # type: ignore[type-arg]
+    rig = parse_text((FIXTURES / GTX_RIG).read_text())
+    measured = parse_text((FIXTURES / GTX_RIG_P2P).read_text())
+    assert isinstance(rig, Topology) and isinstance(measured, P2PResult)
+    expected = expectations_from_model(rig, "NVIDIA GeForce GTX 1070")
+    return rig, check_health(rig, p2p=measured, expectations=expected)
+
+
+def test_the_gtx_rigs_21_slow_pairs_are_one_group_per_cause_each_with_its_pairs() -> None:
+    rig, findings = rig_findings()
+    slow = [f for f in findings if f.kind == "below_expected_bandwidth"]
+    assert len(slow) == 21
+    groups = group_findings(findings)
+    assert len(groups) < len(findings) // 4
+    assert len({g.cause for g in groups}) == len(groups)
+    below = [g for g in groups if g.kind == "below_expected_bandwidth"]
+    # Slow P2P within the PCIe switches, and pairs without P2P (every PHB pair and one PIX
+    # pair whose P2P gives nothing) slow even as host-staged copies: two causes.
+    assert sorted(len(g.members) for g in below) == [8, 13]
+    staged = next(g for g in below if len(g.members) == 13)
+    assert {rig.link_class(a, b) for a, b in staged.pairs} == {"PHB", "PIX"}
+    assert staged.title.startswith("13 PHB/PIX GPU pairs measured below their expectation")
+    assert "host-staged" in staged.title and "%" in staged.title
+    assert ["GPU0", "GPU3"] in staged.pairs
+
+
+def test_groups_are_most_severe_first_and_a_lone_finding_keeps_its_message() -> None:
+    _, findings = rig_findings()
+    groups = group_findings(findings)
+    order = {"critical": 0, "warning": 1, "info": 2}
+    assert [order[g.severity] for g in groups] == sorted(order[g.severity] for g in groups)
+    lone = [g for g in groups if len(g.members) == 1]
+    assert lone and all(g.title == g.members[0].message for g in lone)
+
+
+def test_documents_group_as_findings_do_and_keep_what_each_document_carries() -> None:
+    _, findings = rig_findings()
+    docs = [f.to_document() | {"id": i} for i, f in enumerate(findings)]
+    grouped = group_documents(docs)
+    assert [g["cause"] for g in grouped] == [g.cause for g in group_findings(findings)]
+    assert sorted(f["id"] for g in grouped for f in g["findings"]) == list(range(len(docs)))
+    assert all(g["count"] == len(g["pairs"]) == len(g["findings"]) for g in grouped)
+
+
+def test_the_same_mechanism_on_other_pairs_has_the_same_cause() -> None:
+    _, findings = rig_findings()
+    slow = [f for f in findings if f.kind == "below_expected_bandwidth"]
+    staged = [f for f in slow if "host-staged" in f.message]
+    assert len({cause_of(f) for f in staged}) == 1
+    assert len({cause_of(f) for f in slow if f not in staged}) == 1

@@ -1,0 +1,153 @@
+"""Findings grouped by cause: one group per cause, with the GPU pairs (or devices) it touches.
+
+A pure function of findings (whatever rule computed their expectations and severities), so a
+page, the API and the acceptance report show one line per cause ("PHB pairs below their
+host-staged expectation: 12 pairs, 13 % each") that opens to its members, instead of one line
+per pair. The cause of a finding is its kind and severity plus what names the mechanism in its
+evidence: the benchmark, the link class, whether the copy was host-staged, the collective,
+the class the SKU shows; findings of one kind that name the same mechanism share a cause."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from topoweb.core.health.findings import (
+    BELOW_EXPECTED_BANDWIDTH,
+    DEGRADED_NVLINK,
+    DOWNTRAINED_PCIE,
+    SEVERITY_ORDER,
+    Finding,
+    Severity,
+)
+
+# Kinds found one device or pair at a time; every other kind already speaks for its cause.
+PER_PAIR = (BELOW_EXPECTED_BANDWIDTH, DEGRADED_NVLINK, DOWNTRAINED_PCIE)
+
+
+@dataclass(frozen=True)
+class FindingGroup:
+    cause: str  # stable: the same mechanism on another server has the same cause
+    kind: str
+    severity: Severity
+    title: str
+    members: tuple[Finding, ...]
+
+    @property
+    def pairs(self) -> list[list[str]]:
+        return [list(f.devices) for f in self.members]
+
+    @property
+    def devices(self) -> list[str]:
+        return list(dict.fromkeys(d for f in self.members for d in f.devices))
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "cause": self.cause,
+            "kind": self.kind,
+            "severity": self.severity,
+            "title": self.title,
+            "count": len(self.members),
+            "pairs": self.pairs,
+            "devices": self.devices,
+            "advice": self.members[0].advice,
+            "findings": [f.to_document() for f in self.members],
+        }
+
+
+def _directions(f: Finding) -> list[dict[str, Any]]:
+    found = f.evidence.get("directions")
+    return [d for d in found.values() if isinstance(d, dict)] if isinstance(found, dict) else []
+
+
+def cause_of(f: Finding) -> str:
+    """The cause key of a finding (see the module's docstring)."""
+    if f.kind not in PER_PAIR:
+        return "|".join((f.kind, f.severity, *f.devices))
+    ev = f.evidence
+    staged = any(d.get("host_staged") for d in _directions(f)) or bool(ev.get("host_staged"))
+    # A host-staged copy is slow for one reason whatever the pair's class: no P2P.
+    cls = "" if staged else str(ev.get("class", ""))
+    parts = [f.kind, f.severity, str(ev.get("benchmark", "")), cls]
+    parts += [str(ev.get("sku_class", "")), str(ev.get("collective", ""))]
+    parts.append("host-staged" if staged else "")
+    if f.kind == DOWNTRAINED_PCIE:
+        parts += [f"Gen{ev.get('current_gen')} x{ev.get('current_width')}"]
+        parts += [f"Gen{ev.get('max_gen')} x{ev.get('max_width')}"]
+    if f.kind == DEGRADED_NVLINK and "peers" in ev:  # a GPU's whole NVLink set: its own cause
+        parts += list(f.devices)
+    return "|".join(parts)
+
+
+def _ratios(f: Finding) -> list[float]:
+    found = [d["ratio"] for d in _directions(f) if isinstance(d.get("ratio"), int | float)]
+    if not found and isinstance(f.evidence.get("ratio"), int | float):
+        found = [f.evidence["ratio"]]
+    return [float(r) for r in found]
+
+
+def _share(low: float, high: float) -> str:
+    a, b = round(low * 100), round(high * 100)
+    return f"{a} %" if a == b else f"{a}-{b} %"
+
+
+def _title(members: list[Finding]) -> str:
+    first = members[0]
+    if len(members) == 1:
+        return first.message
+    n = len(members)
+    ev = first.evidence
+    if first.kind == BELOW_EXPECTED_BANDWIDTH:
+        ratios = [r for f in members for r in _ratios(f)]
+        cls = "/".join(sorted({str(f.evidence.get("class")) for f in members})) or "these"
+        staged = (
+            " (P2P unavailable: host-staged copies)" if "host-staged" in cause_of(first) else ""
+        )
+        what = ev.get("benchmark") or "the benchmark"
+        share = f", each {_share(min(ratios), max(ratios))} of its expectation" if ratios else ""
+        return f"{n} {cls} GPU pairs measured below their expectation in {what}{staged}{share}"
+    if first.kind == DEGRADED_NVLINK:
+        return (
+            f"{n} GPU pairs are {ev.get('class', 'degraded')} where their SKU shows "
+            f"{ev.get('sku_class', 'more NVLinks')}"
+        )
+    if first.kind == DOWNTRAINED_PCIE:
+        return (
+            f"{n} GPUs' PCIe links run at Gen{ev.get('current_gen')} x{ev.get('current_width')}, "
+            f"capable of Gen{ev.get('max_gen')} x{ev.get('max_width')}"
+        )
+    return f"{n} x {first.message}"
+
+
+def group_findings(findings: Iterable[Finding]) -> list[FindingGroup]:
+    """One group per cause, most severe first, then in the order the findings came."""
+    by_cause: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_cause.setdefault(cause_of(f), []).append(f)
+    groups = [
+        FindingGroup(
+            cause=cause,
+            kind=members[0].kind,
+            severity=members[0].severity,
+            title=_title(members),
+            members=tuple(members),
+        )
+        for cause, members in by_cause.items()
+    ]
+    order = {g.cause: i for i, g in enumerate(groups)}
+    return sorted(groups, key=lambda g: (SEVERITY_ORDER[g.severity], order[g.cause]))
+
+
+def group_documents(findings: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """group_findings over finding documents (as stored and served); each group's `findings`
+    are the documents given (with whatever they carry, such as a stored id)."""
+    docs = list(findings)
+    parsed = [Finding.from_document(d) for d in docs]
+    index = {id(f): i for i, f in enumerate(parsed)}
+    out = []
+    for g in group_findings(parsed):
+        doc = g.to_document()
+        doc["findings"] = [docs[index[id(f)]] for f in g.members]
+        out.append(doc)
+    return out
