@@ -12,11 +12,18 @@ export class ApiError extends Error {
 }
 
 // One JSON error shape is promised by the backend; older or proxy errors may be plain text.
+// A refused field says what is wrong with it in `details`: that sentence, not the generic one.
 function messageOf(body) {
   if (!body) return "";
   if (typeof body === "string") return body.slice(0, 300);
-  if (body.error && typeof body.error === "object") return body.error.message || body.error.detail || "";
+  if (body.error && typeof body.error === "object") return fieldMessages(body.error.details) || body.error.message || body.error.detail || "";
   return body.message || body.detail || body.error || "";
+}
+
+function fieldMessages(details) {
+  if (!details || typeof details !== "object" || Array.isArray(details)) return "";
+  const said = Object.values(details).flatMap((v) => (Array.isArray(v) ? v : [])).filter((v) => typeof v === "string");
+  return said.join(" ");
 }
 
 export function lineOf(err) {

@@ -100,6 +100,8 @@ function stylesheet() {
     { selector: "edge[?fabric]", style: { label: "", "source-label": "data(link_class)", "source-text-offset": STYLE.source_label_offset.fabric } },
     { selector: "edge[?label_at_source]", style: { label: "", "source-label": "data(link_class)", "source-text-offset": STYLE.source_label_offset.crossing } },
     { selector: 'edge[link_class = "SYS"]', style: { label: "data(link_class)", width: STYLE.sys_width } },
+    // The socket link names its platform, "(assumed)" where the capture did not say.
+    { selector: 'edge[link_class = "SYS"][caption]', style: { label: "data(caption)" } },
     { selector: "edge.routed", style: { "curve-style": "segments", "edge-distances": "node-position", "segment-distances": "data(seg_d)", "segment-weights": "data(seg_w)" } },
     { selector: "edge.bent", style: { "curve-style": "unbundled-bezier", "edge-distances": "node-position", "control-point-distances": "data(bend_d)", "control-point-weights": 0.5 } },
     { selector: "edge[in_group]", style: { display: "none" } },
@@ -246,6 +248,8 @@ function edgeLines(edge) {
   lines.push([cls]);
   if (d.bandwidth_gbps_per_direction != null) lines.push([`${fmtNumber(d.bandwidth_gbps_per_direction, 1)} GB/s per direction`]);
   if (d.latency_us != null) lines.push([`latency ${fmtNumber(d.latency_us, 2)} µs`]);
+  if (d.label) lines.push([d.label]);
+  if (d.assumed) lines.push([`assumed: ${d.assumed} (the capture names no CPU)`, "assumed"]);
   return lines;
 }
 
@@ -260,6 +264,7 @@ function nodeLines(node) {
   if (numa != null) lines.push([`NUMA ${numa}`]);
   if (d.cpu_affinity) lines.push([`CPUs ${d.cpu_affinity}`]);
   if (d.group_label) lines.push([`placement: ${d.group_label}`]);
+  if (d.assumed) lines.push([`assumed: ${d.assumed} (the capture names no CPU)`, "assumed"]);
   return lines;
 }
 

@@ -207,14 +207,30 @@ function renderFindings(groups, hasTopology, checked, gaveUp) {
   }
 }
 
+// The GPU model the advice priced when the capture named none (the analysis's `assumed` list):
+// the header shows that model, marked as assumed, rather than contradicting the advice.
+function assumedGpu() {
+  const lists = [...(state.best_layouts || []).map((d) => d.assumed || []), ...Object.values(state.recommendations || {}).map((r) => r.recommended?.assumed || [])];
+  for (const list of lists) {
+    const said = list.find((a) => a.startsWith("GPU model: "));
+    if (said) return { model: said.slice("GPU model: ".length).split(" (")[0], why: said };
+  }
+  return null;
+}
+
 function renderSummary(s, analysis, findings) {
   const parts = [];
   if (s.sku) parts.push(`SKU ${s.sku}`);
-  if (s.gpu_count != null) parts.push(s.gpu_model ? `${s.gpu_count}x ${s.gpu_model}` : `${s.gpu_count} GPUs (model not reported)`);
+  const guess = s.gpu_model ? null : assumedGpu();
+  if (s.gpu_count != null && s.gpu_model) parts.push(`${s.gpu_count}x ${s.gpu_model}`);
+  else if (s.gpu_count != null && guess) parts.push([`${s.gpu_count}x ${guess.model} `, el("span", { class: "assumed-mark", id: "gpu-model-assumed", title: `Assumed, not reported: ${guess.why}`, text: "assumed" })]);
+  else if (s.gpu_count != null) parts.push(`${s.gpu_count} GPUs (model not reported)`);
   if (s.nvlink_summary) parts.push(s.nvlink_summary);
   if (s.nic_count != null) parts.push(`${s.nic_count} NICs`);
   // The age in its own element: the visual check hides what changes with the clock.
-  clear($("server-summary")).append(`${parts.join(" · ")} · last seen `, el("span", { class: "age", text: fmtAgo(s.last_seen_at) }));
+  const summary = clear($("server-summary"));
+  parts.forEach((p, i) => { if (i) summary.append(" · "); summary.append(...(Array.isArray(p) ? p : [p])); });
+  summary.append(" · last seen ", el("span", { class: "age", text: fmtAgo(s.last_seen_at) }));
   const badges = clear($("server-badges"));
   badges.append(healthBadge(s.health, (findings || []).length));
   if (analysis) badges.append(el("span", { class: `badge analysis-${analysis.status}`, text: `analysis ${analysis.status}` }));

@@ -13,12 +13,18 @@ async function text() {
   return file ? await file.text() : $("upload-text").value;
 }
 
+// Text a person can read: no replacement characters or control bytes (a binary file read as
+// text shows only those).
+const unreadable = (c) => c === 0xfffd || c < 0x09 || (c > 0x0d && c < 0x20);
+const readable = (lines) => !lines.some((l) => [...l].some((ch) => unreadable(ch.codePointAt(0))));
+
 function showParseError(err, source) {
   const line = lineOf(err);
   // The API answers the line apart from the message; the reader wants both in one sentence.
   showError($("upload-error"), line ? `line ${line}: ${err.message}` : err);
   const ctx = $("upload-error-context");
-  if (line && source) {
+  const near = source ? source.split(/\r?\n/).slice(Math.max(0, (line || 1) - 3), (line || 1) + 2) : [];
+  if (line && source && readable(near)) {
     const lines = source.split(/\r?\n/);
     clear(ctx);
     for (let n = Math.max(1, line - 2); n <= Math.min(lines.length, line + 2); n += 1) {
@@ -42,6 +48,19 @@ function showWarnings(warnings) {
   $("preview-warnings").hidden = !warnings.length;
 }
 
+// A hostname with no server of that name: said at preview, with the closest existing name to
+// take in one click, rather than as a failure at Save.
+function showHost(host) {
+  const box = clear($("preview-host"));
+  box.hidden = !host || host.known || $("upload-create").checked;
+  if (box.hidden) return;
+  box.append(el("strong", { text: `No server named ${host.hostname}. ` }));
+  if (host.suggestion) {
+    box.append("Did you mean ", el("button", { type: "button", class: "link-button", id: "use-suggestion", text: host.suggestion, onclick: () => { $("upload-hostname").value = host.suggestion; box.hidden = true; } }), "? ");
+  }
+  box.append("Tick “This is a new server” to add it as a new one.");
+}
+
 async function preview() {
   resetErrors();
   $("save-button").disabled = true;
@@ -52,11 +71,13 @@ async function preview() {
   const body = new FormData();
   if (file) body.append("file", file);
   else body.append("text", source);
+  body.append("hostname", $("upload-hostname").value.trim());
   $("preview-summary").textContent = "Parsing…";
   try {
     const res = await postForm("uploads/preview/", body);
     $("preview-summary").textContent = res.summary;
     showWarnings(res.warnings || []);
+    showHost(res.host);
     if (previewCy) previewCy.destroy();
     previewCy = null;
     clear($("preview-graph"));

@@ -87,7 +87,8 @@ def test_the_server_graph_has_every_device_and_colours_link_classes(
     assert styles == {
         # A hop of the PCIe tree is said by its colour and the legend: no label on each.
         "PCIe": [PCIE_SLATE, "solid", ""],
-        "SYS": [SYS_RED, "dotted", "SYS"],
+        # The socket link's platform is the GPU generation's usual one, said to be assumed.
+        "SYS": [SYS_RED, "dotted", "SYS · Intel UPI (Sapphire Rapids) (assumed)"],
     }
     expect(page.locator("#legend .legend-item")).to_have_count(7)
     expect(page.locator("#server-summary")).to_contain_text("8x NVIDIA H200")

@@ -140,3 +140,97 @@ def test_a_one_gpu_reduce_is_shown_with_why_it_is_no_bandwidth_not_as_5_million_
     assert "5706839" not in row.inner_text() and "n/a" in row.inner_text()
     assert "moves no data between GPUs" in row.inner_text()
     assert "not applicable" in row.inner_text()
+
+
+def test_an_empty_file_says_it_is_empty_as_the_api_does(page: Page) -> None:
+    page.goto("/upload/")
+    page.fill("#upload-hostname", "anything-u01")
+    page.set_input_files(
+        "#upload-file", files=[{"name": "empty.txt", "mimeType": "text/plain", "buffer": b""}]
+    )
+    page.click("#preview-button")
+    error = page.locator("#upload-error")
+    error.wait_for(state="visible")
+    assert "The submitted file is empty." in error.inner_text()
+    assert "not valid" not in error.inner_text()
+
+
+def test_a_binary_file_is_refused_without_garbled_context(page: Page) -> None:
+    page.goto("/upload/")
+    page.fill("#upload-hostname", "anything-u01")
+    page.set_input_files(
+        "#upload-file",
+        files=[
+            {
+                "name": "a.out",
+                "mimeType": "application/octet-stream",
+                "buffer": bytes(range(256)) * 4,
+            }
+        ],
+    )
+    page.click("#preview-button")
+    error = page.locator("#upload-error")
+    error.wait_for(state="visible")
+    assert "not UTF-8 text" in error.inner_text()
+    assert page.locator("#upload-error-context").is_hidden()
+
+
+def test_a_mistyped_hostname_is_caught_at_preview_with_the_name_meant(page: Page) -> None:
+    from tests.e2e.conftest import ingest
+
+    ingest("hgx-h200-a01", "topo_01_h200-8gpu-12nic-numaid.txt")
+    text = (FIXTURES / "topo_01_h200-8gpu-12nic-numaid.txt").read_text(encoding="utf-8")
+    page.goto("/upload/")
+    page.fill("#upload-hostname", "hgx-h200-a0l")
+    page.fill("#upload-text", text)
+    page.click("#preview-button")
+    wait_for_flag(page, "preview-ready")
+    hint = page.locator("#preview-host")
+    assert hint.is_visible()
+    assert "No server named hgx-h200-a0l" in hint.inner_text()
+    page.click("#use-suggestion")
+    assert page.input_value("#upload-hostname") == "hgx-h200-a01"
+    page.click("#save-button")
+    page.wait_for_url("**/servers/hgx-h200-a01/")
+
+
+L40S_TOPO = "topo_36_l40s-4gpu-node-sys-2nic-redacted-email-prompt.txt"  # names no GPU model
+
+
+def test_a_capture_without_a_gpu_model_shows_the_model_the_advice_assumed_marked_assumed(
+    page: Page,
+) -> None:
+    from tests.e2e.conftest import analyse_pending, ingest
+    from topoweb.fleet.models import Server
+    from topoweb.health.services import evaluate_server
+
+    ingest("l40s-4g-a01", L40S_TOPO)
+    analyse_pending()
+    evaluate_server(Server.objects.get(hostname="l40s-4g-a01").pk)
+    page.goto("/servers/l40s-4g-a01/")
+    wait_for_flag(page, "graph-ready")
+    summary = page.locator("#server-summary")
+    assert "model not reported" not in summary.inner_text()
+    mark = page.locator("#gpu-model-assumed")
+    assert mark.is_visible() and mark.inner_text() == "assumed"
+    assert "4x L40S" in summary.inner_text()
+    assert "the capture names no GPU" in (mark.get_attribute("title") or "")
+    # The socket link is the generation's usual platform: drawn, and said to be assumed.
+    caption = page.evaluate(
+        "() => window.topowebCy.edges('[link_class = \"SYS\"]').map((e) => e.style('label'))"
+    )
+    assert caption and all("(assumed)" in c for c in caption), caption
+
+
+def test_the_preview_marks_the_socket_link_it_infers(page: Page) -> None:
+    page.goto("/upload/")
+    page.fill("#upload-hostname", "l40s-new-u01")
+    page.check("#upload-create")
+    page.fill("#upload-text", (FIXTURES / L40S_TOPO).read_text(encoding="utf-8"))
+    page.click("#preview-button")
+    wait_for_flag(page, "preview-ready")
+    shown = page.evaluate(
+        """() => window.topowebPreviewCy.edges('[link_class = "SYS"]')
+            .map((e) => [e.style('label'), e.data('assumed')])"""
+    )
+    assert shown and all("(assumed)" in label and why for label, why in shown), shown

@@ -281,6 +281,16 @@ class UploadTextSerializer(serializers.Serializer):
         return attrs
 
 
+class UploadPreviewInputSerializer(UploadTextSerializer):
+    hostname = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=253,
+        help_text="The server the upload is for: the answer says whether it exists and, if not, "
+        "the closest existing name",
+    )
+
+
 class UploadInputSerializer(UploadTextSerializer):
     hostname = serializers.CharField(max_length=253, validators=[hostname_field])
     gpu_model = serializers.CharField(
@@ -392,6 +402,11 @@ class UploadPreviewSerializer(serializers.Serializer):
         help_text="Cytoscape.js elements of a topology, as the graph API draws it; "
         "empty for benchmarks",
     )
+    host = serializers.DictField(
+        required=False,
+        help_text="For the hostname asked about: hostname, known (a server of that name "
+        "exists), suggestion (the closest existing name, or null)",
+    )
     nic_groups = serializers.DictField(
         required=False,
         help_text="As the graph API's: whether NICs are grouped and start collapsed (the "
@@ -411,8 +426,8 @@ class UploadPreviewApi(APIView):
         description="The same credentials as an upload: an API token with the upload scope, "
         "or a session with the fleet.upload_files permission.",
         request={
-            "multipart/form-data": UploadTextSerializer,
-            "application/json": UploadTextSerializer,
+            "multipart/form-data": UploadPreviewInputSerializer,
+            "application/json": UploadPreviewInputSerializer,
         },
         responses={
             200: UploadPreviewSerializer,
@@ -420,8 +435,11 @@ class UploadPreviewApi(APIView):
         },
     )
     def post(self, request: Request) -> Response:
-        text, _ = uploaded_text(request, UploadTextSerializer)
-        return Response(UploadPreviewSerializer(selectors.upload_preview(text)).data)
+        text, payload = uploaded_text(request, UploadPreviewInputSerializer)
+        answer = selectors.upload_preview(text)
+        if payload.get("hostname"):
+            answer["host"] = selectors.hostname_match(payload["hostname"].strip())
+        return Response(UploadPreviewSerializer(answer).data)
 
 
 class EnrollInputSerializer(serializers.Serializer):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -447,11 +448,20 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(str(exc).replace("\n", " "), file=sys.stderr)
         return EXIT_BAD_INPUT
-    if isinstance(result, str):
-        sys.stdout.write(result)
-        return 0
-    json.dump(result, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    try:
+        if isinstance(result, str):
+            sys.stdout.write(result)
+        else:
+            json.dump(result, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`cli parse FILE | head`): no traceback. What is still buffered
+        # goes to /dev/null, or the interpreter's own flush at exit fails the same way (the
+        # recipe of Python's signal module documentation).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     return 0
 
 

@@ -218,7 +218,13 @@ def graph_document(
             edges.append(
                 _edge(f"pcie:{pn.id}", pn.id, drawn(pn.parent), "PCIe", hw.pcie_gbps, pcie_lat)
             )
-    socket = {"label": hw.socket_link}
+    # topo -m names no CPU: the socket link is the GPU generation's usual platform, a guess the
+    # drawing says is one (a caller passing `hardware` knows better).
+    assumed = hardware is None
+    link_name = f"{hw.socket_link} (assumed)" if assumed else hw.socket_link
+    socket: dict[str, Any] = {"label": link_name}
+    if assumed:
+        socket["assumed"] = f"{hw.socket_link}: the usual platform of {hw.generation.name} GPUs"
     sys_edges: dict[frozenset[str], list[str]] = {}
     if len(numas) == 2:
         a, b = (cpu_id(n) for n in numas)
@@ -231,12 +237,20 @@ def graph_document(
                 hw.socket_gbps,
                 hw.latency("socket"),
                 **socket,
+                caption=f"SYS · {link_name}",
             )
         )
         sys_edges[frozenset(numas)] = [f"sys:{numas[0]}:{numas[1]}"]
     elif len(numas) > 2:
-        labels["socket-link"] = ("interconnect", f"CPU interconnect · {hw.socket_link}")
-        node({"id": "socket-link", "label": labels["socket-link"][1], "kind": "interconnect"})
+        labels["socket-link"] = ("interconnect", f"CPU interconnect · {link_name}")
+        node(
+            {
+                "id": "socket-link",
+                "label": labels["socket-link"][1],
+                "kind": "interconnect",
+                **({"assumed": socket["assumed"]} if assumed else {}),
+            }
+        )
         for n in numas:
             edges.append(
                 _edge(

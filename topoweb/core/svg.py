@@ -139,7 +139,7 @@ def graph_svg(doc: dict[str, Any], *, collapsed: bool | None = None, title: str 
         )
         if d.get("nvlinks") or d["link_class"] == "SYS":
             at = _label_at(d, points, control, nodes)
-            labels.append(_edge_label(at, d["link_class"], d["id"]))
+            labels.append(_edge_label(at, d.get("caption") or d["link_class"], d["id"]))
     for i, d in nodes.items():
         if d["kind"] in ("numa", "nic_box") or i not in pos:
             continue

@@ -3,6 +3,7 @@ topology classes (with the usual wiring of a SKU), and the graph elements the fr
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -352,6 +353,16 @@ _CORE_VERSION = _core_version()
 
 def _graph_key(snapshot: Snapshot) -> str:
     return f"graph:{_CORE_VERSION}:{snapshot.pk}:{snapshot.content_sha256}"
+
+
+def hostname_match(hostname: str) -> dict[str, Any]:
+    """Whether a server of this name exists, and else the closest existing name (a typo such
+    as `hgx-h200-a0l` for `hgx-h200-a01`), or None when nothing is close."""
+    if not hostname or Server.objects.filter(hostname=hostname).exists():
+        return {"hostname": hostname, "known": bool(hostname), "suggestion": None}
+    names = list(Server.objects.values_list("hostname", flat=True))
+    close = difflib.get_close_matches(hostname, names, n=1, cutoff=0.8)
+    return {"hostname": hostname, "known": False, "suggestion": close[0] if close else None}
 
 
 def upload_preview(text: str) -> dict[str, Any]:

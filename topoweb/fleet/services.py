@@ -46,7 +46,13 @@ from topoweb.fleet.models import (
     Source,
     TopologyClass,
 )
-from topoweb.fleet.selectors import hash_token, mark_used, needs_mark, usual_topology_class_id
+from topoweb.fleet.selectors import (
+    hash_token,
+    hostname_match,
+    mark_used,
+    needs_mark,
+    usual_topology_class_id,
+)
 
 BENCHMARK_KINDS = (
     Benchmark.Kind.NCCL.value,
@@ -494,12 +500,15 @@ def ingest_benchmark(
 class UnknownServer(LookupError):
     """An upload names a server that does not exist and did not ask to create it."""
 
-    def __init__(self, hostname: str) -> None:
+    def __init__(self, hostname: str, suggestion: str | None = None) -> None:
+        mean = f"did you mean {suggestion!r}? " if suggestion else "Check the spelling, or "
+        ask = "ask" if suggestion is None else "or ask"
         super().__init__(
-            f"No server named {hostname!r}. Check the spelling, or ask for a new server "
+            f"No server named {hostname!r}: {mean}{ask} for a new server "
             '(the upload page\'s "new server" box, `create: true` in the API).'
         )
         self.hostname = hostname
+        self.suggestion = suggestion
 
 
 def ingest_upload(
@@ -521,7 +530,7 @@ def ingest_upload(
             "(the Fabrics page or POST /api/v1/fabrics/)"
         )
     if not create and not Server.objects.filter(hostname=hostname).exists():
-        raise UnknownServer(hostname)
+        raise UnknownServer(hostname, hostname_match(hostname)["suggestion"])
     now = timezone.now()
     if kind == "nccl-topology-xml":
         latest = (
