@@ -52,6 +52,26 @@ def environment(**overrides: str) -> dict[str, str]:
     return env
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports of the range (each held until all are found)."""
+    held: list[socket.socket] = []
+    try:
+        for port in PORTS:
+            sock = socket.socket()
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                sock.close()
+                continue
+            held.append(sock)
+            if len(held) == count:
+                return [s.getsockname()[1] for s in held]
+    finally:
+        for sock in held:
+            sock.close()
+    raise RuntimeError(f"not {count} free ports in {PORTS}")
+
+
 def free_port() -> int:
     for port in PORTS:
         with socket.socket() as sock:
@@ -72,9 +92,11 @@ def children(pid: int) -> list[int]:
 
 
 @contextmanager
-def gunicorn(workers: int = 2, **overrides: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def gunicorn(
+    workers: int = 2, port: int | None = None, **overrides: str
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """The base URL of a gunicorn serving topoweb, and its master process."""
-    port = free_port()
+    port = port or free_port()
     process = subprocess.Popen(
         [
             sys.executable,

@@ -154,6 +154,26 @@ STATICFILES_FINDERS = [
     "topoweb.ui.staticfinders.VendorFinder",
 ]
 LOGIN_URL = "login"
+# --- company sign-in (OpenID Connect, mozilla-django-oidc; topoweb/fleet/oidc.py) -------------
+TOPOWEB_OIDC = env.bool("TOPOWEB_OIDC", default=False)
+AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
+# The provider's groups claim, and which of its groups give which permission (comma lists).
+TOPOWEB_OIDC_GROUPS_CLAIM = env.str("TOPOWEB_OIDC_GROUPS_CLAIM", default="groups")
+TOPOWEB_OIDC_VIEW_GROUPS = env.list("TOPOWEB_OIDC_VIEW_GROUPS", default=[])
+TOPOWEB_OIDC_UPLOAD_GROUPS = env.list("TOPOWEB_OIDC_UPLOAD_GROUPS", default=[])
+TOPOWEB_OIDC_ADMIN_GROUPS = env.list("TOPOWEB_OIDC_ADMIN_GROUPS", default=[])
+if TOPOWEB_OIDC:
+    AUTHENTICATION_BACKENDS.insert(0, "topoweb.fleet.oidc.CompanySignIn")
+    OIDC_RP_CLIENT_ID = env.str("OIDC_RP_CLIENT_ID")
+    OIDC_RP_CLIENT_SECRET = env.str("OIDC_RP_CLIENT_SECRET")
+    OIDC_OP_AUTHORIZATION_ENDPOINT = env.str("OIDC_OP_AUTHORIZATION_ENDPOINT")
+    OIDC_OP_TOKEN_ENDPOINT = env.str("OIDC_OP_TOKEN_ENDPOINT")
+    OIDC_OP_USER_ENDPOINT = env.str("OIDC_OP_USER_ENDPOINT")
+    OIDC_OP_JWKS_ENDPOINT = env.str("OIDC_OP_JWKS_ENDPOINT")
+    OIDC_RP_SIGN_ALGO = env.str("OIDC_RP_SIGN_ALGO", default="RS256")
+    OIDC_RP_SCOPES = env.str("OIDC_RP_SCOPES", default="openid email profile")
+    OIDC_USE_PKCE = env.bool("OIDC_USE_PKCE", default=True)
+    LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/?company=refused"
 LOGIN_REDIRECT_URL = "ui:fleet"
 LOGOUT_REDIRECT_URL = "ui:fleet"
 STORAGES = {

@@ -1,6 +1,7 @@
 """URL routes of topoweb: the admin, the JSON API under /api/v1/ with its schema and docs,
 sign-in/out, and the dashboard pages."""
 
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
@@ -120,10 +121,17 @@ urlpatterns = [
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
     re_path(r"^api/(?P<rest>.*)$", api_not_found),  # after every API route: the JSON 404
     *health_urls.page_urls,
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(extra_context={"oidc": settings.TOPOWEB_OIDC}),
+        name="login",
+    ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("topoweb.ui.urls")),
 ]
+
+if settings.TOPOWEB_OIDC:  # company sign-in: /oidc/authenticate/ and /oidc/callback/
+    urlpatterns.insert(0, path("oidc/", include("mozilla_django_oidc.urls")))
 
 handler404 = "topoweb.config.api.json_404"
 handler500 = "topoweb.config.api.json_500"
