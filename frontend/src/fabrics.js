@@ -18,7 +18,7 @@ async function list() {
         el("td", { text: c.switch_count ?? "–" }),
         el("td", { text: c.ca_count ?? "–" }),
         el("td", { text: c.link_count ?? "–" }),
-        el("td", { text: fmtDate(c.captured_at) }),
+        el("td", { class: "age", text: fmtDate(c.captured_at) }),
         el("td", {}, el("span", { class: `badge analysis-${c.status || "pending"}`, text: c.status || "pending" }))));
     }
   } catch (err) {

@@ -60,6 +60,8 @@ SHOTS = [
     Shot("upload-preview", "/upload/", "preview-ready", action="preview"),
     Shot("acceptance-autodl-2080ti", "/servers/autodl-2080ti-a01/acceptance/", ""),
     Shot("acceptance-gtx-rig", "/servers/gtx-rig-a01/acceptance/", ""),
+    Shot("fabrics", "/fabrics/", ""),
+    Shot("fabric-ibnet-01", "/fabrics/dgx-ndr/", "fabric-ready"),
 ]
 # The largest demo server (most devices drawn) joins the set by what the fleet holds.
 
@@ -78,12 +80,18 @@ def largest_server() -> str:
 
 
 def evaluate_fleet() -> None:
-    """Run the health checks and acceptance of every server here, as the worker would."""
-    from topoweb.fleet.models import Server
+    """Run the health checks and acceptance of every server here, as the worker would; store
+    and analyse the real fabric ibnet_01 for the fabric pages."""
+    from tests.e2e.conftest import FIXTURES
+    from topoweb.fleet import fabric_services
+    from topoweb.fleet.models import Server, Source
     from topoweb.health.services import evaluate_server
 
     for pk in Server.objects.order_by("pk").values_list("pk", flat=True):
         evaluate_server(pk)
+    text = (FIXTURES / "ibnet_01_dgx-h100-ndr-fabric-40-switches-582-hcas.txt").read_text()
+    done = fabric_services.ingest_fabric(name="dgx-ndr", text=text, source=Source.UPLOAD)
+    fabric_services.analyse_capture(done.capture.pk)
 
 
 def take(browser: Browser, base: str, shot: Shot) -> bytes:
