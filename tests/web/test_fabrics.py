@@ -77,6 +77,10 @@ def test_an_upload_is_stored_once_analysed_by_the_worker_and_served(
     capture = FabricCapture.objects.get()
     assert fabric_services.analyse_capture(capture.pk) == "skipped"
 
+    from topoweb.fleet.models import AuditEvent
+
+    events = AuditEvent.objects.filter(kind="upload", subject="fabric dgx-ndr")
+    assert [e.actor for e in events] == ["ops", "ops"]
     listed = reader.get("/api/v1/fabrics/").json()
     assert [f["name"] for f in listed["results"]] == ["dgx-ndr"]
     assert listed["results"][0]["latest_capture"]["status"] == "done"
@@ -306,3 +310,18 @@ def test_a_large_fabric_page_comes_folded_and_hands_out_hosts_per_unit(
     assert found["unit"] == page["units"][-1]["unit"] and len(found["hosts"]) == 16
     every = reader.get("/api/v1/fabrics/big/page/?unit=*").json()
     assert len(every["hosts"]) == 400
+
+
+def test_one_message_out_per_capture_and_none_for_a_capture_given_up(uploading: APIClient) -> None:
+    """Uploads go through fleet.work like every task kind: a capture whose analysis is queued
+    is not sent again (sweep or new request), one given up is left alone by the sweep."""
+    from topoweb.fleet.models import QueuedWork
+
+    response = uploading.post("/api/v1/fabrics/", {"name": "q", "text": IBNET_01}, format="json")
+    capture = response.json()["capture"]
+    queued = QueuedWork.objects.get(kind=fabric_services.FABRIC_WORK, key=capture)
+    assert queued.queued_at is not None  # sent after commit; no worker consumes it here
+    assert fabric_services.send_analysis(capture) is False
+    assert capture in fabric_services.stale_captures()  # still pending: the sweep would try
+    QueuedWork.objects.filter(pk=queued.pk).update(gave_up="gave up after 3 attempts: test")
+    assert capture not in fabric_services.stale_captures()

@@ -23,13 +23,13 @@ from topoweb.api.ingest import ReportTextField, signed_in, uploaded_text
 from topoweb.config.api import ERRORS, READ_ERRORS, Pagination, validated
 from topoweb.config.parsers import JSONParser
 from topoweb.config.throttles import IngestThrottle
-from topoweb.fleet import fabric_selectors, fabric_services
+from topoweb.fleet import access, fabric_selectors, fabric_services
 from topoweb.fleet.authentication import (
     CanUpload,
     CollectorTokenAuthentication,
     HasCollectorToken,
 )
-from topoweb.fleet.models import CollectorToken, Source
+from topoweb.fleet.models import AuditEvent, CollectorToken, Source
 
 _NAME_HELP = "The fabric's name (letters, digits, `._-`); a new name makes a new fabric"
 _NAME = serializers.RegexField(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$", help_text=_NAME_HELP)
@@ -195,6 +195,13 @@ class FabricListApi(APIView):
         text, payload = uploaded_text(request, FabricUploadSerializer, "TOPOWEB_MAX_FABRIC_BYTES")
         result = fabric_services.ingest_fabric(
             name=payload["name"], text=text, source=Source.UPLOAD, uploaded_by=signed_in(request)
+        )
+        access.record_request(
+            AuditEvent.Kind.UPLOAD,
+            request,
+            subject=f"fabric {result.fabric.name}",
+            created=result.created,
+            fabric_capture=result.capture.pk,
         )
         return _ingested(result)
 

@@ -14,17 +14,18 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from topoweb.config.celery_app import enqueue
 from topoweb.core.fabric import build_fabric, normal_guid
 from topoweb.core.fabric_findings import FABRIC_ANALYSIS_VERSION, fabric_analysis
 from topoweb.core.fabric_layout import fabric_page
 from topoweb.core.fabric_paths import fabric_places
 from topoweb.core.formats import parse_text
 from topoweb.core.formats.ibnet import IbnetCapture
+from topoweb.fleet import work
 from topoweb.fleet.models import Fabric, FabricCapture, Server
 
 log = logging.getLogger(__name__)
 ANALYSE_TASK = "fleet.analyse_fabric"
+FABRIC_WORK = "fabric"  # fleet.work's kind for a capture's analysis
 MAX_ATTEMPTS = 3
 
 
@@ -80,9 +81,16 @@ def ingest_fabric(
 
 
 def request_analysis(capture: FabricCapture) -> None:
-    """Analyse the capture once the caller's transaction commits."""
+    """Analyse the capture once the caller's transaction commits (fleet.work: one message out
+    per capture, its tries renewed by this new input)."""
     capture_id = capture.pk
-    transaction.on_commit(lambda: enqueue(ANALYSE_TASK, capture_id))
+    work.renew(FABRIC_WORK, capture_id)
+    transaction.on_commit(lambda: send_analysis(capture_id))
+
+
+def send_analysis(capture_id: int) -> bool:
+    """Send the task unless one is out for this capture or it was given up."""
+    return work.send(FABRIC_WORK, capture_id, ANALYSE_TASK)
 
 
 def guid_hosts() -> dict[str, tuple[str, str]]:
@@ -190,7 +198,9 @@ def analyse_capture(capture_id: int) -> str:
 def stale_captures() -> list[int]:
     """Latest captures not analysed yet (the broker was down), failed with tries left, or
     analysed from other HCA GUIDs than the servers' collectors send now."""
-    latest = FabricCapture.objects.filter(pk__in=Fabric.objects.values("latest_capture"))
+    latest = FabricCapture.objects.filter(pk__in=Fabric.objects.values("latest_capture")).exclude(
+        pk__in=work.given_up_keys(FABRIC_WORK)
+    )
     known: dict[str, tuple[str, str]] | None = None
     out = []
     for pk, status, attempts, key, sha in latest.values_list(

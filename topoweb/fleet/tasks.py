@@ -8,7 +8,7 @@ from django.db import DatabaseError
 
 from topoweb.fleet import fabric_services, retention, work
 
-FABRIC = "fabric"  # the kind of work, in fleet.work
+FABRIC = fabric_services.FABRIC_WORK  # the kind of work, in fleet.work
 
 
 @shared_task(
@@ -31,11 +31,7 @@ def sweep_fabrics() -> list[int]:
     with work.one_at_a_time("fleet.sweep_fabrics", 150) as mine:
         if not mine:
             return []
-        return [
-            pk
-            for pk in fabric_services.stale_captures()
-            if work.send(FABRIC, pk, fabric_services.ANALYSE_TASK)
-        ]
+        return [pk for pk in fabric_services.stale_captures() if fabric_services.send_analysis(pk)]
 
 
 @shared_task(name="fleet.prune_snapshots", soft_time_limit=600, time_limit=660)
