@@ -341,20 +341,13 @@ def _document_json(document: dict[str, Any]) -> Any:
 
 # The server a report is stored on, with what the ingest reads of its previous snapshot: one
 # query of a few columns (not the previous snapshot's text and documents).
+_STORE_COLUMNS = ("hostname", "labels", "sku_name", "latest_snapshot__captured_at")
+
+
 def _server_to_store(hostname: str) -> Server | None:
-    return (
-        Server.objects.select_related("latest_snapshot")
-        .only(
-            "hostname",
-            "labels",
-            "sku_name",
-            "latest_snapshot__captured_at",
-            "latest_snapshot__gpu_count",
-            "latest_snapshot__gpu_model",
-        )
-        .filter(hostname=hostname)
-        .first()
-    )
+    previous = ("latest_snapshot__gpu_count", "latest_snapshot__gpu_model")
+    servers = Server.objects.select_related("latest_snapshot").only(*_STORE_COLUMNS, *previous)
+    return servers.filter(hostname=hostname).first()
 
 
 def _store_report_benchmarks(server: Server, snapshot: Snapshot, report: _Report) -> None:
@@ -385,12 +378,8 @@ def _store_report_benchmarks(server: Server, snapshot: Snapshot, report: _Report
 
 
 def _duplicate(hostname: str, digest: str) -> tuple[Any, ...] | None:
-    return (
-        Snapshot.objects.filter(server__hostname=hostname, content_sha256=digest)
-        .order_by()
-        .values_list("id", "server_id", "document__warnings")
-        .first()
-    )
+    found = Snapshot.objects.filter(server__hostname=hostname, content_sha256=digest)
+    return found.values_list("id", "server_id", "document__warnings").first()
 
 
 _DUPLICATE_SQL = f"""
