@@ -420,3 +420,57 @@ def test_collector_guids_name_hcas_with_the_default_description() -> None:
     unnamed = [h for h in named.hosts if h.hostname is None]
     assert len(unnamed) == len([h for h in plain.hosts if h.hostname is None]) - 4
     assert not any("a06-p1-dgx-02-c06" in f.hosts for f in fabric_findings(named))
+
+
+# --- any damage to a real capture: read, or refused naming a line, never a crash ------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+LINES = IBNET_01.read_text().split("\n")[:400]  # a leaf, a spine's start, their ports
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, len(LINES) - 1),
+            st.sampled_from(["drop", "cut", "junk", "swap"]),
+            st.text(max_size=12),
+        ),
+        max_size=12,
+    )
+)
+def test_a_damaged_capture_is_read_or_refused_with_a_line(
+    damage: list[tuple[int, str, str]],
+) -> None:
+    lines = list(LINES)
+    for i, how, junk in damage:
+        i %= len(lines)
+        if how == "drop":
+            del lines[i]
+        elif how == "cut":
+            lines[i] = lines[i][: len(junk)]
+        elif how == "junk":
+            lines[i] = lines[i][: len(lines[i]) // 2] + junk
+        else:
+            lines[i], lines[-1] = lines[-1], lines[i]
+        if not lines:
+            return
+    text = "\n".join(lines)
+    try:
+        capture = parse(text)
+    except ParseError as exc:
+        assert exc.line is None or 1 <= exc.line <= len(lines)
+        return
+    for w in capture.warnings:
+        assert w.startswith("line ")
+    fabric = build_fabric(capture)
+    fabric_findings(fabric)
+    from topoweb.core.fabric_exports import topology_yaml
+    from topoweb.core.fabric_findings import fabric_analysis
+    from topoweb.core.fabric_layout import fabric_page
+
+    doc = fabric_analysis(fabric)
+    fabric_page(doc)
+    topology_yaml(doc)
