@@ -72,6 +72,8 @@ function stylesheet() {
         // The CPU node on top of each box carries its title; a box label would be repeated.
         label: "",
         padding: 12,
+        // Members' boxes, not their text, size a box (the server sized each node to its label).
+        "compound-sizing-wrt-labels": "exclude",
       },
     },
     { selector: 'node[kind = "nic_box"]', style: { label: "data(label)", "text-valign": "bottom", "text-halign": "center", "font-size": 12, color: STYLE.nodes.nic_box?.ink || "#4a5263", "background-color": STYLE.nodes.nic_box?.fill || "#eef3fc", "border-style": "solid", "border-color": STYLE.nodes.nic_box?.stroke || "#1f5fbf", padding: 4 } },
@@ -211,9 +213,19 @@ export function drawGraph(container, graph, { onReady, collapsed } = {}) {
   cy.scratch("_paths", doc.paths || {});
   cy.scratch("_nicCollapsed", doc.nic_groups?.collapsed ?? false);
   setNicMode(cy, collapsed ?? doc.nic_groups?.collapsed ?? false);
-  cy.fit(cy.elements(":visible"), 20);
+  fitGraph(cy);
   if (onReady) onReady(cy);
   return Promise.resolve(cy);
+}
+
+// Fits the drawing to its panel by the shapes the server placed, not their text: a label's
+// measured width depends on when the browser has its font ready, and a fit that counted it
+// drew the same graph at slightly different zooms from one load to the next.
+export function fitGraph(cy) {
+  const box = cy.elements(":visible").boundingBox({ includeLabels: false, includeOverlays: false, includeUnderlays: false });
+  const pad = 24;
+  const zoom = Math.min((cy.width() - 2 * pad) / (box.w || 1), (cy.height() - 2 * pad) / (box.h || 1), cy.maxZoom());
+  cy.viewport({ zoom, pan: { x: (cy.width() - zoom * (box.x1 + box.x2)) / 2, y: (cy.height() - zoom * (box.y1 + box.y2)) / 2 } });
 }
 
 // The drawn graph as a PNG file, at twice the screen's resolution.

@@ -5,7 +5,7 @@
 // a copied link reopens what is on screen.
 
 import { el, clear, getJSON, postJSON, hostPath, pageData, fmtNumber, fmtTime, fmtAgo, fmtDate, healthBadge, showError } from "./api.js";
-import { drawGraph, renderLegend, attachTooltips, highlightPaths, highlightPairs, clearHighlight, colourGroups, classInfo, kindOf, setNicMode, downloadPng, GROUP_COLOURS } from "./graph.js";
+import { drawGraph, fitGraph, renderLegend, attachTooltips, highlightPaths, highlightPairs, clearHighlight, colourGroups, classInfo, kindOf, setNicMode, downloadPng, GROUP_COLOURS } from "./graph.js";
 import { busbwPlot } from "./plot.js";
 
 const { hostname } = pageData();
@@ -81,7 +81,7 @@ function drawn() {
     toggle.addEventListener("click", () => {
       const now = !cy.scratch("_nicCollapsed");
       setNicMode(cy, now);
-      cy.fit(cy.elements(":visible"), 20);
+      fitGraph(cy);
       label();
       saveView({ nics: now ? "grouped" : "all" });
     });
@@ -171,7 +171,7 @@ function setView(which, save = true) {
   $("export-png").hidden = matrix;
   $("export-svg").hidden = matrix;
   if (matrix) renderMatrix();
-  else if (cy) { cy.resize(); cy.fit(cy.elements(":visible"), 20); }
+  else if (cy) { cy.resize(); fitGraph(cy); }
   if (save) saveView({ view: matrix ? "matrix" : null, mode: matrix ? $("matrix-mode").value : null, direction: matrix ? $("matrix-direction").value : null });
 }
 
@@ -483,7 +483,7 @@ async function main() {
   $("matrix-direction").value = view.get("direction") || "uni";
   $("matrix-mode").addEventListener("change", () => { renderMatrix(); saveView({ mode: $("matrix-mode").value }); });
   $("matrix-direction").addEventListener("change", () => { renderMatrix(); saveView({ direction: $("matrix-direction").value }); });
-  $("fit-graph").addEventListener("click", () => cy && cy.fit(cy.elements(":visible"), 20));
+  $("fit-graph").addEventListener("click", () => cy && fitGraph(cy));
   $("clear-selection").addEventListener("click", () => { if (cy) { clearHighlight(cy); colourGroups(cy, []); } clear($("placement-result")); saveView({ gpu: null }); });
   $("export-png").addEventListener("click", () => cy && downloadPng(cy, `${hostname}-graph.png`));
   $("placement-form").addEventListener("submit", place);
