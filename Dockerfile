@@ -13,7 +13,7 @@ COPY . .
 COPY --from=assets /src/frontend/node_modules ./frontend/node_modules
 # collectstatic needs a key and hosts to import settings; they are not used for anything else.
 RUN SECRET_KEY=collectstatic-only ALLOWED_HOSTS=localhost python manage.py collectstatic --noinput
-RUN useradd --system --home /app topoweb && chown -R topoweb /app
+RUN useradd --system --uid 999 --home /app topoweb && chown -R topoweb /app
 USER topoweb
 EXPOSE 8000
 # topoweb/config/gunicorn.py: bind, workers (WEB_CONCURRENCY) and metrics summed over them.

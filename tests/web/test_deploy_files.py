@@ -500,6 +500,11 @@ def test_kubernetes_runs_the_same_commands_and_probes_as_compose() -> None:
     assert beat["command"] == shlex.split(compose_beat["command"])
     assert beat["livenessProbe"]["exec"]["command"] == compose_beat["healthcheck"]["test"][1:]
     assert found["topoweb-beat"]["spec"]["replicas"] == 1
+    # The pods run as the image's own user, whose id the Dockerfile fixes.
+    (useradd,) = [a for _, k, a in dockerfile_instructions() if k == "RUN" and "useradd" in a]
+    uid = int(shlex.split(useradd)[shlex.split(useradd).index("--uid") + 1])
+    for name in ("topoweb-web", "topoweb-worker", "topoweb-worker-analysis", "topoweb-beat"):
+        assert found[name]["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == uid
 
 
 def test_the_daemonset_runs_non_root_with_only_nvidias_management_devices() -> None:
