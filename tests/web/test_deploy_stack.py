@@ -1,7 +1,8 @@
-"""The compose stack without Docker: each service's command run as docker-compose.yml writes it,
-in the environment it gives, over the test PostgreSQL and Redis (reached through relays the
-tests can cut). Only the addresses differ from a container (the databases' host names, the bind
-address, two web workers), and the settings module is tested as production imports it."""
+"""The compose stack without Docker: each service's command (web, each queue's worker, beat) run
+as docker-compose.yml writes it, in the environment it gives, over the test PostgreSQL and Redis
+(reached through relays the tests can cut). Only the addresses differ from a container (the
+databases' host names, the bind address, two web workers), and the settings module is tested as
+production imports it."""
 
 from __future__ import annotations
 
@@ -203,6 +204,25 @@ def test_the_stack_sends_secure_cookies_and_hsts_behind_its_tls_proxy(
     assert status == 200
     assert "Secure" in headers["Set-Cookie"] and "csrftoken=" in headers["Set-Cookie"]
     assert headers["Strict-Transport-Security"].startswith("max-age=31536000")
+
+
+# ---------------------------------------------------------------- workers
+
+
+@pytest.mark.parametrize("service", ["worker", "worker-analysis"])
+def test_each_queues_worker_starts_and_answers_its_own_healthcheck(service: str) -> None:
+    env = service_env(service, DATABASE_URL=live.database_url(), REDIS_URL=settings.REDIS_URL)
+    check = services()[service]["healthcheck"]["test"]
+    assert check[0] == "CMD-SHELL"
+
+    def healthy() -> bool:
+        ran = subprocess.run(["sh", "-c", check[1]], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        return ran.returncode == 0
+
+    assert not healthy()  # nothing answers before the worker runs
+    with started(shlex.split(services()[service]["command"]), env):
+        assert live_wait(healthy, timeout=120)
 
 
 # ---------------------------------------------------------------- beat
