@@ -474,3 +474,19 @@ def test_a_damaged_capture_is_read_or_refused_with_a_line(
     doc = fabric_analysis(fabric)
     fabric_page(doc)
     topology_yaml(doc)
+
+
+def test_siblings_are_the_sku_s_hosts_where_the_service_knows_the_servers() -> None:
+    """Without SKUs the two UFM servers (2 HCAs, named unlike the DGX hosts) are held to no
+    one; once the service says they are DGX H100 like the a08 hosts (whose HCAs are mlx5_*
+    as theirs), they lack two HCAs."""
+    fabric = build_fabric(parse(IBNET_01.read_text()))
+    plain = {f.hosts[0] for f in fabric_findings(fabric) if f.kind == "missing_hca"}
+    assert not plain & {"B11-P1-CUFM-02", "ubuntu"}
+    dgx = [h.hostname for h in fabric.hosts if h.hostname and h.hostname.startswith("a08-")]
+    skus = dict.fromkeys([*dgx, "B11-P1-CUFM-02", "ubuntu"], "DGX H100")
+    found = [f for f in fabric_findings(fabric, skus) if f.kind == "missing_hca"]
+    ufm = {f.hosts[0]: f for f in found if f.hosts[0] in ("B11-P1-CUFM-02", "ubuntu")}
+    assert set(ufm) == {"B11-P1-CUFM-02", "ubuntu"}
+    assert ufm["ubuntu"].evidence["missing"] == ["mlx5_4", "mlx5_5"]
+    assert "ubuntu has 2 HCAs where most of its 18 siblings have 4" in ufm["ubuntu"].message

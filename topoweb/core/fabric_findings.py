@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,11 +69,13 @@ def _mode(counter: Counter[Any]) -> Any:
     return max(counter.items(), key=lambda kv: (kv[1], kv[0]))[0]
 
 
-def fabric_findings(fabric: Fabric) -> list[FabricFinding]:
+def fabric_findings(fabric: Fabric, skus: Mapping[str, str] | None = None) -> list[FabricFinding]:
+    """`skus`: hostname -> SKU of the servers the service matched; a host's siblings are then
+    the hosts of its SKU (else hosts named alike whose HCAs are named alike)."""
     out: list[FabricFinding] = []
     out += _downtrained(fabric)
     out += _uplink_shortfalls(fabric)
-    out += _host_hcas(fabric)
+    out += _host_hcas(fabric, skus or {})
     out += _oversubscribed(fabric)
     out += _unnamed(fabric)
     out.sort(key=lambda f: (_ORDER[f.severity], f.kind, [natural_key(s) for s in f.switches],
@@ -235,7 +237,7 @@ def _uplink_shortfalls(fabric: Fabric) -> list[FabricFinding]:
     return out
 
 
-def _host_hcas(fabric: Fabric) -> list[FabricFinding]:
+def _host_hcas(fabric: Fabric, skus: Mapping[str, str]) -> list[FabricFinding]:
     """Hosts short of the devices most hosts of their kind carry (kind: hosts whose HCAs share
     device names), and HCAs on a leaf whose rail is not theirs."""
     named = [h for h in fabric.hosts if h.hostname is not None]
@@ -248,12 +250,17 @@ def _host_hcas(fabric: Fabric) -> list[FabricFinding]:
         base = base or (devices[0] if devices else "")
         for d in devices:
             kind_of_device.setdefault(d, base)
-    # Siblings: hosts named alike (digits aside) whose HCAs are named alike, so a fabric's
-    # management servers are not held to its GPU servers' HCA count.
+    # Siblings: the hosts of its SKU where the service knows it, else hosts named alike
+    # (digits aside) whose HCAs are named alike, so a fabric's management servers are not
+    # held to its GPU servers' HCA count.
     hosts_of_kind: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for host in named:
         first = next((h.name for h in host.hcas if h.name), None)
-        if first is not None:
+        if first is None:
+            continue
+        if skus.get(host.key):  # one SKU's hosts, by the device names they use
+            hosts_of_kind[(f"sku:{skus[host.key]}", kind_of_device[first])].append(host)
+        else:
             shape = _DIGITS.sub("#", host.key)
             hosts_of_kind[(shape, kind_of_device[first])].append(host)
     hosts_on_leaf: dict[str, set[str]] = defaultdict(set)
@@ -450,10 +457,10 @@ def _unnamed(fabric: Fabric) -> list[FabricFinding]:
 FABRIC_ANALYSIS_VERSION = 2  # 2: the service adds each server's place
 
 
-def fabric_analysis(fabric: Fabric) -> dict[str, Any]:
+def fabric_analysis(fabric: Fabric, skus: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The whole answer about one capture (the CLI prints it, the worker stores it): switches
     with their tiers, links, hosts with their rails, findings, warnings and a summary."""
-    findings = fabric_findings(fabric)
+    findings = fabric_findings(fabric, skus)
     doc = fabric.to_document()
     doc["findings"] = [f.to_document() for f in findings]
     tiers = Counter(s.tier_name for s in fabric.switches.values())

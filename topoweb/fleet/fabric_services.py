@@ -155,13 +155,20 @@ def analyse_capture(capture_id: int) -> str:
         capture.attempts += 1
         try:
             fabric = build_fabric(IbnetCapture.from_document(capture.document), known)
-            doc = fabric_analysis(fabric)
+            servers = _server_names({h.hostname for h in fabric.hosts if h.hostname})
+            # A host's siblings are its SKU's hosts where the service knows the server.
+            sku_of = dict(
+                Server.objects.filter(hostname__in=set(servers.values()))
+                .exclude(sku_name="")
+                .values_list("hostname", "sku_name")
+            )
+            skus = {h: sku_of[s] for h, s in servers.items() if s in sku_of}
+            doc = fabric_analysis(fabric, skus)
         except (ValueError, KeyError, TypeError) as exc:  # a stored document gone bad
             log.exception("fabric capture %s could not be analysed", capture_id)
             capture.status, capture.error = FabricCapture.Status.FAILED, str(exc)[:2000]
             capture.save(update_fields=["status", "error", "attempts"])
             return "failed"
-        servers = _server_names({h["hostname"] for h in doc["hosts"] if h["hostname"]})
         for host in doc["hosts"]:
             host["server"] = servers.get(host["hostname"]) if host["hostname"] else None
         doc["summary"]["servers"] = len(set(servers.values()))
