@@ -12,6 +12,7 @@ class FleetConfig(AppConfig):
         # Registers the OpenAPI description of the Bearer token authentication, and the
         # fabric worker's tasks by name (services send them by name; the embedded default runs
         # them in this process).
-        from topoweb.fleet import access, authentication, tasks  # noqa: F401
+        from topoweb.fleet import access, authentication, cached_tokens, tasks  # noqa: F401
 
         access.connect()  # the audit trail's receivers (sign-ins, tokens made)
+        cached_tokens.connect()  # kept API tokens forgotten when they or their users change

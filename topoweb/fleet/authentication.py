@@ -1,6 +1,7 @@
 """DRF authentication and permissions by Bearer token: collector tokens (write one host's
 reports) and API tokens (read as a user; upload too when made with the upload scope), looked up
-on every request (a revoked token is refused at once), and the upload rule. The read rule
+on every request (API tokens through the cache, fleet.cached_tokens; a revoked token is refused
+at once), and the upload rule. The read rule
 itself is config.permissions.may_read."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
-from topoweb.fleet import access, selectors
+from topoweb.fleet import access, cached_tokens, selectors
 from topoweb.fleet.models import ApiToken, CollectorToken
 
 UPLOAD_PERMISSION = "fleet.upload_files"
@@ -67,7 +68,11 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         found = selectors.active_api_token(token, mark=False)
         if found is None:
             raise exceptions.AuthenticationFailed("Unknown or revoked API token.")
-        if selectors.needs_mark(found, timezone.now()):  # at most once a minute per token
+        # At most once a minute per token, whichever worker serves it (the token may come
+        # from the cache, whose copy keeps the last_used_at it was read with).
+        if selectors.needs_mark(found, timezone.now()) and cached_tokens.first_mark(
+            found.token_sha256, selectors.LAST_USED_RESOLUTION.total_seconds()
+        ):
             access.token_used(request, found)
             selectors.mark_used(found)
         return found.user, found

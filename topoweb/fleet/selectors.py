@@ -33,6 +33,7 @@ from topoweb.core.formats import TOPOLOGY_FORMATS, ParseError, detect_format, pa
 from topoweb.core.formats.ibnet import IbnetCapture
 from topoweb.core.model import NcclRun, NvbandwidthRun, Topology
 from topoweb.core.scheduling import nvlink_domain_of, topology_conf
+from topoweb.fleet import cached_tokens
 from topoweb.fleet.models import (
     LARGE_COLUMNS,
     ApiToken,
@@ -67,12 +68,18 @@ def active_collector_token(token: str, mark: bool = True) -> CollectorToken | No
 
 
 def active_api_token(token: str, mark: bool = True) -> ApiToken | None:
-    """The token with its user, in one query; marked used unless `mark` is False."""
-    found = (
-        ApiToken.objects.select_related("user")
-        .filter(token_sha256=hash_token(token), revoked_at__isnull=True, user__is_active=True)
-        .first()
-    )
+    """The token with its user (kept in the cache, see fleet.cached_tokens; else one query);
+    marked used unless `mark` is False."""
+    digest = hash_token(token)
+
+    def read() -> ApiToken | None:
+        return (
+            ApiToken.objects.select_related("user")
+            .filter(token_sha256=digest, revoked_at__isnull=True, user__is_active=True)
+            .first()
+        )
+
+    found = cached_tokens.active_api_token(digest, read)
     if mark:
         mark_used(found)
     return found

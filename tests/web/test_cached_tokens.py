@@ -1,0 +1,145 @@
+"""API tokens kept in Django's cache framework (fleet.cached_tokens): a read does not go to the
+database for its token, and a revoked token, a deactivated or deleted user is still refused
+at once, also when the revocation commits while another request is reading the row."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.cache import cache
+from django.test import override_settings
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from topoweb.fleet import cached_tokens
+from topoweb.fleet.models import ApiToken, AuditEvent
+from topoweb.fleet.selectors import hash_token
+from topoweb.fleet.services import create_api_token
+
+LIST = "/api/v1/servers/"
+
+
+def bearer(token: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client
+
+
+@pytest.mark.django_db
+def test_a_token_seen_before_costs_no_query(django_assert_max_num_queries: Any) -> None:
+    client = bearer(create_api_token("sched"))
+    with django_assert_max_num_queries(9) as first:  # read, kept, and its use marked
+        assert client.get(LIST).status_code == 200
+    with django_assert_max_num_queries(9) as kept:  # the mark did not drop the copy
+        assert client.get(LIST).status_code == 200
+
+    def token_reads(captured: Any) -> int:
+        return sum(
+            q["sql"].startswith("SELECT") and "fleet_apitoken" in q["sql"]
+            for q in captured.captured_queries
+        )
+
+    assert (token_reads(first), token_reads(kept)) == (1, 0)
+
+
+@pytest.mark.django_db
+def test_a_kept_token_is_still_marked_used_once_a_minute() -> None:
+    secret = create_api_token("sched")
+    client = bearer(secret)
+    assert client.get(LIST).status_code == 200
+    assert client.get(LIST).status_code == 200  # from the cache: not marked again
+    marked = ApiToken.objects.get().last_used_at
+    assert marked is not None
+    assert AuditEvent.objects.filter(kind="token_used").count() == 1
+
+    # A minute later (the gate's key expired): the kept copy's old mark says so; marked again.
+    ApiToken.objects.update(last_used_at=marked - timedelta(minutes=2))  # the kept copy's
+    cached_tokens.forget([hash_token(secret)])
+    assert client.get(LIST).status_code == 200  # read again, with the old mark, and kept
+    cache.delete(f"api-token:marked:{hash_token(secret)}")
+    assert client.get(LIST).status_code == 200
+    assert AuditEvent.objects.filter(kind="token_used").count() == 2
+    again = ApiToken.objects.get().last_used_at
+    assert again is not None and again > marked
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_token_revoked_or_its_user_deactivated_or_deleted_is_refused_at_once() -> None:
+    """Committed changes, as the admin makes them (transaction=True: after-commit runs)."""
+    client = bearer(create_api_token("sched"))
+    assert client.get(LIST).status_code == 200
+    assert client.get(LIST).status_code == 200
+    user = get_user_model().objects.get(username="sched")
+
+    user.is_active = False
+    user.save()
+    assert client.get(LIST).status_code == 401
+    user.is_active = True
+    user.save()
+    assert client.get(LIST).status_code == 200
+
+    token = ApiToken.objects.get()
+    token.revoked_at = timezone.now()
+    token.save()
+    assert client.get(LIST).status_code == 401
+
+    other = bearer(create_api_token("sched2"))
+    assert other.get(LIST).status_code == 200
+    get_user_model().objects.get(username="sched2").delete()
+    assert other.get(LIST).status_code == 401
+
+
+@pytest.mark.django_db
+def test_a_copy_read_while_a_revocation_commits_is_never_used() -> None:
+    """The request read the row before the revocation committed and stores its copy after the
+    revocation forgot the token: the copy carries the old stamp and the next lookup reads
+    the database."""
+    create_api_token("sched")
+    token = ApiToken.objects.select_related("user").get()
+    digest = token.token_sha256
+
+    def read_then_revoked() -> ApiToken | None:
+        cached_tokens.forget([digest])  # the revocation commits during this read
+        return token
+
+    assert cached_tokens.active_api_token(digest, read_then_revoked) is token
+    reads: list[int] = []
+
+    def read_revoked() -> ApiToken | None:
+        reads.append(1)
+        return None
+
+    assert cached_tokens.active_api_token(digest, read_revoked) is None
+    assert reads == [1]
+
+
+@pytest.mark.django_db
+def test_a_kept_copy_is_used_while_nothing_changed() -> None:
+    create_api_token("sched")
+    token = ApiToken.objects.select_related("user").get()
+    digest = token.token_sha256
+    assert cached_tokens.active_api_token(digest, lambda: token) is token
+    kept = cached_tokens.active_api_token(digest, lambda: None)  # not read: the copy holds
+    assert kept is not None and kept.pk == token.pk and kept.user.username == "sched"
+
+
+@pytest.mark.django_db
+def test_a_cache_that_is_down_costs_the_database_read_only() -> None:
+    secret = create_api_token("sched")
+    nothing_listens = "redis://127.0.0.1:1/0"
+    with override_settings(
+        CACHES={
+            "default": {
+                "BACKEND": "django.core.cache.backends.redis.RedisCache",
+                "LOCATION": nothing_listens,
+                "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+            }
+        }
+    ):
+        found = cached_tokens.active_api_token(
+            hash_token(secret), lambda: ApiToken.objects.select_related("user").get()
+        )
+    assert found is not None and found.user.username == "sched"

@@ -1,0 +1,123 @@
+"""API tokens kept in Django's cache framework (Redis in production, shared by every worker),
+so that a read does not go to PostgreSQL for its token; a revoked token or a deactivated user
+is still refused at once.
+
+Each kept token is stored with the stamp its token's stamp key held when the row was read. A
+save or delete of the token or of its user gives the stamp key a new value after the
+transaction commits (and drops the kept copy). A lookup takes both keys in one round trip and
+uses the copy only when the stamps match: a request that read the row just before a
+revocation committed may still store its copy, but that copy carries the old stamp and is
+never used. Only `Model.save()` and `delete()` are seen (the admin, services, signals):
+`QuerySet.update()` sends no signal, so nothing revokes a token or deactivates a user that way.
+
+Unknown tokens are not kept: a token made later has a digest nobody asked for before.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.cache import cache
+from django.db import transaction
+from django.db.models.signals import post_delete, post_save
+
+from topoweb.fleet.models import ApiToken
+
+log = logging.getLogger(__name__)
+
+# A kept copy expires anyway after this many seconds: revocation does not wait for it (the
+# stamp does that), it only bounds what a cache holds for tokens no longer used.
+KEEP_FOR_S = 600
+
+
+def _keys(digest: str) -> tuple[str, str]:
+    return f"api-token:stamp:{digest}", f"api-token:row:{digest}"
+
+
+def active_api_token(digest: str, read: Callable[[], ApiToken | None]) -> ApiToken | None:
+    """The token (with its user) of this digest, from the cache when its stamp still holds,
+    else `read()` from the database and kept. A cache that cannot be reached costs only the
+    database read."""
+    stamp_key, row_key = _keys(digest)
+    try:
+        got = cache.get_many([stamp_key, row_key])
+    except Exception:  # a cache that is down must not refuse tokens
+        log.warning("token cache unreachable; reading the token from the database", exc_info=True)
+        return read()
+    stamp = got.get(stamp_key)
+    kept = got.get(row_key)
+    if kept is not None and kept[0] == stamp:
+        token: ApiToken = kept[1]
+        return token
+    found = read()
+    if found is not None:
+        try:
+            cache.set(row_key, (stamp, found), KEEP_FOR_S)
+        except Exception:
+            log.warning("token cache unreachable; token not kept", exc_info=True)
+    return found
+
+
+def forget(digests: Iterable[str]) -> None:
+    """New stamps for these tokens (copies kept before are never used again), now."""
+    stamps: dict[str, Any] = {}
+    rows: list[str] = []
+    for digest in digests:
+        stamp_key, row_key = _keys(digest)
+        stamps[stamp_key] = uuid.uuid4().hex
+        rows.append(row_key)
+    if not stamps:
+        return
+    # The stamp outlives any copy (no timeout): were it evicted, a lookup would read None,
+    # which matches no stamp a copy carries after a revocation.
+    cache.set_many(stamps, timeout=None)
+    cache.delete_many(rows)
+
+
+def forget_after_commit(digests: Iterable[str]) -> None:
+    """`forget` once the transaction that changed the rows commits (at once outside one): a
+    lookup before the commit still reads the old row, and its copy gets a stamp the commit
+    replaces. Inside a transaction the copies go at once too, so that the transaction itself
+    (a test's, a migration's) already sees the change."""
+    chosen = list(digests)
+    if not chosen:
+        return
+    if not transaction.get_autocommit():
+        forget(chosen)
+    transaction.on_commit(lambda: forget(chosen))
+
+
+def first_mark(digest: str, seconds: float) -> bool:
+    """Whether this request is the first to mark the token used in `seconds`, across every
+    worker (the kept copy's `last_used_at` is not refreshed by a mark, so it cannot say). A
+    cache that cannot be reached lets the request mark it."""
+    try:
+        return bool(cache.add(f"api-token:marked:{digest}", 1, seconds))
+    except Exception:
+        log.warning("token cache unreachable; marking the token used", exc_info=True)
+        return True
+
+
+def _token_changed(sender: Any, instance: ApiToken, **kwargs: Any) -> None:
+    if kwargs.get("update_fields") == frozenset({"last_used_at"}):
+        return  # a mark changes nothing a request is let in by
+    forget_after_commit([instance.token_sha256])
+
+
+def _user_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
+    # A user deleted takes its tokens along, each sending its own post_delete.
+    forget_after_commit(
+        ApiToken.objects.filter(user_id=instance.pk).values_list("token_sha256", flat=True)
+    )
+
+
+def connect() -> None:
+    """Forget a token whenever it or its user is saved or deleted (called by FleetConfig)."""
+    user_model = get_user_model()
+    post_save.connect(_token_changed, sender=ApiToken, dispatch_uid="cached_tokens.token_saved")
+    post_delete.connect(_token_changed, sender=ApiToken, dispatch_uid="cached_tokens.token_gone")
+    post_save.connect(_user_changed, sender=user_model, dispatch_uid="cached_tokens.user_saved")
