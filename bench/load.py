@@ -8,7 +8,13 @@ ring (neighbours NV1, the rest SYS) and a DGX A100 class whose six servers carry
 nccl-tests outputs (900 rows each). Starts gunicorn with 2 workers on its own database
 (`<DATABASE_URL's name>_bench`, recreated) and the Redis in REDIS_URL:
 
-    .venv/bin/python bench/load.py [--seconds 60 --clients 8 --workers 2 --port 18190]
+    .venv/bin/python bench/load.py [--seconds 30 --clients 8 --workers 2 --port 18190]
+
+The load runs twice with a Celery worker beside the web (both queues): on the clean fleet,
+then after poisoned hosts joined it (issue 24's cases, each uploaded first: a host whose GPU
+count changes between snapshots, a host claiming another SKU's product name, an NCCL XML of
+256 GPUs x 18 NVLinks, and the values ingest must refuse). Both runs are printed, with the
+ratio of their p95; the script fails on any error or lost report in either run.
 """
 
 from __future__ import annotations
@@ -16,13 +22,17 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import random
 import statistics
+import subprocess
 import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,9 +57,9 @@ def text(name: str) -> str:
     return (FIXTURES / name).read_text(encoding="utf-8")
 
 
-def report(host: str, topo: str, **extra: object) -> bytes:
+def report(hostname: str, topo: str, **extra: object) -> bytes:
     body = {
-        "hostname": host,
+        "hostname": hostname,
         "captured_at": "2026-11-29T10:00:00Z",
         "collector_version": "bench",
         "topo_text": topo,
@@ -65,16 +75,74 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+@contextmanager
+def celery_worker() -> Iterator[None]:
+    """One Celery worker (both queues, one process) on the live server's database and Redis:
+    the evaluations and analyses the ingests ask for run beside the load. In production the
+    worker has its own container; sharing this machine's cores with the web, it runs at a
+    lower CPU priority (nice 10), as a host running both would start it."""
+    command = ["nice", "-n", "10", sys.executable, "-m", "celery", "-A"]
+    command += ["topoweb.config.celery_app:app", "worker"]
+    command += ["-Q", "analysis,default", "--concurrency", "1", "--loglevel", "WARNING"]
+    worker = subprocess.Popen(command, cwd=ROOT, env=dict(os.environ))
+    try:
+        yield
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+
+
+def poison(base: str) -> list[str]:
+    """Issue 24's hostile cases, uploaded before the second run: the hosts now in the fleet.
+    The values ingest must refuse are sent too, and must be answered 400 or 413."""
+    from topoweb.fleet.services import create_collector_token
+
+    h200 = text(FLEET[0])
+    accepted = [
+        ("poison-grows", synthetic.nvswitch_domain(8), {}),
+        ("poison-grows", synthetic.nvswitch_domain(45), {"captured_at": "2026-11-29T11:00:00Z"}),
+        ("poison-sku", synthetic.nvswitch_domain(45), {"host": {"product_name": "bench H200"}}),
+        ("poison-sku-ref", h200, {"host": {"product_name": "bench H200"}}),
+        ("poison-xml", synthetic.nccl_xml(256, nvlinks=18), {}),
+    ]
+    refused = [
+        h200.replace("0-55,112-167", "0-999999999999"),
+        h200.replace("NIC0: mlx5_0", "NIC0: <mlx5_0>"),
+        synthetic.nccl_xml(2000, nvlinks=0),
+    ]
+    hosts = []
+    for host, topo, extra in accepted:
+        code = request(
+            f"{base}/api/v1/reports", create_collector_token(host), report(host, topo, **extra)
+        )
+        assert code == 201, (host, code)
+        hosts.append(host)
+    for n, topo in enumerate(refused):
+        host = f"poison-refused-{n}"
+        code = request(f"{base}/api/v1/reports", create_collector_token(host), report(host, topo))
+        assert code in (400, 413), (host, code)
+    memory = {"gpus": [{"index": 0, "memory_total_bytes": 2**80}]}
+    code = request(
+        f"{base}/api/v1/reports",
+        create_collector_token("poison-memory"),
+        report("poison-memory", h200, nvml=memory),
+    )
+    assert code == 400, code
+    return sorted(set(hosts))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--seconds", type=float, default=30.0, help="per run")
     parser.add_argument("--clients", type=int, default=8, help="client threads")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
     parser.add_argument("--port", type=int, default=None, help="default: a free port")
     parser.add_argument("--large-benchmarks", type=int, default=36)
     args = parser.parse_args()
     rates = {"TOPOWEB_INGEST_RATE": "1000000/min", "TOPOWEB_QUERY_RATE": "1000000/min"}
-    with live_server(args.workers, args.port, **rates) as base:
+    with live_server(args.workers, args.port, **rates) as base, celery_worker():
+        from django.db import connection
+
         from topoweb.fleet.models import Snapshot
         from topoweb.fleet.services import create_api_token, create_collector_token
 
@@ -112,107 +180,128 @@ def main() -> int:
             f"{per_host * len(a100_hosts)} large benchmarks "
             f"in {time.perf_counter() - started:.1f} s"
         )
-        # --- the load ----------------------------------------------------------------------
-        new_hosts = iter(f"load-{i:05d}" for i in itertools.count())
-        tokens_lock = threading.Lock()
-        ingested: list[tuple[str, int]] = []
-        everyone = seeded + [ring] + a100_hosts
 
-        def read(rng: random.Random) -> tuple[int, str]:
-            host = rng.choice(everyone)
-            what, path = rng.choice(
-                [
-                    ("list", "servers/"),
-                    ("detail", f"servers/{host}/"),
-                    ("graph", f"servers/{host}/graph/"),
-                    ("affinity", f"servers/{host}/affinity"),
-                ]
+        def run_load(label: str) -> tuple[float, int, int]:
+            # --- the load ----------------------------------------------------------------------
+            new_hosts = iter(f"load-{label}-{i:05d}" for i in itertools.count())
+            tokens_lock = threading.Lock()
+            ingested: list[tuple[str, int]] = []
+            everyone = seeded + [ring] + a100_hosts
+
+            def read(rng: random.Random) -> tuple[int, str]:
+                host = rng.choice(everyone)
+                what, path = rng.choice(
+                    [
+                        ("list", "servers/"),
+                        ("detail", f"servers/{host}/"),
+                        ("graph", f"servers/{host}/graph/"),
+                        ("affinity", f"servers/{host}/affinity"),
+                    ]
+                )
+                return request(f"{base}/api/v1/{path}", reader), what
+
+            def query(rng: random.Random) -> tuple[int, str]:
+                if rng.random() < 0.5:
+                    host = rng.choice(a100_hosts)
+                    body = {"collective": "all_reduce", "gpus": list(range(8)), "bytes": 1 << 28}
+                    url = f"{base}/api/v1/servers/{host}/cost"
+                    return request(url, reader, json.dumps(body).encode()), "cost"
+                names = rng.sample(seeded + a100_hosts, 3) + [ring]
+                body = {"k": 4, "servers": [{"hostname": h} for h in names]}
+                url = f"{base}/api/v1/placement/select"
+                return request(url, reader, json.dumps(body).encode()), "select"
+
+            def ingest(rng: random.Random) -> tuple[int, str]:
+                with tokens_lock:
+                    repeat = ingested and rng.random() < 0.3
+                    host = rng.choice(ingested)[0] if repeat else next(new_hosts)
+                token = create_collector_token(host) if not repeat else tokens[host]
+                tokens[host] = token
+                code = request(
+                    f"{base}/api/v1/reports", token, report(host, text(rng.choice(FLEET)))
+                )
+                with tokens_lock:
+                    ingested.append((host, code))
+                return code, "repeat" if repeat else "new"
+
+            tokens: dict[str, str] = {}
+            calls = {"read": read, "query": query, "ingest": ingest}
+            kinds = [kind for kind, weight in MIX for _ in range(weight)]
+            latencies: dict[str, list[float]] = defaultdict(list)
+            by_what: dict[str, list[float]] = defaultdict(list)
+            errors: dict[str, int] = defaultdict(int)
+            deadline = time.monotonic() + args.seconds
+
+            def client(seed: int) -> None:
+                rng = random.Random(seed)
+                while time.monotonic() < deadline:
+                    kind = rng.choice(kinds)
+                    t0 = time.perf_counter()
+                    try:
+                        code, what = calls[kind](rng)
+                    except Exception:  # a dropped connection counts as an error
+                        code, what = 0, "?"
+                    latencies[kind].append(time.perf_counter() - t0)
+                    by_what[f"{kind} {what}"].append(time.perf_counter() - t0)
+                    if not 200 <= code < 300:
+                        errors[kind] += 1
+
+            load_started = time.perf_counter()
+            with ThreadPoolExecutor(args.clients) as pool:
+                list(pool.map(client, range(args.clients)))
+            elapsed = time.perf_counter() - load_started
+
+            connection.close()
+            accepted = {host for host, code in ingested if 200 <= code < 300}
+            stored = set(
+                Snapshot.objects.filter(server__hostname__in=accepted).values_list(
+                    "server__hostname", flat=True
+                )
             )
-            return request(f"{base}/api/v1/{path}", reader), what
+            lost = len(accepted - stored)
+            everything = [v for values in latencies.values() for v in values]
+            print(
+                f"{label}: {args.seconds:.0f} s of mixed load, {args.clients} clients, "
+                f"{args.workers} gunicorn workers, one Celery worker"
+            )
+            print(
+                f"{'kind':<8} {'requests':>9} {'req/s':>7} {'p50 ms':>8} {'p95 ms':>8} "
+                f"{'p99 ms':>8} {'errors':>7}"
+            )
+            for kind in [k for k, _ in MIX] + ["all"]:
+                values = everything if kind == "all" else latencies[kind]
+                errs = sum(errors.values()) if kind == "all" else errors[kind]
+                print(
+                    f"{kind:<8} {len(values):>9} {len(values) / elapsed:>7.1f} "
+                    f"{percentile(values, 0.5) * 1000:>8.0f} "
+                    f"{percentile(values, 0.95) * 1000:>8.0f} "
+                    f"{percentile(values, 0.99) * 1000:>8.0f} {errs:>7}"
+                )
+            for what, values in sorted(by_what.items()):
+                print(
+                    f"  {what:<16} {len(values):>6} p50 {percentile(values, 0.5) * 1000:>6.0f} ms "
+                    f"p95 {percentile(values, 0.95) * 1000:>6.0f} ms"
+                )
+            print(f"reports accepted: {len(accepted)} hosts; reports lost: {lost}")
+            print(f"mean latency {statistics.mean(everything) * 1000:.0f} ms" if everything else "")
+            return percentile(everything, 0.95), sum(errors.values()), lost
 
-        def query(rng: random.Random) -> tuple[int, str]:
-            if rng.random() < 0.5:
-                host = rng.choice(a100_hosts)
-                body = {"collective": "all_reduce", "gpus": list(range(8)), "bytes": 1 << 28}
-                url = f"{base}/api/v1/servers/{host}/cost"
-                return request(url, reader, json.dumps(body).encode()), "cost"
-            names = rng.sample(seeded + a100_hosts, 3) + [ring]
-            body = {"k": 4, "servers": [{"hostname": h} for h in names]}
-            url = f"{base}/api/v1/placement/select"
-            return request(url, reader, json.dumps(body).encode()), "select"
+        clean = run_load("clean")
+        # The second run starts from the same fleet as the first, but for the poisoned hosts:
+        # the servers the first run's ingests made go (their count would slow the list).
+        from topoweb.fleet.models import Server
 
-        def ingest(rng: random.Random) -> tuple[int, str]:
-            with tokens_lock:
-                repeat = ingested and rng.random() < 0.3
-                host = rng.choice(ingested)[0] if repeat else next(new_hosts)
-            token = create_collector_token(host) if not repeat else tokens[host]
-            tokens[host] = token
-            code = request(f"{base}/api/v1/reports", token, report(host, text(rng.choice(FLEET))))
-            with tokens_lock:
-                ingested.append((host, code))
-            return code, "repeat" if repeat else "new"
-
-        tokens: dict[str, str] = {}
-        calls = {"read": read, "query": query, "ingest": ingest}
-        kinds = [kind for kind, weight in MIX for _ in range(weight)]
-        latencies: dict[str, list[float]] = defaultdict(list)
-        by_what: dict[str, list[float]] = defaultdict(list)
-        errors: dict[str, int] = defaultdict(int)
-        deadline = time.monotonic() + args.seconds
-
-        def client(seed: int) -> None:
-            rng = random.Random(seed)
-            while time.monotonic() < deadline:
-                kind = rng.choice(kinds)
-                t0 = time.perf_counter()
-                try:
-                    code, what = calls[kind](rng)
-                except Exception:  # a dropped connection counts as an error
-                    code, what = 0, "?"
-                latencies[kind].append(time.perf_counter() - t0)
-                by_what[f"{kind} {what}"].append(time.perf_counter() - t0)
-                if not 200 <= code < 300:
-                    errors[kind] += 1
-
-        load_started = time.perf_counter()
-        with ThreadPoolExecutor(args.clients) as pool:
-            list(pool.map(client, range(args.clients)))
-        elapsed = time.perf_counter() - load_started
-        from django.db import connection
-
+        Server.objects.filter(hostname__startswith="load-clean-").delete()
         connection.close()
-        accepted = {host for host, code in ingested if 200 <= code < 300}
-        stored = set(
-            Snapshot.objects.filter(server__hostname__in=accepted).values_list(
-                "server__hostname", flat=True
-            )
-        )
-        lost = len(accepted - stored)
-        everything = [v for values in latencies.values() for v in values]
+        poisoned_hosts = poison(base)
+        print(f"poisoned hosts in the fleet: {', '.join(poisoned_hosts)}")
+        dirty = run_load("poisoned")
         print(
-            f"{args.seconds:.0f} s of mixed load, {args.clients} clients, "
-            f"{args.workers} gunicorn workers"
+            f"p95 clean {clean[0] * 1000:.0f} ms, poisoned {dirty[0] * 1000:.0f} ms "
+            f"({dirty[0] / clean[0]:.2f}x); errors {clean[1]} / {dirty[1]}, "
+            f"lost reports {clean[2]} / {dirty[2]}"
         )
-        print(
-            f"{'kind':<8} {'requests':>9} {'req/s':>7} {'p50 ms':>8} {'p95 ms':>8} "
-            f"{'p99 ms':>8} {'errors':>7}"
-        )
-        for kind in [k for k, _ in MIX] + ["all"]:
-            values = everything if kind == "all" else latencies[kind]
-            errs = sum(errors.values()) if kind == "all" else errors[kind]
-            print(
-                f"{kind:<8} {len(values):>9} {len(values) / elapsed:>7.1f} "
-                f"{percentile(values, 0.5) * 1000:>8.0f} {percentile(values, 0.95) * 1000:>8.0f} "
-                f"{percentile(values, 0.99) * 1000:>8.0f} {errs:>7}"
-            )
-        for what, values in sorted(by_what.items()):
-            print(
-                f"  {what:<16} {len(values):>6} p50 {percentile(values, 0.5) * 1000:>6.0f} ms "
-                f"p95 {percentile(values, 0.95) * 1000:>6.0f} ms"
-            )
-        print(f"reports accepted: {len(accepted)} hosts; reports lost: {lost}")
-        print(f"mean latency {statistics.mean(everything) * 1000:.0f} ms" if everything else "")
-        return 1 if lost or sum(errors.values()) else 0
+        return 1 if clean[1] or clean[2] or dirty[1] or dirty[2] else 0
 
 
 if __name__ == "__main__":
