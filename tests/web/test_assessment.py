@@ -193,3 +193,40 @@ def test_a_placement_answer_is_kept_in_djangos_cache(
     cache.clear()  # the cache framework holds it: cleared, it is computed again
     assert reader.post(url, ask, format="json").json() == first.json()
     assert computed == [1, 1]
+
+
+def test_the_acceptance_report_of_a_large_server_counts_what_it_does_not_list(
+    reader: APIClient, client: Any, django_user_model: Any
+) -> None:
+    from django.utils import timezone
+
+    from tests import synthetic
+    from topoweb.fleet.models import Source
+    from topoweb.fleet.services import ingest_report
+    from topoweb.health.assessment import ACCEPTANCE_ROWS, PAIRS_NAMED
+
+    done = ingest_report(
+        hostname="nvl72-01",
+        topo_text=synthetic.nvswitch_domain(72),
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+    )
+    evaluate_server(done.server.pk)
+
+    body = reader.get("/api/v1/servers/nvl72-01/acceptance/").json()
+
+    pairs = 72 * 71
+    assert pairs > ACCEPTANCE_ROWS
+    assert all(r["kind"] == "busbw" for r in body["rows"])  # nothing measured: no pair listed
+    assert body["rows_left_out"]["count"] == pairs
+    assert (
+        f"{pairs:,} of {pairs + len(body['rows']):,} rows not listed"
+        in (body["rows_left_out"]["note"])
+    )
+    (nv18,) = [g for g in body["not_measured"] if g["kind"] == "p2p"]
+    assert nv18["count"] == pairs and len(nv18["pairs"]) == PAIRS_NAMED
+    assert nv18["pairs_left_out"] == pairs - PAIRS_NAMED
+    assert body["summary"]["not_measured"] >= pairs
+    client.force_login(django_user_model.objects.create_user("viewer"))
+    page = client.get("/servers/nvl72-01/acceptance/")
+    assert page.status_code == 200 and b"rows not listed" in page.content

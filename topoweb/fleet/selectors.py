@@ -129,6 +129,7 @@ def server_list(filters: ServerFilters) -> QuerySet[Server]:
         "topology_class__document",
         "health__acceptance",
         "health__expectations",
+        "health__document",
     )
     return _filtered(qs, filters)
 
@@ -223,6 +224,7 @@ def server_detail(hostname: str, **more: Any) -> Server:
             "topology_class__document",
             "health__acceptance",
             "health__expectations",
+            "health__document",
         )
         .annotate(**_stored_counts_and_texts(), **more)
         .filter(hostname=hostname)

@@ -9,12 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
 from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis.models import Analysis
 from topoweb.core.analysis import COST_MODEL_VERSION
-from topoweb.core.export import device_details, graph_document, matrix_document
+from topoweb.core.export import device_details, matrix_document
 from topoweb.core.health import Expectations, Finding, PairExpectation, PairExpectations
 from topoweb.core.health.groups import group_findings
 from topoweb.core.model import Topology
@@ -40,7 +38,42 @@ ASSESSMENT_KEYS = (
     "left_out",
 )
 
+# An acceptance report lists at most this many rows whole (a 576-GPU server has 331,200 pair
+# rows); past it the rows not measured are only counted in `not_measured`, and each of its
+# groups names at most PAIRS_NAMED pairs.
+ACCEPTANCE_ROWS = 2000
+PAIRS_NAMED = 64
+
 AFFINITY_WAITS = "waits for the class analysis of this wiring (queued or running)"
+
+
+def bounded_acceptance(report: dict[str, Any]) -> dict[str, Any]:
+    """The acceptance report as stored and served: whole up to ACCEPTANCE_ROWS rows; past it
+    the collective rows and the pairs compared (below expectation first) up to that many, the
+    rest counted under `rows_left_out` with a note, and long lists of unmeasured pairs cut to
+    PAIRS_NAMED."""
+    rows = report["rows"]
+    if len(rows) > ACCEPTANCE_ROWS:
+        order = {"below": 0, "no expectation": 1, "ok": 2}
+        # Every collective row (a handful), and the pairs that were measured.
+        compared = sorted(
+            (r for r in rows if r["status"] != "not measured" or r["kind"] == "busbw"),
+            key=lambda r: (r["kind"] != "busbw", order.get(r["status"], 3)),
+        )
+        kept = compared[:ACCEPTANCE_ROWS]
+        report["rows"] = kept
+        report["rows_left_out"] = {
+            "count": len(rows) - len(kept),
+            "note": f"{len(rows) - len(kept):,} of {len(rows):,} rows not listed: unmeasured "
+            "figures are counted by link class under not_measured"
+            + ("" if len(compared) <= ACCEPTANCE_ROWS else ", compared ones past the first ")
+            + ("" if len(compared) <= ACCEPTANCE_ROWS else f"{ACCEPTANCE_ROWS:,} (below first)"),
+        }
+    for group in report["not_measured"]:
+        if len(group["pairs"]) > PAIRS_NAMED:
+            group["pairs_left_out"] = len(group["pairs"]) - PAIRS_NAMED
+            group["pairs"] = group["pairs"][:PAIRS_NAMED]
+    return report
 
 
 def newest_p2p(server: Server) -> dict[str, Any] | None:
@@ -61,16 +94,19 @@ def pair_table(
     of each pair's record number (None where nothing is expected). A 576-GPU server has 331,200
     pairs and a handful of distinct records."""
     gpus = [g.index for g in topology.gpus]
-    records: dict[str, int] = {}
+    records: dict[tuple[Any, ...], int] = {}
     documents: list[dict[str, Any]] = []
 
     def number(e: PairExpectation) -> int:
-        doc = {k: v for k, v in e.to_document().items() if k not in ("src", "dst")}
-        key = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS).decode()
-        if key not in records:
-            records[key] = len(documents)
+        # What a record says, less its pair (src, dst are the grid's row and column).
+        key = (e.link_class, e.value_gbps, e.source, e.band, e.evidence, e.model_gbps)
+        found = records.get(key)
+        if found is None:
+            found = records[key] = len(documents)
+            doc = e.to_document()
+            del doc["src"], doc["dst"]
             documents.append(doc)
-        return records[key]
+        return found
 
     grid = [[None if (e := pairs.get((a, b))) is None else number(e) for b in gpus] for a in gpus]
     return {
@@ -156,6 +192,7 @@ def assessment_document(
     expectations: Expectations,
     pairs: PairExpectations,
     findings: Sequence[Finding],
+    graph: dict[str, Any],
 ) -> dict[str, Any]:
     """The stored document of ASSESSMENT_KEYS, from what is stored now (worker side)."""
     analysis = analysis_selectors.current_analysis(server.topology_class_id)
@@ -178,7 +215,7 @@ def assessment_document(
         "findings": [f.to_document() for f in findings],
         "groups": [g.to_document() for g in group_findings(findings)],
         "reader_warnings": list(topology.warnings),
-        "graph": graph_document(topology),
+        "graph": graph,
         "matrix": matrix,
         "devices": device_details(topology, affinity),
         "affinity": affinity,

@@ -29,7 +29,7 @@ from topoweb.core.health import (
 )
 from topoweb.core.health.groups import group_documents
 from topoweb.core.model import NcclRun, P2PResult, Topology
-from topoweb.fleet.models import Benchmark, Server, Snapshot, Source, TopologyClass
+from topoweb.fleet.models import LARGE_COLUMNS, Benchmark, Server, Snapshot, Source, TopologyClass
 from topoweb.fleet.selectors import usual_topology_class_id
 from topoweb.health.assessment import ASSESSMENT_KEYS
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
@@ -172,6 +172,7 @@ def _sku_figures(sku_name: str, thresholds: Thresholds) -> dict[str, Figures]:
 def server_with_health(hostname: str) -> Server:
     server = (
         Server.objects.select_related("latest_snapshot", "topology_class", "health")
+        .defer(*LARGE_COLUMNS, *(f"health__{c}" for c in LARGE_HEALTH_COLUMNS))
         .filter(hostname=hostname)
         .first()
     )
@@ -180,8 +181,13 @@ def server_with_health(hostname: str) -> Server:
     return server
 
 
+# A server's stored health row without its large columns (the assessment document, the
+# expectations of every pair: megabytes at 576 GPUs), read only by those who serve them.
+LARGE_HEALTH_COLUMNS = ("document", "expectations", "gauges")
+
+
 def stored_health(server: Server) -> ServerHealth | None:
-    return ServerHealth.objects.filter(server=server).first()
+    return ServerHealth.objects.filter(server=server).defer(*LARGE_HEALTH_COLUMNS).first()
 
 
 def health_findings(server: Server) -> list[dict[str, Any]]:
@@ -251,7 +257,13 @@ def assessment(server: Server) -> tuple[str, bool, bool]:
     text, never decoded here; whether it is stale (is_stale); whether its findings judge the
     current snapshot. Before the first assessment: a pending document of the same keys, with
     what ingest already knows as findings."""
-    health = ServerHealth.objects.filter(server=server).defer("acceptance").first()
+    health = (
+        ServerHealth.objects.filter(server=server)
+        .defer("acceptance", "expectations", "gauges")
+        .first()
+    )
+    if health is not None:
+        server.health = health  # the summary's badge reads it: no second query of the row
     if health is None or health.document in ("", "{}"):
         pending: dict[str, Any] = dict.fromkeys(ASSESSMENT_KEYS)
         known = _ingest_findings(server.differs_from_sku, server.sku_name)
@@ -286,6 +298,7 @@ def sku_acceptance(sku_name: str) -> dict[str, Any]:
         Server.objects.filter(sku_name=sku_name)
         .exclude(sku_name="")
         .select_related("health")
+        .defer(*(f"health__{c}" for c in LARGE_HEALTH_COLUMNS))
         .order_by("hostname")
     )
     if not members:

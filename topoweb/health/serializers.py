@@ -55,6 +55,10 @@ class NotMeasuredSerializer(serializers.Serializer):
     what = serializers.CharField(help_text="link class or figure")
     count = serializers.IntegerField()
     expected_gbps = serializers.FloatField(allow_null=True)
+    pairs = serializers.ListField(child=serializers.CharField(), required=False)
+    pairs_left_out = serializers.IntegerField(
+        required=False, help_text="Pairs of this group not named (a long list is cut)"
+    )
 
 
 class AcceptanceSummarySerializer(serializers.Serializer):
@@ -68,7 +72,7 @@ class AcceptanceSummarySerializer(serializers.Serializer):
 
 class AcceptanceSerializer(CoreDocumentSerializer):
     """A server's acceptance report as last computed; `stale` when it predates the server's
-    latest snapshot or its SKU's expectations (a re-evaluation is then queued), verdict
+    latest snapshot or its SKU's expectations (whatever changed queued a re-evaluation), verdict
     "pending" before the first evaluation."""
 
     hostname = serializers.CharField()
@@ -78,6 +82,11 @@ class AcceptanceSerializer(CoreDocumentSerializer):
     basis = serializers.CharField(allow_blank=True)
     thresholds = ThresholdsSerializer()
     rows = AcceptanceRowSerializer(many=True)
+    rows_left_out = serializers.DictField(
+        required=False,
+        help_text="count and note: rows not listed on a large server (unmeasured figures are "
+        "counted under not_measured)",
+    )
     not_measured = NotMeasuredSerializer(many=True)
     findings = FindingSerializer(many=True)
     groups = FindingGroupSerializer(

@@ -39,7 +39,7 @@ from topoweb.fleet import selectors as fleet_selectors
 from topoweb.fleet import work
 from topoweb.fleet.models import Benchmark, Server, Snapshot
 from topoweb.health import selectors
-from topoweb.health.assessment import assessment_document
+from topoweb.health.assessment import assessment_document, bounded_acceptance
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,10 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
         sku_medians=medians,
         network=inputs.network,
     )
+    # The pairs' expectations as the findings judged them, judged once: the acceptance rows
+    # and the matrix show the same.
+    measured = measured_figures(inputs.p2p, inputs.nccl_runs, expectations.thresholds)
+    pairs = judged_pairs(inputs.topology, expectations, findings, measured, medians)
     report = acceptance_report(
         inputs.topology,
         expectations,
@@ -94,6 +98,7 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
         p2p=inputs.p2p,
         nccl_runs=inputs.nccl_runs,
         sku_medians=medians,
+        pairs=pairs,
     )
     report["hostname"] = server.hostname
     report["sku"] = server.sku_name
@@ -103,10 +108,13 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
     silence = silence_of(server, now)
     if silence is not None:  # kept through a re-evaluation (staff's edit) while it lasts
         findings = (*findings, silence)
-    # The pairs' expectations as the findings and acceptance rows judged them: the matrix too.
-    measured = measured_figures(inputs.p2p, inputs.nccl_runs, expectations.thresholds)
-    pairs = judged_pairs(inputs.topology, expectations, findings, measured, medians)
-    document = assessment_document(server, inputs.topology, expectations, pairs, findings)
+    # The graph, drawn here once per snapshot rather than by a request: kept for the graph
+    # API and SVG, and read back (not drawn again) into the assessment.
+    snapshot = server.latest_snapshot
+    assert snapshot is not None  # health_inputs gave None otherwise
+    fleet_selectors.warm_graph(snapshot, inputs.topology)
+    graph = fleet_selectors.graph_elements(snapshot, inputs.topology)
+    document = assessment_document(server, inputs.topology, expectations, pairs, findings, graph)
     with transaction.atomic():
         health, _ = ServerHealth.objects.update_or_create(
             server=server,
@@ -117,7 +125,7 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
                 "cost_model_version": COST_MODEL_VERSION,
                 "expectation_version": row.version if row is not None else None,
                 "expectations": expectations.to_document(),
-                "acceptance": report,
+                "acceptance": bounded_acceptance(report),
                 "gauges": server_gauges(inputs.nvml, report),
                 "critical_count": sum(f.severity == "critical" for f in findings),
                 "warning_count": sum(f.severity == "warning" for f in findings),
@@ -127,9 +135,6 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
         HealthFinding.objects.bulk_create(
             HealthFinding(server=server, **f.to_document()) for f in findings
         )
-    # The graph the graph API serves, drawn here once per snapshot rather than by a request.
-    if server.latest_snapshot is not None:
-        fleet_selectors.warm_graph(server.latest_snapshot, inputs.topology)
     return health
 
 

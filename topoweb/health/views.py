@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from topoweb.config.permissions import may_read
-from topoweb.health import selectors, services
+from topoweb.health import selectors
 
 _PLOT_WIDTH = 560
 _ROW_HEIGHT = 22
@@ -23,9 +23,7 @@ def server_acceptance_page(request: HttpRequest, hostname: str) -> HttpResponse:
     if server.latest_snapshot_id is None:
         # A host known only by its benchmarks: say what is missing rather than answer 404.
         return render(request, "health/server_acceptance_empty.html", {"server": server})
-    report = selectors.acceptance_document(server)
-    if report["stale"]:
-        services.enqueue_health(server.pk)  # a GET writes nothing; the worker re-judges
+    report = selectors.acceptance_document(server)  # read only: stale ones are queued already
     computed_at = datetime.fromisoformat(report["computed_at"]) if report["computed_at"] else None
     context = {"server": server, "report": report, "computed_at": computed_at}
     return render(request, "health/server_acceptance.html", context)

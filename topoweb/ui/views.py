@@ -16,6 +16,7 @@ from topoweb.config.permissions import may_read
 from topoweb.core.export import matrix_csv
 from topoweb.core.svg import graph_svg
 from topoweb.fleet.fabric_selectors import fabric_by_name
+from topoweb.fleet.models import Server
 from topoweb.fleet.selectors import graph_elements, server_by_hostname
 from topoweb.health.selectors import stored_matrix
 
@@ -55,11 +56,13 @@ def server(request: HttpRequest, hostname: str) -> HttpResponse:
     return _page(request, "ui/server.html", "server", hostname=hostname)
 
 
-def _topology_of(hostname: str) -> Any:
+def _with_topology(hostname: str) -> Server:
+    """The server, 404 before its first topology; its topology is not read (a 576-GPU one
+    takes a second): the exports below serve what the worker stored."""
     server = server_by_hostname(hostname)
     if server.latest_snapshot is None:
         raise Http404(f"{hostname!r} has no topology yet")
-    return server, server.latest_snapshot.to_domain()
+    return server
 
 
 @require_GET
@@ -67,10 +70,10 @@ def _topology_of(hostname: str) -> Any:
 def graph_svg_export(request: HttpRequest, hostname: str) -> HttpResponse:
     """The server's graph as SVG, drawn from the same positions as the page; ?nics=all or
     grouped picks the NIC-group mode."""
-    server, _ = _topology_of(hostname)
+    server = _with_topology(hostname)
     nics = request.GET.get("nics", "")
     collapsed = {"all": False, "grouped": True}.get(nics)
-    assert server.latest_snapshot is not None  # _topology_of answered 404 otherwise
+    assert server.latest_snapshot is not None  # _with_topology answered 404 otherwise
     svg = graph_svg(
         graph_elements(server.latest_snapshot), collapsed=collapsed, title=f"{hostname} topology"
     )
@@ -83,7 +86,7 @@ def graph_svg_export(request: HttpRequest, hostname: str) -> HttpResponse:
 @readable
 def matrix_csv_export(request: HttpRequest, hostname: str) -> HttpResponse:
     """The matrix view as CSV: ?mode=class|measured|ratio, ?direction=uni|bi."""
-    server, _ = _topology_of(hostname)
+    server = _with_topology(hostname)
     mode = request.GET.get("mode", "class")
     direction = request.GET.get("direction", "uni")
     if mode not in ("class", "measured", "ratio") or direction not in ("uni", "bi"):

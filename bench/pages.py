@@ -1,0 +1,99 @@
+"""Pages and exports at the largest accepted sizes (issue 24 item 6): a 576-GPU NVLink domain
+and an 8-GPU server with 600 NICs, each assessed by the health worker first (as after its
+report), then every page, export and document about it read through Django's request path.
+Prints each read's wall time, answer size and "under 2 s", and the worker's assessment time
+beside them; asserts nothing. A throwaway SQLite database, no Redis.
+
+    .venv/bin/python bench/pages.py [--cases nv18-576,nics-600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.live import sqlite_env  # noqa: E402
+from tests import synthetic  # noqa: E402
+
+PAGE_S = 2.0
+CASES = {
+    "nv18-576": lambda: synthetic.nvswitch_domain(576),
+    "nics-600": lambda: synthetic.many_nics(8, 600),
+}
+READS = (
+    "/servers/{h}/",
+    "/api/v1/servers/{h}/page/",
+    "/api/v1/servers/{h}/",
+    "/api/v1/servers/{h}/graph/",
+    "/servers/{h}/graph.svg",
+    "/servers/{h}/matrix.csv",
+    "/servers/{h}/matrix.csv?mode=ratio",
+    "/api/v1/servers/{h}/acceptance/",
+    "/servers/{h}/acceptance/",
+    "/api/v1/servers/{h}/export/nccl-xml/",
+    "/api/v1/servers/{h}/export/gres/",
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cases", default=",".join(CASES))
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="topoweb-bench-pages-"))
+    os.environ.update(sqlite_env(work / "bench.sqlite3"))
+    os.environ["TOPOWEB_PUBLIC_READ"] = "1"
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.test import Client
+    from django.utils import timezone
+
+    from topoweb.fleet import work
+    from topoweb.fleet.models import Source
+    from topoweb.fleet.services import ingest_report
+    from topoweb.health.services import evaluate_server
+
+    call_command("migrate", "--noinput", verbosity=0)
+    # The workers' tasks are run below, one at a time and timed, not as ingest sends them.
+    work.enqueue = lambda *a, **k: True  # type: ignore[assignment]
+    client = Client(HTTP_HOST="localhost")
+    print(f"{'case':<10} {'read':<42} {'seconds':>8} {'MB':>8}   under {PAGE_S:.0f} s")
+    for case in args.cases.split(","):
+        host = f"bench-{case}"
+        done = ingest_report(
+            hostname=host,
+            topo_text=CASES[case](),
+            captured_at=timezone.now(),
+            source=Source.COLLECTOR,
+        )
+        start = time.perf_counter()
+        evaluate_server(done.server.pk)
+        worker = time.perf_counter() - start
+        print(
+            f"{case:<10} {'worker: the assessment (health.evaluate)':<42} {worker:8.2f}", flush=True
+        )
+        for path in READS:
+            url = path.format(h=host)
+            start = time.perf_counter()
+            response = client.get(url)
+            body = b"".join(response) if response.streaming else response.content
+            seconds = time.perf_counter() - start
+            verdict = "ok" if seconds < PAGE_S and response.status_code < 500 else "SLOW"
+            status = "" if response.status_code == 200 else f" ({response.status_code})"
+            line = (
+                f"{case:<10} {url.replace(host, 'H') + status:<42} {seconds:8.2f} "
+                f"{len(body) / 1e6:8.2f}   {verdict}"
+            )
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
