@@ -230,3 +230,38 @@ def test_the_acceptance_report_of_a_large_server_counts_what_it_does_not_list(
     client.force_login(django_user_model.objects.create_user("viewer"))
     page = client.get("/servers/nvl72-01/acceptance/")
     assert page.status_code == 200 and b"rows not listed" in page.content
+
+
+def test_a_large_servers_graph_is_never_drawn_in_a_request(
+    reader: APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.core.cache import cache
+    from django.utils import timezone
+
+    from tests import synthetic
+    from topoweb.fleet import selectors as fleet_selectors
+    from topoweb.fleet.models import Source
+    from topoweb.fleet.services import ingest_report
+
+    done = ingest_report(
+        hostname="nvl72-02",
+        topo_text=synthetic.nvswitch_domain(72),
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+    )
+    cache.clear()
+    real = fleet_selectors.graph_document
+    drawn: list[int] = []
+    monkeypatch.setattr(
+        fleet_selectors, "graph_document", lambda topo: drawn.append(1) or real(topo)
+    )
+
+    before = reader.get("/api/v1/servers/nvl72-02/graph/")
+    assert before.status_code == 409 and "not drawn yet" in before.json()["error"]["message"]
+    assert drawn == []
+    evaluate_server(done.server.pk)  # the worker draws it once
+    assert drawn == [1]
+    after = reader.get("/api/v1/servers/nvl72-02/graph/")
+    assert after.status_code == 200
+    assert sum(e["data"].get("kind") == "gpu" for e in after.json()["elements"]) == 72
+    assert drawn == [1]

@@ -243,20 +243,9 @@ def named_cases() -> dict[str, list[dict[str, Any]]]:
     }
 
 
-# Found by this suite: before its worker has drawn it, the graph of a 256-GPU host is drawn in
-# the request (fleet.selectors.graph_elements), for tens of seconds. Heavy documents served
-# stored are the assessment work's (issue 24 item 6, page side); strict, so the fix shows.
-SLOW_UNTIL_STORED = pytest.mark.xfail(
-    strict=True, reason="the graph of a 256-GPU host not yet assessed is drawn in the request"
-)
-
-
 @pytest.mark.parametrize(
     "case",
-    [
-        pytest.param(name, marks=SLOW_UNTIL_STORED) if "256 GPUs" in name else name
-        for name in named_cases()
-    ],
+    list(named_cases()),
 )
 def test_a_named_hostile_case_never_answers_5xx_nor_reads_slowly(
     case: str, clients: tuple[APIClient, Client]

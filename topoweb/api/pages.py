@@ -428,7 +428,10 @@ def compare_page(a: str, b: str, preset: str = "", asked: Layout | None = None) 
     for side in sides:
         server = side["server"]
         snap = server.latest_snapshot if server is not None else None
-        side["graph"] = selectors.graph_elements(snap) if snap is not None else None
+        try:
+            side["graph"] = selectors.graph_elements(snap) if snap is not None else None
+        except selectors.GraphNotDrawn:
+            side["graph"] = None  # a large server's, until the worker has drawn it
         side["nvlinks"] = _nvlinks_per_gpu(side["graph"])
         _place(side, preset, asked)
     facts = [_facts(s) for s in sides]

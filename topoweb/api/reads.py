@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import OuterRef, QuerySet, Subquery
-from drf_spectacular.utils import extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -24,6 +24,7 @@ from topoweb.analysis.serializers import (
 from topoweb.config.answers import answer_once
 from topoweb.config.api import (
     READ_ERRORS,
+    ErrorSerializer,
     Pagination,
     WindowCountPagination,
 )
@@ -318,13 +319,30 @@ class ServerGraphApi(APIView):
     """Cytoscape elements of the server's latest topology."""
 
     @extend_schema(
-        operation_id="servers_graph_retrieve", responses={200: GraphSerializer, **READ_ERRORS}
+        operation_id="servers_graph_retrieve",
+        responses={
+            200: GraphSerializer,
+            **READ_ERRORS,
+            409: OpenApiResponse(
+                ErrorSerializer, description="A large server's graph, not drawn yet by the worker"
+            ),
+        },
     )
     def get(self, request: Request, hostname: str) -> Response:
         server = selectors.server_by_hostname(hostname)
         if server.latest_snapshot is None:
             raise exceptions.NotFound(f"{hostname!r} has no topology yet.")
-        return Response(selectors.graph_elements(server.latest_snapshot))
+        try:
+            return Response(selectors.graph_elements(server.latest_snapshot))
+        except selectors.GraphNotDrawn as exc:
+            raise NotDrawnYet(str(exc)) from exc
+
+
+class NotDrawnYet(exceptions.APIException):
+    """409: a large server's graph waits for the worker's drawing (never drawn in a request)."""
+
+    status_code = 409
+    default_code = "not_drawn_yet"
 
 
 class BenchmarkSummarySerializer(serializers.Serializer):

@@ -312,15 +312,33 @@ def topology_class_by_fingerprint(fingerprint: str) -> TopologyClass:
     return found
 
 
-def graph_elements(snapshot: Snapshot, topology: Topology | None = None) -> dict[str, Any]:
+# Past this many GPUs a request never draws a graph (seconds of work): it waits for the
+# worker's drawing (warm_graph, after each report).
+DRAW_IN_REQUEST_UP_TO_GPUS = 64
+
+
+class GraphNotDrawn(Exception):
+    """The graph of a large snapshot is not drawn yet: the worker draws it after the report."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        super().__init__(
+            f"the graph of these {snapshot.gpu_count} GPUs is drawn by the worker after each "
+            "report and is not drawn yet; ask again in a moment"
+        )
+
+
+def graph_elements(
+    snapshot: Snapshot, topology: Topology | None = None, *, in_request: bool = True
+) -> dict[str, Any]:
     """The graph of a snapshot's topology, as core.export draws it: Cytoscape elements at their
     computed positions (devices inside NUMA nodes, the recovered PCIe tree, NVLink pairs or one
     NVSwitch node per fabric), each GPU's paths to its peers, and the NIC groups.
 
     Drawn once per snapshot content and core version (a 576-GPU drawing takes seconds): the
     health worker draws it after each report (`warm_graph`), and requests read it from the
-    cache; a miss (a cold or unreachable cache) draws it on the spot, from `topology` when the
-    caller has already read the snapshot's (a 576-GPU one takes a second to read)."""
+    cache. A miss (a cold or unreachable cache) draws it on the spot, from `topology` when the
+    caller has already read the snapshot's, except in a request past
+    DRAW_IN_REQUEST_UP_TO_GPUS, which raises GraphNotDrawn instead."""
     key = _graph_key(snapshot)
     try:
         found = cache.get(key)
@@ -328,6 +346,8 @@ def graph_elements(snapshot: Snapshot, topology: Topology | None = None) -> dict
         found = None
     if found is not None:
         return cast(dict[str, Any], found)
+    if in_request and snapshot.gpu_count > DRAW_IN_REQUEST_UP_TO_GPUS:
+        raise GraphNotDrawn(snapshot)
     return graph_document(topology if topology is not None else snapshot.to_domain())
 
 

@@ -113,7 +113,7 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
     snapshot = server.latest_snapshot
     assert snapshot is not None  # health_inputs gave None otherwise
     fleet_selectors.warm_graph(snapshot, inputs.topology)
-    graph = fleet_selectors.graph_elements(snapshot, inputs.topology)
+    graph = fleet_selectors.graph_elements(snapshot, inputs.topology, in_request=False)
     document = assessment_document(server, inputs.topology, expectations, pairs, findings, graph)
     with transaction.atomic():
         health, _ = ServerHealth.objects.update_or_create(

@@ -17,7 +17,7 @@ from topoweb.core.export import matrix_csv
 from topoweb.core.svg import graph_svg
 from topoweb.fleet.fabric_selectors import fabric_by_name
 from topoweb.fleet.models import Server
-from topoweb.fleet.selectors import graph_elements, server_by_hostname
+from topoweb.fleet.selectors import GraphNotDrawn, graph_elements, server_by_hostname
 from topoweb.health.selectors import stored_matrix
 
 View = Callable[..., HttpResponse]
@@ -74,9 +74,11 @@ def graph_svg_export(request: HttpRequest, hostname: str) -> HttpResponse:
     nics = request.GET.get("nics", "")
     collapsed = {"all": False, "grouped": True}.get(nics)
     assert server.latest_snapshot is not None  # _with_topology answered 404 otherwise
-    svg = graph_svg(
-        graph_elements(server.latest_snapshot), collapsed=collapsed, title=f"{hostname} topology"
-    )
+    try:
+        graph = graph_elements(server.latest_snapshot)
+    except GraphNotDrawn as exc:
+        return HttpResponse(str(exc), status=409, content_type="text/plain")
+    svg = graph_svg(graph, collapsed=collapsed, title=f"{hostname} topology")
     response = HttpResponse(svg, content_type="image/svg+xml; charset=utf-8")
     response["Content-Disposition"] = f'inline; filename="{_file_name(hostname)}-graph.svg"'
     return response
