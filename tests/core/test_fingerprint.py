@@ -247,3 +247,23 @@ def _in_order(devices: tuple[Device, ...], links: Iterable[Link]) -> Topology:
     """The links each facing the same way and in one order, as one reader would list them."""
     faced = (Link(min(x.a, x.b), max(x.a, x.b), x.link_class) for x in links)
     return Topology(devices, tuple(sorted(faced, key=lambda x: (x.a, x.b))))
+
+
+def test_the_wiring_digest_is_the_one_json_dumps_gives_for_every_sample() -> None:
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from topoweb.core.formats import parse_text
+
+    fixtures = Path(__file__).resolve().parent.parent / "fixtures"
+    for path in [*fixtures.glob("topo_*.txt"), *fixtures.glob("ncclxml_*.xml")]:
+        topo = parse_text(path.read_text(encoding="utf-8"))
+        assert isinstance(topo, Topology)
+        document = topo.to_document()
+        wiring = {k: v for k, v in document.items() if k != "warnings"}
+        slow = json.dumps(wiring, separators=(",", ":"), sort_keys=True).encode()
+        assert wiring_sha256(document) == hashlib.sha256(slow).hexdigest(), path.name
+    odd = {"devices": [{"id": "GPU0", "nic_name": "é", "index": 2**70}], "details": {"x": 0.5}}
+    slow = json.dumps(odd, separators=(",", ":"), sort_keys=True).encode()
+    assert wiring_sha256(odd) == hashlib.sha256(slow).hexdigest()
