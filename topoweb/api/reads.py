@@ -182,11 +182,11 @@ class ServerDetailSerializer(ServerSummarySerializer):
 
     @extend_schema_field(FindingSerializer(many=True))
     def get_findings(self, server: Server) -> list[dict[str, Any]]:
-        return health_selectors.server_findings(server)
+        return _findings_of(server)
 
     @extend_schema_field(FindingGroupSerializer(many=True))
     def get_groups(self, server: Server) -> list[dict[str, Any]]:
-        return group_documents(health_selectors.server_findings(server))
+        return group_documents(_findings_of(server))
 
     def get_findings_checked(self, server: Server) -> bool:
         return health_selectors.findings_checked(server)
@@ -201,6 +201,16 @@ class ServerDetailSerializer(ServerSummarySerializer):
             snapshot.content_sha256 if snapshot is not None else None,
             server.document_text,  # type: ignore[attr-defined]
         )
+
+
+def _findings_of(server: Server) -> list[dict[str, Any]]:
+    """The server's findings, read once for the two fields that show them (the findings and
+    their groups): one query, not two."""
+    found: list[dict[str, Any]] | None = getattr(server, "findings_read", None)
+    if found is None:
+        found = health_selectors.server_findings(server)
+        server.findings_read = found  # type: ignore[attr-defined]
+    return found
 
 
 def _analysis_json(

@@ -46,6 +46,16 @@ from topoweb.fleet.models import (
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
+# A server's stored assessment documents (health.models.ServerHealth): the list and detail
+# show only its counts and snapshot, so a row does not carry the documents (the page's is the
+# largest column of all) from the database.
+HEALTH_DOCUMENTS = (
+    "health__acceptance",
+    "health__expectations",
+    "health__document",
+    "health__gauges",
+)
+
 
 def hash_token(token: str) -> str:
     """What is stored of a token: its SHA-256 (a token is random, so no salt is needed)."""
@@ -127,9 +137,7 @@ def server_list(filters: ServerFilters) -> QuerySet[Server]:
         "latest_snapshot__nvml",
         "latest_snapshot__host",
         "topology_class__document",
-        "health__acceptance",
-        "health__expectations",
-        "health__document",
+        *HEALTH_DOCUMENTS,
     )
     return _filtered(qs, filters)
 
@@ -222,9 +230,7 @@ def server_detail(hostname: str, **more: Any) -> Server:
             "latest_snapshot__document",
             "latest_snapshot__topology_class__document",
             "topology_class__document",
-            "health__acceptance",
-            "health__expectations",
-            "health__document",
+            *HEALTH_DOCUMENTS,
         )
         .annotate(**_stored_counts_and_texts(), **more)
         .filter(hostname=hostname)
