@@ -772,7 +772,7 @@ def _topology_class(
             fingerprint=fingerprint,
             defaults={
                 "sku_name": sku_name,
-                "document": document,
+                "document": _document_json(document),  # as the snapshot's: orjson's text
                 "gpu_count": len(topology.gpus),
                 "nic_count": len(topology.nics),
                 "gpu_model": gpu_model,
@@ -780,6 +780,8 @@ def _topology_class(
                 "description": describe_links(topology),
             },
         )
+        if created:
+            topology_class.document = document  # the value, not the expression it was sent as
     # A class first seen through an anonymous upload learns its names from later reports.
     missing = {
         name: value
