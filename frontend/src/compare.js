@@ -1,7 +1,8 @@
 // Compare page: two SKUs or two servers side by side. One answer from GET compare/?a=&b=
 // holds both graphs, the point-by-point table with its differences and which side is ahead,
-// and both AllReduce curves; the server decides all of it, this module draws it. Each graph
-// is fitted to its own panel.
+// and both AllReduce curves; the server decides all of it, this module draws it. Both graphs
+// are drawn at one legible scale (the server's layout units, labels at their set sizes), each
+// in a panel that scrolls when its server is wider or taller than the panel.
 
 import { el, clear, getJSON, showError } from "./api.js";
 import { drawGraph, renderLegend, attachTooltips } from "./graph.js";
@@ -27,10 +28,27 @@ function renderTable(doc) {
   $("compare-status").textContent = `${doc.differences} difference${doc.differences === 1 ? "" : "s"}`;
 }
 
+// One scale for both sides: the server's own units, so an 8-GPU H200 is not shrunk to fit
+// beside a 2-GPU box. The drawing area is sized to the drawing; its panel scrolls.
+const SCALE = 1;
+const MARGIN = 24;
+
 async function drawSide(side, container, title) {
   $(title).textContent = side.title;
   if (!side.graph) { clear(container).append(el("p", { class: "muted", text: "No topology to draw." })); return null; }
-  return drawGraph(container, side.graph);
+  const area = container.appendChild(el("div", { class: "compare-drawing" }));
+  area.style.width = "100%"; // the panel's size until the drawing's is known
+  area.style.height = "100%";
+  const cy = await drawGraph(area, side.graph);
+  const box = cy.elements(":visible").boundingBox({ includeLabels: false, includeOverlays: false, includeUnderlays: false });
+  area.style.width = `${Math.ceil(box.w * SCALE + 2 * MARGIN)}px`;
+  area.style.height = `${Math.ceil(box.h * SCALE + 2 * MARGIN)}px`;
+  cy.resize();
+  cy.viewport({ zoom: SCALE, pan: { x: MARGIN - box.x1 * SCALE, y: MARGIN - box.y1 * SCALE } });
+  // The panel scrolls; the wheel scrolls it rather than zooming one side away from the other.
+  cy.userZoomingEnabled(false);
+  cy.userPanningEnabled(false);
+  return cy;
 }
 
 async function main() {
@@ -56,14 +74,10 @@ async function main() {
 
   const [a, b] = doc.sides;
   const [cyA, cyB] = await Promise.all([drawSide(a, $("graph-a"), "title-a"), drawSide(b, $("graph-b"), "title-b")]);
-  // Each graph fills its own panel; the scale note appears only when the two differ a lot.
   const drawn = [cyA, cyB].filter(Boolean);
   const tooltip = document.body.appendChild(el("div", { class: "tooltip", hidden: true }));
   for (const cy of drawn) attachTooltips(cy, tooltip);
-  const zooms = drawn.map((cy) => cy.zoom());
-  $("scale-note").textContent = drawn.length === 2 && Math.max(...zooms) > 1.5 * Math.min(...zooms)
-    ? `Each graph is fitted to its own panel: A is drawn at ${Math.round(zooms[0] * 100)} %, B at ${Math.round(zooms[1] * 100)} %.`
-    : "";
+  $("scale-note").textContent = drawn.length === 2 ? "Both graphs at one scale; scroll a panel to see all of its server." : "";
   window.topowebCompare = { a: cyA, b: cyB };
 
   const series = [];

@@ -20,7 +20,7 @@ const skuOf = (s) => s.sku ?? "";
 function linkSummary(s) {
   if (s.link_summary) return s.link_summary;
   const parts = [];
-  if (s.gpu_count) parts.push(`${s.gpu_count}x ${s.gpu_model || "GPU"}`);
+  if (s.gpu_count) parts.push(`${s.gpu_count}x ${s.gpu_family || "GPU"}`);
   parts.push(s.nvlink_summary || (s.has_nvlink === false ? "PCIe only" : ""));
   if (s.nic_count != null) parts.push(`${s.nic_count} NIC${s.nic_count === 1 ? "" : "s"}`);
   return parts.filter(Boolean).join(", ");
@@ -55,7 +55,8 @@ function row(s) {
     { dataset: { hostname: s.hostname } },
     el("th", { scope: "row" }, el("a", { href, text: s.hostname })),
     el("td", {}, sku ? el("button", { type: "button", class: "link sku-link", text: sku, title: `Show only ${sku}`, onclick: () => setFilter("sku", sku) }) : el("span", { class: "muted", text: "—" })),
-    el("td", { class: "num" }, el("span", { text: s.gpu_count ?? "–" }), el("span", { class: "muted", text: s.gpu_model ? ` ${s.gpu_model}` : "" })),
+    // One name per part (the server's own spelling is its title here and on its page).
+    el("td", { class: "num gpu-model", title: s.gpu_model || "no GPU model reported" }, el("span", { text: s.gpu_count ?? "–" }), el("span", { class: "muted", text: s.gpu_family ? ` ${s.gpu_family}` : " (model not reported)" })),
     el("td", { class: "links-summary", text: linkSummary(s) }),
     el("td", {}, healthBadge(s.health, s.findings_count ?? s.finding_count)),
     el("td", { class: "age", title: fmtDate(s.last_seen_at || s.last_seen), text: fmtAgo(s.last_seen_at || s.last_seen) }),

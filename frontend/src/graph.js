@@ -108,7 +108,7 @@ function stylesheet() {
     { selector: "edge.bent", style: { "curve-style": "unbundled-bezier", "edge-distances": "node-position", "control-point-distances": "data(bend_d)", "control-point-weights": 0.5 } },
     { selector: "edge[in_group]", style: { display: "none" } },
     { selector: ".off", style: { display: "none" } },
-    { selector: "node[group_colour]", style: { "font-size": 14, "background-color": "data(group_colour)", "border-color": "#1d2430", "border-width": 3, label: "data(group_label)", color: "#fff", "text-outline-color": "#1d2430", "text-outline-width": 1.5 } },
+    { selector: "node[group_colour]", style: { "font-size": 12, "line-height": 1.1, "background-color": "data(group_colour)", "border-color": "#1d2430", "border-width": 3, label: "data(group_label)", color: "#fff", "text-outline-color": "#1d2430", "text-outline-width": 1.5 } },
     { selector: ".faded", style: { opacity: 0.15 } },
     { selector: "node.path", style: { "border-width": 2.5, "border-color": "#3d4555" } },
     // A peer names its class under its own name, in a size that stays inside its box.
@@ -411,7 +411,8 @@ export function colourGroups(cy, groups, labelPrefix = "group") {
         // The label carries the group too, so colour is never the only sign of it.
         node.data("group_colour", colour);
         node.data("group_index", i);
-        node.data("group_label", `${node.data("label")} · ${labelPrefix} ${i}`);
+        // On its own line, in a size that stays inside the GPU's box (sized for its name).
+        node.data("group_label", `${node.data("label")}\n${labelPrefix} ${i}`);
       }
     }
   });

@@ -62,7 +62,8 @@ def test_the_fleet_page_lists_servers_and_filters_them_by_search(page: Page, ser
     expect(page.locator("#health-counts .chip")).to_have_count(4)
     page.fill("#fleet-filters input[name=search]", "e2e-h200")
     expect(rows).to_have_count(1)
-    expect(rows.first).to_contain_text("NVIDIA H200")
+    expect(rows.first).to_contain_text("8 H200")  # the part's one name; its own spelling:
+    expect(rows.first.locator("td.gpu-model")).to_have_attribute("title", "NVIDIA H200")
     expect(rows.first).to_contain_text("12 NICs")
     assert "search=e2e-h200" in page.url
 
@@ -160,7 +161,7 @@ def coloured_groups(page: Page) -> dict[int, list[int]]:
     groups: dict[int, list[int]] = {}
     for group, node_id, _, label in drawn:
         groups.setdefault(group, []).append(int(node_id.removeprefix("GPU")))
-        assert label == f"{node_id} · TP {group}"  # a visible tag, not colour alone
+        assert label == f"{node_id}\nTP {group}"  # a visible tag, not colour alone
     assert len({colour for _, _, colour, _ in drawn}) == len(groups)
     return {g: sorted(m) for g, m in sorted(groups.items())}
 

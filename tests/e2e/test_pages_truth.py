@@ -234,3 +234,72 @@ def test_the_preview_marks_the_socket_link_it_infers(page: Page) -> None:
             .map((e) => [e.style('label'), e.data('assumed')])"""
     )
     assert shown and all("(assumed)" in label and why for label, why in shown), shown
+
+
+def test_the_compare_page_draws_both_servers_at_one_legible_scale_in_scrolling_panels(
+    page: Page,
+) -> None:
+    from tests.e2e.conftest import ingest
+
+    ingest("hgx-h200-a01", "topo_01_h200-8gpu-12nic-numaid.txt", "NVIDIA H200")
+    ingest("dgx1v-a01", "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt")
+    page.goto("/compare/?a=hgx-h200-a01&b=dgx1v-a01")
+    wait_for_flag(page, "compare-ready")
+    zooms = page.evaluate("() => [window.topowebCompare.a.zoom(), window.topowebCompare.b.zoom()]")
+    assert zooms[0] == zooms[1] and zooms[0] >= 0.9  # GPU labels at 17 px, not 58 % of that
+    panel = page.evaluate(
+        """() => { const p = document.getElementById('graph-a');
+        return {scroll: p.scrollWidth, client: p.clientWidth}; }"""
+    )
+    assert panel["scroll"] > panel["client"]  # the H200 is wider than its panel: it scrolls
+    page.locator("#graph-a").evaluate("(p) => { p.scrollLeft = p.scrollWidth; }")
+    right = page.evaluate(
+        """() => { const cy = window.topowebCompare.a;
+        const r = cy.container().getBoundingClientRect();
+        const p = document.getElementById('graph-a').getBoundingClientRect();
+        const g = cy.getElementById('GPU6').renderedBoundingBox();
+        return [r.left + g.x2, p.right]; }"""
+    )
+    assert right[0] <= right[1]  # scrolled to its right edge, the last GPU is in view
+
+
+def test_tp_group_labels_stay_inside_their_gpus_boxes(page: Page) -> None:
+    from tests.e2e.conftest import analyse_pending, ingest
+    from topoweb.fleet.models import Server
+    from topoweb.health.services import evaluate_server
+
+    ingest("hgx-h200-a01", "topo_01_h200-8gpu-12nic-numaid.txt", "NVIDIA H200")
+    analyse_pending()
+    evaluate_server(Server.objects.get(hostname="hgx-h200-a01").pk)
+    page.goto("/servers/hgx-h200-a01/")
+    wait_for_flag(page, "graph-ready")
+    page.locator("#best-layouts button[data-layout^='2x']").first.click()
+    boxes = page.evaluate(
+        """() => window.topowebCy.nodes('[group_colour]').map((n) => {
+          const o = {includeOverlays: false, includeUnderlays: false};
+          const a = n.boundingBox({...o, includeLabels: false});
+          const b = n.boundingBox({...o, includeNodes: false, includeLabels: true});
+          return {id: n.id(), label: n.data('group_label'), node: [a.x1, a.y1, a.x2, a.y2],
+                  text: [b.x1, b.y1, b.x2, b.y2]}; })"""
+    )
+    assert len(boxes) == 8 and all("TP" in b["label"] for b in boxes)
+    for b in boxes:
+        (x1, y1, x2, y2), (u1, v1, u2, v2) = b["node"], b["text"]
+        assert x1 - 1 <= u1 and u2 <= x2 + 1 and y1 - 1 <= v1 and v2 <= y2 + 1, b
+
+
+def test_the_fleet_list_names_each_gpu_part_once_and_keeps_the_raw_name_as_its_title(
+    page: Page,
+) -> None:
+    from tests.e2e.conftest import ingest
+
+    h200 = "topo_01_h200-8gpu-12nic-numaid.txt"  # names no GPU model: the hint is used
+    ingest("a100-one-u01", h200, "A100-SXM-80GB")
+    ingest("a100-two-u01", h200, "NVIDIA A100-SXM4-40GB")
+    page.goto("/")
+    wait_for_flag(page, "fleet-ready")
+    cells = page.locator("#fleet-table tbody td.gpu-model")
+    assert cells.count() == 2
+    assert [cells.nth(i).inner_text() for i in range(2)] == ["8 A100", "8 A100"]
+    titles = {cells.nth(i).get_attribute("title") for i in range(2)}
+    assert titles == {"A100-SXM-80GB", "NVIDIA A100-SXM4-40GB"}

@@ -29,6 +29,7 @@ from topoweb.config.api import (
     WindowCountPagination,
 )
 from topoweb.config.renderers import dumps, raw_json
+from topoweb.core.gpunames import gpu_family
 from topoweb.core.health import KINDS, SEVERITIES
 from topoweb.core.health.groups import group_documents
 from topoweb.fleet import selectors, services
@@ -41,6 +42,10 @@ class ServerSummarySerializer(serializers.Serializer):
     sku = serializers.CharField(source="sku_name")
     labels = serializers.DictField()
     gpu_model = serializers.CharField(source="latest_snapshot.gpu_model", allow_null=True)
+    gpu_family = serializers.SerializerMethodField(
+        help_text="The GPU part's one name for lists (`A100` for `A100-SXM-80GB`, `A100 SXM4`, "
+        "...); empty when no model was reported; `gpu_model` is the name as reported"
+    )
     gpu_count = serializers.IntegerField(source="latest_snapshot.gpu_count", allow_null=True)
     nic_count = serializers.IntegerField(source="latest_snapshot.nic_count", allow_null=True)
     has_nvlink = serializers.BooleanField(source="latest_snapshot.has_nvlink", allow_null=True)
@@ -50,6 +55,10 @@ class ServerSummarySerializer(serializers.Serializer):
     fingerprint = serializers.CharField(source="topology_class.fingerprint", allow_null=True)
     latest_snapshot_id = serializers.IntegerField(allow_null=True)
     last_seen_at = serializers.DateTimeField(allow_null=True)
+
+    def get_gpu_family(self, server: Server) -> str:
+        snapshot = server.latest_snapshot
+        return gpu_family(snapshot.gpu_model if snapshot is not None else "")
 
     @extend_schema_field(serializers.ChoiceField(choices=health_selectors.HEALTH_STATES))
     def get_health(self, server: Server) -> str:
