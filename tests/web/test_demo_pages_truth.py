@@ -1,0 +1,44 @@
+"""Issue 27's "done when" over the whole demo fleet: no server page answers more than one
+finding per cause, and every assumed fact its graph draws (the CPU socket link) says so."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from topoweb.core.health import Finding
+from topoweb.core.health.groups import cause_of
+from topoweb.fleet.models import Server
+from topoweb.health.services import evaluate_server
+
+pytestmark = pytest.mark.django_db
+
+
+def test_every_demo_server_page_gives_one_finding_per_cause_and_marks_its_guesses(
+    reader: Any,
+) -> None:
+    call_command("load_demo", stdout=io.StringIO(), stderr=io.StringIO())
+    hosts = list(Server.objects.order_by("hostname").values_list("pk", "hostname"))
+    grouped = 0
+    for pk, _ in hosts:
+        evaluate_server(pk)
+    for _, hostname in hosts:
+        page = json.loads(reader.get(f"/api/v1/servers/{hostname}/page/").content)
+        groups, findings = page["groups"], page["findings"]
+        causes = [g["cause"] for g in groups]
+        assert len(causes) == len(set(causes)), hostname
+        assert sum(g["count"] for g in groups) == len(findings), hostname
+        for g in groups:
+            members = {cause_of(Finding.from_document(f)) for f in g["findings"]}
+            assert members == {g["cause"]}, (hostname, g["title"])
+        grouped += len(findings) - len(groups)
+        for element in (page.get("graph") or {}).get("elements", []):
+            data = element["data"]
+            if data.get("link_class") == "SYS" or data.get("kind") == "interconnect":
+                assert "(assumed)" in (data.get("label") or ""), (hostname, data["id"])
+                assert data.get("assumed"), (hostname, data["id"])
+    assert grouped >= 19  # the GTX rig's 22 findings are 3 lines, and others fold too
