@@ -73,6 +73,20 @@ def test_the_list_and_detail_leave_the_stored_assessment_documents_in_the_databa
         assert f'"health_serverhealth"."{column}"' not in read
 
 
+def test_a_list_page_reads_only_the_columns_its_rows_show(
+    reader: APIClient, fleet: None, django_assert_num_queries: Any
+) -> None:
+    reader.get("/api/v1/servers/")  # the token is read and kept
+    with django_assert_num_queries(1) as listed:  # the page; no column loaded later per row
+        page = reader.get("/api/v1/servers/", {"ordering": "-gpu_count"}).json()
+    sql = listed.captured_queries[0]["sql"]
+    for column in ('"fleet_server"."created_at"', '"fleet_snapshot"."captured_at"'):
+        assert column not in sql
+    h200 = next(row for row in page["results"] if row["hostname"] == "h200-01")
+    assert (h200["gpu_count"], h200["has_nvlink"], h200["health"]) == (8, True, "ok")
+    assert h200["fingerprint"] and h200["last_seen_at"] and h200["latest_snapshot_id"]
+
+
 def test_the_server_detail_serves_the_stored_documents_unchanged(
     reader: APIClient, fleet: None, django_assert_max_num_queries: Any
 ) -> None:

@@ -112,7 +112,7 @@ def _servers(request: Request) -> QuerySet[Server]:
     filters = {k: v for k, v in wanted.items() if k not in _HEALTH_FILTERS}
     health = {k: v for k, v in wanted.items() if k in _HEALTH_FILTERS}
     return health_selectors.filter_by_health(
-        selectors.server_list(selectors.ServerFilters(**filters)), **health
+        selectors.server_summaries(selectors.ServerFilters(**filters)), **health
     )
 
 

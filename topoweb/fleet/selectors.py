@@ -142,6 +142,32 @@ def server_list(filters: ServerFilters) -> QuerySet[Server]:
     return _filtered(qs, filters)
 
 
+# What a server list row shows (api.reads.ServerSummarySerializer) and sorts by: a page of
+# rows carries no other column (each one read is built into a model field value per row).
+SUMMARY_COLUMNS = (
+    "hostname",
+    "sku_name",
+    "labels",
+    "differs_from_sku",
+    "last_seen_at",
+    "latest_snapshot",
+    "latest_snapshot__gpu_model",
+    "latest_snapshot__gpu_count",
+    "latest_snapshot__nic_count",
+    "latest_snapshot__has_nvlink",
+    "latest_snapshot__nvlink_summary",
+    "topology_class",
+    "topology_class__fingerprint",
+    "health__critical_count",
+    "health__warning_count",
+)
+
+
+def server_summaries(filters: ServerFilters) -> QuerySet[Server]:
+    """server_list's servers with only the columns of a list row (SUMMARY_COLUMNS)."""
+    return server_list(filters).only(*SUMMARY_COLUMNS)
+
+
 def _filtered(qs: QuerySet[Server, Any], filters: ServerFilters) -> QuerySet[Server, Any]:
     if filters.sku:
         qs = qs.filter(sku_name__iexact=filters.sku)
