@@ -6,6 +6,7 @@ question for the host is read. Any 5xx, or any read over 2 s, fails."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -109,8 +110,12 @@ def post_and_read(body: dict[str, Any], reader: APIClient, person: Client) -> in
     hostname = body["hostname"]
     client = collector_client_for(hostname)
     # The upload itself is judged for errors only here; its time is bench/ingest_large.py's.
+    # Encoded as a careless collector would (Python's json writes Infinity for an infinite
+    # float, which is not JSON): the API must refuse that, not the test's own encoder.
     response = timed(
-        lambda: client.post("/api/v1/reports", body, format="json"), "report", limit=60.0
+        lambda: client.post("/api/v1/reports", json.dumps(body), content_type="application/json"),
+        "report",
+        limit=60.0,
     )
     if response.status_code in (200, 201):
         work_done(hostname)
@@ -252,3 +257,14 @@ def test_a_named_hostile_case_never_answers_5xx_nor_reads_slowly(
 ) -> None:
     for body in named_cases()[case]:
         post_and_read(body, *clients)
+
+
+def test_a_report_holding_an_infinite_number_is_refused_not_a_5xx(
+    clients: tuple[APIClient, Client],
+) -> None:
+    # What Hypothesis drew once: Python's json writes an infinite float as Infinity, which
+    # is not JSON; the API answers 400 and stores nothing.
+    gpus = [{"index": 0, "name": "NVIDIA H200", "memory_total_bytes": float("inf")}]
+    body = report("fuzz-inf", topo_text=fixture_text(H200), nvml={"available": True, "gpus": gpus})
+    assert post_and_read(body, *clients) == 400
+    assert not Server.objects.filter(hostname="fuzz-inf").exists()
