@@ -47,6 +47,7 @@ def test_the_server_list_pages_and_carries_each_servers_summary(
         "sku": "HGX H200",
         "labels": {},
         "gpu_model": "NVIDIA H200",
+        "gpu_family": "H200",
         "gpu_count": 8,
         "nic_count": 12,
         "has_nvlink": True,
