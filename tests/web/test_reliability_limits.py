@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 from tests import synthetic
 from tests.web.conftest import fixture_text, report
 from topoweb.fleet.models import Benchmark, Server, Snapshot
+from topoweb.fleet.selectors import warm_graph
 
 pytestmark = pytest.mark.django_db
 
@@ -35,6 +36,12 @@ def test_a_160_gpu_ring_is_stored_and_its_graph_affinity_costs_and_selection_ans
     assert client.post("/api/v1/reports", body, format="json").status_code == 201
     client = collector_client("h200-01")
     assert client.post("/api/v1/reports", report("h200-01", H200), format="json").status_code == 201
+
+    # A request never draws a graph this large: it waits for the worker's drawing.
+    assert reader.get("/api/v1/servers/ring-160/graph/").status_code == 409
+    ring = Server.objects.select_related("latest_snapshot").get(hostname="ring-160")
+    assert ring.latest_snapshot is not None
+    warm_graph(ring.latest_snapshot)
 
     graph = reader.get("/api/v1/servers/ring-160/graph/")
     affinity = reader.get("/api/v1/servers/ring-160/affinity")
