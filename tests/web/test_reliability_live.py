@@ -204,9 +204,11 @@ def test_a_celery_worker_killed_mid_analysis_is_recovered_by_the_redelivered_mes
     from tests import synthetic
     from topoweb.analysis.tasks import run_analysis
 
-    body = report("nvl72-01", topo_text=synthetic.nvswitch_domain(72))
+    # Large enough that its analysis runs for seconds: the kill lands mid-analysis.
+    body = report("nvswitch-288", topo_text=synthetic.nvswitch_domain(288))
     assert (
-        collector_client("nvl72-01").post("/api/v1/reports", body, format="json").status_code == 201
+        collector_client("nvswitch-288").post("/api/v1/reports", body, format="json").status_code
+        == 201
     )
     analysis = Analysis.objects.get()
     queue = f"reliability-{uuid.uuid4().hex[:8]}"
@@ -214,10 +216,10 @@ def test_a_celery_worker_killed_mid_analysis_is_recovered_by_the_redelivered_mes
     with live.celery_worker(queue, **fast) as worker:
         run_analysis.apply_async(args=[analysis.pk], queue=queue)
         wait_for(lambda: Analysis.objects.filter(pk=analysis.pk, status="running").exists(), 60)
-        time.sleep(1.0)  # beating: the analysis of 72 GPUs takes seconds
+        time.sleep(1.0)  # beating: the analysis of 288 GPUs takes seconds
         (child,) = live.children(worker.pid)
         os.kill(child, signal.SIGKILL)
         done = wait_for(lambda: Analysis.objects.filter(pk=analysis.pk, status="done").first(), 120)
 
     assert done.attempts == 2
-    assert done.result["summary"]["gpu_count"] == 72
+    assert done.result["summary"]["gpu_count"] == 288
