@@ -17,6 +17,8 @@ Used by `core.fingerprint` (canonical order of a topology's twin quotient: the f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 Certificate = tuple[int, ...]
 Permutation = tuple[int, ...]
 
@@ -49,7 +51,7 @@ def automorphism_generators(
     fixed = search.start()  # refined, with the vertices before a singled out
     for a in range(n):
         fixing = [g for g in gens if g[:a] == identity[:a]]
-        orbit = _orbit(a, fixing)
+        orbit = orbit_of(a, fixing)
         # An automorphism fixing the vertices before a takes a into a's cell of `fixed`.
         cell = next(c for c in fixed if a in c)
         for b in sorted(cell):
@@ -65,12 +67,14 @@ def automorphism_generators(
             if found is not None:
                 gens.append(found)
                 fixing.append(found)
-                orbit = _orbit(a, fixing)
+                orbit = orbit_of(a, fixing)
         fixed = search.individualise(fixed, a)
     return gens, True
 
 
-def _orbit(a: int, gens: list[Permutation]) -> set[int]:
+def orbit_of(a: int, gens: Sequence[Permutation]) -> set[int]:
+    """Where the permutations `gens` can carry point `a` (its orbit under the group they
+    generate)."""
     orbit, todo = {a}, [a]
     while todo:
         x = todo.pop()

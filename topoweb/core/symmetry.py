@@ -18,7 +18,7 @@ from collections.abc import Collection, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
-from topoweb.core.automorphism import automorphism_generators
+from topoweb.core.automorphism import automorphism_generators, orbit_of
 
 if TYPE_CHECKING:
     from topoweb.core.costs import CostModel
@@ -160,17 +160,6 @@ def _find(model: CostModel) -> Symmetry:
     least = list(range(n))
     for a in range(n):
         if least[a] == a:  # no smaller point's orbit holds a: a is the least of its own
-            for b in _orbit(a, gens):
+            for b in orbit_of(a, gens):
                 least[b] = a
     return Symmetry(gpus, found, tuple(least), complete)
-
-
-def _orbit(a: int, gens: Sequence[tuple[int, ...]]) -> set[int]:
-    orbit, todo = {a}, [a]
-    while todo:
-        x = todo.pop()
-        for g in gens:
-            if g[x] not in orbit:
-                orbit.add(g[x])
-                todo.append(g[x])
-    return orbit
