@@ -248,3 +248,51 @@ def test_a_job_whose_tp_does_not_divide_the_kv_heads_is_refused_before_any_searc
             servers, layout=Layout(16, 1, 1), shape=PRESETS["llama-70b"],
             allow_tp_across_servers=True,
         )  # fmt: skip
+
+
+def _tray_facts(cluster: str, clique: int | None) -> dict[str, object]:
+    """NVML facts of a 4-GPU tray as the collector sends them, with the fabric's clique."""
+    fabric = {"cluster_uuid": cluster, "clique_id": clique} if clique is not None else None
+    return {
+        "available": True,
+        "gpus": [
+            {"index": i, "name": "NVIDIA H100 80GB HBM3", **({"fabric": fabric} if fabric else {})}
+            for i in range(4)
+        ],
+    }
+
+
+def test_tp8_spans_two_4_gpu_servers_of_one_nvlink_clique_and_only_of_one() -> None:
+    from tests.core import topologies as T
+    from topoweb.core.formats.nvml import nvlink_domain
+    from topoweb.core.placement import ServerPool, select_job
+
+    tray = build_model(T.from_function(4, lambda i, j: "NV18", lambda i: i // 2), H100)
+    spec = gpu_spec(H100)
+    cluster = "5d1f6b1e-8c4a-4c1b-9d6e-1a2b3c4d5e6f"
+
+    def pools(*facts: dict[str, object]) -> dict[str, ServerPool]:
+        return {
+            f"tray{n}": ServerPool(tray, tuple(range(4)), "rail-1", spec, None, nvlink_domain(f))
+            for n, f in enumerate(facts)
+        }
+
+    shape, tp8 = PRESETS["llama-7b"], Layout(8, 1, 1)
+    one = pools(_tray_facts(cluster, 3), _tray_facts(cluster.upper(), 3))
+    assert {p.nvlink_domain for p in one.values()} == {f"{cluster}/3"}
+    (job, *_rest) = select_job(one, layout=tp8, shape=shape)
+    assert [p.server for p in job.parts] == ["tray0", "tray1"]
+    assert "TP inside one NVLink domain" in job.reason
+    # Its all-reduces stay on NVLink: nothing crosses the network, and TP over the network
+    # (what the flag allows between servers of no shared domain) costs more.
+    assert job.network == () and job.inter_node_us == 0.0
+    apart = pools(_tray_facts(cluster, 3), _tray_facts(cluster, 4))
+    (wide, *_rest) = select_job(apart, layout=tp8, shape=shape, allow_tp_across_servers=True)
+    assert [d["dimension"] for d in wide.network] == ["tp"]
+    assert job.predicted_us < wide.predicted_us
+    # Different cliques, no facts, or an all-zero cluster: TP stays inside a server, as before.
+    zero = "00000000-0000-0000-0000-000000000000"
+    for facts in (apart, pools({}, {}), pools(_tray_facts(zero, 0), _tray_facts(zero, 0))):
+        with pytest.raises(ValueError, match="whole TP x EP blocks of 8"):
+            select_job(facts, layout=tp8, shape=shape)
+    assert {p.nvlink_domain for p in pools({}, _tray_facts(zero, 0)).values()} == {""}

@@ -484,3 +484,58 @@ def test_a_scheduler_places_a_job_on_one_server_or_over_two_naming_gpus_and_nics
     assert best["inter_node_us"] > 0
     bad = reader.post("/api/v1/placement/job", {"k": 4, "tp": 2, "pp": 1, "dp": 2}, format="json")
     assert bad.status_code == 400
+
+
+@pytest.mark.django_db
+def test_a_tp8_job_spans_two_4_gpu_servers_only_when_nvml_puts_them_in_one_nvlink_clique(
+    reader: APIClient,
+) -> None:
+    a100_4 = "topo_13_polaris-a100-4gpu-nv4-2mlx5-mixed-sep-header.txt"
+    cluster = "5d1f6b1e-8c4a-4c1b-9d6e-1a2b3c4d5e6f"
+
+    def tray(hostname: str, clique: int) -> None:
+        fabric = {"cluster_uuid": cluster, "clique_id": clique, "state": "completed"}
+        gpus = [{"index": i, "name": "NVIDIA A100-SXM4-40GB", "fabric": fabric} for i in range(4)]
+        conftest.add(hostname, a100_4, nvml={"available": True, "gpus": gpus})
+
+    for hostname, clique in (("tray-a", 7), ("tray-b", 7), ("tray-c", 8)):
+        tray(hostname, clique)
+
+    def job(*hostnames: str) -> Any:
+        body = {"tp": 8, "pp": 1, "dp": 1, "model": "llama-7b"}
+        servers = [{"hostname": h} for h in hostnames]
+        return reader.post("/api/v1/placement/job", {**body, "servers": servers}, format="json")
+
+    same = job("tray-a", "tray-b")
+    assert same.status_code == 200, same.json()
+    best = same.json()["selections"][0]
+    assert [s["server"] for s in best["servers"]] == ["tray-a", "tray-b"]
+    assert "TP inside one NVLink domain" in best["reason"] and best["network"] == []
+    apart = job("tray-a", "tray-c")
+    assert apart.status_code == 400 and "whole TP x EP blocks of 8" in str(apart.json())
+
+
+@pytest.mark.django_db
+def test_the_migration_fills_the_nvlink_domain_of_snapshots_stored_before_it() -> None:
+    import importlib
+    from types import SimpleNamespace
+
+    from django.apps import apps
+    from django.db import connection
+
+    from topoweb.fleet.models import Snapshot
+
+    fill_in = importlib.import_module(
+        "topoweb.fleet.migrations.0010_snapshot_nvlink_domain"
+    ).fill_in
+    fabric = {"cluster_uuid": "5d1f6b1e-8c4a-4c1b-9d6e-1a2b3c4d5e6f", "clique_id": 2}
+    gpus = [{"index": i, "fabric": fabric} for i in range(4)]
+    a100_4 = "topo_13_polaris-a100-4gpu-nv4-2mlx5-mixed-sep-header.txt"
+    conftest.add("old-tray", a100_4, nvml={"available": True, "gpus": gpus})
+    conftest.add("old-box", a100_4)
+    Snapshot.objects.update(nvlink_domain="")  # as stored before the column
+    fill_in(apps, SimpleNamespace(connection=connection))
+    assert dict(Snapshot.objects.values_list("server__hostname", "nvlink_domain")) == {
+        "old-tray": "5d1f6b1e-8c4a-4c1b-9d6e-1a2b3c4d5e6f/2",
+        "old-box": "",
+    }

@@ -210,6 +210,7 @@ _SNAPSHOT_FIELDS = (
     "gpu_count",
     "gpu_model",
     "gpu_memory_bytes",
+    "nvlink_domain",
 )
 # What a question needs of a server: the columns `model_key` reads, and its calibration.
 _QUESTION_COLUMNS = (
@@ -219,6 +220,7 @@ _QUESTION_COLUMNS = (
     "latest_snapshot__gpu_count",
     "latest_snapshot__gpu_model",
     "latest_snapshot__gpu_memory_bytes",
+    "latest_snapshot__nvlink_domain",
     "calibration",
 )
 
@@ -637,6 +639,7 @@ def job_selection(
             f"leaf={place.fabric}:{place.leaf_group}" if place else rail_group(server),
             server_gpu_spec(server, model),
             fabric=place,
+            nvlink_domain=server.latest_snapshot.nvlink_domain if server.latest_snapshot else "",
         )
     picks = select_job(
         pools, k=k, layout=layout, shape=shape, allow_tp_across_servers=allow_tp_across_servers

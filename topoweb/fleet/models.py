@@ -94,6 +94,9 @@ class Snapshot(models.Model):
     # core.formats.nvml.smallest_gpu_memory of `nvml`: what a model must fit into on each GPU,
     # read by placement questions without loading the facts (None when none was sent).
     gpu_memory_bytes = models.BigIntegerField(null=True, blank=True)
+    # core.formats.nvml.nvlink_domain of `nvml`: servers with the same one share an NVLink
+    # domain (NVL72), so job placement may span them with TP ("" for none).
+    nvlink_domain = models.CharField(max_length=100, blank=True, default="")
     has_nvlink = models.BooleanField(default=False)
     nvlink_summary = models.CharField(max_length=200, blank=True)  # e.g. "NV18 x28"
     warning_count = models.PositiveIntegerField(default=0)  # what the reader had to work around

@@ -31,6 +31,7 @@ from topoweb.core.formats.nvbandwidth import to_p2p
 from topoweb.core.formats.nvml import (
     NvmlFacts,
     check_fits,
+    nvlink_domain,
     read_host,
     read_nvml,
     smallest_gpu_memory,
@@ -305,6 +306,7 @@ def _store_report(report: _Report) -> Ingested:
             nic_count=len(topology.nics),
             gpu_model=gpu_model,
             gpu_memory_bytes=smallest_gpu_memory(report.nvml),
+            nvlink_domain=nvlink_domain(report.nvml),
             has_nvlink=any(link.is_nvlink for link in topology.gpu_links()),
             nvlink_summary=nvlink_summary(topology),
             warning_count=len(topology.warnings),

@@ -82,6 +82,9 @@ class NvmlGpu:
     pci_bus_id: str | None = None
     pcie: PcieLink = PcieLink()
     nvlinks: tuple[NvLink, ...] = ()  # empty also when the driver has no NVLink functions
+    # The fabric's (clusterUuid, cliqueId) on multi-node NVLink (NVL72): GPUs of one clique
+    # share one NVLink domain across servers. None where unset, empty or all-zero.
+    clique: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -238,12 +241,18 @@ def _gpu(g: Mapping[str, Any], where: str) -> NvmlGpu:
     )
     for key in fabric:
         _short(fabric[key], f"{where}.fabric.{key}")
-    _in_range(fabric.get("clique_id"), f"{where}.fabric.clique_id", 0, 2**32 - 1)
     uuid = fabric.get("cluster_uuid")
     if isinstance(uuid, str) and not re.fullmatch(r"[0-9A-Fa-f-]{0,64}", uuid):
         raise NvmlFactsError(
             f"NVML facts: {where}.fabric.cluster_uuid is {uuid[:40]!r}, expected a UUID"
         )
+    clique_id = _in_range(fabric.get("clique_id"), f"{where}.fabric.clique_id", 0, 2**32 - 1)
+    cluster = _text(uuid) if isinstance(uuid, str) else None
+    clique = (
+        (cluster.lower(), clique_id)
+        if cluster and clique_id is not None and cluster.strip("0-")
+        else None
+    )
     links = g.get("nvlinks") or []
     if isinstance(links, str):
         links = []  # the driver has no NVLink functions ("unsupported")
@@ -260,6 +269,7 @@ def _gpu(g: Mapping[str, Any], where: str) -> NvmlGpu:
         uuid=_text(g.get("uuid")),
         pci_bus_id=_bus_id(g.get("pci_bus_id"), f"{where}.pci_bus_id"),
         pcie=PcieLink(cg, mg, cw, mw),
+        clique=clique,
         nvlinks=tuple(
             NvLink(
                 link=_in_range(
@@ -370,6 +380,19 @@ def smallest_gpu_memory(doc: Any) -> int | None:
         if isinstance(g, Mapping) and type(g.get("memory_total_bytes")) is int  # not a bool
     ]
     return min(totals) if totals else None
+
+
+def nvlink_domain(doc: Any) -> str:
+    """The multi-node NVLink domain the server's GPUs sit in ("<clusterUuid>/<cliqueId>"),
+    when every GPU reports the same one; "" otherwise (no facts, no fabric, or GPUs that
+    disagree). Descriptive like `smallest_gpu_memory`: facts ingest would refuse read as ""."""
+    try:
+        facts = read_nvml(doc)
+    except NvmlFactsError:
+        return ""
+    cliques = {g.clique for g in facts.gpus}
+    only = cliques.pop() if len(cliques) == 1 else None
+    return f"{only[0]}/{only[1]}" if only else ""
 
 
 def read_host(doc: Mapping[str, Any] | None) -> HostFacts:

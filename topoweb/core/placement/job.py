@@ -42,6 +42,9 @@ class ServerPool:
     rail_group: str
     spec: GpuSpec | None = None
     fabric: FabricPlace | None = None
+    # The multi-node NVLink domain (NVML's clusterUuid/cliqueId: core.formats.nvml
+    # .nvlink_domain) the server's GPUs share with other servers; "" for none.
+    nvlink_domain: str = ""
 
 
 @dataclass(frozen=True)
@@ -157,8 +160,9 @@ def select_job(
     fewest servers, those of one rail group (leaf group) first, then of one spine group, each
     part the best-connected of that server's free GPUs. A layout keeps each TP (and TP x EP)
     group inside a server (unless the caller allows TP across servers: its all-reduces then
-    cross the network every layer); its pipeline stages and DP replicas span servers
-    (`_layout_over_servers`)."""
+    cross the network every layer) or inside one multi-node NVLink domain (servers of one
+    `nvlink_domain`, tried first: their all-reduces stay on NVLink); its pipeline stages and
+    DP replicas span servers (`_layout_over_servers`)."""
     if (k is None) == (layout is None):
         raise ValueError("ask for k GPUs or for a TP x PP x DP layout, not both")
     size = layout.size if layout else int(k or 0)
@@ -180,22 +184,31 @@ def select_job(
     unit = layout.tp * layout.ep if layout and not allow_tp_across_servers else 1
     groups: dict[str, list[str]] = {}
     spines: dict[str, list[str]] = {}
+    domains: dict[str, list[str]] = {}
     for name, pool in servers.items():
+        if pool.nvlink_domain:
+            domains.setdefault(pool.nvlink_domain, []).append(name)
         groups.setdefault(pool.rail_group, []).append(name)
         if pool.fabric is not None and pool.fabric.spine_group:
             spines.setdefault(f"{pool.fabric.fabric}:{pool.fabric.spine_group}", []).append(name)
     found = []
-    # One rail group (leaf group) first, then one spine group, then any servers.
-    plans = [*groups.values(), *spines.values(), list(servers)]
+    # One NVLink domain (where TP and EP may span its servers), then one rail group (leaf
+    # group), then one spine group, then any servers.
+    plans = [
+        *((names, 1) for names in domains.values() if len(names) > 1),
+        *((names, unit) for names in [*groups.values(), *spines.values(), list(servers)]),
+    ]
     seen: set[tuple[str, ...]] = set()
-    for names in plans:
-        picked = _fewest_servers(servers, names, size, unit)
+    for names, plan_unit in plans:
+        picked = _fewest_servers(servers, names, size, plan_unit)
         if picked is None or tuple(sorted(picked)) in seen:
             continue
         seen.add(tuple(sorted(picked)))
         same_rails = len({servers[n].rail_group for n in picked}) == 1
         if layout is not None:
-            found.append(_layout_over_servers(servers, picked, layout, shape, same_rails, unit))
+            found.append(
+                _layout_over_servers(servers, picked, layout, shape, same_rails, plan_unit)
+            )
         else:
             found.append(_over_servers(servers, picked, size, nbytes, same_rails))
     if not found:
@@ -207,6 +220,7 @@ def select_job(
         )
     found.sort(
         key=lambda j: (
+            not _one_domain(servers, [p.server for p in j.parts]),
             len(j.parts),
             not j.same_rails,
             _path_rank(servers, j.parts),
@@ -218,6 +232,30 @@ def select_job(
 
 
 _LEVELS = {"leaf": 0, "spine": 1, "core": 2}
+
+
+def _one_domain(servers: Mapping[str, ServerPool], names: Sequence[str]) -> str:
+    """The multi-node NVLink domain all of `names` share, "" when they share none."""
+    found = {servers[n].nvlink_domain for n in names}
+    return found.pop() if len(found) == 1 else ""
+
+
+def _nvlink_model(
+    servers: Mapping[str, ServerPool], names: Sequence[str]
+) -> tuple[CostModel, dict[tuple[str, int], int]] | None:
+    """The cost model of servers of one NVLink domain as one machine (their GPUs joined over
+    NVLink: costs.with_options's nvlink_nodes) and where each (server, GPU) sits in it; None
+    when they share no domain or are not all wired like the first (one model serves them)."""
+    first = servers[names[0]].model
+    if not _one_domain(servers, names) or any(servers[n].model.topo != first.topo for n in names):
+        return None
+    local = sorted(first.gpu_ids)
+    try:
+        joined = with_options(first, nodes=len(names), nvlink_nodes=True)
+    except ValueError:  # GPUs without NVLink cannot share a domain
+        return None
+    at = {(n, x): k * len(local) + local.index(x) for k, n in enumerate(names) for x in local}
+    return joined, at
 
 
 def _path_rank(servers: Mapping[str, ServerPool], parts: Sequence[ServerPart]) -> int:
@@ -375,6 +413,7 @@ def _layout_over_servers(
     spine's SPINE_OVERSUBSCRIPTION across rail groups); the step time follows
     steptime.StepPlan."""
     path = network_path(servers[n].fabric for n in picked)
+    nvlink = _nvlink_model(servers, picked)  # one NVLink domain: no network between them
     where: list[tuple[str, int]] = []  # rank -> (server, GPU)
     for name in stage_order(servers, picked):
         pool = servers[name]
@@ -422,6 +461,10 @@ def _layout_over_servers(
                     (sa, ga), (sb, gb) = where[a], where[b]
                     if sa == sb:
                         hop = slowest_group_us(servers[sa].model, coll, [(ga, gb)], nbytes, True)
+                    elif nvlink is not None:
+                        joined, at = nvlink
+                        pair = [(at[(sa, ga)], at[(sb, gb)])]
+                        hop = slowest_group_us(joined, coll, pair, nbytes, True)
                     else:
                         # Each TP rank sends its 1/TP of the activation (Megatron scatters
                         # pipeline tensors over the TP group and gathers them after the hop).
@@ -444,6 +487,10 @@ def _layout_over_servers(
                 if len(by_server) == 1:
                     ((name, gpus),) = by_server.items()
                     t = slowest_group_us(servers[name].model, coll, [tuple(gpus)], nbytes)
+                elif nvlink is not None:  # over the domain's NVLink, as inside one server
+                    joined, at = nvlink
+                    members = tuple(at[where[r]] for r in grp)
+                    t = slowest_group_us(joined, coll, [members], nbytes)
                 else:
                     # Reduced inside each server, then a ring over the servers' NICs.
                     local = max(
@@ -490,6 +537,8 @@ def _layout_over_servers(
         f"no server has {layout.size} free GPUs: "
         + (f"TP{' x EP' if layout.ep > 1 else ''} inside each server, "
            if unit == layout.tp * layout.ep
+           else "TP inside one NVLink domain, "
+           if _one_domain(servers, picked)
            else "TP across servers (allowed by the caller), ")
         + f"{' and '.join(spans)} between {len(parts)} servers on {rails}{levers}",
         tuple(network),
