@@ -67,6 +67,12 @@ function drawn() {
   return drawGraph($("graph"), graph, { collapsed }).then((c) => {
     cy = c;
     window.topowebCy = cy; // the e2e tests and bench/ui.py read the drawn graph here
+    // The panel can still settle after the first fit (the panels around it arriving): until
+    // the person moves the view, refit to its settled size, so every load draws one picture.
+    const panel = $("graph");
+    let moved = false;
+    for (const type of ["wheel", "mousedown", "touchstart"]) panel.addEventListener(type, () => { moved = true; }, { passive: true });
+    new ResizeObserver(() => { if (!moved && !panel.hidden && cy === c) { cy.resize(); fitGraph(cy); } }).observe(panel);
     attachTooltips(cy, $("tooltip"));
     cy.on("tap", "node", (evt) => {
       const n = evt.target;

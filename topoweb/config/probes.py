@@ -26,14 +26,24 @@ def _redis(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
 
 
+def _select_one() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+
+
 def readiness_problems() -> dict[str, str]:
     """What is not ready, by part ({} when all are)."""
     problems: dict[str, str] = {}
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-    except DatabaseError as exc:
-        problems["database"] = str(exc).strip() or type(exc).__name__
+        _select_one()
+    except DatabaseError:
+        # A connection kept from before a database blip fails once though the database is
+        # back: only a fresh connection's failure says the database is not ready.
+        connection.close()
+        try:
+            _select_one()
+        except DatabaseError as exc:
+            problems["database"] = str(exc).strip() or type(exc).__name__
     if settings.REDIS_URL:
         try:
             _redis(settings.REDIS_URL).ping()
