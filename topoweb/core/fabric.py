@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,10 +182,10 @@ def _tiers(
     return tier
 
 
-def _rails(devices_by_host: Mapping[str, list[str]]) -> dict[str, int]:
-    """Rail of each device name: devices that share a host form one kind of host (DGX hosts
-    named `HCA-1..` and others `mlx5_0..` in one fabric); rail k is the kth of its kind in
-    natural order, so a host missing one HCA does not shift its other rails."""
+def connected_groups(items: Iterable[str], together: Iterable[Iterable[str]]) -> list[list[str]]:
+    """`items` grouped where `together` joins them (the members of each inner iterable belong
+    to one group, and groups sharing a member merge): groups in the order of their first item,
+    members in item order."""
     parent: dict[str, str] = {}
 
     def find(x: str) -> str:
@@ -194,17 +194,26 @@ def _rails(devices_by_host: Mapping[str, list[str]]) -> dict[str, int]:
             x = parent[x]
         return x
 
-    for devices in devices_by_host.values():
-        for d in devices[1:]:
-            parent[find(d)] = find(devices[0])
-        if devices:
-            find(devices[0])
-    groups: dict[str, list[str]] = defaultdict(list)
-    for d in parent:
-        groups[find(d)].append(d)
-    return {
-        d: k for members in groups.values() for k, d in enumerate(sorted(members, key=natural_key))
-    }
+    for members in together:
+        first: str | None = None
+        for m in members:
+            if first is None:
+                first = m
+            else:
+                parent[find(m)] = find(first)
+    groups: dict[str, list[str]] = {}
+    for x in items:
+        groups.setdefault(find(x), []).append(x)
+    return list(groups.values())
+
+
+def _rails(devices_by_host: Mapping[str, list[str]]) -> dict[str, int]:
+    """Rail of each device name: devices that share a host form one kind of host (DGX hosts
+    named `HCA-1..` and others `mlx5_0..` in one fabric); rail k is the kth of its kind in
+    natural order, so a host missing one HCA does not shift its other rails."""
+    devices = list(dict.fromkeys(d for names in devices_by_host.values() for d in names))
+    groups = connected_groups(devices, devices_by_host.values())
+    return {d: k for members in groups for k, d in enumerate(sorted(members, key=natural_key))}
 
 
 def build_fabric(

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from topoweb.core.fabric import TIER_NAMES, Fabric, Hca, Switch, natural_key
+from topoweb.core.fabric import TIER_NAMES, Fabric, Hca, Switch, connected_groups, natural_key
 from topoweb.core.formats.ibnet import LANE_GBPS
 from topoweb.core.health.findings import Severity
 
@@ -150,29 +150,15 @@ def _uplink_shortfalls(fabric: Fabric) -> list[FabricFinding]:
         if low.tier is not None and high.tier is not None and high.tier == low.tier + 1:
             up[low.guid][high.guid].append((low_port, high_port))
     # Peer groups: switches of one tier joined by a shared upper switch.
-    parent: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        while parent.setdefault(x, x) != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    first_below: dict[str, str] = {}
+    below_each: dict[str, list[str]] = defaultdict(list)
     for below, uppers in up.items():
-        find(below)
         for above in uppers:
-            if above in first_below:
-                parent[find(below)] = find(first_below[above])
-            else:
-                first_below[above] = below
-    groups: dict[str, list[str]] = defaultdict(list)
-    for below in up:
-        groups[find(below)].append(below)
+            below_each[above].append(below)
+    groups = connected_groups(up, below_each.values())
 
     sw = fabric.switches
     out = []
-    for members in groups.values():
+    for members in groups:
         above_all = sorted(
             {hi for lo in members for hi in up[lo]}, key=lambda g: natural_key(sw[g].name)
         )
