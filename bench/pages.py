@@ -4,13 +4,18 @@ report), then every page, export and document about it read through Django's req
 Prints each read's wall time, answer size and "under 2 s", and the worker's assessment time
 beside them; asserts nothing. A throwaway SQLite database, no Redis.
 
-    .venv/bin/python bench/pages.py [--cases nv18-576,nics-600]
+    .venv/bin/python bench/pages.py [--cases nv18-576,nics-600] [--only export] [--profile]
+
+--only keeps the reads whose path contains the text (the assessment is then skipped when no
+read left needs it: exports read the snapshot); --profile prints each read's cProfile.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import sys
 import tempfile
 import time
@@ -45,6 +50,8 @@ READS = (
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--only", default="", help="only the reads whose path contains this")
+    parser.add_argument("--profile", action="store_true", help="print each read's profile")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="topoweb-bench-pages-"))
     os.environ.update(sqlite_env(work / "bench.sqlite3"))
@@ -74,18 +81,25 @@ def main() -> None:
             captured_at=timezone.now(),
             source=Source.COLLECTOR,
         )
-        start = time.perf_counter()
-        evaluate_server(done.server.pk)
-        worker = time.perf_counter() - start
-        print(
-            f"{case:<10} {'worker: the assessment (health.evaluate)':<42} {worker:8.2f}", flush=True
-        )
-        for path in READS:
-            url = path.format(h=host)
+        reads = [path for path in READS if args.only in path]
+        if any("/export/" not in path for path in reads):
             start = time.perf_counter()
+            evaluate_server(done.server.pk)
+            worker = time.perf_counter() - start
+            line = f"{case:<10} {'worker: the assessment (health.evaluate)':<42} {worker:8.2f}"
+            print(line, flush=True)
+        for path in reads:
+            url = path.format(h=host)
+            profiler = cProfile.Profile() if args.profile else None
+            start = time.perf_counter()
+            if profiler:
+                profiler.enable()
             response = client.get(url)
             body = b"".join(response) if response.streaming else response.content
             seconds = time.perf_counter() - start
+            if profiler:
+                profiler.disable()
+                pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
             verdict = "ok" if seconds < PAGE_S and response.status_code < 500 else "SLOW"
             status = "" if response.status_code == 200 else f" ({response.status_code})"
             line = (
