@@ -6,8 +6,8 @@ beside them; asserts nothing. A throwaway SQLite database, no Redis.
 
     .venv/bin/python bench/pages.py [--cases nv18-576,nics-600] [--only export] [--profile]
 
---only keeps the reads whose path contains the text (the assessment is then skipped when no
-read left needs it: exports read the snapshot); --profile prints each read's cProfile.
+--only keeps the reads whose path contains the text (with exports alone, the worker's drawings
+replace the whole assessment); --profile prints each read's cProfile.
 """
 
 from __future__ import annotations
@@ -61,14 +61,18 @@ def main() -> None:
     django.setup()
     from django.core.management import call_command
     from django.test import Client
+    from django.urls import get_resolver
     from django.utils import timezone
 
     from topoweb.fleet import work
+    from topoweb.fleet.drawings import draw_latest
     from topoweb.fleet.models import Source
     from topoweb.fleet.services import ingest_report
     from topoweb.health.services import evaluate_server
 
     call_command("migrate", "--noinput", verbosity=0)
+    # As a gunicorn worker starts (config/wsgi.py): every view imported before the first request.
+    get_resolver().url_patterns  # noqa: B018
     # The workers' tasks are run below, one at a time and timed, not as ingest sends them.
     work.enqueue = lambda *a, **k: True  # type: ignore[assignment]
     client = Client(HTTP_HOST="localhost")
@@ -82,12 +86,14 @@ def main() -> None:
             source=Source.COLLECTOR,
         )
         reads = [path for path in READS if args.only in path]
+        start = time.perf_counter()
         if any("/export/" not in path for path in reads):
-            start = time.perf_counter()
             evaluate_server(done.server.pk)
-            worker = time.perf_counter() - start
-            line = f"{case:<10} {'worker: the assessment (health.evaluate)':<42} {worker:8.2f}"
-            print(line, flush=True)
+            what = "worker: the assessment (health.evaluate)"
+        else:
+            draw_latest(done.server.pk)  # the exports alone, as the assessment stores them
+            what = "worker: the drawings (fleet.draw)"
+        print(f"{case:<10} {what:<42} {time.perf_counter() - start:8.2f}", flush=True)
         for path in reads:
             url = path.format(h=host)
             profiler = cProfile.Profile() if args.profile else None

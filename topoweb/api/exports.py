@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from topoweb.config.api import ERRORS, READ_ERRORS
 from topoweb.core.ecosystem import Export
-from topoweb.fleet import access, selectors
+from topoweb.fleet import access, drawings, selectors
 from topoweb.fleet.models import AuditEvent
 
 EXPORT_DOC = (
@@ -38,7 +38,7 @@ class ServerExportApi(APIView):
         responses={(200, "text/plain"): OpenApiTypes.STR, **READ_ERRORS},
     )
     def get(self, request: Request, hostname: str, fmt: str) -> HttpResponse:
-        return _file_response(selectors.server_export(selectors.server_by_hostname(hostname), fmt))
+        return _file_response(drawings.server_export(selectors.server_by_hostname(hostname), fmt))
 
 
 class TopologyClassExportApi(APIView):
@@ -49,7 +49,7 @@ class TopologyClassExportApi(APIView):
     )
     def get(self, request: Request, fingerprint: str, fmt: str) -> HttpResponse:
         topology_class = selectors.topology_class_by_fingerprint(fingerprint)
-        return _file_response(selectors.topology_class_export(topology_class, fmt))
+        return _file_response(drawings.topology_class_export(topology_class, fmt))
 
 
 class TopologyConfApi(APIView):

@@ -119,6 +119,30 @@ class Snapshot(models.Model):
         return Topology.from_document(self.document)
 
 
+class SnapshotExport(models.Model):
+    """One export of a snapshot as a file (NCCL XML, gres.conf, Kubernetes labels), drawn by
+    the worker once per snapshot (fleet.drawings) and served as stored: drawing one reads the
+    whole topology, seconds for the largest servers. Served only while `code` is the core's
+    current version and `hostname` the server's name, which the file carries."""
+
+    snapshot = models.ForeignKey(Snapshot, on_delete=models.CASCADE, related_name="exports")
+    fmt = models.CharField(max_length=16)
+    code = models.CharField(max_length=16)  # fleet.selectors.CORE_VERSION that drew it
+    hostname = models.CharField(max_length=253)
+    filename = models.CharField(max_length=120)
+    content_type = models.CharField(max_length=64)
+    body = models.TextField()
+    warnings = models.JSONField(default=list)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["snapshot", "fmt"], name="snapshot_export_one_per_fmt")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.fmt} of snapshot {self.snapshot_id}"
+
+
 # The large columns of a server's latest snapshot and class, for reads of servers that leave
 # them out (`.defer(*LARGE_COLUMNS)`) and load them on first use only.
 LARGE_COLUMNS = (

@@ -27,13 +27,12 @@ from django.utils import timezone
 
 import topoweb.core as core_package
 from topoweb.config import limits
-from topoweb.core.ecosystem import EXPORT_FORMATS, Export, render_export
 from topoweb.core.export import graph_document
 from topoweb.core.formats import TOPOLOGY_FORMATS, ParseError, detect_format, parse_text
 from topoweb.core.formats.ibnet import IbnetCapture
 from topoweb.core.model import NcclRun, NvbandwidthRun, Topology
 from topoweb.core.scheduling import nvlink_domain_of, topology_conf
-from topoweb.fleet import cached_tokens
+from topoweb.fleet import cached_tokens, work
 from topoweb.fleet.models import (
     LARGE_COLUMNS,
     ApiToken,
@@ -359,6 +358,19 @@ class GraphNotDrawn(Exception):
         )
 
 
+# The worker's drawings of a snapshot (its graph, its exports: fleet.drawings.draw_latest),
+# asked for by a request that finds them missing (a cache emptied since the report, a deploy
+# that changed the core): one queued per server at most (fleet.work).
+DRAWING = "drawing"
+DRAW_TASK = "fleet.draw"
+
+
+def request_drawing(server_id: int) -> bool:
+    """Queue the worker's drawing of the server's latest snapshot unless one is queued (or was
+    given up); whether one was sent."""
+    return work.send(DRAWING, server_id, DRAW_TASK)
+
+
 def graph_elements(
     snapshot: Snapshot, topology: Topology | None = None, *, in_request: bool = True
 ) -> dict[str, Any]:
@@ -370,7 +382,8 @@ def graph_elements(
     health worker draws it after each report (`warm_graph`), and requests read it from the
     cache. A miss (a cold or unreachable cache) draws it on the spot, from `topology` when the
     caller has already read the snapshot's, except in a request past
-    DRAW_IN_REQUEST_UP_TO_GPUS, which raises GraphNotDrawn instead."""
+    DRAW_IN_REQUEST_UP_TO_GPUS, which queues the worker's drawing (once) and raises
+    GraphNotDrawn instead."""
     key = _graph_key(snapshot)
     try:
         found = cache.get(key)
@@ -379,6 +392,7 @@ def graph_elements(
     if found is not None:
         return cast(dict[str, Any], found)
     if in_request and snapshot.gpu_count > DRAW_IN_REQUEST_UP_TO_GPUS:
+        request_drawing(snapshot.server_id)  # not drawn, or no longer kept: draw it again
         raise GraphNotDrawn(snapshot)
     return graph_document(topology if topology is not None else snapshot.to_domain())
 
@@ -409,11 +423,11 @@ def _core_version() -> str:
     return digest.hexdigest()[:16]
 
 
-_CORE_VERSION = _core_version()
+CORE_VERSION = _core_version()
 
 
 def _graph_key(snapshot: Snapshot) -> str:
-    return f"graph:{_CORE_VERSION}:{snapshot.pk}:{snapshot.content_sha256}"
+    return f"graph:{CORE_VERSION}:{snapshot.pk}:{snapshot.content_sha256}"
 
 
 def hostname_match(hostname: str) -> dict[str, Any]:
@@ -483,46 +497,6 @@ def upload_preview(text: str) -> dict[str, Any]:
         ", ".join(sorted(parsed.matrices)) or "none"
     )
     return {"kind": "p2p-bandwidth-latency", "summary": summary, "warnings": [], "elements": []}
-
-
-# --- exports for schedulers and NCCL ------------------------------------------------------
-
-
-def server_export(server: Server, fmt: str) -> Export:
-    """One of core.ecosystem's exports of the server's latest topology, with its NVML and host
-    facts (real bus ids, PCIe generation, NIC speeds); Http404 before any snapshot or for a
-    format that does not exist."""
-    snapshot = server.latest_snapshot
-    if snapshot is None:
-        raise Http404(f"server {server.hostname!r} has no topology snapshot yet")
-    _known_format(fmt)
-    return render_export(
-        snapshot.to_domain(),
-        fmt,
-        name=server.hostname,
-        nvml=snapshot.nvml,
-        host=snapshot.host,
-        fingerprint=snapshot.topology_class.fingerprint,
-        gpu_model=snapshot.gpu_model or None,
-    )
-
-
-def topology_class_export(topology_class: TopologyClass, fmt: str) -> Export:
-    """The same for a topology class: its canonical document, no host facts (so an NCCL XML
-    carries placeholder bus ids, and says so)."""
-    _known_format(fmt)
-    return render_export(
-        topology_class.to_domain(),
-        fmt,
-        name=f"class-{topology_class.fingerprint[:12]}",
-        fingerprint=topology_class.fingerprint,
-        gpu_model=topology_class.gpu_model or None,
-    )
-
-
-def _known_format(fmt: str) -> None:
-    if fmt not in EXPORT_FORMATS:
-        raise Http404(f"no export format {fmt!r}; formats: {', '.join(EXPORT_FORMATS)}")
 
 
 def fleet_topology_conf() -> str:

@@ -1,12 +1,12 @@
-"""Celery tasks of the fleet app: the fabric worker, thin wrappers over fleet.fabric_services
-taking ids only."""
+"""Celery tasks of the fleet app: the fabric worker and a snapshot's drawings, thin wrappers
+over fleet.fabric_services and fleet.drawings taking ids only."""
 
 from __future__ import annotations
 
 from celery import shared_task
 from django.db import DatabaseError
 
-from topoweb.fleet import fabric_services, retention, work
+from topoweb.fleet import drawings, fabric_services, retention, selectors, work
 
 FABRIC = fabric_services.FABRIC_WORK  # the kind of work, in fleet.work
 
@@ -21,6 +21,20 @@ FABRIC = fabric_services.FABRIC_WORK  # the kind of work, in fleet.work
 )
 def analyse_fabric(capture_id: int) -> str:
     outcome = work.attempt(FABRIC, capture_id, lambda: fabric_services.analyse_capture(capture_id))
+    return "given-up" if outcome is None else str(outcome)
+
+
+@shared_task(
+    name=selectors.DRAW_TASK,
+    autoretry_for=(DatabaseError,),
+    retry_backoff=True,
+    max_retries=5,
+    soft_time_limit=300,
+    time_limit=360,
+)
+def draw(server_id: int) -> str:
+    """Draw the server's latest graph and exports again (a request found them missing)."""
+    outcome = work.attempt(selectors.DRAWING, server_id, lambda: drawings.draw_latest(server_id))
     return "given-up" if outcome is None else str(outcome)
 
 

@@ -35,8 +35,8 @@ from topoweb.core.health import (
     silence_window,
 )
 from topoweb.core.model import Topology
+from topoweb.fleet import drawings, work
 from topoweb.fleet import selectors as fleet_selectors
-from topoweb.fleet import work
 from topoweb.fleet.models import Benchmark, Server, Snapshot
 from topoweb.health import selectors
 from topoweb.health.assessment import assessment_document, bounded_acceptance
@@ -113,6 +113,8 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
     snapshot = server.latest_snapshot
     assert snapshot is not None  # health_inputs gave None otherwise
     fleet_selectors.warm_graph(snapshot, inputs.topology)
+    # The exports (NCCL XML, gres.conf, labels) likewise, stored once per snapshot.
+    drawings.store_exports(server, snapshot, inputs.topology)
     graph = fleet_selectors.graph_elements(snapshot, inputs.topology, in_request=False)
     document = assessment_document(server, inputs.topology, expectations, pairs, findings, graph)
     with transaction.atomic():

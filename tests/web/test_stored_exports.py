@@ -1,0 +1,146 @@
+"""A server's exports (NCCL XML, gres.conf, Kubernetes labels) are drawn by the worker once per
+snapshot and served as stored, the same files a request would draw; a request that finds them
+missing (before the worker, after a deploy that changed the core, a large graph no longer in
+the cache) still answers, and queues one drawing for the server (issue 24: reads under 2 s at
+the largest sizes)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from tests import synthetic
+from tests.web.conftest import FIXTURES, report
+from topoweb.core.ecosystem import EXPORT_FORMATS
+from topoweb.fleet import drawings, tasks
+from topoweb.fleet.models import QueuedWork, Server, Snapshot, SnapshotExport, Source
+from topoweb.fleet.selectors import DRAWING
+from topoweb.fleet.services import ingest_report
+from topoweb.health.services import evaluate_server
+
+pytestmark = pytest.mark.django_db
+
+# A real collector report: one H200 with its NVML and host facts (bus ids reach the files).
+DEVICE_REPORT = json.loads(
+    (FIXTURES / "device_01_h200-1gpu-firecracker-vm-collector-dryrun.json").read_text()
+)
+
+
+def files(reader: APIClient, hostname: str) -> dict[str, tuple[int, bytes, str, str]]:
+    out = {}
+    for fmt in EXPORT_FORMATS:
+        response = reader.get(f"/api/v1/servers/{hostname}/export/{fmt}/")
+        out[fmt] = (
+            response.status_code,
+            response.content,
+            response["Content-Disposition"],
+            response.get("X-Topoweb-Assumptions", ""),
+        )
+    return out
+
+
+def topology_never_read(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("a request read the topology to draw an export")
+
+
+def test_the_worker_stores_each_export_as_a_request_draws_it(
+    collector_client: Any, reader: APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = report(
+        "h200-vm",
+        "topo_42_h200-1gpu-firecracker-vm-ansi-underline-header.txt",
+        nvml=DEVICE_REPORT["nvml"],
+        host=DEVICE_REPORT["host"],
+    )
+    assert (
+        collector_client("h200-vm").post("/api/v1/reports", body, format="json").status_code == 201
+    )
+    drawn_in_request = files(reader, "h200-vm")
+    assert not SnapshotExport.objects.exists()
+    server = Server.objects.get(hostname="h200-vm")
+
+    evaluate_server(server.pk)
+    monkeypatch.setattr(Snapshot, "to_domain", topology_never_read)
+    served = files(reader, "h200-vm")
+
+    assert SnapshotExport.objects.filter(snapshot=server.latest_snapshot).count() == 4
+    assert served == drawn_in_request
+    assert all(status == 200 for status, *_ in served.values())
+    assert b'busid="0000:00:06.0"' in served["nccl-xml"][1]  # NVML's bus id, not a placeholder
+
+
+def test_an_export_drawn_by_another_core_is_drawn_again(
+    collector_client: Any, reader: APIClient
+) -> None:
+    body = report("h200-01")
+    assert (
+        collector_client("h200-01").post("/api/v1/reports", body, format="json").status_code == 201
+    )
+    server = Server.objects.get(hostname="h200-01")
+    evaluate_server(server.pk)
+    stored = files(reader, "h200-01")
+    SnapshotExport.objects.update(code="0" * 16, body="an older core's file")
+
+    again = files(reader, "h200-01")
+
+    assert again == stored
+    assert b"an older core's file" not in again["gres"][1]
+
+
+def test_a_large_server_missing_its_drawings_queues_one_and_is_then_served_stored(
+    reader: APIClient, admin_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done = ingest_report(
+        hostname="nvl72-01",
+        topo_text=synthetic.nvswitch_domain(72),
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+    )
+    server_id = done.server.pk
+    cache.clear()
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+    monkeypatch.setattr(
+        "topoweb.fleet.work.enqueue", lambda name, *args, **kw: sent.append((name, args)) or True
+    )
+
+    graph = reader.get("/api/v1/servers/nvl72-01/graph/")
+    gres = reader.get("/api/v1/servers/nvl72-01/export/gres/")
+    svg = admin_client.get("/servers/nvl72-01/graph.svg")
+
+    assert graph.status_code == 409 and svg.status_code == 409
+    assert gres.status_code == 200  # drawn in this request, as none is stored yet
+    assert sent == [("fleet.draw", (server_id,))]  # one drawing queued, not one per read
+    assert QueuedWork.objects.get(kind=DRAWING, key=server_id).queued_at is not None
+
+    assert tasks.draw(server_id) == "True"  # the worker's task body
+    monkeypatch.setattr(Snapshot, "to_domain", topology_never_read)
+    graph = reader.get("/api/v1/servers/nvl72-01/graph/")
+    stored = reader.get("/api/v1/servers/nvl72-01/export/gres/")
+
+    assert graph.status_code == 200
+    assert sum(e["data"].get("kind") == "gpu" for e in graph.json()["elements"]) == 72
+    assert stored.content == gres.content
+    assert QueuedWork.objects.get(kind=DRAWING, key=server_id).queued_at is None
+
+
+def test_store_exports_draws_only_what_is_missing() -> None:
+    done = ingest_report(
+        hostname="h200-02",
+        topo_text=(FIXTURES / "topo_01_h200-8gpu-12nic-numaid.txt").read_text(),
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+    )
+    server = Server.objects.select_related("latest_snapshot__topology_class").get(pk=done.server.pk)
+    snapshot = server.latest_snapshot
+    assert snapshot is not None
+    topology = snapshot.to_domain()
+    assert drawings.store_exports(server, snapshot, topology) == len(EXPORT_FORMATS)
+    assert drawings.store_exports(server, snapshot, topology) == 0
+    SnapshotExport.objects.filter(fmt="gres").update(code="old")
+    assert drawings.store_exports(server, snapshot, topology) == 1
+    assert SnapshotExport.objects.count() == len(EXPORT_FORMATS)
