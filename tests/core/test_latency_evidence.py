@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from tests.core.topo_fixtures import fixture_text
-from topoweb.core.catalogue import P2P_COPY_LATENCY_US, STAGED_COPY_LATENCY_US
+from topoweb.core.catalogue import (
+    COPY_LATENCY,
+    LAUNCH_US_PER_GPU,
+    P2P_COPY_LATENCY_US,
+    STAGED_COPY_LATENCY_US,
+    copy_latency_prior,
+)
 from topoweb.core.costs import (
     build_model,
     calibrate_from_nccl,
@@ -42,14 +48,48 @@ def _off_diagonal(matrix: tuple[tuple[float, ...], ...]) -> list[float]:
     return [v for i, row in enumerate(matrix) for j, v in enumerate(row) if i != j]
 
 
-def test_without_a_latency_matrix_a_copy_takes_the_published_prior_and_says_so() -> None:
+def test_without_a_latency_matrix_a_copy_takes_its_generations_published_prior_and_says_so() -> (
+    None
+):
     model = build_model(_topo("topo_09"), ADA)
-    assert copy_latency(model, 0, 1) == P2P_COPY_LATENCY_US
-    assert copy_latency(build_model(_topo("topo_09"), ADA, p2p="off"), 0, 1) == (
-        STAGED_COPY_LATENCY_US
-    )
+    prior = copy_latency_prior(model.hardware.generation)
+    assert (prior.p2p_us, prior.staged_us) == (1.3, 11.0)
+    assert copy_latency(model, 0, 1) == prior.p2p_us
+    assert copy_latency(build_model(_topo("topo_09"), ADA, p2p="off"), 0, 1) == prior.staged_us
     cost = collective_cost(model, "copy", [0, 1], 4)
-    assert any(a.startswith("copy latency uncalibrated") and "+-50%" in a for a in cost.assumed)
+    assert any(
+        a.startswith("copy latency uncalibrated") and "+-20%" in a and "dbkinghorn" in a
+        for a in cost.assumed
+    )
+
+
+def test_the_copy_latency_prior_follows_the_gpu_generation_not_the_link() -> None:
+    hopper = build_model(_topo("topo_22"), "NVIDIA H100 80GB HBM3")
+    assert copy_latency(hopper, 0, 1) == COPY_LATENCY["Hopper"].p2p_us
+    # A generation without a published latency matrix of its own takes the fallback, wide band.
+    volta = build_model(_topo("topo_12"), "Tesla V100-SXM2-32GB")
+    assert copy_latency(volta, 0, 1) == P2P_COPY_LATENCY_US
+    assert copy_latency_prior(volta.hardware.generation).staged_us == STAGED_COPY_LATENCY_US
+    cost = collective_cost(volta, "copy", [0, 1], 4)
+    assert any("+-50%" in a for a in cost.assumed)
+
+
+def test_every_copy_latency_names_where_it_was_published() -> None:
+    for name, prior in COPY_LATENCY.items():
+        assert "https://" in prior.source or "not recorded" in prior.source, name
+        assert 0 < prior.p2p_us < prior.staged_us and 0 < prior.band <= 0.5, name
+
+
+def test_one_thread_driving_n_gpus_reproduces_the_published_dgx_a100_small_message_times() -> None:
+    # nccl-tests#123 (DGX-A100, all_reduce 8-128 B, -g N): the run LAUNCH_US_PER_GPU comes from.
+    published = {2: 10.0, 3: 13.76, 4: 16.88, 5: 20.8, 6: 25.2, 7: 29.5, 8: 33.7}
+    model = build_model(_topo("topo_26"), "NVIDIA A100-SXM4-80GB")
+    for n, measured in published.items():
+        cost = collective_cost(model, "all_reduce", range(n), 8, gpus_per_thread=n)
+        assert cost.time_us == pytest.approx(measured, rel=0.08), n
+    alone = collective_cost(model, "all_reduce", range(8), 8)
+    eight = collective_cost(model, "all_reduce", range(8), 8, gpus_per_thread=8)
+    assert eight.time_us - alone.time_us == pytest.approx(7 * LAUNCH_US_PER_GPU)
 
 
 def test_a_servers_own_latency_matrices_calibrate_its_copies() -> None:

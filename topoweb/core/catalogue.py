@@ -129,15 +129,97 @@ def staged_copy_share(gen: int) -> CopyShare:
 
 # The default PCIe P2P share (Gen3's), for callers that do not know the generation.
 P2P_PCIE_EFFICIENCY = PCIE_P2P_SHARE[3].share
-# Fixed cost of one peer copy, as p2pBandwidthLatencyTest's GPU latency matrices time it:
-# 1.8-2.3 us with P2P and 11-20 us staged through the host on a published 4-GPU NVLink
-# server (https://github.com/NVIDIA/cuda-samples/issues/230). A server's own latency matrix
-# replaces these (calibrate_from_p2p); without one, answers carry COPY_LATENCY_BAND.
+# Fixed cost of one small peer copy, as p2pBandwidthLatencyTest's GPU latency matrices time it
+# (100 back-to-back 16-byte cudaMemcpyPeerAsync on one stream, GPU events, the host queueing
+# behind a blocked stream; cuda-samples p2pBandwidthLatencyTest.cu outputLatencyMatrix). That
+# time is the copy engine's own per-copy work, set by the GPU generation and its driver: on
+# every published matrix a peer copy over NVLink or PCIe P2P takes about what a copy inside one
+# GPU takes (the diagonal), so the link adds little. Without P2P the driver stages the copy
+# through pinned host memory: two copy-engine copies (device to host, host to device) and a
+# hand-off between the two GPUs through host memory, 10-24 us on every published matrix.
+# A server's own latency matrix replaces these (calibrate_from_p2p); answers without one say
+# so with the band.
+
+
+@dataclass(frozen=True)
+class CopyLatency:
+    """One generation's published GPU-side latency of a small peer copy: with P2P (NVLink or
+    PCIe), staged through the host without it, the relative band the published cells spread
+    over, and the source."""
+
+    p2p_us: float
+    staged_us: float
+    band: float
+    source: str
+
+
+_KINGHORN = (
+    "https://github.com/dbkinghorn/Notes "
+    "2023/NV-4090-P2P/NVIDIAmultiGPU-RTX4090-Issues-vs-RTX6000Ada-RTX3090.md"
+)
+# Keyed by Generation.name first, then by family (the name before "-").
+COPY_LATENCY: dict[str, CopyLatency] = {
+    "Pascal-NVLink": CopyLatency(
+        1.35,
+        15.0,
+        0.5,
+        "4x P100 NVLink p2pBandwidthLatencyTest: P2P 1.31-1.39 us (public GitHub notes found "
+        "by exact search, repository not recorded by the index); staged: the fallback's 15 us",
+    ),
+    "Ampere": CopyLatency(
+        2.75,
+        21.0,
+        0.25,
+        "A100 p2pBandwidthLatencyTest GPU latency: 8x A100-SXM4-80GB NVSwitch P2P 2.72-3.33 us, "
+        "staged 15.8-23.7 (public GitHub notes, repository not recorded by the index); 4x A100 "
+        "80GB PCIe with NVLink bridges P2P 2.22-2.32, staged 11.7-21.9, "
+        "https://github.com/sushruta/sushruta.github.io "
+        "content/post/03302024-nvlink-and-gpu/index.md",
+    ),
+    "Ada": CopyLatency(
+        1.3,
+        11.0,
+        0.2,
+        f"2x RTX 6000 Ada (Threadripper Pro, Gen4): P2P 1.28-1.29 us, staged 10.84-11.07; 2x "
+        f"RTX 4090 on the same host staged 10.48-10.49, {_KINGHORN}",
+    ),
+    "Hopper": CopyLatency(
+        2.8,
+        16.5,
+        0.2,
+        "8x H100 80GB HBM3 (HGX, NVSwitch) p2pBandwidthLatencyTest: P2P 2.26-3.35 us (median "
+        "2.78), staged 14.1-19.2 (public GitHub notes, repository not recorded by the index)",
+    ),
+    "Blackwell-consumer": CopyLatency(
+        2.0,
+        12.8,
+        0.5,
+        "2x RTX 5090 (no P2P on GeForce): staged 12.75-12.87 us, "
+        "https://github.com/NVIDIA/nccl-tests/issues/287; P2P: the fallback's 2 us",
+    ),
+}
+# Generations without a published matrix of their own: a 4-GPU NVLink server's (GPU model not
+# named) 1.8-2.3 us with P2P and 11-20 us staged, https://github.com/NVIDIA/cuda-samples/issues/230;
+# older drivers have shown 5-7 us with P2P, hence the wide band.
 P2P_COPY_LATENCY_US = 2.0
 STAGED_COPY_LATENCY_US = 15.0
-# Relative band of those priors: published GPU latencies run from about half to twice them
-# across drivers and platforms (the same issue's spread, and older drivers' 5-7 us).
 COPY_LATENCY_BAND = 0.5
+_FALLBACK_COPY_LATENCY = CopyLatency(
+    P2P_COPY_LATENCY_US,
+    STAGED_COPY_LATENCY_US,
+    COPY_LATENCY_BAND,
+    "no published latency matrix for this generation: a 4-GPU NVLink server's, "
+    "https://github.com/NVIDIA/cuda-samples/issues/230",
+)
+
+
+def copy_latency_prior(generation: Generation) -> CopyLatency:
+    """The published small-copy latency of a GPU generation (its own, its family's, or the
+    fallback with its wide band)."""
+    family = generation.name.split("-")[0]
+    return COPY_LATENCY.get(generation.name, COPY_LATENCY.get(family, _FALLBACK_COPY_LATENCY))
+
+
 # Relative band of NCCL's published latencies as small-message times: NCCL's tuning model
 # plans with them; measured small-message rows replace them (calibrate_from_nccl).
 LATENCY_PRIOR_BAND = 0.3
@@ -152,12 +234,14 @@ HOST_PINNED_EFFICIENCY = 0.88
 # reading leg weighs 1.5 per byte (nccl_11: 2x RTX 2080 Ti without P2P, 4.0 GB/s busbw on a
 # Gen3 switch uplink NCCL rates at 12).
 SHM_READ_WEIGHT = 1.5
-# What one more GPU's kernel launch costs the host thread that drives it (cudaLaunchKernel
-# plus NCCL's enqueue). With one GPU per process the launch overlaps the previous call; with
-# nccl-tests -g N one thread issues N launches in a row and the collective cannot finish
-# before the last, so the small-message floor grows by this much per extra GPU (nccl_06:
-# 32 us at -g 8, nccl_15: 61 us at -g 12, nccl_11: 12 us at -g 2, nccl_08: 26 us at 8).
-LAUNCH_US_PER_GPU = 3.2
+# What each GPU beyond the first adds to a call when one host thread drives several (nccl-tests
+# -g N: the thread issues NCCL's enqueue and a kernel launch per GPU, and the collective cannot
+# finish before its last GPU's kernel starts). Published: DGX-A100 all_reduce of 8-128 B, one
+# thread driving N GPUs, 10.0 / 13.8 / 16.9 / 20.8 / 25.2 / 29.5 / 33.7 us for N = 2..8
+# (https://github.com/NVIDIA/nccl-tests/issues/123); less NCCL's own Ring LL latency over
+# NVLink (6.6 + 2 (N-1) x 0.6 us, tuning.cc) that leaves 2.2-2.7 us per extra GPU, 2.55 by
+# least squares. Faster hosts and newer NCCL issue faster, older ones slower.
+LAUNCH_US_PER_GPU = 2.55
 # RDMA NICs deliver ~92 % of their line rate to NCCL (nccl_03: 22.1 GB/s all_gather busbw
 # over a 200 Gb/s ConnectX-7; 400 Gb/s InfiniBand rails typically show 46-48 of 50).
 NET_EFFICIENCY = 0.92

@@ -10,11 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from topoweb.core.catalogue import (
-    COPY_LATENCY_BAND,
     LATENCY_PRIOR_BAND,
     LAUNCH_US_PER_GPU,
-    P2P_COPY_LATENCY_US,
-    STAGED_COPY_LATENCY_US,
+    copy_latency_prior,
 )
 from topoweb.core.costs.copies import copy_variant
 from topoweb.core.costs.model import CostModel
@@ -451,9 +449,10 @@ def _assumptions(model: CostModel, copy: bool, best: Variant, p: int) -> tuple[s
             f"(P2P) or x {eff['staged_copy']:g} staged ({legs}); sources in the catalogue"
         )
         if COPY_LATENCY_KEY not in model.calibration.alpha_us:
+            prior = copy_latency_prior(hw.generation)
             out.append(
-                f"copy latency uncalibrated: P2P {P2P_COPY_LATENCY_US:g} us, staged "
-                f"{STAGED_COPY_LATENCY_US:g} us, +-{COPY_LATENCY_BAND:.0%} (no latency matrix)"
+                f"copy latency uncalibrated: P2P {prior.p2p_us:g} us, staged "
+                f"{prior.staged_us:g} us, +-{prior.band:.0%} (no latency matrix; {prior.source})"
             )
     else:
         out.append(f"NCCL {hw.generation.arch} tuning constants (NCCL 2.30 tuning.cc)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from topoweb.core.catalogue import P2P_COPY_LATENCY_US, STAGED_COPY_LATENCY_US
+from topoweb.core.catalogue import copy_latency_prior
 from topoweb.core.costs.records import COPY_LATENCY_KEY, STAGED_LATENCY_KEY, Variant, transfer_us
 
 if TYPE_CHECKING:
@@ -16,13 +16,14 @@ if TYPE_CHECKING:
 
 def copy_latency(model: CostModel, a: int, b: int) -> float:
     """The fixed time (us) of one peer copy from GPU a to GPU b, whatever its size: the
-    server's own latency matrix where a calibration carries it, else the published prior."""
-    # Crossing sockets adds no visible time to one copy: the API's own overhead dwarfs the
-    # socket hop (NCCL's steps, which wait on every hop, pay it; see collectives).
+    server's own latency matrix where a calibration carries it, else the published prior of
+    the GPU generation (catalogue.COPY_LATENCY): the copy engine's per-copy work dominates, so
+    the prior depends on the generation, not on the link."""
     measured = model.calibration.alpha_us
+    prior = copy_latency_prior(model.hardware.generation)
     if model.copy_transport((a, b)) == "staged":
-        return measured.get(STAGED_LATENCY_KEY, STAGED_COPY_LATENCY_US)
-    return measured.get(COPY_LATENCY_KEY, P2P_COPY_LATENCY_US)
+        return measured.get(STAGED_LATENCY_KEY, prior.staged_us)
+    return measured.get(COPY_LATENCY_KEY, prior.p2p_us)
 
 
 def copy_band(model: CostModel, a: int, b: int) -> float:
