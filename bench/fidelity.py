@@ -29,6 +29,7 @@ from topoweb.core.costs import (  # noqa: E402
     p2p_matrix,
     p2p_status_from_text,
 )
+from topoweb.core.costs.records import SMALL_MESSAGE_BYTES  # noqa: E402
 from topoweb.core.formats import parse_text  # noqa: E402
 from topoweb.core.model import NcclRun, P2PResult, Topology  # noqa: E402
 
@@ -218,10 +219,6 @@ def _sweeps() -> list[SweepCase]:
     ]
 
 
-# Under this many bytes a row is latency-bound: it goes to the latency slice.
-SMALL_BYTES = 64 << 10
-
-
 def sweep_rows() -> list[Row]:
     rows: list[Row] = []
     for case in _sweeps():
@@ -237,7 +234,7 @@ def sweep_rows() -> list[Row]:
             )
             if model.nodes > 1:
                 kind = "multi-node"
-            elif row.bytes < SMALL_BYTES:
+            elif row.bytes < SMALL_MESSAGE_BYTES:
                 kind = "latency"
             elif any("shared memory" in t for t in cost.transports):
                 kind = "SHM"

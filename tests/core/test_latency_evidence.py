@@ -5,6 +5,7 @@ uncalibrated and give the prior's band."""
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,42 @@ def test_small_message_rows_calibrate_a_collectives_latency() -> None:
     small = collective_cost(fitted, "all_reduce", [0, 1], 8)
     assert not any(a.startswith("latency uncalibrated") for a in small.assumed)
     assert small.calibrated
+
+
+def _nccl_06_rows(keep: object) -> NcclRun:
+    run = _parsed("nccl_06")
+    assert isinstance(run, NcclRun)
+    return replace(run, rows=tuple(r for r in run.rows if keep(r.bytes)))  # type: ignore[operator]
+
+
+def test_a_run_of_small_messages_alone_calibrates_the_latency_and_leaves_the_bandwidth() -> None:
+    small = _nccl_06_rows(lambda n: n < 64 << 10)
+    model = build_model(_topo("topo_26"), "NVIDIA A100-SXM4-40GB")
+    cal = calibrate_from_nccl(model, small)
+    assert cal.scale == {} and set(cal.alpha_us) == {"nvlink"}
+    fitted = calibrated(model, cal)
+    measured = statistics.median(r.out_of_place.time_us or 0.0 for r in small.rows)
+    tiny = collective_cost(fitted, "all_reduce", range(8), 8)
+    assert tiny.time_us == pytest.approx(measured, rel=0.03)
+    assert any(a.startswith("latency measured") for a in tiny.assumed)
+    assert not any(a.startswith("latency uncalibrated") for a in tiny.assumed)
+    # Latency-bound rows say nothing of the bandwidth: large messages price as before.
+    big, plain = (collective_cost(m, "all_reduce", range(8), 1 << 30) for m in (fitted, model))
+    assert big.busbw_gbps == pytest.approx(plain.busbw_gbps, rel=0.01)
+    assert not big.calibrated
+
+
+def test_a_run_of_large_messages_alone_calibrates_the_bandwidth_not_the_latency() -> None:
+    large = _nccl_06_rows(lambda n: n >= 64 << 20)
+    model = build_model(_topo("topo_26"), "NVIDIA A100-SXM4-40GB")
+    cal = calibrate_from_nccl(model, large)
+    assert set(cal.scale) == {"nvlink"} and cal.alpha_us == {}
+    tiny = collective_cost(calibrated(model, cal), "all_reduce", range(8), 8)
+    assert any(a.startswith("latency uncalibrated") for a in tiny.assumed)
+
+
+def test_a_run_with_one_large_size_and_no_small_rows_cannot_calibrate() -> None:
+    one = _nccl_06_rows(lambda n: n == 1 << 30)
+    model = build_model(_topo("topo_26"), "NVIDIA A100-SXM4-40GB")
+    with pytest.raises(ValueError, match="under 64 KiB"):
+        calibrate_from_nccl(model, one)

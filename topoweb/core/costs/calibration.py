@@ -12,6 +12,7 @@ from topoweb.core.costs.model import CostModel, with_options
 from topoweb.core.costs.records import (
     COPY_LATENCY_KEY,
     RING_STEPS,
+    SMALL_MESSAGE_BYTES,
     STAGED_LATENCY_KEY,
     Calibration,
 )
@@ -47,8 +48,9 @@ def fit_alpha_beta(points: Sequence[tuple[float, float]]) -> tuple[float, float]
 def calibrate_from_nccl(
     model: CostModel, run: NcclRun, gpus: Sequence[int] | None = None
 ) -> Calibration:
-    """Fit a and B from a nccl-tests sweep on `gpus` (default: the run's devices), and turn
-    them into a capacity scale and per-hop latency for the class that limited the run."""
+    """Calibrate the class that limited a nccl-tests sweep on `gpus` (default: the run's
+    devices): its rows from 64 KiB up give the bus bandwidth B (a capacity scale), its rows
+    under 64 KiB the fixed time a (a latency per ring step), each only where the run has them."""
     if run.failed or not run.rows:
         raise ValueError("this nccl-tests run has no usable rows")
     if run.collective not in RING_STEPS:
@@ -74,14 +76,11 @@ def calibrate_from_nccl(
     pts = [
         (float(r.bytes), float(r.out_of_place.time_us))
         for r in run.rows
-        if r.out_of_place.time_us is not None and r.bytes > 0
+        if r.out_of_place.time_us is not None and r.out_of_place.time_us > 0 and r.bytes > 0
     ]
-    a_fit, b_line = fit_alpha_beta(pts)
     steps, factor = RING_STEPS[run.collective]
-    b_fit = b_line * factor(p)
-    a_step = a_fit / steps(p)
-    # The fit above uses the ring (pairwise, point-to-point) step counts, so the bandwidth it
-    # corrects must be that algorithm's, even where another would win at this size.
+    # The fit uses the ring (pairwise, point-to-point) step counts, so the bandwidth it corrects
+    # must be that algorithm's, even where another would win at this size.
     algorithm = {"alltoall": "pairwise", "sendrecv": "p2p" if p == 2 else "ring"}.get(
         run.collective, "ring"
     )
@@ -91,14 +90,32 @@ def calibrate_from_nccl(
     if algorithm == "ring" and base.protocol != "Simple":
         base = collective_cost(model, run.collective, key, 1 << 30, algorithm, protocol="Simple")
     cls = base.bottleneck_class
-    scale = b_fit / base.bandwidth_gbps * model.calibration.scale.get(cls, 1.0)
+    # Small rows are latency-bound and large rows bandwidth-bound: each sets only its own term,
+    # so a run of small messages alone calibrates the latency without a meaningless bandwidth
+    # (and a run of large messages alone the bandwidth without a meaningless latency).
+    small = [(n, t) for n, t in pts if n < SMALL_MESSAGE_BYTES]
+    large = [(n, t) for n, t in pts if n >= SMALL_MESSAGE_BYTES]
+    scale: dict[str, float] = {}
+    alpha: dict[str, float] = {}
+    words: list[str] = []
+    bus = base.bandwidth_gbps
+    if len({n for n, _ in large}) >= 2:
+        _, b_line = fit_alpha_beta(large)
+        bus = b_line * factor(p)
+        scale[cls] = bus / base.bandwidth_gbps * model.calibration.scale.get(cls, 1.0)
+        words.append(f"B={bus:.1f} GB/s")
+    if small:
+        fixed = statistics.median(t - n * factor(p) / (bus * 1e3) for n, t in small)
+        alpha[cls] = max(fixed, 0.0) / steps(p)
+        words.append(f"a={alpha[cls]:.2f} us per step from {len(small)} rows under 64 KiB")
+    if not words:
+        raise ValueError(
+            "calibration needs rows under 64 KiB (latency) or two sizes from 64 KiB up (bandwidth)"
+        )
     return Calibration(
-        {cls: scale},
-        {cls: a_step},
-        (
-            f"nccl-tests {run.collective} on GPUs {list(key)}: "
-            f"a={a_step:.2f} us per step, B={b_fit:.1f} GB/s ({cls})",
-        ),
+        scale,
+        alpha,
+        (f"nccl-tests {run.collective} on GPUs {list(key)}: {', '.join(words)} ({cls})",),
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from topoweb.core.catalogue import (
     LATENCY_PRIOR_BAND,
@@ -406,6 +406,8 @@ def collective_cost(
             variants.append(_calibrated_ring(model, collective, tuple(sorted(key)), nbytes))
         else:
             variants.extend(_nccl_variants(model, collective, key, nbytes, None, gpus_per_thread))
+            launch = (gpus_per_thread - 1) * LAUNCH_US_PER_GPU
+            variants = _with_measured_latency(model, collective, key, variants, launch)
     if algorithm is not None or protocol is not None:
         chosen = [
             v
@@ -423,6 +425,28 @@ def collective_cost(
     else:
         best = min(variants, key=lambda v: v.time_us)
     return _result(model, collective, key, nbytes, best, variants)
+
+
+def _with_measured_latency(
+    model: CostModel,
+    collective: str,
+    key: tuple[int, ...],
+    variants: list[Variant],
+    launch: float = 0.0,
+) -> list[Variant]:
+    """NCCL's variants with their latency replaced by the measured one where small-message runs
+    calibrated the latency of the ring's class but no large ones its bandwidth: the ring's
+    steps times the measured latency per step (plus `launch`), NCCL's bandwidths kept."""
+    if model.nodes > 1 or collective not in RING_STEPS or not model.calibration.alpha_us:
+        return variants
+    channels = model.ring_channels(tuple(sorted(key)))
+    rate = model.solo_rate(model.channel_load(channels))
+    cls = model.resources[rate.bottleneck].cls
+    if cls not in model.calibration.alpha_us:
+        return variants
+    steps, _ = RING_STEPS[collective]
+    lat = launch + steps(len(key)) * model.alpha(ring_flows(channels[0][0]))
+    return [replace(v, time_us=v.time_us - v.alpha + lat, alpha=lat) for v in variants]
 
 
 def _calibrated_class(model: CostModel, key: tuple[int, ...]) -> bool:
@@ -456,11 +480,15 @@ def _assumptions(model: CostModel, copy: bool, best: Variant, p: int) -> tuple[s
             )
     else:
         out.append(f"NCCL {hw.generation.arch} tuning constants (NCCL 2.30 tuning.cc)")
-        if not model.calibration.alpha_us.keys() & {"nvlink", "pcie", "network"}:
+        cls = model.resources[best.bottleneck].cls if best.bottleneck >= 0 else ""
+        measured = model.calibration.alpha_us.get(cls)
+        if measured is None:
             out.append(
                 "latency uncalibrated: NCCL's published latencies, "
                 f"+-{LATENCY_PRIOR_BAND:.0%} (no small-message run of this server or class)"
             )
+        else:
+            out.append(f"latency measured: {measured:.2f} us per step over {cls}")
         out.append(
             f"{LAUNCH_US_PER_GPU:g} us per extra GPU one host thread launches (nccl-tests -g N)"
         )
@@ -599,7 +627,8 @@ def _group_variants(
         return _sendrecv_ring(model, key, nbytes, rate, 1)
     if _calibrated_class(model, key):
         return [_calibrated_ring(model, collective, tuple(sorted(key)), nbytes, rate)]
-    return _nccl_variants(model, collective, key, nbytes, rate)
+    variants = _nccl_variants(model, collective, key, nbytes, rate)
+    return _with_measured_latency(model, collective, key, variants)
 
 
 # Relative margin on a bound's rate: it is computed in another order than the priced rate,

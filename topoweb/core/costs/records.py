@@ -34,6 +34,9 @@ BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
 # 8 B .. 8 GiB, doubling: the sweep nccl-tests users run.
 STANDARD_SIZES: tuple[int, ...] = tuple(2**k for k in range(3, 34))
 CALIBRATION_CLASSES = ("nvlink", "pcie", "socket")
+# nccl-tests rows under this size are latency-bound (8 B - 32 KiB in a default sweep): they
+# calibrate a class's latency, larger rows its bandwidth, and the fidelity bench's latency slice.
+SMALL_MESSAGE_BYTES = 64 << 10
 # Calibration.alpha_us keys of one peer copy's fixed time (us), P2P and staged through the host.
 COPY_LATENCY_KEY = "copy"
 STAGED_LATENCY_KEY = "copy_staged"
