@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from topoweb.core.catalogue import LAUNCH_US_PER_GPU
 from topoweb.core.costs.collectives import collective_cost
 from topoweb.core.costs.model import CostModel, with_options
 from topoweb.core.costs.records import (
@@ -105,7 +106,10 @@ def calibrate_from_nccl(
         scale[cls] = bus / base.bandwidth_gbps * model.calibration.scale.get(cls, 1.0)
         words.append(f"B={bus:.1f} GB/s")
     if small:
-        fixed = statistics.median(t - n * factor(p) / (bus * 1e3) for n, t in small)
+        # With one thread driving several GPUs (nccl-tests -g N) the rows carry that thread's
+        # launches (catalogue.LAUNCH_US_PER_GPU): the harness's, not the class's latency.
+        launch = ((run.n_gpus or 1) - 1) * LAUNCH_US_PER_GPU
+        fixed = statistics.median(t - launch - n * factor(p) / (bus * 1e3) for n, t in small)
         alpha[cls] = max(fixed, 0.0) / steps(p)
         words.append(f"a={alpha[cls]:.2f} us per step from {len(small)} rows under 64 KiB")
     if not words:

@@ -403,7 +403,9 @@ def collective_cost(
         measured = model.nodes == 1 and _calibrated_class(model, key)
         if measured:
             # A measured sweep already folds NCCL's own choices into its fitted line.
-            variants.append(_calibrated_ring(model, collective, tuple(sorted(key)), nbytes))
+            ring = _calibrated_ring(model, collective, tuple(sorted(key)), nbytes)
+            launch = (gpus_per_thread - 1) * LAUNCH_US_PER_GPU
+            variants.append(replace(ring, time_us=ring.time_us + launch, alpha=ring.alpha + launch))
         else:
             variants.extend(_nccl_variants(model, collective, key, nbytes, None, gpus_per_thread))
             launch = (gpus_per_thread - 1) * LAUNCH_US_PER_GPU
