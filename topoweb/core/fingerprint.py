@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,6 +39,23 @@ def topology_fingerprint(topo: Topology) -> str:
     form = canonical_form(topo)
     payload = json.dumps(form, separators=(",", ":"), sort_keys=True)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+# A fleet reports the same few wirings over and over: each one's fingerprint is worked out once
+# per process, kept by its wiring digest (which covers every device and link the fingerprint
+# reads); a topology as the key would be hashed, all its links, on every report.
+_FINGERPRINTS: dict[str, str] = {}
+_FINGERPRINTS_KEPT = 1024
+
+
+def fingerprint_of_wiring(topo: Topology, wiring: str) -> str:
+    """topology_fingerprint(topo), where `wiring` is wiring_sha256 of topo's document."""
+    found = _FINGERPRINTS.get(wiring)
+    if found is None:
+        found = topology_fingerprint(topo)
+        if len(_FINGERPRINTS) < _FINGERPRINTS_KEPT:
+            _FINGERPRINTS[wiring] = found
+    return found
 
 
 def wiring_sha256(document: Mapping[str, Any]) -> str:
@@ -88,6 +107,14 @@ def canonical_order(topo: Topology) -> tuple[str, ...]:
         for i in automorphism.canonical_order(quotient, colours)
         for m in members[i]
     )
+
+
+def nvlink_summary(topology: Topology) -> str:
+    """NVLink bundles between GPU pairs, e.g. "NV1 x8, NV2 x8"; empty without NVLink."""
+    # Every class counted in C, then the NVLink ones kept: a 576-GPU domain has 165,600 pairs.
+    counts = Counter(map(operator.attrgetter("link_class"), topology.gpu_links()))
+    nvlink = [(cls, n) for cls, n in counts.items() if nvlink_count(cls)]
+    return ", ".join(f"{cls} x{n}" for cls, n in sorted(nvlink, key=lambda kv: int(kv[0][2:])))
 
 
 def describe_links(topo: Topology) -> str:

@@ -3,7 +3,6 @@ transaction, then tell the apps built on the fleet: after_new_snapshot), and cre
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import secrets
@@ -18,14 +17,19 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
-from django.db.models import Case, JSONField, Q, Value, When
+from django.db.models import Case, JSONField, Q, Subquery, Value, When
 from django.db.models.functions import Cast
 from django.utils import timezone
 
 from topoweb.config import limits
 from topoweb.config.celery_app import enqueue_together
 from topoweb.core.costs import build_model, calibrate_from_nccl, calibrate_from_p2p
-from topoweb.core.fingerprint import describe_links, topology_fingerprint, wiring_sha256
+from topoweb.core.fingerprint import (
+    describe_links,
+    fingerprint_of_wiring,
+    nvlink_summary,
+    wiring_sha256,
+)
 from topoweb.core.formats import ParseError, detect_format, parse_text
 from topoweb.core.formats.nvbandwidth import to_p2p
 from topoweb.core.formats.nvml import (
@@ -287,7 +291,8 @@ def _store_report(report: _Report) -> Ingested:
             gpu_model = previous.gpu_model
         sku_name = _sku_name(server, report.host)
         _one_ingest_per_sku_at_a_time(sku_name)
-        topology_class = _topology_class(topology, sku_name, gpu_model, report.document)
+        summary = nvlink_summary(topology)
+        topology_class, new_class = _topology_class(report, sku_name, gpu_model, summary)
         snapshot = Snapshot.objects.create(
             server=server,
             content_sha256=report.digest,
@@ -307,11 +312,15 @@ def _store_report(report: _Report) -> Ingested:
             gpu_model=gpu_model,
             gpu_memory_bytes=smallest_gpu_memory(report.nvml),
             nvlink_domain=nvlink_domain(report.nvml),
-            has_nvlink=any(link.is_nvlink for link in topology.gpu_links()),
-            nvlink_summary=nvlink_summary(topology),
+            has_nvlink=bool(summary),
+            nvlink_summary=summary,
             warning_count=len(topology.warnings),
         )
         snapshot.document = report.document  # as read back, not the expression it was sent as
+        if new_class:  # its document is the snapshot's: copied in the database, not sent again
+            TopologyClass.objects.filter(pk=topology_class.pk).update(
+                document=Subquery(Snapshot.objects.filter(pk=snapshot.pk).values("document"))
+            )
         _store_report_benchmarks(server, snapshot, report)
         update_fields = ["last_seen_at", "sku_name"]
         server.last_seen_at = now
@@ -600,14 +609,6 @@ def refresh_sku_drift(sku_name: str) -> None:
     )
 
 
-def nvlink_summary(topology: Topology) -> str:
-    """NVLink bundles between GPU pairs, e.g. "NV1 x8, NV2 x8"; empty without NVLink."""
-    counts = Counter(link.link_class for link in topology.gpu_links() if link.is_nvlink)
-    return ", ".join(
-        f"{cls} x{n}" for cls, n in sorted(counts.items(), key=lambda kv: int(kv[0][2:]))
-    )
-
-
 def _parse_benchmark(index: int | None, item: BenchmarkInput) -> ParsedBenchmark:
     where = f"benchmarks[{index}] ({item.kind}): " if index is not None else ""
     if item.kind not in BENCHMARK_KINDS:
@@ -750,10 +751,6 @@ def _sku_name(server: Server, host: dict[str, Any] | None) -> str:
     return server.sku_name
 
 
-# A fleet reports the same few wirings over and over: each one's fingerprint is worked out once.
-_fingerprint = functools.lru_cache(maxsize=1024)(topology_fingerprint)
-
-
 # A report's class, as the ingest reads it when it exists (most reports): the names it may
 # fill in, not the class's topology document.
 def _topology_class_names(fingerprint: str) -> TopologyClass | None:
@@ -763,9 +760,12 @@ def _topology_class_names(fingerprint: str) -> TopologyClass | None:
 
 
 def _topology_class(
-    topology: Topology, sku_name: str, gpu_model: str, document: dict[str, Any]
-) -> TopologyClass:
-    fingerprint = _fingerprint(topology)
+    report: _Report, sku_name: str, gpu_model: str, summary: str
+) -> tuple[TopologyClass, bool]:
+    """The report's class, and whether it is new: then its document is a placeholder until
+    the caller copies the snapshot's into it, in the same transaction."""
+    topology, document = report.topology, report.document
+    fingerprint = fingerprint_of_wiring(topology, report.wiring)
     found = _topology_class_names(fingerprint)
     if found is not None:
         topology_class, created = found, False
@@ -774,11 +774,11 @@ def _topology_class(
             fingerprint=fingerprint,
             defaults={
                 "sku_name": sku_name,
-                "document": _document_json(document),  # as the snapshot's: orjson's text
+                "document": {},
                 "gpu_count": len(topology.gpus),
                 "nic_count": len(topology.nics),
                 "gpu_model": gpu_model,
-                "nvlink_summary": nvlink_summary(topology),
+                "nvlink_summary": summary,
                 "description": describe_links(topology),
             },
         )
@@ -794,4 +794,4 @@ def _topology_class(
         for name, value in missing.items():
             setattr(topology_class, name, value)
         topology_class.save(update_fields=list(missing))
-    return topology_class
+    return topology_class, created

@@ -618,13 +618,13 @@ _LINK_CACHE_LIMIT = 1 << 16
 _device = functools.lru_cache(maxsize=1 << 16)(Device)
 
 
-def _new_link(key: tuple[str, str, str]) -> Link:
-    link = _links.get(key)
-    if link is None:
-        link = Link(*key)
-        if len(_links) < _LINK_CACHE_LIMIT:
-            _links[key] = link
-    return link
+def _new_links(keys: list[tuple[str, str, str]]) -> list[Link]:
+    """A matrix not (all) seen before: every link made anew, each pair once (a per-link
+    look-up first cost more than making them), kept for the next report while there is room."""
+    links = list(itertools.starmap(Link, keys))
+    if len(_links) + len(keys) <= _LINK_CACHE_LIMIT:
+        _links.update(zip(keys, links, strict=True))
+    return links
 
 
 def _build(
@@ -670,10 +670,11 @@ def _build(
         ends_a += [a] * (len(ids) - n - 1)
         ends_b += ids[n + 1 :]
         classes += cells[n + 1 :] if in_order else map(cells.__getitem__, positions[n + 1 :])
+    keys = list(zip(ends_a, ends_b, classes, strict=True))
     try:
-        links = list(map(_link_of, zip(ends_a, ends_b, classes, strict=True)))
+        links = list(map(_link_of, keys))
     except KeyError:
-        links = list(map(_new_link, zip(ends_a, ends_b, classes, strict=True)))
+        links = _new_links(keys)
     # What Topology's checks would refuse, this reader has already refused with the line at
     # fault: labels are distinct and X only on the diagonal (_check_square_and_symmetric),
     # every other cell is a canonical class (_split_cells), one link per pair (built above).
