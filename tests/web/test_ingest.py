@@ -536,12 +536,13 @@ def test_two_odd_servers_of_a_sku_reporting_at_once_both_get_201(
     spans: list[tuple[str, float, float]] = []
     original = services.refresh_sku_drift
 
-    def slow_refresh(sku_name: str) -> None:
+    def slow_refresh(sku_name: str) -> list[int]:
         # Runs with the SKU's turn held: a second ingest of the SKU must wait for it to end.
         started = time.monotonic()
         time.sleep(0.3)
-        original(sku_name)
+        changed = original(sku_name)
         spans.append((threading.current_thread().name, started, time.monotonic()))
+        return changed
 
     monkeypatch.setattr(services, "refresh_sku_drift", slow_refresh)
     statuses: dict[str, int] = {}

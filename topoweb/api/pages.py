@@ -19,7 +19,6 @@ from rest_framework.views import APIView
 from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis.models import Analysis
 from topoweb.analysis.serializers import FindingGroupSerializer, FindingSerializer
-from topoweb.api.reads import ServerSummarySerializer
 from topoweb.config.api import READ_ERRORS
 from topoweb.config.limits import LimitExceeded
 from topoweb.core.health.groups import group_documents
@@ -29,6 +28,7 @@ from topoweb.fleet.models import Benchmark, Server
 from topoweb.health import selectors as health_selectors
 from topoweb.health import services as health_services
 from topoweb.health.assessment import step_us
+from topoweb.health.documents import ServerSummarySerializer
 
 BENCHMARK_ROWS = 12
 MiB = 1 << 20

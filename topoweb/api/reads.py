@@ -9,7 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import OuterRef, QuerySet, Subquery
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
+from django.http import Http404
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -18,8 +19,6 @@ from rest_framework.views import APIView
 from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis.serializers import (
     AnalysisSerializer,
-    FindingGroupSerializer,
-    FindingSerializer,
 )
 from topoweb.config.answers import answer_once
 from topoweb.config.api import (
@@ -29,43 +28,17 @@ from topoweb.config.api import (
     WindowCountPagination,
 )
 from topoweb.config.renderers import dumps, raw_json
-from topoweb.core.gpunames import gpu_family
 from topoweb.core.health import KINDS, SEVERITIES
-from topoweb.core.health.groups import group_documents
 from topoweb.fleet import selectors, services
 from topoweb.fleet.models import Server, Snapshot
+from topoweb.health import documents
 from topoweb.health import selectors as health_selectors
-
-
-class ServerSummarySerializer(serializers.Serializer):
-    hostname = serializers.CharField()
-    sku = serializers.CharField(source="sku_name")
-    labels = serializers.DictField()
-    gpu_model = serializers.CharField(source="latest_snapshot.gpu_model", allow_null=True)
-    gpu_family = serializers.SerializerMethodField(
-        help_text="The GPU part's one name for lists (`A100` for `A100-SXM-80GB`, `A100 SXM4`, "
-        "...); empty when no model was reported; `gpu_model` is the name as reported"
-    )
-    gpu_count = serializers.IntegerField(source="latest_snapshot.gpu_count", allow_null=True)
-    nic_count = serializers.IntegerField(source="latest_snapshot.nic_count", allow_null=True)
-    has_nvlink = serializers.BooleanField(source="latest_snapshot.has_nvlink", allow_null=True)
-    nvlink_summary = serializers.CharField(source="latest_snapshot.nvlink_summary", allow_null=True)
-    health = serializers.SerializerMethodField()
-    findings_count = serializers.SerializerMethodField()
-    fingerprint = serializers.CharField(source="topology_class.fingerprint", allow_null=True)
-    latest_snapshot_id = serializers.IntegerField(allow_null=True)
-    last_seen_at = serializers.DateTimeField(allow_null=True)
-
-    def get_gpu_family(self, server: Server) -> str:
-        snapshot = server.latest_snapshot
-        return gpu_family(snapshot.gpu_model if snapshot is not None else "")
-
-    @extend_schema_field(serializers.ChoiceField(choices=health_selectors.HEALTH_STATES))
-    def get_health(self, server: Server) -> str:
-        return health_selectors.server_health(server)
-
-    def get_findings_count(self, server: Server) -> int:
-        return health_selectors.findings_count(server)
+from topoweb.health.documents import (
+    ServerDetailSerializer,
+    ServerSummarySerializer,
+    SnapshotDetailSerializer,
+    SnapshotSummarySerializer,
+)
 
 
 class ServerFilterSerializer(serializers.Serializer):
@@ -112,7 +85,7 @@ def _servers(request: Request) -> QuerySet[Server]:
     filters = {k: v for k, v in wanted.items() if k not in _HEALTH_FILTERS}
     health = {k: v for k, v in wanted.items() if k in _HEALTH_FILTERS}
     return health_selectors.filter_by_health(
-        selectors.server_summaries(selectors.ServerFilters(**filters)), **health
+        selectors.servers(selectors.ServerFilters(**filters)), **health
     )
 
 
@@ -123,43 +96,13 @@ class ServerListApi(APIView):
         responses={200: ServerSummarySerializer(many=True), **READ_ERRORS},
     )
     def get(self, request: Request) -> Response:
-        return _paginated(
-            request, self, _servers(request), ServerSummarySerializer, WindowCountPagination
-        )
+        # Each row is the server's stored summary (health.documents), joined as text.
+        paginator = WindowCountPagination()
+        page = paginator.paginate_queryset(documents.summaries(_servers(request)), request, self)
+        return paginator.get_paginated_response(raw_json(documents.summary_texts(page or [])))
 
     # drf-spectacular reads pagination from here to describe the envelope.
     pagination_class = Pagination
-
-
-class SnapshotSummarySerializer(serializers.Serializer):
-    id = serializers.IntegerField()
-    captured_at = serializers.DateTimeField()
-    received_at = serializers.DateTimeField()
-    source = serializers.CharField()  # type: ignore[assignment]  # a field, not Field.source
-    collector_version = serializers.CharField()
-    content_sha256 = serializers.CharField()
-    gpu_count = serializers.IntegerField()
-    nic_count = serializers.IntegerField()
-    gpu_model = serializers.CharField()
-    has_nvlink = serializers.BooleanField()
-    nvlink_summary = serializers.CharField()
-    warning_count = serializers.IntegerField()
-    fingerprint = serializers.CharField(source="topology_class.fingerprint")
-
-
-class SnapshotDetailSerializer(SnapshotSummarySerializer):
-    hostname = serializers.CharField(source="server.hostname")
-    document = serializers.JSONField()
-    raw_text = serializers.CharField()
-    nvml = serializers.JSONField(allow_null=True)
-    host = serializers.JSONField(allow_null=True)
-
-
-class ServerSnapshotSerializer(SnapshotDetailSerializer):
-    """The server detail's snapshot: its document served as the stored text (the deferred
-    `document` itself stays loadable for the GPU order)."""
-
-    document = serializers.JSONField(source="document_raw")
 
 
 class TopologyClassSerializer(serializers.Serializer):
@@ -171,55 +114,6 @@ class TopologyClassSerializer(serializers.Serializer):
     nvlink_summary = serializers.CharField()
     description = serializers.CharField()
     server_count = serializers.IntegerField()
-
-
-class ServerDetailSerializer(ServerSummarySerializer):
-    created_at = serializers.DateTimeField()
-    findings = serializers.SerializerMethodField()
-    groups = serializers.SerializerMethodField(
-        help_text="The findings grouped by cause (one per cause, most severe first), each with "
-        "its pairs"
-    )
-    findings_checked = serializers.SerializerMethodField(
-        help_text="The health checks have judged the current snapshot: only then does an "
-        "empty `findings` mean nothing was found"
-    )
-    snapshot = ServerSnapshotSerializer(source="latest_snapshot", allow_null=True)
-    analysis = serializers.SerializerMethodField()
-    snapshot_count = serializers.IntegerField()
-    benchmark_count = serializers.IntegerField()
-
-    @extend_schema_field(FindingSerializer(many=True))
-    def get_findings(self, server: Server) -> list[dict[str, Any]]:
-        return _findings_of(server)
-
-    @extend_schema_field(FindingGroupSerializer(many=True))
-    def get_groups(self, server: Server) -> list[dict[str, Any]]:
-        return group_documents(_findings_of(server))
-
-    def get_findings_checked(self, server: Server) -> bool:
-        return health_selectors.findings_checked(server)
-
-    @extend_schema_field(AnalysisSerializer(allow_null=True))
-    def get_analysis(self, server: Server) -> Any:
-        snapshot = server.latest_snapshot
-        return _analysis_json(
-            server.analysis_id,  # type: ignore[attr-defined]
-            server.analysis_updated_at,  # type: ignore[attr-defined]
-            server.topology_class_id,
-            snapshot.content_sha256 if snapshot is not None else None,
-            server.document_text,  # type: ignore[attr-defined]
-        )
-
-
-def _findings_of(server: Server) -> list[dict[str, Any]]:
-    """The server's findings, read once for the two fields that show them (the findings and
-    their groups): one query, not two."""
-    found: list[dict[str, Any]] | None = getattr(server, "findings_read", None)
-    if found is None:
-        found = health_selectors.server_findings(server)
-        server.findings_read = found  # type: ignore[attr-defined]
-    return found
 
 
 def _analysis_json(
@@ -272,17 +166,28 @@ def _current_analysis_key() -> dict[str, Any]:
 
 
 def server_detail(hostname: str) -> Any:
-    """ServerDetailSerializer's answer for a server: one query for the server with its latest
-    snapshot, class, health and counts, its findings, and the class's analysis served as the
-    JSON text kept for its version."""
-    server = selectors.server_detail(hostname, **_current_analysis_key())
-    snapshot = server.latest_snapshot
+    """ServerDetailSerializer's answer for a server: its stored detail (health.documents) read
+    in one query with the latest snapshot's stored texts, served unchanged, and the class's
+    analysis served as the JSON text kept for its version."""
+    row = documents.stored_detail(hostname, **_current_analysis_key())
+    if row is None:
+        raise Http404(f"no server named {hostname!r}")
+    detail = documents.detail_document(row)
+    detail["last_seen_at"] = raw_json(documents.seen_json(row["last_seen_at"]))
+    snapshot = detail["snapshot"]
     if snapshot is not None:
-        # The stored JSON columns are served as the text they are stored as.
-        snapshot.nvml = raw_json(server.nvml_text)  # type: ignore[attr-defined]
-        snapshot.host = raw_json(server.host_text)  # type: ignore[attr-defined]
-        snapshot.document_raw = raw_json(server.document_text)  # type: ignore[attr-defined]
-    return ServerDetailSerializer(server).data
+        snapshot["document"] = raw_json(row["document_text"])
+        snapshot["raw_text"] = row["raw_text"]
+        snapshot["nvml"] = raw_json(row["nvml_text"])
+        snapshot["host"] = raw_json(row["host_text"])
+    detail["analysis"] = _analysis_json(
+        row["analysis_id"],
+        row["analysis_updated_at"],
+        row["topology_class_id"],
+        row["content_sha256"],
+        row["document_text"],
+    )
+    return detail
 
 
 class ServerDetailApi(APIView):

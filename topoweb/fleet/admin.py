@@ -1,11 +1,12 @@
 """Admin pages of the fleet, for operators (token revocation, labels)."""
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
 from django.contrib import admin
 
-from topoweb.fleet import retention
+from topoweb.fleet import changes, retention
 from topoweb.fleet.models import (
     ApiToken,
     AuditEvent,
@@ -17,15 +18,48 @@ from topoweb.fleet.models import (
 )
 
 
+def _servers_of(objects: Iterable[Any]) -> list[int]:
+    """The servers whose stored documents show these rows (a server, or a row of one, or a
+    topology class: its servers)."""
+    ids: list[int] = []
+    for obj in objects:
+        if isinstance(obj, Server):
+            ids.append(obj.pk)
+        elif isinstance(obj, TopologyClass):
+            ids += obj.servers.values_list("pk", flat=True)
+        else:
+            ids.append(obj.server_id)
+    return ids
+
+
+class DocumentsFollow(admin.ModelAdmin):
+    """Staff's edits and deletions of rows a server's stored documents show: the documents
+    are written again in the same transaction (fleet.changes)."""
+
+    def save_model(self, request: Any, obj: Any, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        changes.servers_changed(_servers_of([obj]))
+
+    def delete_model(self, request: Any, obj: Any) -> None:
+        ids = _servers_of([obj])
+        super().delete_model(request, obj)
+        changes.servers_changed(ids)
+
+    def delete_queryset(self, request: Any, queryset: Any) -> None:
+        ids = _servers_of(queryset)
+        super().delete_queryset(request, queryset)
+        changes.servers_changed(ids)
+
+
 @admin.register(Server)
-class ServerAdmin(admin.ModelAdmin):
+class ServerAdmin(DocumentsFollow):
     list_display = ("hostname", "sku_name", "differs_from_sku", "last_seen_at")
     search_fields = ("hostname", "sku_name")
     raw_id_fields = ("latest_snapshot", "topology_class")
 
 
 @admin.register(Snapshot)
-class SnapshotAdmin(admin.ModelAdmin):
+class SnapshotAdmin(DocumentsFollow):
     list_display = ("server", "captured_at", "source", "gpu_count", "gpu_model", "nvlink_summary")
     raw_id_fields = ("server", "topology_class", "uploaded_by")
     change_list_template = "admin/fleet/snapshot/change_list.html"  # with the retention counts
@@ -60,13 +94,13 @@ class AuditEventAdmin(admin.ModelAdmin):
 
 
 @admin.register(Benchmark)
-class BenchmarkAdmin(admin.ModelAdmin):
+class BenchmarkAdmin(DocumentsFollow):
     list_display = ("server", "kind", "captured_at", "collective", "avg_busbw_gbps")
     raw_id_fields = ("server", "snapshot", "uploaded_by")
 
 
 @admin.register(TopologyClass)
-class TopologyClassAdmin(admin.ModelAdmin):
+class TopologyClassAdmin(DocumentsFollow):
     list_display = ("fingerprint", "sku_name", "gpu_model", "gpu_count", "nvlink_summary")
 
 

@@ -16,6 +16,7 @@ from django.core.cache import cache
 from django.db import transaction
 
 from topoweb.core.retention import snapshots_to_keep
+from topoweb.fleet import changes
 from topoweb.fleet.models import Benchmark, Server, Snapshot
 
 LAST_PRUNE_KEY = "topoweb:fleet:last-prune"
@@ -69,8 +70,11 @@ def prune_snapshots() -> int:
     deleted = 0
     for start in range(0, len(doomed), 1000):
         with transaction.atomic():
-            _, by_model = Snapshot.objects.filter(pk__in=doomed[start : start + 1000]).delete()
+            chunk = Snapshot.objects.filter(pk__in=doomed[start : start + 1000])
+            servers = set(chunk.values_list("server_id", flat=True))
+            _, by_model = chunk.delete()
             deleted += by_model.get("fleet.Snapshot", 0)
+            changes.servers_changed(servers)  # their snapshot and benchmark counts
     cache.set(LAST_PRUNE_KEY, {"at": time.time(), "deleted": deleted}, timeout=None)
     return deleted
 

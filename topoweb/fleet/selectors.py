@@ -15,13 +15,9 @@ from django.db.models import (
     Count,
     F,
     Model,
-    OuterRef,
     Q,
     QuerySet,
-    Subquery,
-    TextField,
 )
-from django.db.models.functions import Cast, Coalesce
 from django.http import Http404
 from django.utils import timezone
 
@@ -141,30 +137,10 @@ def server_list(filters: ServerFilters) -> QuerySet[Server]:
     return _filtered(qs, filters)
 
 
-# What a server list row shows (api.reads.ServerSummarySerializer) and sorts by: a page of
-# rows carries no other column (each one read is built into a model field value per row).
-SUMMARY_COLUMNS = (
-    "hostname",
-    "sku_name",
-    "labels",
-    "differs_from_sku",
-    "last_seen_at",
-    "latest_snapshot",
-    "latest_snapshot__gpu_model",
-    "latest_snapshot__gpu_count",
-    "latest_snapshot__nic_count",
-    "latest_snapshot__has_nvlink",
-    "latest_snapshot__nvlink_summary",
-    "topology_class",
-    "topology_class__fingerprint",
-    "health__critical_count",
-    "health__warning_count",
-)
-
-
-def server_summaries(filters: ServerFilters) -> QuerySet[Server]:
-    """server_list's servers with only the columns of a list row (SUMMARY_COLUMNS)."""
-    return server_list(filters).only(*SUMMARY_COLUMNS)
+def servers(filters: ServerFilters) -> QuerySet[Server]:
+    """The servers the filters match, in their order, with nothing joined but what a filter or
+    the ordering reads: for a caller that takes its own columns (the list's stored rows)."""
+    return _filtered(Server.objects.all(), filters)
 
 
 def _filtered(qs: QuerySet[Server, Any], filters: ServerFilters) -> QuerySet[Server, Any]:
@@ -224,49 +200,6 @@ def usual_topology_class_id(sku_name: str) -> int | None:
     if not ranked or (len(ranked) == 2 and ranked[0]["n"] == ranked[1]["n"]):
         return None
     return int(ranked[0]["topology_class"])
-
-
-def _stored_counts_and_texts() -> dict[str, Any]:
-    """How many snapshots and benchmarks a server has stored, and its latest snapshot's
-    document and facts as the text they are stored as (the detail serves them unchanged)."""
-    snapshots = Snapshot.objects.filter(server=OuterRef("pk")).order_by().values("server")
-    benchmarks = Benchmark.objects.filter(server=OuterRef("pk")).order_by().values("server")
-    return {
-        "snapshot_count": Coalesce(Subquery(snapshots.annotate(n=Count("id")).values("n")), 0),
-        "benchmark_count": Coalesce(Subquery(benchmarks.annotate(n=Count("id")).values("n")), 0),
-        "nvml_text": Cast("latest_snapshot__nvml", TextField()),
-        "host_text": Cast("latest_snapshot__host", TextField()),
-        "document_text": Cast("latest_snapshot__document", TextField()),
-    }
-
-
-def server_detail(hostname: str, **more: Any) -> Server:
-    """Everything the server detail answer shows but its findings and analysis, in one query,
-    as model objects for ServerDetailSerializer: the latest snapshot with its class, the health
-    counts, how many snapshots and benchmarks are stored, and the snapshot's document and
-    facts as the text they are stored as (`document_text`, `nvml_text`, `host_text`), since
-    the answer serves them unchanged; `more`: a caller's own annotations. Http404 without a
-    server."""
-    server = (
-        Server.objects.select_related("latest_snapshot__topology_class", "topology_class", "health")
-        .defer(
-            "latest_snapshot__nvml",
-            "latest_snapshot__host",
-            "latest_snapshot__document",
-            "latest_snapshot__topology_class__document",
-            "topology_class__document",
-            *HEALTH_DOCUMENTS,
-        )
-        .annotate(**_stored_counts_and_texts(), **more)
-        .filter(hostname=hostname)
-        .order_by()
-        .first()
-    )
-    if server is None:
-        raise Http404(f"no server named {hostname!r}")
-    if server.latest_snapshot is not None:
-        server.latest_snapshot.server = server  # the snapshot's hostname, without a query
-    return server
 
 
 def snapshot_history(server: Server) -> QuerySet[Snapshot]:

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
-from django.db.models import Case, JSONField, Q, Subquery, Value, When
+from django.db.models import JSONField, Subquery, Value
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -42,6 +42,8 @@ from topoweb.core.formats.nvml import (
 )
 from topoweb.core.merge import merge_sources
 from topoweb.core.model import NcclRun, NvbandwidthRun, P2PResult, Topology
+from topoweb.fleet import changes
+from topoweb.fleet.drift import refresh_sku_drift
 from topoweb.fleet.models import (
     ApiToken,
     Benchmark,
@@ -56,7 +58,6 @@ from topoweb.fleet.selectors import (
     hostname_match,
     mark_used,
     needs_mark,
-    usual_topology_class_id,
 )
 
 BENCHMARK_KINDS = (
@@ -331,9 +332,10 @@ def _store_report(report: _Report) -> Ingested:
             server.topology_class = topology_class
             update_fields += ["latest_snapshot", "topology_class"]
         server.save(update_fields=update_fields)
-        refresh_sku_drift(sku_name)
+        drifted = refresh_sku_drift(sku_name)
         for snapshot_hook in _AFTER_SNAPSHOT:
             snapshot_hook(server, snapshot)
+        changes.servers_changed([server.pk, *drifted])
     return Ingested(server=server, created=True, snapshot=snapshot)
 
 
@@ -489,11 +491,13 @@ def ingest_benchmark(
         benchmark, created = _store_benchmark(
             server, server.latest_snapshot, kind, text, parsed, source, uploaded_by, captured_at
         )
-        _touch(server, timezone.now())
+        server.last_seen_at = timezone.now()
+        server.save(update_fields=["last_seen_at"])
         if created:  # the same output uploaded twice at once is stored, and judged, once
             _learn_gpu_model(server.latest_snapshot, parsed)
             for benchmark_hook in _AFTER_BENCHMARK:
                 benchmark_hook(server, benchmark)
+        changes.servers_changed([server.pk])
     return Ingested(server=server, created=created, benchmark=benchmark)
 
 
@@ -590,25 +594,6 @@ def _one_ingest_per_sku_at_a_time(sku_name: str) -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"sku:{sku_name}"])
 
 
-def refresh_sku_drift(sku_name: str) -> None:
-    """Flag the servers of a SKU whose wiring differs from the SKU's most common topology class."""
-    if not sku_name:
-        return
-    usual = usual_topology_class_id(sku_name)
-    members = Server.objects.filter(sku_name=sku_name)
-    if usual is None:
-        members.filter(differs_from_sku=True).update(differs_from_sku=False)
-        return
-    # Only rows whose flag changes, in one statement: fewer row locks, and no write at all in
-    # the common case.
-    differs = Q(topology_class__isnull=False) & ~Q(topology_class=usual)
-    members.filter(
-        (differs & Q(differs_from_sku=False)) | (Q(topology_class=usual) & Q(differs_from_sku=True))
-    ).update(
-        differs_from_sku=Case(When(topology_class=usual, then=Value(False)), default=Value(True))
-    )
-
-
 def _parse_benchmark(index: int | None, item: BenchmarkInput) -> ParsedBenchmark:
     where = f"benchmarks[{index}] ({item.kind}): " if index is not None else ""
     if item.kind not in BENCHMARK_KINDS:
@@ -696,11 +681,6 @@ def calibration_document(
     except ValueError as exc:
         return {"skipped": str(exc)}
     return calibration.to_document()
-
-
-def _touch(server: Server, now: datetime) -> None:
-    server.last_seen_at = now
-    server.save(update_fields=["last_seen_at"])
 
 
 def _gpu_model(facts: NvmlFacts | None, hint: str, benchmarks: Sequence[ParsedBenchmark]) -> str:

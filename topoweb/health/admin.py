@@ -1,4 +1,5 @@
-"""Admin pages of the health checks: staff edit SKU expectations; evaluations are read-only."""
+"""Admin pages of the health checks: staff edit SKU expectations; evaluations and findings are
+edited rarely, and a server's stored documents follow (fleet.admin.DocumentsFollow)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from django.contrib import admin
 from django.contrib.auth.models import User
 from django.http import HttpRequest
 
+from topoweb.fleet.admin import DocumentsFollow
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
 from topoweb.health.services import save_expectation
 
@@ -25,7 +27,7 @@ class SkuExpectationAdmin(admin.ModelAdmin):
 
 
 @admin.register(ServerHealth)
-class ServerHealthAdmin(admin.ModelAdmin):
+class ServerHealthAdmin(DocumentsFollow):
     list_display = ("server", "computed_at", "critical_count", "warning_count")
     raw_id_fields = ("server", "snapshot")
 
@@ -34,7 +36,7 @@ class ServerHealthAdmin(admin.ModelAdmin):
 
 
 @admin.register(HealthFinding)
-class HealthFindingAdmin(admin.ModelAdmin):
+class HealthFindingAdmin(DocumentsFollow):
     list_display = ("server", "kind", "severity", "message")
     list_filter = ("kind", "severity")
     raw_id_fields = ("server",)

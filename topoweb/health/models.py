@@ -107,6 +107,27 @@ class ServerHealth(models.Model):
         return f"health of {self.server_id} at {self.computed_at:%Y-%m-%dT%H:%M}"
 
 
+class ServerDocument(models.Model):
+    """What the API serves about a server, stored as the JSON text it is served as: its row in
+    the server list (`summary`) and its detail (`detail`), each written by health.documents
+    whenever something it shows changes, and read as bytes (no serializer, no model objects).
+
+    Left out, filled in when served: `last_seen_at` (every duplicate report moves it; in the
+    list it is the row's last key), and in the detail the latest snapshot's stored texts
+    (`document`, `raw_text`, `nvml`, `host`, null here) and the class analysis (kept per
+    analysis version, api.reads)."""
+
+    server = models.OneToOneField(
+        Server, primary_key=True, on_delete=models.CASCADE, related_name="documents"
+    )
+    summary = models.TextField()
+    detail = models.TextField()
+    written_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"documents of {self.server_id}"
+
+
 class HealthFinding(models.Model):
     """One finding of a server's latest evaluation; a row each so the fleet list filters on it."""
 

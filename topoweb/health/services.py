@@ -35,7 +35,7 @@ from topoweb.core.health import (
     silence_window,
 )
 from topoweb.core.model import Topology
-from topoweb.fleet import drawings, work
+from topoweb.fleet import changes, drawings, work
 from topoweb.fleet import selectors as fleet_selectors
 from topoweb.fleet.models import Benchmark, Server, Snapshot
 from topoweb.health import selectors
@@ -137,6 +137,7 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
         HealthFinding.objects.bulk_create(
             HealthFinding(server=server, **f.to_document()) for f in findings
         )
+        changes.servers_changed([server.pk])  # its badge, counts and findings
     return health
 
 
@@ -284,6 +285,7 @@ def sweep_silent_collectors(now: datetime | None = None) -> tuple[list[str], lis
         )
         # Their pages read the findings from the assessment: it follows.
         request_assessments([row[0] for row in newly] + [row[1] for row in back])
+        changes.servers_changed([row[0] for row in newly] + [row[1] for row in back])
     return [row[1] for row in newly], [row[2] for row in back]
 
 

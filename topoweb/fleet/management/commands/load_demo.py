@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from topoweb.config.celery_app import wait_for_background
 from topoweb.core.formats import ParseError
+from topoweb.fleet.changes import servers_changed
 from topoweb.fleet.models import Server, Source
 from topoweb.fleet.services import BenchmarkInput, Ingested, ingest_report
 
@@ -92,6 +93,7 @@ class Command(BaseCommand):
                 if server.labels != labels:
                     server.labels = labels
                     server.save(update_fields=["labels"])
+                    servers_changed([server.pk])
                 attached = benchmarks if i == 1 else []
                 try:
                     result = _ingest(hostname, server_text, attached, row)

@@ -1,0 +1,26 @@
+"""The one call every write makes when it changed what a server's stored read documents show
+(its list row and detail: health.documents writes them, registered at start-up by
+HealthConfig.ready, since their shape reads the apps above the fleet)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+DocumentWriter = Callable[[list[int]], None]
+_WRITERS: list[DocumentWriter] = []
+
+
+def writes_documents(writer: DocumentWriter) -> None:
+    """Call `writer(server_ids)` whenever a write changed what these servers' documents show."""
+    if writer not in _WRITERS:
+        _WRITERS.append(writer)
+
+
+def servers_changed(server_ids: Iterable[int]) -> None:
+    """These servers' stored documents are written again now, inside the caller's transaction
+    (a reader never sees the change without its document)."""
+    ids = sorted(set(server_ids))
+    if not ids:
+        return
+    for writer in _WRITERS:
+        writer(ids)

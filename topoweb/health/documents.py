@@ -1,0 +1,274 @@
+"""Each server's stored read documents (ServerDocument): its row in the server list and its
+detail, shaped by the serializers below (the OpenAPI schema's source) when written, and served
+by the API as the stored text. `write_documents` is the one writer, called (through
+fleet.changes) by every write that changes what they show."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, cast
+
+import orjson
+from django.db import transaction
+from django.db.models import Count, F, OuterRef, QuerySet, Subquery, TextField
+from django.db.models.functions import Cast, Coalesce
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from topoweb.analysis.serializers import (
+    AnalysisSerializer,
+    FindingGroupSerializer,
+    FindingSerializer,
+)
+from topoweb.core.gpunames import gpu_family
+from topoweb.core.health.groups import group_documents
+from topoweb.fleet.models import Benchmark, Server, Snapshot
+from topoweb.health import selectors
+from topoweb.health.models import HealthFinding, ServerDocument
+
+
+class ServerSummarySerializer(serializers.Serializer):
+    hostname = serializers.CharField()
+    sku = serializers.CharField(source="sku_name")
+    labels = serializers.DictField()
+    gpu_model = serializers.CharField(source="latest_snapshot.gpu_model", allow_null=True)
+    gpu_family = serializers.SerializerMethodField(
+        help_text="The GPU part's one name for lists (`A100` for `A100-SXM-80GB`, `A100 SXM4`, "
+        "...); empty when no model was reported; `gpu_model` is the name as reported"
+    )
+    gpu_count = serializers.IntegerField(source="latest_snapshot.gpu_count", allow_null=True)
+    nic_count = serializers.IntegerField(source="latest_snapshot.nic_count", allow_null=True)
+    has_nvlink = serializers.BooleanField(source="latest_snapshot.has_nvlink", allow_null=True)
+    nvlink_summary = serializers.CharField(source="latest_snapshot.nvlink_summary", allow_null=True)
+    health = serializers.SerializerMethodField()
+    findings_count = serializers.SerializerMethodField()
+    fingerprint = serializers.CharField(source="topology_class.fingerprint", allow_null=True)
+    latest_snapshot_id = serializers.IntegerField(allow_null=True)
+    # The last key on purpose: the stored row leaves it out and the list appends it.
+    last_seen_at = serializers.DateTimeField(allow_null=True)
+
+    def get_gpu_family(self, server: Server) -> str:
+        snapshot = server.latest_snapshot
+        return gpu_family(snapshot.gpu_model if snapshot is not None else "")
+
+    @extend_schema_field(serializers.ChoiceField(choices=selectors.HEALTH_STATES))
+    def get_health(self, server: Server) -> str:
+        return selectors.server_health(server)
+
+    def get_findings_count(self, server: Server) -> int:
+        return selectors.findings_count(server)
+
+
+class SnapshotSummarySerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    captured_at = serializers.DateTimeField()
+    received_at = serializers.DateTimeField()
+    source = serializers.CharField()  # type: ignore[assignment]  # a field, not Field.source
+    collector_version = serializers.CharField()
+    content_sha256 = serializers.CharField()
+    gpu_count = serializers.IntegerField()
+    nic_count = serializers.IntegerField()
+    gpu_model = serializers.CharField()
+    has_nvlink = serializers.BooleanField()
+    nvlink_summary = serializers.CharField()
+    warning_count = serializers.IntegerField()
+    fingerprint = serializers.CharField(source="topology_class.fingerprint")
+
+
+class SnapshotDetailSerializer(SnapshotSummarySerializer):
+    hostname = serializers.CharField(source="server.hostname")
+    document = serializers.JSONField()
+    raw_text = serializers.CharField()
+    nvml = serializers.JSONField(allow_null=True)
+    host = serializers.JSONField(allow_null=True)
+
+
+class ServerSnapshotSerializer(SnapshotDetailSerializer):
+    """The server detail's snapshot: its stored texts (`document`, `raw_text`, `nvml`, `host`)
+    are filled in when served (SNAPSHOT_TEXTS)."""
+
+
+class ServerDetailSerializer(ServerSummarySerializer):
+    created_at = serializers.DateTimeField()
+    findings = serializers.SerializerMethodField()
+    groups = serializers.SerializerMethodField(
+        help_text="The findings grouped by cause (one per cause, most severe first), each with "
+        "its pairs"
+    )
+    findings_checked = serializers.SerializerMethodField(
+        help_text="The health checks have judged the current snapshot: only then does an "
+        "empty `findings` mean nothing was found"
+    )
+    snapshot = ServerSnapshotSerializer(source="latest_snapshot", allow_null=True)
+    analysis = serializers.SerializerMethodField()
+    snapshot_count = serializers.IntegerField()
+    benchmark_count = serializers.IntegerField()
+
+    @extend_schema_field(FindingSerializer(many=True))
+    def get_findings(self, server: Server) -> list[dict[str, Any]]:
+        return _findings_of(server)
+
+    @extend_schema_field(FindingGroupSerializer(many=True))
+    def get_groups(self, server: Server) -> list[dict[str, Any]]:
+        return group_documents(_findings_of(server))
+
+    def get_findings_checked(self, server: Server) -> bool:
+        return selectors.findings_checked(server)
+
+    @extend_schema_field(AnalysisSerializer(allow_null=True))
+    def get_analysis(self, server: Server) -> Any:
+        return None  # filled in when served: kept per analysis version (api.reads)
+
+
+# The snapshot's stored texts the detail serves unchanged: null in the stored detail, filled in
+# from the snapshot's own columns when served.
+SNAPSHOT_TEXTS = ("document", "raw_text", "nvml", "host")
+
+
+def _findings_of(server: Server) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = getattr(server, "findings_read", [])
+    return found
+
+
+def _servers(server_ids: list[int]) -> QuerySet[Server]:
+    """The servers with everything their documents show but the snapshot's stored texts:
+    latest snapshot and class, health counts, how many snapshots and benchmarks are stored."""
+    snapshots = Snapshot.objects.filter(server=OuterRef("pk")).order_by().values("server")
+    benchmarks = Benchmark.objects.filter(server=OuterRef("pk")).order_by().values("server")
+    return (
+        Server.objects.select_related("latest_snapshot__topology_class", "topology_class", "health")
+        .defer(
+            "latest_snapshot__raw_text",
+            "latest_snapshot__nccl_xml",
+            "latest_snapshot__nvml",
+            "latest_snapshot__host",
+            "latest_snapshot__document",
+            "latest_snapshot__topology_class__document",
+            "topology_class__document",
+            *(f"health__{c}" for c in ("acceptance", "expectations", "document", "gauges")),
+        )
+        .annotate(
+            snapshot_count=Coalesce(Subquery(snapshots.annotate(n=Count("id")).values("n")), 0),
+            benchmark_count=Coalesce(Subquery(benchmarks.annotate(n=Count("id")).values("n")), 0),
+        )
+        .filter(pk__in=server_ids)
+        .order_by("pk")
+    )
+
+
+def _without_seen(document: dict[str, Any]) -> dict[str, Any]:
+    return {k: (None if k == "last_seen_at" else v) for k, v in document.items()}
+
+
+def build_documents(server_ids: Iterable[int]) -> dict[int, tuple[str, str]]:
+    """Each server's (summary, detail) as stored: the serializers' output, without what is
+    filled in when served. Three queries, whatever the number of servers."""
+    servers = list(_servers(sorted(set(server_ids))))
+    findings: dict[int, list[dict[str, Any]]] = {}
+    rows = HealthFinding.objects.filter(server_id__in=[s.pk for s in servers]).order_by("id")
+    for row in rows:
+        findings.setdefault(row.server_id, []).append(row.to_document())
+    built = {}
+    for server in servers:
+        if getattr(server, "health", None) is not None:
+            server.findings_read = findings.get(server.pk, [])  # type: ignore[attr-defined]
+        else:
+            server.findings_read = selectors.server_findings(server)  # type: ignore[attr-defined]
+        snapshot = server.latest_snapshot
+        if snapshot is not None:
+            snapshot.server = server  # the snapshot's hostname, without a query
+            for name in SNAPSHOT_TEXTS:
+                setattr(snapshot, name, None)
+        summary = dict(ServerSummarySerializer(server).data)
+        del summary["last_seen_at"]
+        detail = _without_seen(dict(ServerDetailSerializer(server).data))
+        built[server.pk] = (orjson.dumps(summary).decode(), orjson.dumps(detail).decode())
+    return built
+
+
+def write_documents(server_ids: Iterable[int]) -> None:
+    """Write these servers' documents from what is stored now (registered with
+    fleet.changes). The servers' rows are locked first, in one order, so that two writers of
+    one server (an ingest, the health worker) write one after the other, the later reading
+    what the earlier committed."""
+    ids = sorted(set(server_ids))
+    if not ids:
+        return
+    with transaction.atomic():
+        list(Server.objects.select_for_update().filter(pk__in=ids).order_by("pk").values("pk"))
+        built = build_documents(ids)
+        ServerDocument.objects.bulk_create(
+            [ServerDocument(server_id=k, summary=s, detail=d) for k, (s, d) in built.items()],
+            update_conflicts=True,
+            unique_fields=["server"],
+            update_fields=["summary", "detail", "written_at"],
+        )
+
+
+# --- served ---------------------------------------------------------------------------------
+
+_SEEN = serializers.DateTimeField(allow_null=True)
+
+
+def seen_json(when: datetime | None) -> str:
+    """`last_seen_at` as the serializers write it, as JSON text."""
+    return "null" if when is None else f'"{_SEEN.to_representation(when)}"'
+
+
+def summaries(servers: QuerySet[Server]) -> QuerySet[Server, dict[str, Any]]:
+    """A server list queryset as the rows the list serves: each server's stored summary and
+    its `last_seen_at` (one query per page, the filters and ordering on real columns)."""
+    return cast(
+        QuerySet[Server, dict[str, Any]],
+        servers.values("pk", "last_seen_at", summary=F("documents__summary")),
+    )
+
+
+def summary_texts(rows: Iterable[dict[str, Any]]) -> str:
+    """The JSON array of a page of `summaries` rows, joined as text: each stored summary with
+    its `last_seen_at` as the last key. A server whose document is not written yet (made
+    outside the services) has it built here, not stored."""
+    rows = list(rows)
+    missing = [row["pk"] for row in rows if row["summary"] is None]
+    built = build_documents(missing) if missing else {}
+    parts = []
+    for row in rows:
+        text = row["summary"] if row["summary"] is not None else built[row["pk"]][0]
+        parts.append(f'{text[:-1]},"last_seen_at":{seen_json(row["last_seen_at"])}}}')
+    return "[" + ",".join(parts) + "]"
+
+
+def stored_detail(hostname: str, **more: Any) -> dict[str, Any] | None:
+    """The server's stored detail with what is filled in when served, in one query: its
+    `last_seen_at`, the latest snapshot's stored texts (as text, served unchanged) and content
+    hash, the class; `more`: a caller's own annotations. None without such a server."""
+    snapshot = "latest_snapshot__"
+    found = (
+        Server.objects.filter(hostname=hostname)
+        .values(
+            "pk",
+            "last_seen_at",
+            "topology_class_id",
+            detail=F("documents__detail"),
+            content_sha256=F(f"{snapshot}content_sha256"),
+            raw_text=F(f"{snapshot}raw_text"),
+            document_text=Cast(f"{snapshot}document", TextField()),
+            nvml_text=Cast(f"{snapshot}nvml", TextField()),
+            host_text=Cast(f"{snapshot}host", TextField()),
+            **more,
+        )
+        .order_by()
+        .first()
+    )
+    return cast(dict[str, Any] | None, found)
+
+
+def detail_document(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored_detail row's document, decoded (it is small: the snapshot's texts are not in
+    it) for the caller to fill in; built here, not stored, for a server without one yet."""
+    text = row["detail"]
+    if text is None:
+        text = build_documents([row["pk"]])[row["pk"]][1]
+    document: dict[str, Any] = orjson.loads(text)
+    return document
