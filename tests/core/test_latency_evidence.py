@@ -156,6 +156,23 @@ def test_a_run_of_large_messages_alone_calibrates_the_bandwidth_not_the_latency(
     assert set(cal.scale) == {"nvlink"} and cal.alpha_us == {}
     tiny = collective_cost(calibrated(model, cal), "all_reduce", range(8), 8)
     assert any(a.startswith("latency uncalibrated") for a in tiny.assumed)
+    # ... and prices small messages with NCCL's own latency, as an uncalibrated class does.
+    plain = collective_cost(model, "all_reduce", range(8), 8)
+    assert tiny.calibrated and tiny.time_us == pytest.approx(plain.time_us, rel=0.01)
+
+
+def test_a_copy_latency_matrix_calibrates_copies_not_nccls_steps() -> None:
+    result = _parsed("p2p_05")
+    assert isinstance(result, P2PResult)
+    model = build_model(_topo("topo_09"), ADA)
+    cal = calibrate_from_p2p(model, result)
+    assert set(cal.alpha_us) == {"copy", "copy_staged"}
+    fitted = calibrated(model, cal)
+    small = collective_cost(fitted, "all_reduce", [0, 1], 8)
+    assert any(a.startswith("latency uncalibrated") for a in small.assumed)
+    assert small.time_us == pytest.approx(
+        collective_cost(model, "all_reduce", [0, 1], 8).time_us, rel=0.01
+    )
 
 
 def test_a_run_with_one_large_size_and_no_small_rows_cannot_calibrate() -> None:

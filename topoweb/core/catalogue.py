@@ -315,9 +315,9 @@ SOCKET_LINK_GBPS: dict[str, float] = {
     "AMD xGMI (Zen5)": 32.0,
 }
 
-# Per-hop latency (alpha) in microseconds, DOMAIN.md s2 "Latency orders of magnitude".
-# NVLink takes the top of its 0.3-2 us range: nccl_06 (A100, 8 GPUs) shows ~32 us for a
-# 64-byte all_reduce, i.e. ~2.3 us for each of its 14 ring steps.
+# Per-hop latency (alpha) in microseconds, DOMAIN.md s2 "Latency orders of magnitude", each at
+# the top of its range: what a hop adds where no measurement says (a socket or NIC crossing on a
+# route whose class was measured, exports). Collectives without measured latency take NCCL's own.
 LATENCY_US: dict[str, float] = {
     "nvlink": 2.0,
     "pcie": 2.0,  # PCIe 1-2 us

@@ -125,13 +125,12 @@ def calibrate_from_nccl(
 
 def calibrate_from_p2p(model: CostModel, result: P2PResult) -> Calibration:
     """Per class, the median ratio of measured to predicted unidirectional copy bandwidth
-    (P2P=Enabled matrix) and the median measured GPU latency."""
+    (P2P=Enabled matrix); from the GPU latency matrices, the median fixed time of one copy with
+    P2P and staged through the host."""
     uni = result.matrices.get("unidirectional_p2p_enabled_gbps")
     if uni is None:
         raise ValueError("the p2p result has no unidirectional P2P=Enabled matrix")
-    lat = result.matrices.get("latency_gpu_p2p_enabled_us")
     ratios: dict[str, list[float]] = {}
-    lats: dict[str, list[float]] = {}
     n = len(uni)
     for i in range(n):
         for j in range(n):
@@ -140,13 +139,12 @@ def calibrate_from_p2p(model: CostModel, result: P2PResult) -> Calibration:
             rate = model.solo_rate(model.copy_load([((i, j), 1.0)]), copy=True)
             cls = model.resources[rate.bottleneck].cls
             ratios.setdefault(cls, []).append(uni[i][j] / rate.gbps)
-            if lat is not None:
-                lats.setdefault(cls, []).append(lat[i][j])
     if not ratios:
         raise ValueError("the p2p result shares no GPU pair with this topology")
-    alphas = {c: statistics.median(v) for c, v in lats.items()}
     # One copy's own fixed time, P2P and staged, from the latency matrices: what copies price
-    # in place of the published priors (copy_latency).
+    # in place of the published priors (copy_latency). It is the copy engine's per-copy work,
+    # not the per-step latency of NCCL's kernels, so it calibrates copies only.
+    alphas: dict[str, float] = {}
     for key, name, staged in (
         (COPY_LATENCY_KEY, "latency_gpu_p2p_enabled_us", False),
         (STAGED_LATENCY_KEY, "latency_gpu_p2p_disabled_us", True),

@@ -270,23 +270,26 @@ def nvls_variant(
 def _calibrated_ring(
     model: CostModel, collective: str, gpus: tuple[int, ...], n: int, rate: Rate | None = None
 ) -> Variant:
-    """A measured sweep's fitted line (per-step alpha, scaled B) in the ring's form."""
+    """A measured sweep's fitted line (scaled B, per-step latency) in the ring's form. Where
+    the runs measured the class's bandwidth but not its latency (large messages only, a copy
+    matrix), the latency is NCCL's own at this size, as for an uncalibrated class."""
     p = len(gpus)
     channels = model.ring_channels(gpus)
     order = channels[0][0]
     flows = ring_flows(order)
-    if rate is None:
-        rate = model.solo_rate(model.channel_load(channels))
-    a = model.alpha(flows)
-    b = rate.gbps
+    solo = rate or model.solo_rate(model.channel_load(channels))
+    b = solo.gbps
     steps, factor = RING_STEPS[collective]
+    if model.resources[solo.bottleneck].cls in model.calibration.alpha_us:
+        lat = steps(p) * model.alpha(flows)
+    else:
+        nccl = _nccl_variants(model, collective, gpus, n, rate)
+        lat = min(nccl, key=lambda v: v.time_us).alpha
     if collective in ("broadcast", "reduce"):
         chain = model.solo_rate(model.load((f, 1.0) for f in flows[:-1]))
         b = max(b, chain.gbps)
-        return Variant("chain", steps(p) * a + transfer_us(n, b), order, b, a, chain.bottleneck)
-    return Variant(
-        "ring", steps(p) * a + transfer_us(factor(p) * n, b), order, b, a, rate.bottleneck
-    )
+        return Variant("chain", lat + transfer_us(n, b), order, b, lat, chain.bottleneck)
+    return Variant("ring", lat + transfer_us(factor(p) * n, b), order, b, lat, solo.bottleneck)
 
 
 def _pairwise(
