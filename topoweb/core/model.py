@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from topoweb.core.bulk import collector_paused
+
 DOCUMENT_VERSION = 1
 
 DeviceKind = Literal["gpu", "nic"]
@@ -253,11 +255,13 @@ class Topology:
         return tuple(lnk for lnk in self.links if lnk.a in gpu_ids and lnk.b in gpu_ids)
 
     def to_document(self) -> dict[str, Any]:
+        with collector_paused():  # a dict per link, none in a cycle
+            links = _links_document(self.links)
         doc: dict[str, Any] = {
             "kind": "topology",
             "version": DOCUMENT_VERSION,
             "devices": [d.to_document() for d in self.devices],
-            "links": _links_document(self.links),
+            "links": links,
             "warnings": list(self.warnings),
         }
         if self.details:
@@ -269,7 +273,8 @@ class Topology:
         _check_header(doc, "topology")
         try:
             devices = tuple(Device.from_document(d) for d in doc["devices"])
-            links = tuple(Link(str(x["a"]), str(x["b"]), str(x["class"])) for x in doc["links"])
+            with collector_paused():  # an object per link, none in a cycle
+                links = tuple(Link(str(x["a"]), str(x["b"]), str(x["class"])) for x in doc["links"])
         except (KeyError, TypeError, ValueError) as exc:
             raise DocumentError(f"malformed topology document: {exc}") from exc
         details = doc.get("details") or {}

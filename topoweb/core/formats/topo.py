@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import cast
 
+from topoweb.core.bulk import collector_paused
 from topoweb.core.formats.errors import ParseError
 from topoweb.core.model import (
     DEVICE_NAME,
@@ -93,6 +94,11 @@ class _Row:
 
 def parse(text: str) -> Topology:
     """Read the first `nvidia-smi topo -m` matrix in `text`; ParseError if there is none."""
+    with collector_paused():  # a matrix's cells and links hold no cycles
+        return _parse(text)
+
+
+def _parse(text: str) -> Topology:
     if "\x00" in text:
         line = text[: text.index("\x00")].count("\n") + 1
         raise ParseError("the input is binary, not text", line=line)
