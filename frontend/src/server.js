@@ -224,7 +224,9 @@ function assumedGpu() {
   return null;
 }
 
-function renderSummary(s, analysis, findings) {
+// The badge counts what the fleet list counts (`findings_count`: critical and warning findings),
+// so one server shows one number everywhere; the findings panel below groups them by cause.
+function renderSummary(s, analysis) {
   const parts = [];
   if (s.sku) parts.push(`SKU ${s.sku}`);
   const guess = s.gpu_model ? null : assumedGpu();
@@ -238,7 +240,7 @@ function renderSummary(s, analysis, findings) {
   parts.forEach((p, i) => { if (i) summary.append(" · "); summary.append(...(Array.isArray(p) ? p : [p])); });
   summary.append(" · last seen ", el("span", { class: "age", text: fmtAgo(s.last_seen_at) }));
   const badges = clear($("server-badges"));
-  badges.append(healthBadge(s.health, (findings || []).length));
+  badges.append(healthBadge(s.health, s.findings_count));
   if (analysis) badges.append(el("span", { class: `badge analysis-${analysis.status}`, text: `analysis ${analysis.status}` }));
   if (s.sku) badges.append(el("a", { class: "badge", href: `/compare/?a=${encodeURIComponent(s.sku)}&b=`, text: "compare SKU…" }));
   badges.append(el("a", { class: "badge", href: `/servers/${encodeURIComponent(hostname)}/acceptance/`, text: "acceptance report" }));
@@ -510,7 +512,7 @@ async function main() {
   // An assessment stored before findings were grouped: one group per finding until the worker
   // stores a newer one.
   state.groups ??= (state.findings || []).map((f) => ({ cause: `${f.kind}|${f.devices.join(",")}`, kind: f.kind, severity: f.severity, title: f.message, count: 1, pairs: [f.devices], devices: f.devices, findings: [f] }));
-  renderSummary(state.server, state.analysis, state.groups);
+  renderSummary(state.server, state.analysis);
   renderFindings(state.groups, Boolean(state.graph || state.left_out?.assessment), state.findings_checked, state.gave_up?.health);
   renderReaderWarnings(state.reader_warnings);
   if (state.graph) {

@@ -303,3 +303,22 @@ def test_the_fleet_list_names_each_gpu_part_once_and_keeps_the_raw_name_as_its_t
     assert [cells.nth(i).inner_text() for i in range(2)] == ["8 A100", "8 A100"]
     titles = {cells.nth(i).get_attribute("title") for i in range(2)}
     assert titles == {"A100-SXM-80GB", "NVIDIA A100-SXM4-40GB"}
+
+
+def test_the_fleet_list_and_the_server_page_count_the_same_findings_on_the_badge(
+    page: Page,
+) -> None:
+    """One number per server: the badge counts the findings that make it critical or warning,
+    on the fleet list and on the server's own page alike (info findings explain, not alarm)."""
+    gtx_rig_judged()
+    api = page.request.get(f"/api/v1/servers/{GTX_RIG}/").json()
+    alarming = sum(f["severity"] in ("critical", "warning") for f in api["findings"])
+    assert api["findings_count"] == alarming > 0
+    page.goto("/")
+    wait_for_flag(page, "fleet-ready")
+    row = page.locator("#fleet-table tbody tr", has_text=GTX_RIG)
+    listed = row.locator(".badge").first.inner_text()
+    page.goto(f"/servers/{GTX_RIG}/")
+    wait_for_flag(page, "graph-ready")
+    shown = page.locator("#server-badges .badge").first.inner_text()
+    assert listed.split("·")[-1].strip() == shown.split("·")[-1].strip() == str(alarming)
