@@ -539,3 +539,30 @@ def test_the_migration_fills_the_nvlink_domain_of_snapshots_stored_before_it() -
         "old-tray": "5d1f6b1e-8c4a-4c1b-9d6e-1a2b3c4d5e6f/2",
         "old-box": "",
     }
+
+
+@pytest.mark.django_db
+def test_a_run_of_small_messages_sets_the_servers_latency_and_leaves_its_bandwidth(
+    reader: APIClient,
+) -> None:
+    # nccl_06 cut to its rows under 64 KiB: latency-bound, they say nothing of the bandwidth.
+    lines = fixture_text(A100_NCCL).splitlines()
+    small = "\n".join(
+        line
+        for line in lines
+        if not (line.split() and line.split()[0].isdigit() and int(line.split()[0]) >= 64 << 10)
+    )
+    add("a100-small", A100, benchmarks=[BenchmarkInput("nccl-tests", small)])
+    body = {"collective": "all_reduce", "gpus": list(range(8)), "bytes": 8}
+    tiny = reader.post("/api/v1/servers/a100-small/cost", body, format="json").json()
+    plain = core_cost(A100, list(range(8)), 8)
+    assert any(a.startswith("latency measured") for a in tiny["assumed"])
+    assert not any(a.startswith("latency uncalibrated") for a in tiny["assumed"])
+    assert tiny["time_us"] != plain["time_us"]
+    big = reader.post(
+        "/api/v1/servers/a100-small/cost", {**body, "bytes": 1 << 30}, format="json"
+    ).json()
+    assert big["calibrated"] is False
+    assert big["busbw_gbps"] == pytest.approx(
+        core_cost(A100, list(range(8)), 1 << 30)["busbw_gbps"], rel=0.01
+    )
