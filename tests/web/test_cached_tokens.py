@@ -143,3 +143,37 @@ def test_a_cache_that_is_down_costs_the_database_read_only() -> None:
             hash_token(secret), lambda: ApiToken.objects.select_related("user").get()
         )
     assert found is not None and found.user.username == "sched"
+
+
+@pytest.mark.django_db
+def test_a_read_with_a_kept_token_marked_lately_makes_one_trip_to_the_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The token, its stamp and its last mark in one get_many; nothing else on a list read."""
+    from django.core.cache import caches
+
+    client = bearer(create_api_token("sched"))
+    assert client.get(LIST).status_code == 200  # read, kept and marked
+    # The kept copy's mark is old: only the gate's time says it was marked just now.
+    ApiToken.objects.update(last_used_at=timezone.now() - timedelta(minutes=5))
+    cached_tokens.forget([ApiToken.objects.get().token_sha256])
+    assert client.get(LIST).status_code == 200  # read again with the old mark, and kept
+    trips: list[str] = []
+    inside: list[str] = []  # a backend's get_many may call its own get: one trip
+    backend = caches["default"]
+    for name in ("get", "get_many", "add", "set", "incr", "touch", "delete", "set_many"):
+        original = getattr(backend, name)
+
+        def counted(*args: Any, _name: str = name, _original: Any = original, **kw: Any) -> Any:
+            if not inside:
+                trips.append(_name)
+            inside.append(_name)
+            try:
+                return _original(*args, **kw)
+            finally:
+                inside.pop()
+
+        monkeypatch.setattr(backend, name, counted)
+    assert client.get(LIST).status_code == 200
+    assert trips == ["get_many"]
+    assert AuditEvent.objects.filter(kind="token_used").count() == 1

@@ -69,9 +69,11 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         if found is None:
             raise exceptions.AuthenticationFailed("Unknown or revoked API token.")
         # At most once a minute per token, whichever worker serves it (the token may come
-        # from the cache, whose copy keeps the last_used_at it was read with).
-        if selectors.needs_mark(found, timezone.now()) and cached_tokens.first_mark(
-            found.token_sha256, selectors.LAST_USED_RESOLUTION.total_seconds()
+        # from the cache: its last_used_at is then the later of the copy's and the last
+        # mark's, read in the same round trip).
+        now = timezone.now()
+        if selectors.needs_mark(found, now) and cached_tokens.first_mark(
+            found.token_sha256, selectors.LAST_USED_RESOLUTION.total_seconds(), now
         ):
             access.token_used(request, found)
             selectors.mark_used(found)

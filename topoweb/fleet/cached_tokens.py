@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -38,13 +39,19 @@ def _keys(digest: str) -> tuple[str, str]:
     return f"api-token:stamp:{digest}", f"api-token:row:{digest}"
 
 
+def _mark_key(digest: str) -> str:
+    return f"api-token:marked:{digest}"
+
+
 def active_api_token(digest: str, read: Callable[[], ApiToken | None]) -> ApiToken | None:
     """The token (with its user) of this digest, from the cache when its stamp still holds,
     else `read()` from the database and kept. A cache that cannot be reached costs only the
-    database read."""
+    database read. The time of the token's last mark (first_mark), read in the same round
+    trip, is its `last_used_at` when later than the copy's: a copy kept before the mark still
+    says it is not due for another (selectors.needs_mark)."""
     stamp_key, row_key = _keys(digest)
     try:
-        got = cache.get_many([stamp_key, row_key])
+        got = cache.get_many([stamp_key, row_key, _mark_key(digest)])
     except Exception:  # a cache that is down must not refuse tokens
         log.warning("token cache unreachable; reading the token from the database", exc_info=True)
         return read()
@@ -52,14 +59,24 @@ def active_api_token(digest: str, read: Callable[[], ApiToken | None]) -> ApiTok
     kept = got.get(row_key)
     if kept is not None and kept[0] == stamp:
         token: ApiToken = kept[1]
-        return token
+        return _marked(token, got.get(_mark_key(digest)))
     found = read()
     if found is not None:
         try:
             cache.set(row_key, (stamp, found), KEEP_FOR_S)
         except Exception:
             log.warning("token cache unreachable; token not kept", exc_info=True)
-    return found
+    return _marked(found, got.get(_mark_key(digest)))
+
+
+def _marked(token: ApiToken | None, marked_at: Any) -> ApiToken | None:
+    if (
+        token is not None
+        and isinstance(marked_at, datetime)
+        and (token.last_used_at is None or marked_at > token.last_used_at)
+    ):
+        token.last_used_at = marked_at  # this request's own copy (unpickled, or read now)
+    return token
 
 
 def forget(digests: Iterable[str]) -> None:
@@ -91,12 +108,13 @@ def forget_after_commit(digests: Iterable[str]) -> None:
     transaction.on_commit(lambda: forget(chosen))
 
 
-def first_mark(digest: str, seconds: float) -> bool:
+def first_mark(digest: str, seconds: float, now: datetime) -> bool:
     """Whether this request is the first to mark the token used in `seconds`, across every
-    worker (the kept copy's `last_used_at` is not refreshed by a mark, so it cannot say). A
-    cache that cannot be reached lets the request mark it."""
+    worker (the kept copy's `last_used_at` is not refreshed by a mark: the mark's time, kept
+    for `seconds`, is read with the token instead). A cache that cannot be reached lets the
+    request mark it."""
     try:
-        return bool(cache.add(f"api-token:marked:{digest}", 1, seconds))
+        return bool(cache.add(_mark_key(digest), now, seconds))
     except Exception:
         log.warning("token cache unreachable; marking the token used", exc_info=True)
         return True
