@@ -180,3 +180,36 @@ def test_a_run_with_one_large_size_and_no_small_rows_cannot_calibrate() -> None:
     model = build_model(_topo("topo_26"), "NVIDIA A100-SXM4-40GB")
     with pytest.raises(ValueError, match="under 64 KiB"):
         calibrate_from_nccl(model, one)
+
+
+@pytest.mark.parametrize(
+    ("topo", "gpu", "runs"),
+    [
+        ("topo_04", "NVIDIA GeForce GTX 1070", "p2p_01"),  # a copy matrix: bandwidth only
+        ("topo_26", "NVIDIA A100-SXM4-40GB", "nccl_06 large"),  # large messages only
+    ],
+)
+def test_a_class_measured_in_bandwidth_only_is_faster_per_byte_at_every_larger_size(
+    topo: str, gpu: str, runs: str
+) -> None:
+    """NCCL's variants on the calibrated links, the fastest at each size: the modelled curve
+    rises with the message size (a calibrated ring under the latency of whichever variant won
+    dipped where LL handed over to Simple on the GTX rig's page)."""
+    model = build_model(_topo(topo), gpu)
+    if runs == "p2p_01":
+        result = _parsed("p2p_01")
+        assert isinstance(result, P2PResult)
+        cal = calibrate_from_p2p(model, result)
+    else:
+        cal = calibrate_from_nccl(model, _nccl_06_rows(lambda n: n >= 64 << 20))
+    fitted = calibrated(model, cal)
+    gpus = model.local_order
+    sizes = [1 << k for k in range(3, 31)]
+    busbw = [collective_cost(fitted, "all_reduce", gpus, n).busbw_gbps for n in sizes]
+    assert all(b > 0 for b in busbw)
+    dips = [
+        (sizes[i], busbw[i], busbw[i + 1])
+        for i in range(len(sizes) - 1)
+        if busbw[i + 1] < busbw[i] * 0.999
+    ]
+    assert dips == []

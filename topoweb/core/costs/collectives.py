@@ -270,9 +270,8 @@ def nvls_variant(
 def _calibrated_ring(
     model: CostModel, collective: str, gpus: tuple[int, ...], n: int, rate: Rate | None = None
 ) -> Variant:
-    """A measured sweep's fitted line (scaled B, per-step latency) in the ring's form. Where
-    the runs measured the class's bandwidth but not its latency (large messages only, a copy
-    matrix), the latency is NCCL's own at this size, as for an uncalibrated class."""
+    """A measured sweep's fitted line (scaled B, per-step latency) in the ring's form: only for
+    a class whose runs measured both (`_measured_class`)."""
     p = len(gpus)
     channels = model.ring_channels(gpus)
     order = channels[0][0]
@@ -280,11 +279,7 @@ def _calibrated_ring(
     solo = rate or model.solo_rate(model.channel_load(channels))
     b = solo.gbps
     steps, factor = RING_STEPS[collective]
-    if model.resources[solo.bottleneck].cls in model.calibration.alpha_us:
-        lat = steps(p) * model.alpha(flows)
-    else:
-        nccl = _nccl_variants(model, collective, gpus, n, rate)
-        lat = min(nccl, key=lambda v: v.time_us).alpha
+    lat = steps(p) * model.alpha(flows)
     if collective in ("broadcast", "reduce"):
         chain = model.solo_rate(model.load((f, 1.0) for f in flows[:-1]))
         b = max(b, chain.gbps)
@@ -403,7 +398,7 @@ def collective_cost(
     elif collective == "sendrecv":
         variants.extend(_sendrecv_ring(model, key, nbytes, None, gpus_per_thread))
     else:
-        measured = model.nodes == 1 and _calibrated_class(model, key)
+        measured = model.nodes == 1 and _measured_class(model, key)
         if measured:
             # A measured sweep already folds NCCL's own choices into its fitted line.
             ring = _calibrated_ring(model, collective, tuple(sorted(key)), nbytes)
@@ -454,12 +449,19 @@ def _with_measured_latency(
     return [replace(v, time_us=v.time_us - v.alpha + lat, alpha=lat) for v in variants]
 
 
-def _calibrated_class(model: CostModel, key: tuple[int, ...]) -> bool:
-    if not model.calibration.scale:
+def _measured_class(model: CostModel, key: tuple[int, ...]) -> bool:
+    """Whether runs measured both the bandwidth and the latency of the ring's class, so its
+    fitted line stands for NCCL's choices. Measured in bandwidth only (large messages, a copy
+    matrix), the class is priced by NCCL's own variants on the calibrated links: each keeps its
+    latency and protocol, the fastest wins at each size, and the curve rises with the size (a
+    calibrated ring under the latency of whichever variant wins would jump where LL hands over
+    to Simple)."""
+    if not model.calibration.scale or not model.calibration.alpha_us:
         return False
     channels = model.ring_channels(tuple(sorted(key)))
     rate = model.solo_rate(model.channel_load(channels))
-    return model.is_calibrated(model.resources[rate.bottleneck].cls)
+    cls = model.resources[rate.bottleneck].cls
+    return model.is_calibrated(cls) and cls in model.calibration.alpha_us
 
 
 def _assumptions(model: CostModel, copy: bool, best: Variant, p: int) -> tuple[str, ...]:
@@ -630,7 +632,7 @@ def _group_variants(
         return _sendrecv(model, key, nbytes, rate, 1)
     if collective == "sendrecv":
         return _sendrecv_ring(model, key, nbytes, rate, 1)
-    if _calibrated_class(model, key):
+    if _measured_class(model, key):
         return [_calibrated_ring(model, collective, tuple(sorted(key)), nbytes, rate)]
     variants = _nccl_variants(model, collective, key, nbytes, rate)
     return _with_measured_latency(model, collective, key, variants)
