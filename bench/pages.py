@@ -44,6 +44,8 @@ READS = (
     "/servers/{h}/acceptance/",
     "/api/v1/servers/{h}/export/nccl-xml/",
     "/api/v1/servers/{h}/export/gres/",
+    "/api/v1/topology-classes/{f}/export/nccl-xml/",
+    "/api/v1/topology-classes/{f}/export/gres/",
 )
 
 
@@ -85,6 +87,7 @@ def main() -> None:
             captured_at=timezone.now(),
             source=Source.COLLECTOR,
         )
+        fingerprint = done.snapshot.topology_class.fingerprint
         reads = [path for path in READS if args.only in path]
         start = time.perf_counter()
         if any("/export/" not in path for path in reads):
@@ -95,7 +98,7 @@ def main() -> None:
             what = "worker: the drawings (fleet.draw)"
         print(f"{case:<10} {what:<42} {time.perf_counter() - start:8.2f}", flush=True)
         for path in reads:
-            url = path.format(h=host)
+            url = path.format(h=host, f=fingerprint)
             profiler = cProfile.Profile() if args.profile else None
             start = time.perf_counter()
             if profiler:
@@ -109,7 +112,8 @@ def main() -> None:
             verdict = "ok" if seconds < PAGE_S and response.status_code < 500 else "SLOW"
             status = "" if response.status_code == 200 else f" ({response.status_code})"
             line = (
-                f"{case:<10} {url.replace(host, 'H') + status:<42} {seconds:8.2f} "
+                f"{case:<10} {url.replace(host, 'H').replace(fingerprint, 'F') + status:<42} "
+                f"{seconds:8.2f} "
                 f"{len(body) / 1e6:8.2f}   {verdict}"
             )
             print(line, flush=True)

@@ -18,7 +18,7 @@ from tests import synthetic
 from tests.web.conftest import FIXTURES, report
 from topoweb.core.ecosystem import EXPORT_FORMATS
 from topoweb.fleet import drawings, tasks
-from topoweb.fleet.models import QueuedWork, Server, Snapshot, SnapshotExport, Source
+from topoweb.fleet.models import QueuedWork, Server, Snapshot, SnapshotExport, Source, TopologyClass
 from topoweb.fleet.selectors import DRAWING
 from topoweb.fleet.services import ingest_report
 from topoweb.health.services import evaluate_server
@@ -144,3 +144,60 @@ def test_store_exports_draws_only_what_is_missing() -> None:
     SnapshotExport.objects.filter(fmt="gres").update(code="old")
     assert drawings.store_exports(server, snapshot, topology) == 1
     assert SnapshotExport.objects.count() == len(EXPORT_FORMATS)
+
+
+def class_files(reader: APIClient, fingerprint: str) -> dict[str, tuple[int, bytes, str]]:
+    out = {}
+    for fmt in EXPORT_FORMATS:
+        response = reader.get(f"/api/v1/topology-classes/{fingerprint}/export/{fmt}/")
+        out[fmt] = (
+            response.status_code,
+            response.content,
+            response.get("X-Topoweb-Assumptions", ""),
+        )
+    return out
+
+
+def class_never_read(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("a request read the class's topology to draw an export")
+
+
+def test_a_class_export_is_drawn_by_the_worker_and_served_from_the_cache(
+    collector_client: Any, reader: APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = report("h200-03")
+    assert (
+        collector_client("h200-03").post("/api/v1/reports", body, format="json").status_code == 201
+    )
+    server = Server.objects.select_related("topology_class").get(hostname="h200-03")
+    assert server.topology_class is not None
+    fingerprint = server.topology_class.fingerprint
+    cache.clear()
+    drawn_in_request = class_files(reader, fingerprint)  # a miss: drawn, then kept
+    cache.clear()
+
+    evaluate_server(server.pk)  # the worker draws the class's too
+    monkeypatch.setattr(TopologyClass, "to_domain", class_never_read)
+    served = class_files(reader, fingerprint)
+
+    assert served == drawn_in_request
+    assert all(status == 200 for status, *_ in served.values())
+    assert "placeholders" in served["nccl-xml"][2]  # a class has no bus ids of its own
+
+
+def test_a_class_export_missing_from_the_cache_is_drawn_once_and_kept(
+    reader: APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done = ingest_report(
+        hostname="ring-24",
+        topo_text=synthetic.gpu_ring(24),
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+    )
+    fingerprint = TopologyClass.objects.get(pk=done.snapshot.topology_class_id).fingerprint
+    cache.clear()
+    first = reader.get(f"/api/v1/topology-classes/{fingerprint}/export/gres/")
+    monkeypatch.setattr(TopologyClass, "to_domain", class_never_read)
+    again = reader.get(f"/api/v1/topology-classes/{fingerprint}/export/gres/")
+    assert first.status_code == again.status_code == 200
+    assert again.content == first.content

@@ -48,7 +48,7 @@ class TopologyClassExportApi(APIView):
         responses={(200, "text/plain"): OpenApiTypes.STR, **READ_ERRORS},
     )
     def get(self, request: Request, fingerprint: str, fmt: str) -> HttpResponse:
-        topology_class = selectors.topology_class_by_fingerprint(fingerprint)
+        topology_class = selectors.topology_class_by_fingerprint(fingerprint, document=False)
         return _file_response(drawings.topology_class_export(topology_class, fmt))
 
 

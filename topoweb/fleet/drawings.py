@@ -1,13 +1,16 @@
 """What the worker draws once per snapshot and requests serve as drawn: the exports as files
-(NCCL XML, Slurm gres.conf, Kubernetes labels: SnapshotExport rows) beside the graph
-(fleet.selectors.warm_graph, in the cache). Drawing either reads the whole topology, seconds
-for the largest servers; a request serves the stored file, and draws one itself only when
-none is stored for the current snapshot and core (then it also queues the worker's drawing)."""
+(NCCL XML, Slurm gres.conf, Kubernetes labels: SnapshotExport rows; a topology class's in the
+cache) beside the graph (fleet.selectors.warm_graph, in the cache). Drawing either reads the
+whole topology, seconds for the largest servers; a request serves the stored file, and draws
+one itself only when none is stored for the current snapshot and core (then it also queues
+the worker's drawing)."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
+from django.core.cache import cache
 from django.http import Http404
 
 from topoweb.core.ecosystem import EXPORT_FORMATS, Export, render_export
@@ -52,15 +55,68 @@ def server_export(server: Server, fmt: str) -> Export:
 
 def topology_class_export(topology_class: TopologyClass, fmt: str) -> Export:
     """The same for a topology class: its canonical document, no host facts (so an NCCL XML
-    carries placeholder bus ids, and says so)."""
+    carries placeholder bus ids, and says so). Kept in the cache once drawn (the worker draws
+    them after each report of the class, `warm_class_exports`); a miss draws it here and keeps
+    it. `topology_class` may leave its document deferred: it is read only to draw."""
     _known_format(fmt)
+    key = _class_export_key(topology_class, fmt)
+    found = _cached(key)
+    if found is not None:
+        return found
+    export = _draw_class(topology_class, topology_class.to_domain(), fmt)
+    _keep(key, export)
+    return export
+
+
+def warm_class_exports(topology_class: TopologyClass) -> int:
+    """Draw the class's exports the cache lacks, from its document (worker side); how many."""
+    missing = [f for f in EXPORT_FORMATS if _cached(_class_export_key(topology_class, f)) is None]
+    if not missing:
+        return 0
+    topology = topology_class.to_domain()
+    for fmt in missing:
+        try:
+            export = _draw_class(topology_class, topology, fmt)
+        except Exception:  # noqa: BLE001 - as store_exports: a request draws it and answers
+            log.warning("%s of class %s not drawn", fmt, topology_class.pk, exc_info=True)
+            continue
+        _keep(_class_export_key(topology_class, fmt), export)
+    return len(missing)
+
+
+def _draw_class(topology_class: TopologyClass, topology: Topology, fmt: str) -> Export:
     return render_export(
-        topology_class.to_domain(),
+        topology,
         fmt,
         name=f"class-{topology_class.fingerprint[:12]}",
         fingerprint=topology_class.fingerprint,
         gpu_model=topology_class.gpu_model or None,
     )
+
+
+# A class's document never changes; its GPU model may be learned later (part of the key), and
+# a deploy that changes the core draws anew. Only space expires a drawing.
+CLASS_EXPORT_CACHE_S = 7 * 24 * 3600
+
+
+def _class_export_key(topology_class: TopologyClass, fmt: str) -> str:
+    model = hashlib.sha256(topology_class.gpu_model.encode()).hexdigest()[:16]
+    return f"class-export:{CORE_VERSION}:{topology_class.fingerprint}:{model}:{fmt}"
+
+
+def _cached(key: str) -> Export | None:
+    try:
+        found = cache.get(key)
+    except Exception:  # noqa: BLE001 - a cache that is down costs a drawing, never an answer
+        return None
+    return found if isinstance(found, Export) else None
+
+
+def _keep(key: str, export: Export) -> None:
+    try:
+        cache.set(key, export, timeout=CLASS_EXPORT_CACHE_S)
+    except Exception:  # noqa: BLE001
+        log.warning("class export not kept: the cache is unreachable", exc_info=True)
 
 
 def _known_format(fmt: str) -> None:
@@ -82,8 +138,9 @@ def _draw(server: Server, snapshot: Snapshot, topology: Topology, fmt: str) -> E
 
 def store_exports(server: Server, snapshot: Snapshot, topology: Topology) -> int:
     """Draw and store every export of the snapshot not stored yet by this core (worker side);
-    how many were drawn. `topology`: the snapshot's, already read by the caller. An export
-    that cannot be drawn is left unstored: a request then draws it and answers as it did."""
+    how many were drawn (its class's, kept in the cache, are drawn too where missing).
+    `topology`: the snapshot's, already read by the caller. An export that cannot be drawn is
+    left unstored: a request then draws it and answers as it did."""
     have = set(
         SnapshotExport.objects.filter(
             snapshot=snapshot, code=CORE_VERSION, hostname=server.hostname
@@ -117,6 +174,8 @@ def store_exports(server: Server, snapshot: Snapshot, topology: Topology) -> int
         unique_fields=["snapshot", "fmt"],
         update_fields=["code", "hostname", "filename", "content_type", "body", "warnings"],
     )
+    if snapshot.topology_class is not None:
+        warm_class_exports(snapshot.topology_class)
     return len(rows)
 
 

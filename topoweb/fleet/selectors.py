@@ -265,12 +265,13 @@ def topology_class_list() -> QuerySet[TopologyClass]:
     )
 
 
-def topology_class_by_fingerprint(fingerprint: str) -> TopologyClass:
-    found = (
-        TopologyClass.objects.annotate(server_count=Count("servers"))
-        .filter(fingerprint=fingerprint)
-        .first()
-    )
+def topology_class_by_fingerprint(fingerprint: str, *, document: bool = True) -> TopologyClass:
+    """The class with its server count; without `document`, its topology document is left in
+    the database until first used (an export kept in the cache never reads it)."""
+    classes = TopologyClass.objects.annotate(server_count=Count("servers"))
+    if not document:
+        classes = classes.defer("document")
+    found = classes.filter(fingerprint=fingerprint).first()
     if found is None:
         raise Http404(f"no topology class {fingerprint!r}")
     return found
