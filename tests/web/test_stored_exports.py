@@ -201,3 +201,25 @@ def test_a_class_export_missing_from_the_cache_is_drawn_once_and_kept(
     again = reader.get(f"/api/v1/topology-classes/{fingerprint}/export/gres/")
     assert first.status_code == again.status_code == 200
     assert again.content == first.content
+
+
+def test_the_drawings_are_stored_before_the_assessment_is_worked_out(
+    reader: APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done = ingest_report(
+        hostname="nvl72-02",
+        topo_text=synthetic.nvswitch_domain(72),
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+    )
+    cache.clear()
+
+    def assessment_fails(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the assessment ran past its time limit")
+
+    monkeypatch.setattr("topoweb.health.services.check_health", assessment_fails)
+    with pytest.raises(RuntimeError):
+        evaluate_server(done.server.pk)
+
+    assert SnapshotExport.objects.filter(snapshot_id=done.snapshot.pk).count() == 4
+    assert reader.get("/api/v1/servers/nvl72-02/graph/").status_code == 200

@@ -61,6 +61,13 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
     inputs = selectors.health_inputs(server) if server is not None else None
     if server is None or inputs is None:
         return None
+    # The graph and the exports, drawn here once per snapshot rather than by a request, and
+    # first: they need only the topology, and a 576-GPU assessment takes far longer. The
+    # graph is kept for the graph API and SVG and read back (not drawn again) below.
+    snapshot = server.latest_snapshot
+    assert snapshot is not None  # health_inputs gave None otherwise
+    fleet_selectors.warm_graph(snapshot, inputs.topology)
+    drawings.store_exports(server, snapshot, inputs.topology)
     row = selectors.sku_expectation(server.sku_name)
     gpu_model = server.latest_snapshot.gpu_model if server.latest_snapshot else ""
     expectations = expectations_for(inputs.topology, gpu_model, row)
@@ -108,13 +115,6 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
     silence = silence_of(server, now)
     if silence is not None:  # kept through a re-evaluation (staff's edit) while it lasts
         findings = (*findings, silence)
-    # The graph, drawn here once per snapshot rather than by a request: kept for the graph
-    # API and SVG, and read back (not drawn again) into the assessment.
-    snapshot = server.latest_snapshot
-    assert snapshot is not None  # health_inputs gave None otherwise
-    fleet_selectors.warm_graph(snapshot, inputs.topology)
-    # The exports (NCCL XML, gres.conf, labels) likewise, stored once per snapshot.
-    drawings.store_exports(server, snapshot, inputs.topology)
     graph = fleet_selectors.graph_elements(snapshot, inputs.topology, in_request=False)
     document = assessment_document(server, inputs.topology, expectations, pairs, findings, graph)
     with transaction.atomic():
