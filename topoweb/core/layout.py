@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from topoweb.core.graphstyle import NODE_KINDS
+from topoweb.core.grid import close_labels, file_under, labels_on_lines, span
 from topoweb.core.hierarchy import Hierarchy, NvlinkDomain
 from topoweb.core.model import Topology
 
@@ -448,11 +449,16 @@ def draw(
     }
     gpu_ys = [positions[g.id][1] for g in topo.gpus if g.id in positions]
     centre = (sum(gpu_xs) / len(gpu_xs), sum(gpu_ys) / len(gpu_ys)) if gpu_xs else (0.0, 0.0)
+    # Each edge's bend is tested against the boxes near it (a mesh of 256 GPUs has 4,608
+    # NVLink edges, each tried at up to 37 bends, and hundreds of boxes).
+    nodes = _Obstacles()
+    for box_id, box in boxes.items():
+        nodes.add(box_id, box)
     bends = {}
     for eid, a, b in edges:
         if eid in routes or a not in positions or b not in positions:
             continue
-        bends[eid] = _bend(positions[a], positions[b], boxes, a, b, centre)
+        bends[eid] = _bend(positions[a], positions[b], nodes, a, b, centre)
     # Tree routes were traced from the parent; every tree edge runs from the child.
     for eid, _, _ in edges:
         if eid.startswith("pcie:") and eid in routes:
@@ -473,13 +479,7 @@ def draw(
                     (y0 + y2) / 2 + (x2 - x0) / length * bend,
                 )
             )
-    clash = {
-        name
-        for i, (e, x, y) in enumerate(mids)
-        for f, u, v in mids[i + 1 :]
-        if abs(x - u) < 40 and abs(y - v) < 16
-        for name in (e, f)
-    }
+    clash = close_labels(mids, 40.0, 16.0)
     # A label mid-way along a bent edge that would sit on a routed line (the PCIe bus above a
     # mesh's top row) moves to its source end too.
     ends = {eid: (a, b) for eid, a, b in edges}
@@ -490,11 +490,7 @@ def draw(
         for full in [[positions[ends[eid][0]], *pts, positions[ends[eid][1]]]]
         for p, q in zip(full, full[1:], strict=False)
     ]
-    clash |= {
-        e
-        for e, x, y in mids
-        if e in bends and any(_near(p, q, (x, y), (20.0, 12.0)) for p, q in lines)
-    }
+    clash |= labels_on_lines(mids, bends, lines, (20.0, 12.0))
     return Drawing(
         positions,
         sizes,
@@ -514,7 +510,7 @@ def _drop(
     """A GPU's route down to the NVSwitch bar: straight down, or, where something stands
     below it, along the gap under the GPU to the nearest free lane and down that."""
     gx, gy = gpu
-    if not obstacles.hits((gx, gy), (gx, bar_top), ends):
+    if not obstacles.hits((gx, gy), (gx, bar_top), 0.0, ends):
         return [(gx, bar_top)]
     under = gy + gpu_h / 2 + 12.0
     # Right first (the trunk is left); a side whose path under the GPU runs into something is
@@ -523,9 +519,9 @@ def _drop(
     for step in range(1, 120):
         for side in list(open_sides):
             lane = gx + side * step
-            if obstacles.hits((gx, under), (lane, under), ends):
+            if obstacles.hits((gx, under), (lane, under), 0.0, ends):
                 open_sides.remove(side)
-            elif not obstacles.hits((lane, under), (lane, bar_top), ends):
+            elif not obstacles.hits((lane, under), (lane, bar_top), 0.0, ends):
                 return [(gx, under), (lane, under), (lane, bar_top)]
         if not open_sides:
             break
@@ -533,39 +529,71 @@ def _drop(
 
 
 class _Obstacles:
-    """Boxes (centre x, y, width, height) in a grid of cells, for the straight-line test of
-    `hits` (bend 0) in work bounded by the boxes near the line, not all of them: an NVSwitch
-    drop is tested against every GPU placed and every lane taken before it, hundreds each on a
-    576-GPU domain. Same answers as `hits`, to the last bit: the same samples, computed by the
-    same expressions, only those that can fall inside a box are computed."""
+    """Boxes (centre x, y, width, height) for `hits`' question, bent or straight, in work
+    bounded by the boxes near each sample rather than by all of them: a 256-GPU NVLink mesh
+    tries 4,608 edges at up to 37 bends among hundreds of boxes, and an NVSwitch drop is tested
+    against every GPU placed and every lane taken before it. Same answers as `hits`, to the
+    last bit: the same samples, computed by the same expressions."""
 
-    CELL_W, CELL_H = 64.0, 128.0
+    CELL_W, CELL_H = 64.0, 128.0  # boxes by their extent, for straight lines
+    POINT_W, POINT_H = 32.0, 32.0  # boxes by their margin, for the samples of a bent one
 
     def __init__(self) -> None:
         self.boxes: list[tuple[str, float, float, float, float]] = []
         self.cells: dict[tuple[int, int], list[int]] = {}
-
-    def _span(self, low: float, high: float, cell: float) -> range:
-        # widened by a millionth of a cell: a box is found whatever the rounding at a border
-        return range(math.floor(low / cell - 1e-6), math.floor(high / cell + 1e-6) + 1)
+        self.points: dict[tuple[int, int], list[tuple[str, float, float, float, float]]] = {}
 
     def add(self, box_id: str, box: tuple[float, float, float, float]) -> None:
         bx, by, bw, bh = box
-        k = len(self.boxes)
         self.boxes.append((box_id, bx, by, bw, bh))
-        x_span = self._span(bx - abs(bw) / 2, bx + abs(bw) / 2, self.CELL_W)
-        for cy in self._span(by - abs(bh) / 2, by + abs(bh) / 2, self.CELL_H):
-            for cx in x_span:
-                self.cells.setdefault((cx, cy), []).append(k)
+        w, h = abs(bw) / 2, abs(bh) / 2
+        file_under(
+            self.cells,
+            len(self.boxes) - 1,
+            (bx - w, bx + w, by - h, by + h),
+            self.CELL_W,
+            self.CELL_H,
+        )
+        half_w, half_h = bw / 2 + MARGIN, bh / 2 + MARGIN
+        w, h = abs(half_w), abs(half_h)
+        entry = (box_id, bx, by, half_w, half_h)
+        file_under(self.points, entry, (bx - w, bx + w, by - h, by + h), self.POINT_W, self.POINT_H)
 
     def hits(
+        self, p0: tuple[float, float], p2: tuple[float, float], bend: float, skip: tuple[str, str]
+    ) -> bool:
+        """hits(p0, p2, bend, boxes, skip) over these boxes: each sample tested against the
+        boxes whose margin reaches its cell. A sample inside a box's margin lies inside the
+        curve's bounding box (the curve stays in the triangle of its ends and control point),
+        so the boxes `hits` keeps as near and finds it in are all among them."""
+        if bend == 0.0:
+            return self._straight(p0, p2, skip)
+        (x0, y0), (x2, y2) = p0, p2
+        length = math.hypot(x2 - x0, y2 - y0) or 1.0
+        nx, ny = -(y2 - y0) / length, (x2 - x0) / length
+        cx, cy = (x0 + x2) / 2 + nx * bend, (y0 + y2) / 2 + ny * bend
+        steps = max(8, int(length / 12))
+        cells, cell_w, cell_h = self.points, self.POINT_W, self.POINT_H
+        for s in range(1, steps):
+            t = s / steps
+            x = (1 - t) ** 2 * x0 + 2 * (1 - t) * t * cx + t * t * x2
+            y = (1 - t) ** 2 * y0 + 2 * (1 - t) * t * cy + t * t * y2
+            for box_id, bx, by, half_w, half_h in cells.get(
+                (math.floor(x / cell_w), math.floor(y / cell_h)), ()
+            ):
+                if abs(x - bx) < half_w and abs(y - by) < half_h and box_id not in skip:
+                    return True
+        return False
+
+    def _straight(
         self,
         p0: tuple[float, float],
         p2: tuple[float, float],
         skip: tuple[str, str],
         margin: float = MARGIN,
     ) -> bool:
-        """hits(p0, p2, 0.0, boxes, skip, margin) over these boxes."""
+        """hits(p0, p2, 0.0, boxes, skip, margin) over these boxes: only the samples that can
+        fall inside a box near the line are computed (`_inside`)."""
         (x0, y0), (x2, y2) = p0, p2
         length = math.hypot(x2 - x0, y2 - y0) or 1.0
         nx, ny = -(y2 - y0) / length, (x2 - x0) / length
@@ -574,8 +602,8 @@ class _Obstacles:
         low, high = min(y0, y2, cy) - 1.0, max(y0, y2, cy) + 1.0
         steps = max(8, int(length / 12))
         seen: set[int] = set()
-        x_span = self._span(left - margin, right + margin, self.CELL_W)
-        for row in self._span(low - margin, high + margin, self.CELL_H):
+        x_span = span(left - margin, right + margin, self.CELL_W)
+        for row in span(low - margin, high + margin, self.CELL_H):
             for col in x_span:
                 for k in self.cells.get((col, row), ()):
                     if k in seen:
@@ -633,17 +661,6 @@ def _inside(
         if abs(x - bx) < half_w and abs(y - by) < half_h:
             return True
     return False
-
-
-def _near(
-    p: tuple[float, float],
-    q: tuple[float, float],
-    at: tuple[float, float],
-    half: tuple[float, float],
-) -> bool:
-    """Whether the axis-parallel segment p-q passes through the box of half-size `half` at `at`."""
-    (x0, y0), (x1, y1), (x, y), (hw, hh) = p, q, at, half
-    return min(x0, x1) - hw < x < max(x0, x1) + hw and min(y0, y1) - hh < y < max(y0, y1) + hh
 
 
 def _ids(columns: list[_Tree]) -> set[str]:
@@ -706,14 +723,14 @@ def hits(
 def _bend(
     a: tuple[float, float],
     b: tuple[float, float],
-    boxes: dict[str, tuple[float, float, float, float]],
+    boxes: _Obstacles,
     ida: str,
     idb: str,
     centre: tuple[float, float],
 ) -> float:
     """0 for a straight edge that clears every other node; otherwise the smallest bend that
     does, away from the GPUs' centre first; the straight line when none does."""
-    if not hits(a, b, 0.0, boxes, (ida, idb)):
+    if not boxes.hits(a, b, 0.0, (ida, idb)):
         return 0.0
     (x0, y0), (x2, y2) = a, b
     length = math.hypot(x2 - x0, y2 - y0) or 1.0
@@ -722,6 +739,6 @@ def _bend(
     away = 1 if nx * mx + ny * my >= 0 else -1
     for size in range(40, 400, 20):
         for sign in (away, -away):
-            if not hits(a, b, sign * size, boxes, (ida, idb)):
+            if not boxes.hits(a, b, sign * size, (ida, idb)):
                 return float(sign * size)
     return 0.0
