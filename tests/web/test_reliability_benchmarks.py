@@ -74,6 +74,36 @@ def test_a_run_that_cannot_calibrate_says_why_and_is_left_out() -> None:
 
     stored = Benchmark.objects.get().calibration
 
-    assert set(stored) == {"skipped"}
+    assert set(stored) == {"skipped", "cost_model_version"}
     server = selectors.server_for_questions("rtx-01")
     assert selectors.server_cost_model(server).calibration.scale == {}
+
+
+def test_a_newer_cost_model_fits_the_stored_calibrations_again_in_the_analysis_worker(
+    reader: APIClient,
+) -> None:
+    """A run fitted by an older model (its stamp says so) is fitted again by the class's next
+    analysis, before that analysis calibrates with it; the answers then follow the new fit."""
+    from topoweb.analysis import services as analysis_services
+    from topoweb.core.analysis import COST_MODEL_VERSION
+
+    done = add("a100-01", A100, "NVIDIA A100-SXM4-40GB", ("nccl-tests", A100_NCCL))
+    fresh = Benchmark.objects.get().calibration
+    assert fresh["cost_model_version"] == COST_MODEL_VERSION
+    # What an older model stored: no stamp, another scale and per-step latency.
+    old = {"scale": {"nvlink": 0.5}, "alpha_us": {"nvlink": 9.4}, "sources": ["old fit"]}
+    Benchmark.objects.update(calibration=old)
+    selectors._cached_model.cache_clear()
+    before = selectors.server_cost_model(selectors.server_for_questions("a100-01"))
+    assert before.calibration.scale == {"nvlink": 0.5}
+
+    analysis = analysis_services.current_analysis_for(done.server.topology_class)
+    assert analysis_services.run_analysis(analysis.pk) == "done"
+
+    assert Benchmark.objects.get().calibration == fresh
+    analysis.refresh_from_db()
+    assert analysis.result["calibration"]["scale"] == fresh["scale"]
+    # The cached model of a web process notices: the runs' identity moved with the refit.
+    after = selectors.server_cost_model(selectors.server_for_questions("a100-01"))
+    assert after.calibration.scale == fresh["scale"]
+    assert list(selectors.analyses_behind_their_runs()) == []

@@ -155,16 +155,23 @@ def class_benchmark_set(topology_class_id: int) -> str:
     return str(found["identity"]) if found["runs"] else ""
 
 
+# Runs whose stored calibration the current cost model fitted (fleet.services stamps each).
+_FITTED_NOW = Q(calibration__cost_model_version=COST_MODEL_VERSION)
+
+
 def benchmark_set_identity() -> Concat:
     """Which benchmarks a group holds, as text: count, sum and largest of their ids (an
-    aggregate over the group's rows). Ids only grow and benchmarks are never edited, so any
-    change to the group changes this."""
+    aggregate over the group's rows), and how many of their calibrations the current cost
+    model fitted. Ids only grow and a benchmark changes only when a newer model fits its
+    calibration again, so any change to the group or to what it calibrates changes this."""
     return Concat(
         Cast(Count("id"), CharField()),
         Value(":"),
         Cast(Sum("id"), CharField()),
         Value(":"),
         Cast(Max("id"), CharField()),
+        Value(":"),
+        Cast(Count("id", filter=_FITTED_NOW), CharField()),
         output_field=CharField(),
     )
 
@@ -244,14 +251,16 @@ def _question_server(hostname: str) -> tuple[Any, ...] | None:
         own_n=Count("id", filter=own),
         own_total=Sum("id", filter=own),
         own_last=Max("id", filter=own),
+        own_fitted=Count("id", filter=own & _FITTED_NOW),
         n=Count("id"),
         total=Sum("id"),
         last=Max("id"),
+        fitted=Count("id", filter=_FITTED_NOW),
     )
     # Its own benchmarks, else its class's: as with_calibration writes it ("" for none).
     prefix = "own_" if found["own_n"] else ""
-    n, total, last = (found[f"{prefix}{name}"] for name in ("n", "total", "last"))
-    return (*row, f"{n}:{total}:{last}" if n else "")
+    n, total, last, fitted = (found[prefix + k] for k in ("n", "total", "last", "fitted"))
+    return (*row, f"{n}:{total}:{last}:{fitted}" if n else "")
 
 
 def _question_server_from(row: Sequence[Any]) -> Server:

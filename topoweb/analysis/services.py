@@ -22,6 +22,7 @@ from topoweb.analysis.models import Analysis
 from topoweb.config import metrics
 from topoweb.core.analysis import COST_MODEL_VERSION, analyse
 from topoweb.core.model import DocumentError
+from topoweb.fleet import services as fleet_services
 from topoweb.fleet import work
 from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
 
@@ -179,7 +180,9 @@ def run_analysis(analysis_id: int) -> str:
     try:
         topology_class = analysis.topology_class
         with _heartbeat(analysis_id, claimed_at):
-            # The class's runs as they are now, each calibration fitted once at ingest.
+            # The class's runs as they are now, each calibration fitted once at ingest (and
+            # again here when a newer cost model came since).
+            fleet_services.refit_calibrations(selectors.class_benchmarks(topology_class))
             benchmark_set = selectors.class_benchmark_set(topology_class.pk)
             fitted = selectors.fitted_calibration(selectors.class_benchmarks(topology_class))
             result = analyse(

@@ -39,8 +39,10 @@ from topoweb.core.steptime import GpuSpec, gpu_spec
 # Bump when `analyse` computes something new: every topology class then gets a fresh analysis
 # from the sweep, and the old result stays readable until the new one is done.
 # 3: step-time placement; 4: NCCL protocols, P2P/SHM, mesh rings, copies; 5: valid layouts
-# and memory levers; 6: copies by GPU generation, staged copies, expectations with bands
-COST_MODEL_VERSION = 6
+# and memory levers; 6: copies by GPU generation, staged copies, expectations with bands;
+# 7: latency from evidence (small rows calibrate latency only, large rows bandwidth only),
+# copy latency per generation (the stored calibrations are fitted again: fleet.services)
+COST_MODEL_VERSION = 7
 
 # Message sizes of the per-group cost tables (the full set gets a curve over STANDARD_SIZES).
 TABLE_SIZES = (1 << 20, 64 << 20, 1 << 30)

@@ -17,12 +17,13 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
-from django.db.models import JSONField, Subquery, Value
+from django.db.models import JSONField, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Cast
 from django.utils import timezone
 
 from topoweb.config import limits
 from topoweb.config.celery_app import enqueue_together
+from topoweb.core.analysis import COST_MODEL_VERSION
 from topoweb.core.costs import build_model, calibrate_from_nccl, calibrate_from_p2p
 from topoweb.core.fingerprint import (
     describe_links,
@@ -665,13 +666,15 @@ def calibration_document(
 ) -> dict[str, Any] | None:
     """The run reduced to what the cost model takes from it (a Calibration: per-class scale
     and latency), fitted once on the topology it ran on, so that no request parses the run
-    again; {"skipped": why} when it cannot calibrate; None without a topology to fit on."""
+    again; {"skipped": why} when it cannot calibrate; None without a topology to fit on.
+    Stamped with the cost model's version: a newer model fits it again (refit_calibrations)."""
     if snapshot is None:
         return None
     if isinstance(parsed, NvbandwidthRun):
         parsed = to_p2p(parsed)
+    stamp = {"cost_model_version": COST_MODEL_VERSION}
     if snapshot.gpu_count > settings.TOPOWEB_MAX_QUERY_GPUS:
-        return {"skipped": "no cost questions are answered for this many GPUs"}
+        return {"skipped": "no cost questions are answered for this many GPUs"} | stamp
     try:
         base = build_model(topology or snapshot.to_domain(), snapshot.gpu_model or None)
         if isinstance(parsed, NcclRun):
@@ -679,8 +682,23 @@ def calibration_document(
         else:
             calibration = calibrate_from_p2p(base, parsed)
     except ValueError as exc:
-        return {"skipped": str(exc)}
-    return calibration.to_document()
+        return {"skipped": str(exc)} | stamp
+    return calibration.to_document() | stamp
+
+
+def refit_calibrations(benchmarks: QuerySet[Benchmark]) -> int:
+    """Fit again the runs whose stored calibration an older cost model fitted (the analysis
+    worker calls it for a class before calibrating its analysis, so no request fits one and no
+    answer mixes two models' fits). Returns how many were fitted again."""
+    older = ~Q(calibration__has_key="cost_model_version") | ~Q(
+        calibration__cost_model_version=COST_MODEL_VERSION
+    )
+    stale = benchmarks.exclude(calibration=None).filter(older).select_related("snapshot")
+    refitted = 0
+    for benchmark in stale:
+        document = calibration_document(benchmark.snapshot, benchmark.to_domain())
+        refitted += Benchmark.objects.filter(pk=benchmark.pk).update(calibration=document)
+    return refitted
 
 
 def _gpu_model(facts: NvmlFacts | None, hint: str, benchmarks: Sequence[ParsedBenchmark]) -> str:
