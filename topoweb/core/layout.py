@@ -451,14 +451,15 @@ def draw(
     centre = (sum(gpu_xs) / len(gpu_xs), sum(gpu_ys) / len(gpu_ys)) if gpu_xs else (0.0, 0.0)
     # Each edge's bend is tested against the boxes near it (a mesh of 256 GPUs has 4,608
     # NVLink edges, each tried at up to 37 bends, and hundreds of boxes).
+    to_bend = [
+        (eid, a, b)
+        for eid, a, b in edges
+        if eid not in routes and a in positions and b in positions
+    ]
     nodes = _Obstacles()
-    for box_id, box in boxes.items():
+    for box_id, box in boxes.items() if to_bend else ():
         nodes.add(box_id, box)
-    bends = {}
-    for eid, a, b in edges:
-        if eid in routes or a not in positions or b not in positions:
-            continue
-        bends[eid] = _bend(positions[a], positions[b], nodes, a, b, centre)
+    bends = {eid: _bend(positions[a], positions[b], nodes, a, b, centre) for eid, a, b in to_bend}
     # Tree routes were traced from the parent; every tree edge runs from the child.
     for eid, _, _ in edges:
         if eid.startswith("pcie:") and eid in routes:
@@ -541,23 +542,25 @@ class _Obstacles:
     def __init__(self) -> None:
         self.boxes: list[tuple[str, float, float, float, float]] = []
         self.cells: dict[tuple[int, int], list[int]] = {}
+        # Filed on the first bent curve asked about (an NVSwitch drop asks only straight ones).
         self.points: dict[tuple[int, int], list[tuple[str, float, float, float, float]]] = {}
+        self.filed = 0  # how many of `boxes` are in `points`
 
     def add(self, box_id: str, box: tuple[float, float, float, float]) -> None:
         bx, by, bw, bh = box
         self.boxes.append((box_id, bx, by, bw, bh))
         w, h = abs(bw) / 2, abs(bh) / 2
-        file_under(
-            self.cells,
-            len(self.boxes) - 1,
-            (bx - w, bx + w, by - h, by + h),
-            self.CELL_W,
-            self.CELL_H,
-        )
-        half_w, half_h = bw / 2 + MARGIN, bh / 2 + MARGIN
-        w, h = abs(half_w), abs(half_h)
-        entry = (box_id, bx, by, half_w, half_h)
-        file_under(self.points, entry, (bx - w, bx + w, by - h, by + h), self.POINT_W, self.POINT_H)
+        extent = (bx - w, bx + w, by - h, by + h)
+        file_under(self.cells, len(self.boxes) - 1, extent, self.CELL_W, self.CELL_H)
+
+    def _file_points(self) -> None:
+        for box_id, bx, by, bw, bh in self.boxes[self.filed :]:
+            half_w, half_h = bw / 2 + MARGIN, bh / 2 + MARGIN
+            w, h = abs(half_w), abs(half_h)
+            entry = (box_id, bx, by, half_w, half_h)
+            extent = (bx - w, bx + w, by - h, by + h)
+            file_under(self.points, entry, extent, self.POINT_W, self.POINT_H)
+        self.filed = len(self.boxes)
 
     def hits(
         self, p0: tuple[float, float], p2: tuple[float, float], bend: float, skip: tuple[str, str]
@@ -568,6 +571,8 @@ class _Obstacles:
         so the boxes `hits` keeps as near and finds it in are all among them."""
         if bend == 0.0:
             return self._straight(p0, p2, skip)
+        if self.filed < len(self.boxes):
+            self._file_points()
         (x0, y0), (x2, y2) = p0, p2
         length = math.hypot(x2 - x0, y2 - y0) or 1.0
         nx, ny = -(y2 - y0) / length, (x2 - x0) / length
