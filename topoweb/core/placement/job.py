@@ -123,6 +123,7 @@ def _multi_node_all_reduce_us(
     servers: Mapping[str, ServerPool],
     parts: Sequence[ServerPart],
     nbytes: int,
+    same_rails: bool,
     path: NetworkPath | None = None,
 ) -> float | None:
     """The all_reduce over several servers from the cost model's multi-node option, when
@@ -134,8 +135,14 @@ def _multi_node_all_reduce_us(
     g = len(first.gpu_ids)
     local = sorted(first.gpu_ids)
     try:
-        # Through the spines, each NIC keeps what its leaves' oversubscription leaves it.
-        rate = path.nic_gbps / path.oversubscription if path else None
+        # Through the spines, each NIC keeps what its leaves' oversubscription leaves it: the
+        # fabric path's, else the assumed spine's between rail groups.
+        if path is not None:
+            rate: float | None = path.nic_gbps / path.oversubscription
+        elif not same_rails:
+            rate = first.hardware.nic_gbps * 8 / SPINE_OVERSUBSCRIPTION
+        else:
+            rate = None
         job = with_options(
             first, nodes=len(parts), nic_gbits=rate, nics_per_node=path.nics if path else None
         )
@@ -334,9 +341,11 @@ def _over_servers(
         inter_parts.append((model, len(gpus), len(nics) or len(gpus)))
     path = network_path(servers[n].fabric for n in picked)
     rails = _rails_text(same_rails, path)
-    priced = same_rails or path is not None  # a fabric path prices the spine hop itself
-    total = _multi_node_all_reduce_us(servers, parts, nbytes, path) if priced else None
-    if total is not None:  # the cost model prices the job over servers wired alike
+    # Servers wired alike: the cost model prices the job, on one leaf or through the spine
+    # (so crossing it never comes out faster); a ring over the NICs only for servers wired
+    # differently, which no one model describes.
+    total = _multi_node_all_reduce_us(servers, parts, nbytes, same_rails, path)
+    if total is not None:
         # What spanning servers adds: beyond the same all_reduce inside the largest part.
         largest = max(parts, key=lambda p: len(p.gpus))
         alone = (
