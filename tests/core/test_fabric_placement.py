@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.core.test_fabric import IBNET_01
-from topoweb.core.costs import build_model
+from topoweb.core.costs import build_model, collective_cost, with_options
 from topoweb.core.fabric import build_fabric
 from topoweb.core.fabric_findings import fabric_analysis
 from topoweb.core.fabric_paths import FabricPlace, NetworkPath, fabric_places, network_path
@@ -124,3 +124,28 @@ def test_a_job_through_the_spine_never_comes_out_faster_than_one_on_a_leaf(
         return best.predicted_us
 
     assert job(("r1", "r2")) >= job(("r1", "r1"))
+
+
+def test_a_k_gpu_job_over_servers_of_one_nvlink_domain_is_priced_over_nvlink() -> None:
+    """Two 4-GPU servers of one NVML clique hold a k=8 job as one NVLink machine, priced as
+    the layout path and the cost API price that domain (costs.with_options's nvlink_nodes):
+    no network time. Without the shared domain, the same servers go over their NICs."""
+    topo = parse_text(
+        (IBNET_01.parent / "topo_13_polaris-a100-4gpu-nv4-2mlx5-mixed-sep-header.txt").read_text()
+    )
+    assert isinstance(topo, Topology)
+    model = build_model(topo, "NVIDIA A100-SXM4-40GB")
+    free = tuple(sorted(model.gpu_ids))
+
+    def job(domain: str) -> object:
+        servers = {n: ServerPool(model, free, "r1", nvlink_domain=domain) for n in ("a", "b")}
+        (best,) = select_job(servers, k=8, nbytes=1 << 30, top=1)
+        return best
+
+    joined, apart = job("cluster/7"), job("")
+    assert joined.inter_node_us == 0 and "NVLink domain" in joined.reason  # type: ignore[attr-defined]
+    assert "multi-node cost model" in apart.reason  # type: ignore[attr-defined]
+    domain = with_options(model, nodes=2, nvlink_nodes=True)
+    whole = collective_cost(domain, "all_reduce", list(range(8)), 1 << 30).time_us
+    assert joined.predicted_us == pytest.approx(whole)  # type: ignore[attr-defined]
+    assert apart.inter_node_us > 0  # type: ignore[attr-defined]

@@ -341,11 +341,19 @@ def _over_servers(
         inter_parts.append((model, len(gpus), len(nics) or len(gpus)))
     path = network_path(servers[n].fabric for n in picked)
     rails = _rails_text(same_rails, path)
-    # Servers wired alike: the cost model prices the job, on one leaf or through the spine
-    # (so crossing it never comes out faster); a ring over the NICs only for servers wired
-    # differently, which no one model describes.
-    total = _multi_node_all_reduce_us(servers, parts, nbytes, same_rails, path)
-    if total is not None:
+    names = [p.server for p in parts]
+    nvlink = _nvlink_model(servers, names)
+    # Servers wired alike: the cost model prices the job, over their shared NVLink domain, on
+    # one leaf or through the spine (so crossing it never comes out faster); a ring over the
+    # NICs only for servers wired differently, which no one model describes.
+    total = None if nvlink else _multi_node_all_reduce_us(servers, parts, nbytes, same_rails, path)
+    if nvlink is not None:
+        joined, at = nvlink
+        members = [at[(p.server, g)] for p in parts for g in p.gpus]
+        total = collective_cost(joined, "all_reduce", members, nbytes).time_us
+        inter, how = 0.0, "over their shared NVLink domain, no network"
+        rails = f"one NVLink domain ({_one_domain(servers, names)})"
+    elif total is not None:
         # What spanning servers adds: beyond the same all_reduce inside the largest part.
         largest = max(parts, key=lambda p: len(p.gpus))
         alone = (
