@@ -46,6 +46,11 @@ READS = (
     "/api/v1/servers/{h}/export/gres/",
     "/api/v1/topology-classes/{f}/export/nccl-xml/",
     "/api/v1/topology-classes/{f}/export/gres/",
+    "/api/v1/topology-classes/{f}/",
+    "/api/v1/servers/{h}/snapshots/",
+    "/api/v1/snapshots/{s}/",
+    "/api/v1/servers/{h}/affinity/",
+    "/api/v1/compare/?a={h}&b={h}",
 )
 
 
@@ -98,7 +103,7 @@ def main() -> None:
             what = "worker: the drawings (fleet.draw)"
         print(f"{case:<10} {what:<42} {time.perf_counter() - start:8.2f}", flush=True)
         for path in reads:
-            url = path.format(h=host, f=fingerprint)
+            url = path.format(h=host, f=fingerprint, s=done.snapshot.pk)
             profiler = cProfile.Profile() if args.profile else None
             start = time.perf_counter()
             if profiler:

@@ -7,7 +7,9 @@ import csv
 import io
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from tests.web.conftest import H200, RTX6000, RTX6000_P2P, V100, add, fixture_text
@@ -104,6 +106,19 @@ def test_compare_decides_differences_and_which_side_is_ahead(
     assert body["differences"] == sum(r["differs"] for r in body["rows"])
     assert all(s["graph"]["elements"] for s in body["sides"])
     assert body["sides"][0]["curve"]
+
+
+def test_compare_never_reads_a_servers_health_documents(reader: APIClient, fleet: None) -> None:
+    # A 576-GPU server's health row holds megabytes (its page's document, every pair's
+    # expectation): the compare page counts findings, it never reads them.
+    with CaptureQueriesContext(connection) as queries:
+        body = reader.get("/api/v1/compare/", {"a": "h200-01", "b": "l40s-01"}).json()
+    rows = {r["label"]: r for r in body["rows"]}
+    assert rows["Findings"]["a"] is not None and rows["Findings"]["b"] is not None
+    health = [q["sql"] for q in queries.captured_queries if '"health_serverhealth"' in q["sql"]]
+    assert health  # it asks whether each server was evaluated
+    for column in ("document", "acceptance", "expectations"):
+        assert not any(f'"health_serverhealth"."{column}"' in sql for sql in health), column
 
 
 def test_compare_without_two_names_answers_the_choices_only(reader: APIClient, fleet: None) -> None:

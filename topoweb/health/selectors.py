@@ -398,9 +398,17 @@ def server_findings(server: Server) -> list[dict[str, Any]]:
     """What is worth a look on this server, as findings of core.health's shape: the health
     checks' findings once they ran, and until then what ingest already knows (a wiring that
     differs from the usual one of its SKU)."""
-    if getattr(server, "health", None) is not None:
+    if _evaluated(server):
         return health_findings(server)
     return _ingest_findings(server.differs_from_sku, server.sku_name)
+
+
+def _evaluated(server: Server) -> bool:
+    """Whether the server has a health row: the one its caller joined in, else looked up
+    without reading the row (its documents are megabytes at 576 GPUs)."""
+    if Server.health.is_cached(server):
+        return getattr(server, "health", None) is not None
+    return ServerHealth.objects.filter(server=server).exists()
 
 
 def _ingest_findings(differs_from_sku: bool, sku_name: str) -> list[dict[str, Any]]:
