@@ -223,3 +223,19 @@ def test_the_drawings_are_stored_before_the_assessment_is_worked_out(
 
     assert SnapshotExport.objects.filter(snapshot_id=done.snapshot.pk).count() == 4
     assert reader.get("/api/v1/servers/nvl72-02/graph/").status_code == 200
+
+
+def test_a_new_snapshots_exports_replace_the_previous_ones(collector_client: Any) -> None:
+    client = collector_client("h200-04")
+    assert client.post("/api/v1/reports", report("h200-04"), format="json").status_code == 201
+    server = Server.objects.get(hostname="h200-04")
+    evaluate_server(server.pk)
+    first = Server.objects.get(pk=server.pk).latest_snapshot_id
+    again = report("h200-04", host={"kernel": "6.8.0-2"}, captured_at="2026-11-29T11:00:00Z")
+    assert client.post("/api/v1/reports", again, format="json").status_code == 201
+    evaluate_server(server.pk)
+    latest = Server.objects.get(pk=server.pk).latest_snapshot_id
+
+    assert latest != first
+    assert set(SnapshotExport.objects.values_list("snapshot_id", flat=True)) == {latest}
+    assert SnapshotExport.objects.count() == len(EXPORT_FORMATS)

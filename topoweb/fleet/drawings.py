@@ -174,6 +174,10 @@ def store_exports(server: Server, snapshot: Snapshot, topology: Topology) -> int
         unique_fields=["snapshot", "fmt"],
         update_fields=["code", "hostname", "filename", "content_type", "body", "warnings"],
     )
+    if rows:  # only the current snapshot's files are ever served: the older ones go
+        SnapshotExport.objects.filter(snapshot__server_id=server.pk).exclude(
+            snapshot=snapshot
+        ).delete()
     if snapshot.topology_class is not None:
         warm_class_exports(snapshot.topology_class)
     return len(rows)
