@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -94,6 +95,8 @@ def main() -> None:
         )
         fingerprint = done.snapshot.topology_class.fingerprint
         reads = [path for path in READS if args.only in path]
+        if not reads:
+            continue
         start = time.perf_counter()
         if any("/export/" not in path for path in reads):
             evaluate_server(done.server.pk)
@@ -122,6 +125,39 @@ def main() -> None:
                 f"{len(body) / 1e6:8.2f}   {verdict}"
             )
             print(line, flush=True)
+
+    preview(client, args.only, args.profile)
+
+
+# The upload page's preview parses the text and draws its graph in the request, at any size.
+PREVIEWS = {
+    "nv18-576": lambda: synthetic.nvswitch_domain(576),
+    "nics-600": lambda: synthetic.many_nics(8, 600),
+    "xml-256x18": lambda: synthetic.nccl_xml(256, nvlinks=18),
+}
+
+
+def preview(client: Any, only: str, profile: bool) -> None:
+    if only and only not in "/api/v1/uploads/preview/":
+        return
+    from django.contrib.auth.models import User
+
+    client.force_login(User.objects.create_superuser("bench-uploader"))
+    for case, make in PREVIEWS.items():
+        text = make()
+        profiler = cProfile.Profile() if profile else None
+        start = time.perf_counter()
+        if profiler:
+            profiler.enable()
+        response = client.post("/api/v1/uploads/preview/", {"text": text}, "application/json")
+        seconds = time.perf_counter() - start
+        if profiler:
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+        verdict = "ok" if seconds < PAGE_S and response.status_code < 500 else "SLOW"
+        status = "" if response.status_code == 200 else f" ({response.status_code})"
+        line = f"{'POST /api/v1/uploads/preview/' + status:<42} {seconds:8.2f}"
+        print(f"{case:<10} {line} {len(response.content) / 1e6:8.2f}   {verdict}", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from tests.core import topologies as T
@@ -161,3 +162,40 @@ def test_a_ring_of_96_gpus_is_recovered_with_quadratic_work_and_one_conflict_per
     assert len(conflicts) == 96 - 2  # every GPU but GPU0's two NVLink neighbours
     assert conflicts[0].message.startswith("GPU0 and GPU2 both report NUMA affinity 0")
     assert "(GPU0-GPU2 is SYS)" in conflicts[0].message
+
+
+def _random_nvlink_topology(seed: int) -> Topology:
+    rng = random.Random(seed)
+    n = rng.randrange(2, 14)
+    gpus = tuple(Device(f"GPU{i}", "gpu", i, numa_affinity=str(i % 2)) for i in range(n))
+    nics = tuple(Device(f"NIC{i}", "nic", i) for i in range(rng.randrange(0, 3)))
+    devices = gpus + nics
+    links = []
+    for i, a in enumerate(devices):
+        for b in devices[i + 1 :]:
+            both_gpus = a.kind == b.kind == "gpu"
+            nv = both_gpus and rng.random() < rng.choice([0.1, 0.3, 0.9])
+            links.append(Link(a.id, b.id, rng.choice(["NV1", "NV2", "NV18"]) if nv else "SYS"))
+    return Topology(devices, tuple(links))
+
+
+def test_nvlink_domains_are_the_groups_nvlink_connects_with_their_pairs_and_bundles() -> None:
+    for seed in range(200):
+        topo = _random_nvlink_topology(seed)
+        # The groups a union of every NVLink pair makes, in GPU order.
+        group = {g.id: {g.id} for g in topo.gpus}
+        for lnk in topo.gpu_links():
+            if lnk.is_nvlink and group[lnk.a] is not group[lnk.b]:
+                merged = group[lnk.a] | group[lnk.b]
+                for member in merged:
+                    group[member] = merged
+        expected = []
+        for g in topo.gpus:
+            members = tuple(m.id for m in topo.gpus if m.id in group[g.id])
+            if len(members) >= 2 and members not in expected:
+                expected.append(members)
+        domains = recover_hierarchy(topo).nvlink_domains
+        assert [d.gpus for d in domains] == expected, seed
+        for d in domains:
+            inside = [lnk for lnk in topo.gpu_links() if lnk.is_nvlink and lnk.a in d.gpus]
+            assert d.port_links == max(lnk.nvlinks for lnk in inside), seed

@@ -6,6 +6,7 @@ cost model can override (calibration, explicit PCIe generation/width)."""
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass, replace
 
@@ -425,7 +426,9 @@ def infer_generation(topo: Topology | None, gpu_name: str | None = None) -> Gene
         gen = generation_from_name(gpu_name)
         if gen is not None:
             return GenerationChoice(gen, "gpu-name", f"{gpu_name!r} is {gen.name}")
-    counts = sorted({lnk.nvlinks for lnk in topo.gpu_links() if lnk.is_nvlink}) if topo else []
+    # The distinct classes first (in C): a 576-GPU domain has 165,600 GPU pairs, one class.
+    classes = set(map(operator.attrgetter("link_class"), topo.gpu_links())) if topo else set()
+    counts = sorted({n for n in map(nvlink_count, classes) if n})
     named = f"unrecognised GPU name {gpu_name!r}; " if gpu_name else "no GPU name given; "
     if counts:
         top = counts[-1]

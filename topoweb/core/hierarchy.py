@@ -5,6 +5,8 @@ the NVLink fabric (NVSwitch or point-to-point). Contradictions become findings."
 from __future__ import annotations
 
 import functools
+import operator
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -370,26 +372,54 @@ def _join_by_numa_affinity(
                     )
 
 
+_LINK_CLASS = operator.attrgetter("link_class")
+_LINK_END_A = operator.attrgetter("a")
+
+
+def _nvlink_components(topo: Topology, gpu_ids: list[str], nv_classes: set[str]) -> dict[str, str]:
+    """Each GPU's NVLink-connected group, named by its first GPU: a walk over the class rows
+    that stops once every GPU is placed (one row on an NVSwitch domain)."""
+    gpus = set(gpu_ids)
+    root_of: dict[str, str] = {}
+    for first in gpu_ids:
+        if first in root_of:
+            continue
+        root_of[first] = first
+        stack = [first]
+        while stack and len(root_of) < len(gpu_ids):
+            here = stack.pop()
+            for peer, cls in topo.class_row(here).items():
+                if cls in nv_classes and peer not in root_of and peer in gpus:
+                    root_of[peer] = first
+                    stack.append(peer)
+    return root_of
+
+
 def _nvlink_domains(
     topo: Topology, gpu_model: str | None, nvswitch: bool | None, findings: list[StructureNote]
 ) -> tuple[NvlinkDomain, ...]:
     gpu_ids = [g.id for g in topo.gpus]
-    uf = _Union(gpu_ids)
-    nv = [lnk for lnk in topo.gpu_links() if lnk.is_nvlink]
-    for lnk in nv:
-        uf.join(lnk.a, lnk.b)
+    gpu_links = tuple(topo.gpu_links())  # read three times below
+    nv_classes = {c for c in set(map(_LINK_CLASS, gpu_links)) if nvlink_count(c)}
+    root_of = _nvlink_components(topo, gpu_ids, nv_classes)
     links_per_gpu = infer_generation(topo, gpu_model).generation.links_per_gpu
+    # Per domain (named by its root), its NVLink pairs and the bundle sizes among them, counted
+    # in C: a 576-GPU domain has 165,600 of them.
+    nv = [lnk for lnk in gpu_links if lnk.link_class in nv_classes]
+    roots = list(map(root_of.__getitem__, map(_LINK_END_A, nv)))
+    pairs = Counter(roots)
     bundles: dict[str, set[int]] = {}
-    pairs: dict[str, int] = {}
-    for lnk in nv:
-        root = uf.find(lnk.a)
-        bundles.setdefault(root, set()).add(lnk.nvlinks)
-        pairs[root] = pairs.get(root, 0) + 1
+    for root, cls in set(zip(roots, map(_LINK_CLASS, nv), strict=True)):
+        bundles.setdefault(root, set()).add(nvlink_count(cls))
+    groups: dict[str, list[str]] = {}
+    for g in gpu_ids:
+        groups.setdefault(root_of[g], []).append(g)
     domains = []
-    for members in uf.groups(gpu_ids):
+    for group in groups.values():
+        members = tuple(group)
         if len(members) < 2:
             continue
-        root = uf.find(members[0])
+        root = root_of[members[0]]
         m = len(members)
         # A pair of the domain without NVLink counts as NV0.
         counts = sorted(bundles[root] | ({0} if pairs[root] < m * (m - 1) // 2 else set()))
