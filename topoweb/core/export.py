@@ -390,8 +390,19 @@ def _paths(
     class (NVML's fabric with a degraded link), one such row per class, naming its `peers`.
     (A row a peer made the document quadratic in GPUs: 43 MB for a 576-GPU domain.)"""
 
+    # Each device's way up and each chain's nodes, worked out once: every pair reads them.
+    ups: dict[str, list[str]] = {}
+    above: dict[str, set[str]] = {}
+
     def up(device: str) -> list[str]:
-        """Element ids from the device up to its CPU, edges and nodes alternating."""
+        """Element ids from the device up to its CPU, edges and nodes alternating (not to be
+        changed by the caller: one list per device)."""
+        found = ups.get(device)
+        if found is None:
+            found = ups[device] = _up(device)
+        return found
+
+    def _up(device: str) -> list[str]:
         out = [device]
         if device in group_of:
             p = group_of[device]
@@ -406,7 +417,9 @@ def _paths(
         return out
 
     def shared(a: str, b: str) -> str | None:
-        up_b = set(h.chain(b))
+        up_b = above.get(b)
+        if up_b is None:
+            up_b = above[b] = set(h.chain(b))
         for node_id in h.chain(a):
             if node_id in up_b:
                 return cpu_id(node_id) if h.node(node_id).kind == "numa" else node_id
