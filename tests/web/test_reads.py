@@ -67,8 +67,9 @@ def test_the_list_and_detail_read_each_servers_stored_documents_not_its_rows(
     reader.get("/api/v1/servers/h200-01/")  # its class's analysis is kept as text
     with django_assert_num_queries(1) as listed:
         assert reader.get("/api/v1/servers/").status_code == 200
-    with django_assert_num_queries(1) as detail:  # the analysis is kept per version
+    with django_assert_num_queries(2) as detail:  # the row; which analysis version is current
         assert reader.get("/api/v1/servers/h200-01/").status_code == 200
+    assert '"analysis_analysis"' in detail.captured_queries[1]["sql"]
     read = " ".join(q["sql"] for q in listed.captured_queries + detail.captured_queries)
     assert '"health_serverdocument"."summary"' in listed.captured_queries[0]["sql"]
     assert '"health_serverdocument"."detail"' in detail.captured_queries[0]["sql"]
@@ -126,6 +127,38 @@ def test_the_server_detail_serves_the_analysis_kept_as_text_until_the_analysis_c
         "failed",
         "the model failed",
     )
+
+
+def test_the_details_analysis_key_picks_what_current_analysis_picks(fleet: None) -> None:
+    from topoweb.core.analysis import COST_MODEL_VERSION
+
+    class_id = Server.objects.get(hostname="h200-01").topology_class_id
+    current = Analysis.objects.get(topology_class_id=class_id)
+    current_pk = current.pk
+    assert current.cost_model_version == COST_MODEL_VERSION
+
+    def both() -> tuple[Any, Any]:
+        picked = analysis_selectors.current_analysis(class_id)
+        assert picked is not None
+        return analysis_selectors.current_analysis_key(class_id), (picked.pk, picked.updated_at)
+
+    older = Analysis.objects.create(
+        topology_class_id=class_id, cost_model_version=COST_MODEL_VERSION - 1
+    )
+    newer = Analysis.objects.create(  # a later deploy's, rolled back since
+        topology_class_id=class_id, cost_model_version=COST_MODEL_VERSION + 1
+    )
+    newer_pk, older_pk = newer.pk, older.pk
+    with_current = both()
+    current.delete()
+    without_current = both()
+    newer.delete()
+    only_older = both()
+
+    assert with_current[0] == with_current[1] and with_current[0][0] == current_pk
+    assert without_current[0] == without_current[1] and without_current[0][0] == newer_pk
+    assert only_older[0] == only_older[1] and only_older[0][0] == older_pk
+    assert analysis_selectors.current_analysis_key(None) is None
 
 
 def test_a_repeated_placement_question_is_answered_from_the_answer_computed_once(

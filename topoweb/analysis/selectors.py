@@ -10,6 +10,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS
@@ -738,14 +739,17 @@ def current_analysis(
     return analyses.order_by("_not_current", "-cost_model_version").first()
 
 
-def current_analysis_of(topology_class: Any) -> QuerySet[Analysis]:
-    """current_analysis's pick as a subquery of another query (`topology_class` an OuterRef);
-    take its columns with .values(...)."""
-    return (
-        Analysis.objects.filter(topology_class_id=topology_class)
-        .annotate(_not_current=Case(When(cost_model_version=COST_MODEL_VERSION, then=0), default=1))
-        .order_by("_not_current", "-cost_model_version")
+def current_analysis_key(topology_class_id: int | None) -> tuple[int, datetime] | None:
+    """current_analysis's pick, as its id and last update (what a text of it is kept by): one
+    plain query of the class's few analyses (one per cost-model version), picked here by the
+    same rule, cheaper to build than the ordered subquery of another query."""
+    if topology_class_id is None:
+        return None
+    rows = Analysis.objects.filter(topology_class_id=topology_class_id).values_list(
+        "id", "updated_at", "cost_model_version"
     )
+    picked = min(rows, key=lambda r: (r[2] != COST_MODEL_VERSION, -r[2]), default=None)
+    return None if picked is None else (picked[0], picked[1])
 
 
 def stored_costs(server: Server) -> dict[str, Any]:

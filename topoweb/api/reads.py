@@ -8,7 +8,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import QuerySet
 from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, serializers
@@ -155,21 +155,12 @@ def _analysis_text(
     return dumps(data).decode()
 
 
-def _current_analysis_key() -> dict[str, Any]:
-    """The id and last update of the class's current analysis (the key its answer text is
-    kept by), as annotations of a server query."""
-    current = analysis_selectors.current_analysis_of(OuterRef("topology_class_id"))
-    return {
-        "analysis_id": Subquery(current.values("id")[:1]),
-        "analysis_updated_at": Subquery(current.values("updated_at")[:1]),
-    }
-
-
 def server_detail(hostname: str) -> Any:
     """ServerDetailSerializer's answer for a server: its stored detail (health.documents) read
     in one query with the latest snapshot's stored texts, served unchanged, and the class's
-    analysis served as the JSON text kept for its version."""
-    row = documents.stored_detail(hostname, **_current_analysis_key())
+    analysis served as the JSON text kept for its version (a second, plain query: which
+    version is current)."""
+    row = documents.stored_detail(hostname)
     if row is None:
         raise Http404(f"no server named {hostname!r}")
     detail = documents.detail_document(row)
@@ -180,9 +171,13 @@ def server_detail(hostname: str) -> Any:
         snapshot["raw_text"] = row["raw_text"]
         snapshot["nvml"] = raw_json(row["nvml_text"])
         snapshot["host"] = raw_json(row["host_text"])
+    analysis_id, updated_at = analysis_selectors.current_analysis_key(row["topology_class_id"]) or (
+        None,
+        None,
+    )
     detail["analysis"] = _analysis_json(
-        row["analysis_id"],
-        row["analysis_updated_at"],
+        analysis_id,
+        updated_at,
         row["topology_class_id"],
         row["content_sha256"],
         row["document_text"],

@@ -239,10 +239,10 @@ def summary_texts(rows: Iterable[dict[str, Any]]) -> str:
     return "[" + ",".join(parts) + "]"
 
 
-def stored_detail(hostname: str, **more: Any) -> dict[str, Any] | None:
+def stored_detail(hostname: str) -> dict[str, Any] | None:
     """The server's stored detail with what is filled in when served, in one query: its
     `last_seen_at`, the latest snapshot's stored texts (as text, served unchanged) and content
-    hash, the class; `more`: a caller's own annotations. None without such a server."""
+    hash, the class. None without such a server."""
     snapshot = "latest_snapshot__"
     found = (
         Server.objects.filter(hostname=hostname)
@@ -256,7 +256,6 @@ def stored_detail(hostname: str, **more: Any) -> dict[str, Any] | None:
             document_text=Cast(f"{snapshot}document", TextField()),
             nvml_text=Cast(f"{snapshot}nvml", TextField()),
             host_text=Cast(f"{snapshot}host", TextField()),
-            **more,
         )
         .order_by()
         .first()
