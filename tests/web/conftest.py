@@ -165,3 +165,30 @@ def add(hostname: str, topo: str, sku: str = "", model: str = "", **extra: Any) 
         gpu_model_hint=model,
         **extra,
     )
+
+
+CACHE_CALLS = ("get", "get_many", "add", "set", "incr", "touch", "delete", "set_many")
+
+
+def count_cache_calls(monkeypatch: pytest.MonkeyPatch, alias: str = "default") -> list[str]:
+    """The calls made to a cache from now on, one per round trip: a backend's get_many that
+    calls its own get counts once."""
+    from django.core.cache import caches
+
+    calls: list[str] = []
+    inside: list[str] = []
+    backend = caches[alias]
+    for name in CACHE_CALLS:
+        original = getattr(backend, name)
+
+        def counted(*args: Any, _name: str = name, _original: Any = original, **kw: Any) -> Any:
+            if not inside:
+                calls.append(_name)
+            inside.append(_name)
+            try:
+                return _original(*args, **kw)
+            finally:
+                inside.pop()
+
+        monkeypatch.setattr(backend, name, counted)
+    return calls

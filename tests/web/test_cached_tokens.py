@@ -14,6 +14,7 @@ from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from tests.web.conftest import count_cache_calls
 from topoweb.fleet import cached_tokens
 from topoweb.fleet.models import ApiToken, AuditEvent
 from topoweb.fleet.selectors import hash_token
@@ -150,30 +151,13 @@ def test_a_read_with_a_kept_token_marked_lately_makes_one_trip_to_the_cache(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The token, its stamp and its last mark in one get_many; nothing else on a list read."""
-    from django.core.cache import caches
-
     client = bearer(create_api_token("sched"))
     assert client.get(LIST).status_code == 200  # read, kept and marked
     # The kept copy's mark is old: only the gate's time says it was marked just now.
     ApiToken.objects.update(last_used_at=timezone.now() - timedelta(minutes=5))
     cached_tokens.forget([ApiToken.objects.get().token_sha256])
     assert client.get(LIST).status_code == 200  # read again with the old mark, and kept
-    trips: list[str] = []
-    inside: list[str] = []  # a backend's get_many may call its own get: one trip
-    backend = caches["default"]
-    for name in ("get", "get_many", "add", "set", "incr", "touch", "delete", "set_many"):
-        original = getattr(backend, name)
-
-        def counted(*args: Any, _name: str = name, _original: Any = original, **kw: Any) -> Any:
-            if not inside:
-                trips.append(_name)
-            inside.append(_name)
-            try:
-                return _original(*args, **kw)
-            finally:
-                inside.pop()
-
-        monkeypatch.setattr(backend, name, counted)
+    trips = count_cache_calls(monkeypatch)
     assert client.get(LIST).status_code == 200
     assert trips == ["get_many"]
     assert AuditEvent.objects.filter(kind="token_used").count() == 1

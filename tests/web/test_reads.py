@@ -18,7 +18,16 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.renderers import JSONRenderer as DrfJSONRenderer
 from rest_framework.test import APIClient
 
-from tests.web.conftest import H200, RTX6000, RTX6000_P2P, V100, V100_OTHER_MESH, add, fixture_text
+from tests.web.conftest import (
+    H200,
+    RTX6000,
+    RTX6000_P2P,
+    V100,
+    V100_OTHER_MESH,
+    add,
+    count_cache_calls,
+    fixture_text,
+)
 from topoweb.analysis import apis as analysis_apis
 from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis.models import Analysis
@@ -159,6 +168,23 @@ def test_the_details_analysis_key_picks_what_current_analysis_picks(fleet: None)
     assert without_current[0] == without_current[1] and without_current[0][0] == newer_pk
     assert only_older[0] == only_older[1] and only_older[0][0] == older_pk
     assert analysis_selectors.current_analysis_key(None) is None
+
+
+def test_a_repeated_read_takes_its_kept_answer_from_this_process_not_the_shared_cache(
+    reader: APIClient, fleet: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the token goes to the shared cache: the detail's analysis text and a placement
+    answer, keyed by everything they depend on, come from this process's copy."""
+    question = {"tp": 4, "pp": 2, "dp": 1}
+    reader.get("/api/v1/servers/h200-01/")
+    reader.post("/api/v1/servers/h200-01/placement/", question, format="json")
+    trips = count_cache_calls(monkeypatch)
+    assert reader.get("/api/v1/servers/h200-01/").status_code == 200
+    assert trips == ["get_many"]  # the token
+    trips.clear()
+    placed = reader.post("/api/v1/servers/h200-01/placement/", question, format="json")
+    assert placed.status_code == 200
+    assert "get" not in trips  # the throttle counts with incr; the answer is this process's
 
 
 def test_a_repeated_placement_question_is_answered_from_the_answer_computed_once(

@@ -26,6 +26,7 @@ from topoweb.config.api import (
     ErrorSerializer,
     Pagination,
     WindowCountPagination,
+    validated,
 )
 from topoweb.config.renderers import dumps, raw_json
 from topoweb.core.health import KINDS, SEVERITIES
@@ -79,9 +80,7 @@ _HEALTH_FILTERS = ("health", "finding", "severity", "no_critical")
 
 def _servers(request: Request) -> QuerySet[Server]:
     """The list's servers for the request's validated filters (ServerFilterSerializer)."""
-    params = ServerFilterSerializer(data=request.query_params)
-    params.is_valid(raise_exception=True)
-    wanted = dict(params.validated_data)
+    wanted = validated(ServerFilterSerializer, request.query_params)
     filters = {k: v for k, v in wanted.items() if k not in _HEALTH_FILTERS}
     health = {k: v for k, v in wanted.items() if k in _HEALTH_FILTERS}
     return health_selectors.filter_by_health(

@@ -1,7 +1,8 @@
-"""Answers kept in Django's cache framework (Redis in production, local memory in the embedded
-default): questions with parameters (placement, selection, serving) and documents derived from
-stored rows, each under a digest of everything it depends on, so an entry is never stale, only
-evicted by the cache's own bounds and TOPOWEB_ANSWER_CACHE_S."""
+"""Answers kept in Django's cache framework, in each process's memory in front of the shared
+cache (Redis in production, local memory in the embedded default): questions with parameters
+(placement, selection, serving) and documents derived from stored rows, each under a digest of
+everything it depends on, so an entry is never stale, only evicted by the caches' own bounds
+and TOPOWEB_ANSWER_CACHE_S."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Callable, Hashable
 from typing import Any, TypeVar, cast
 
 from django.conf import settings
-from django.core.cache import cache
+from django.core.cache import cache, caches
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -35,17 +36,24 @@ def answer_key(key: Hashable) -> str:
 
 def answer_once(key: Hashable, compute: Callable[[], T]) -> T:
     """The answer to a question that depends only on `key`, computed on the first ask and kept
-    in the cache. A computation that raises keeps nothing; a cache that is down costs the
-    computation, never the answer."""
+    in this process (the `answers` cache, local memory) and in the shared cache. A computation
+    that raises keeps nothing; a shared cache that is down costs the computation, never the
+    answer."""
     name = answer_key(key)
+    local = caches["answers"]
+    found = local.get(name)
+    if found is not None:
+        return cast(T, found)
     try:
         found = cache.get(name)
     except Exception:  # noqa: BLE001 - a cache that is down: compute
         log.warning("answer cache unreachable", exc_info=True)
         found = None
     if found is not None:
+        local.set(name, found, timeout=settings.TOPOWEB_ANSWER_CACHE_S)
         return cast(T, found)
     answer = compute()
+    local.set(name, answer, timeout=settings.TOPOWEB_ANSWER_CACHE_S)
     try:
         cache.set(name, answer, timeout=settings.TOPOWEB_ANSWER_CACHE_S)
     except Exception:  # noqa: BLE001

@@ -6,6 +6,7 @@ REDIS_URL is unset, a local key and hosts, plain HTTP."""
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -245,6 +246,17 @@ CELERY_BEAT_SYNC_EVERY = 1
 # Throttle counters (shared by every gunicorn worker) and the analysis counts /metrics serves
 # live here: Redis when configured (CACHE_URL, else REDIS_URL), per process otherwise.
 CACHE_URL = env.str("CACHE_URL", default=REDIS_URL)
+# Answers (config.answers) are also kept per process, in front of the shared cache: each is
+# keyed by everything it depends on, so a process's copy is never stale, and a repeated
+# question costs no round trip.
+ANSWERS_CACHE: dict[str, Any] = {
+    "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+    "LOCATION": "answers",
+    "OPTIONS": {"MAX_ENTRIES": 512},
+}
+CACHES: dict[str, dict[str, Any]] = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+}
 if CACHE_URL:
     CACHES = {
         "default": {
@@ -256,6 +268,7 @@ if CACHE_URL:
             "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
         }
     }
+CACHES["answers"] = ANSWERS_CACHE
 
 # --- API ----------------------------------------------------------------------------------
 REST_FRAMEWORK = {

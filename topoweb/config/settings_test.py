@@ -21,4 +21,7 @@ DATABASES["default"]["TEST"] = {"NAME": f"test_topoweb{_suffix}"}
 STATIC_ROOT = None  # type: ignore[assignment]  # nothing is collected in tests; whitenoise serves from the finders
 # Tests share one Redis database with the broker, and some clear the cache: keep the cache
 # in-process (tests of the shared throttle configure Redis themselves).
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "answers": ANSWERS_CACHE,  # noqa: F405
+}
