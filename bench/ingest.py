@@ -447,6 +447,7 @@ def _seed(count: int) -> int:
     """Bulk-insert servers sharing real snapshots' data, as a large fleet of few SKUs looks."""
     from django.db import transaction
 
+    from topoweb.fleet.changes import servers_changed
     from topoweb.fleet.models import Server, Snapshot
 
     template = Snapshot.objects.order_by("id").first()
@@ -482,6 +483,9 @@ def _seed(count: int) -> int:
             server.latest_snapshot = snapshot
             server.topology_class_id = template.topology_class_id
         Server.objects.bulk_update(servers, ["latest_snapshot", "topology_class"], batch_size=1000)
+        # Their stored list rows and details, as the services write them for every server.
+        for start in range(0, len(servers), 500):
+            servers_changed([s.pk for s in servers[start : start + 500]])
     return Server.objects.count()
 
 
