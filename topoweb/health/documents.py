@@ -5,6 +5,7 @@ fleet.changes) by every write that changes what they show."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, cast
@@ -131,7 +132,7 @@ def _findings_of(server: Server) -> list[dict[str, Any]]:
     return found
 
 
-def _servers(server_ids: list[int]) -> QuerySet[Server]:
+def _servers_to_document() -> QuerySet[Server]:
     """The servers with everything their documents show but the snapshot's stored texts:
     latest snapshot and class, health counts, how many snapshots and benchmarks are stored."""
     snapshots = Snapshot.objects.filter(server=OuterRef("pk")).order_by().values("server")
@@ -152,23 +153,63 @@ def _servers(server_ids: list[int]) -> QuerySet[Server]:
             snapshot_count=Coalesce(Subquery(snapshots.annotate(n=Count("id")).values("n")), 0),
             benchmark_count=Coalesce(Subquery(benchmarks.annotate(n=Count("id")).values("n")), 0),
         )
-        .filter(pk__in=server_ids)
         .order_by("pk")
     )
+
+
+def _detail_rows() -> QuerySet[Server, dict[str, Any]]:
+    """Each server's stored detail with what is filled in when served: `last_seen_at`, the
+    latest snapshot's stored texts (as text, served unchanged) and content hash, the class."""
+    snapshot = "latest_snapshot__"
+    rows = Server.objects.values(
+        "pk",
+        "last_seen_at",
+        "topology_class_id",
+        detail=F("documents__detail"),
+        content_sha256=F(f"{snapshot}content_sha256"),
+        raw_text=F(f"{snapshot}raw_text"),
+        document_text=Cast(f"{snapshot}document", TextField()),
+        nvml_text=Cast(f"{snapshot}nvml", TextField()),
+        host_text=Cast(f"{snapshot}host", TextField()),
+    ).order_by()
+    return cast(QuerySet[Server, dict[str, Any]], rows)
+
+
+# Built once: a queryset is a lazy description that each use copies with its own filter, and
+# building these (joins, deferred columns, annotations) costs more than running them.
+_SERVERS_TO_DOCUMENT = _servers_to_document()
+_DETAIL_ROWS = _detail_rows()
 
 
 def _without_seen(document: dict[str, Any]) -> dict[str, Any]:
     return {k: (None if k == "last_seen_at" else v) for k, v in document.items()}
 
 
-def build_documents(server_ids: Iterable[int]) -> dict[int, tuple[str, str]]:
+# One serializer of each kind per thread, made once: DRF deep-copies every declared field
+# each time a serializer is made; `to_representation` keeps no state on it.
+_writers = threading.local()
+
+
+def _serializer(kind: type[serializers.Serializer]) -> serializers.Serializer:
+    kept: dict[type[serializers.Serializer], serializers.Serializer]
+    kept = _writers.__dict__.setdefault("by_class", {})
+    if kind not in kept:
+        kept[kind] = kind()
+    return kept[kind]
+
+
+def build_documents(server_ids: Iterable[int], *, lock: bool = False) -> dict[int, tuple[str, str]]:
     """Each server's (summary, detail) as stored: the serializers' output, without what is
-    filled in when served. Three queries, whatever the number of servers."""
-    servers = list(_servers(sorted(set(server_ids))))
+    filled in when served. One query for the servers (`lock`: their rows locked by it), and
+    one for the findings of those the health checks judged."""
+    rows = _SERVERS_TO_DOCUMENT.filter(pk__in=sorted(set(server_ids)))
+    servers = list(rows.select_for_update(of=("self",)) if lock else rows)
     findings: dict[int, list[dict[str, Any]]] = {}
-    rows = HealthFinding.objects.filter(server_id__in=[s.pk for s in servers]).order_by("id")
-    for row in rows:
-        findings.setdefault(row.server_id, []).append(row.to_document())
+    judged = [s.pk for s in servers if getattr(s, "health", None) is not None]
+    if judged:
+        for row in HealthFinding.objects.filter(server_id__in=judged).order_by("id"):
+            findings.setdefault(row.server_id, []).append(row.to_document())
+    summaries, details = _serializer(ServerSummarySerializer), _serializer(ServerDetailSerializer)
     built = {}
     for server in servers:
         if getattr(server, "health", None) is not None:
@@ -180,24 +221,23 @@ def build_documents(server_ids: Iterable[int]) -> dict[int, tuple[str, str]]:
             snapshot.server = server  # the snapshot's hostname, without a query
             for name in SNAPSHOT_TEXTS:
                 setattr(snapshot, name, None)
-        summary = dict(ServerSummarySerializer(server).data)
+        summary = dict(summaries.to_representation(server))
         del summary["last_seen_at"]
-        detail = _without_seen(dict(ServerDetailSerializer(server).data))
+        detail = _without_seen(dict(details.to_representation(server)))
         built[server.pk] = (orjson.dumps(summary).decode(), orjson.dumps(detail).decode())
     return built
 
 
 def write_documents(server_ids: Iterable[int]) -> None:
     """Write these servers' documents from what is stored now (registered with
-    fleet.changes). The servers' rows are locked first, in one order, so that two writers of
-    one server (an ingest, the health worker) write one after the other, the later reading
-    what the earlier committed."""
+    fleet.changes). The servers' rows are locked by the query that reads them, in one order,
+    so that two writers of one server (an ingest, the health worker) write one after the
+    other, the later reading what the earlier committed."""
     ids = sorted(set(server_ids))
     if not ids:
         return
     with transaction.atomic():
-        list(Server.objects.select_for_update().filter(pk__in=ids).order_by("pk").values("pk"))
-        built = build_documents(ids)
+        built = build_documents(ids, lock=True)
         ServerDocument.objects.bulk_create(
             [ServerDocument(server_id=k, summary=s, detail=d) for k, (s, d) in built.items()],
             update_conflicts=True,
@@ -240,27 +280,9 @@ def summary_texts(rows: Iterable[dict[str, Any]]) -> str:
 
 
 def stored_detail(hostname: str) -> dict[str, Any] | None:
-    """The server's stored detail with what is filled in when served, in one query: its
-    `last_seen_at`, the latest snapshot's stored texts (as text, served unchanged) and content
-    hash, the class. None without such a server."""
-    snapshot = "latest_snapshot__"
-    found = (
-        Server.objects.filter(hostname=hostname)
-        .values(
-            "pk",
-            "last_seen_at",
-            "topology_class_id",
-            detail=F("documents__detail"),
-            content_sha256=F(f"{snapshot}content_sha256"),
-            raw_text=F(f"{snapshot}raw_text"),
-            document_text=Cast(f"{snapshot}document", TextField()),
-            nvml_text=Cast(f"{snapshot}nvml", TextField()),
-            host_text=Cast(f"{snapshot}host", TextField()),
-        )
-        .order_by()
-        .first()
-    )
-    return cast(dict[str, Any] | None, found)
+    """The server's stored detail with what is filled in when served (_detail_rows), in one
+    query. None without such a server."""
+    return _DETAIL_ROWS.filter(hostname=hostname).first()
 
 
 def detail_document(row: dict[str, Any]) -> dict[str, Any]:
