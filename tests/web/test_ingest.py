@@ -853,7 +853,7 @@ def test_the_stored_topology_document_is_the_parsed_one_and_reads_back_equal(
     collector_client: Any,
 ) -> None:
     from topoweb.core.formats import parse_text
-    from topoweb.fleet.services import _document_json
+    from topoweb.fleet.stored_json import document_json
 
     answer = post_report(collector_client("gpu-a01"), report("gpu-a01", H200))
     assert answer.status_code == 201
@@ -863,4 +863,4 @@ def test_the_stored_topology_document_is_the_parsed_one_and_reads_back_equal(
     assert TopologyClass.objects.get().document == parsed
     # Text orjson refuses goes to the field's own encoding, unchanged.
     odd = {"devices": [{"nic_name": "mlx5_\ud800"}]}
-    assert _document_json(odd) is odd
+    assert document_json(odd) is odd

@@ -8,9 +8,12 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from tests import synthetic
+from tests.core.topo_fixtures import glued_h200
 from tests.web.conftest import fixture_text
 from topoweb.core.fingerprint import nvlink_summary, topology_fingerprint
 from topoweb.core.formats import parse_text
@@ -99,3 +102,40 @@ def test_the_documents_ingest_writes_are_compressed_with_lz4_where_the_server_ha
         methods = dict(cursor.fetchall())
     assert len(methods) == 3
     assert set(methods.values()) == ({"l"} if has_lz4 else {""})
+
+
+def _insert_of_snapshot(queries: CaptureQueriesContext) -> str:
+    (sql,) = [
+        q["sql"] for q in queries.captured_queries if 'INSERT INTO "fleet_snapshot"' in q["sql"]
+    ]
+    return sql
+
+
+def test_a_re_report_of_the_same_wiring_copies_its_document_in_the_database() -> None:
+    text = synthetic.nvswitch_domain(72)
+    first = ingest("nvl72-a", text, host={"kernel": "6.8.0-1"})
+    with CaptureQueriesContext(connection) as queries:
+        again = ingest("nvl72-a", text, host={"kernel": "6.8.0-2"})
+
+    assert again.snapshot.pk != first.snapshot.pk
+    stored = Snapshot.objects.get(pk=again.snapshot.pk).document
+    topology = parse_text(text)
+    assert isinstance(topology, Topology)
+    assert stored == topology.to_document() == Snapshot.objects.get(pk=first.snapshot.pk).document
+    insert = _insert_of_snapshot(queries)
+    assert '"links"' not in insert and 'SELECT U0."document"' in insert  # not sent again
+
+
+def test_a_re_report_whose_reader_warned_otherwise_stores_its_own_document() -> None:
+    plain = fixture_text("topo_01_h200-8gpu-12nic-numaid.txt")
+    glued = glued_h200("0-55,112-167", "56-111,168-223")  # the same wiring, 8 reader warnings
+    ingest("h200-w", plain)
+    with CaptureQueriesContext(connection) as queries:
+        again = ingest("h200-w", glued, host={"kernel": "x"})
+
+    stored = Snapshot.objects.get(pk=again.snapshot.pk).document
+    assert len(stored["warnings"]) == 8
+    topology = parse_text(glued)
+    assert isinstance(topology, Topology)
+    assert stored == topology.to_document()
+    assert '"warnings"' in _insert_of_snapshot(queries)  # sent, not copied

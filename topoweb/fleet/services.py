@@ -12,13 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import orjson
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
-from django.db.models import JSONField, Q, QuerySet, Subquery, Value
-from django.db.models.functions import Cast
+from django.db.models import Q, QuerySet, Subquery
 from django.utils import timezone
 
 from topoweb.config import limits
@@ -60,6 +58,7 @@ from topoweb.fleet.selectors import (
     mark_used,
     needs_mark,
 )
+from topoweb.fleet.stored_json import snapshot_document
 
 BENCHMARK_KINDS = (
     Benchmark.Kind.NCCL.value,
@@ -301,7 +300,7 @@ def _store_report(report: _Report) -> Ingested:
             wiring_sha256=report.wiring,
             raw_text=report.topo_text,
             nccl_xml=report.nccl_xml,
-            document=_document_json(report.document),
+            document=snapshot_document(report.document, report.wiring, previous),
             source=report.source,
             uploaded_by=report.uploaded_by,
             collector_version=report.collector_version,
@@ -340,26 +339,17 @@ def _store_report(report: _Report) -> Ingested:
     return Ingested(server=server, created=True, snapshot=snapshot)
 
 
-def _document_json(document: dict[str, Any]) -> Any:
-    """A topology document for its JSON column, encoded by orjson, much faster than
-    json.dumps. The document holds strings, integers, null, lists and
-    objects only, so the JSON value stored is the one json.dumps gives (SQLite, which keeps the
-    text, keeps it spaced differently); one that orjson refuses (a lone surrogate) goes to the
-    field's own encoding, which fails as it always has."""
-    try:
-        text = orjson.dumps(document).decode()
-    except orjson.JSONEncodeError:
-        return document
-    return Cast(Value(text), JSONField())
-
-
 # The server a report is stored on, with what the ingest reads of its previous snapshot: one
 # query of a few columns (not the previous snapshot's text and documents).
 _STORE_COLUMNS = ("hostname", "labels", "sku_name", "latest_snapshot__captured_at")
 
 
 def _server_to_store(hostname: str) -> Server | None:
-    previous = ("latest_snapshot__gpu_count", "latest_snapshot__gpu_model")
+    previous = (
+        "latest_snapshot__gpu_count",
+        "latest_snapshot__gpu_model",
+        "latest_snapshot__wiring_sha256",
+    )
     servers = Server.objects.select_related("latest_snapshot").only(*_STORE_COLUMNS, *previous)
     return servers.filter(hostname=hostname).first()
 
