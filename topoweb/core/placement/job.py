@@ -119,37 +119,35 @@ def inter_node_all_reduce_us(
     return 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes / (per_node * 1e3)
 
 
-def _multi_node_all_reduce_us(
+def _joined_model(
     servers: Mapping[str, ServerPool],
-    parts: Sequence[ServerPart],
-    nbytes: int,
+    names: Sequence[str],
     same_rails: bool,
     path: NetworkPath | None = None,
-) -> float | None:
-    """The all_reduce over several servers from the cost model's multi-node option, when
-    every server is numbered and wired like the first (one model serves them all); None
-    otherwise."""
-    first = servers[parts[0].server].model
-    if any(servers[p.server].model.topo != first.topo for p in parts[1:]):
+) -> tuple[CostModel, dict[tuple[str, int], int]] | None:
+    """One cost model of the servers `names` over the network (costs.with_options's nodes) and
+    where each (server, GPU) sits in it: node k holds the k-th server's GPUs. None unless every
+    server is numbered and wired like the first (one model serves them all). Through the
+    spines, each NIC keeps what its leaves' oversubscription leaves it: the fabric path's,
+    else the assumed spine's between rail groups."""
+    first = servers[names[0]].model
+    if any(servers[n].model.topo != first.topo for n in names[1:]):
         return None
-    g = len(first.gpu_ids)
-    local = sorted(first.gpu_ids)
+    if path is not None:
+        rate: float | None = path.nic_gbps / path.oversubscription
+    elif not same_rails:
+        rate = first.hardware.nic_gbps * 8 / SPINE_OVERSUBSCRIPTION
+    else:
+        rate = None
     try:
-        # Through the spines, each NIC keeps what its leaves' oversubscription leaves it: the
-        # fabric path's, else the assumed spine's between rail groups.
-        if path is not None:
-            rate: float | None = path.nic_gbps / path.oversubscription
-        elif not same_rails:
-            rate = first.hardware.nic_gbps * 8 / SPINE_OVERSUBSCRIPTION
-        else:
-            rate = None
         job = with_options(
-            first, nodes=len(parts), nic_gbits=rate, nics_per_node=path.nics if path else None
+            first, nodes=len(names), nic_gbits=rate, nics_per_node=path.nics if path else None
         )
-        gpus = [n * g + local.index(x) for n, p in enumerate(parts) for x in p.gpus]
-        return collective_cost(job, "all_reduce", gpus, nbytes).time_us
     except ValueError:
         return None
+    local = sorted(first.gpu_ids)
+    at = {(n, x): k * len(local) + local.index(x) for k, n in enumerate(names) for x in local}
+    return job, at
 
 
 def select_job(
@@ -346,11 +344,16 @@ def _over_servers(
     # Servers wired alike: the cost model prices the job, over their shared NVLink domain, on
     # one leaf or through the spine (so crossing it never comes out faster); a ring over the
     # NICs only for servers wired differently, which no one model describes.
-    total = None if nvlink else _multi_node_all_reduce_us(servers, parts, nbytes, same_rails, path)
-    if nvlink is not None:
-        joined, at = nvlink
+    joined = nvlink or _joined_model(servers, names, same_rails, path)
+    total = None
+    if joined is not None:
+        model, at = joined
         members = [at[(p.server, g)] for p in parts for g in p.gpus]
-        total = collective_cost(joined, "all_reduce", members, nbytes).time_us
+        try:
+            total = collective_cost(model, "all_reduce", members, nbytes).time_us
+        except ValueError:  # more GPUs than the model answers for: the ring below
+            total, nvlink = None, None
+    if nvlink is not None and total is not None:
         inter, how = 0.0, "over their shared NVLink domain, no network"
         rails = f"one NVLink domain ({_one_domain(servers, names)})"
     elif total is not None:
