@@ -236,7 +236,9 @@ def write_documents(server_ids: Iterable[int]) -> None:
     ids = sorted(set(server_ids))
     if not ids:
         return
-    with transaction.atomic():
+    # Part of the caller's transaction (no savepoint of its own: two round trips more), or
+    # its own when called outside one.
+    with transaction.atomic(savepoint=False):
         built = build_documents(ids, lock=True)
         ServerDocument.objects.bulk_create(
             [ServerDocument(server_id=k, summary=s, detail=d) for k, (s, d) in built.items()],
