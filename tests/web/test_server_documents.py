@@ -263,3 +263,23 @@ def test_the_migration_writes_the_documents_of_the_servers_already_stored(
     migration.fill_in(apps, None)
 
     assert dict(ServerDocument.objects.values_list("server_id", "detail")) == stored
+
+
+def test_the_sku_and_class_details_serve_the_members_rows_as_the_list_does(
+    reader: APIClient,
+) -> None:
+    add("v100-01", V100, "DGX-1V")
+    add("v100-02", V100, "DGX-1V")
+    add("v100-03", V100_OTHER_MESH, "DGX-1V")
+    listed = {r["hostname"]: r for r in reader.get("/api/v1/servers/").json()["results"]}
+    sku = reader.get("/api/v1/skus/DGX-1V/").json()
+    fingerprint = listed["v100-01"]["fingerprint"]
+    topology_class = reader.get(f"/api/v1/topology-classes/{fingerprint}/").json()
+
+    assert sku["sku"] == "DGX-1V"
+    assert {r["hostname"]: r for r in sku["servers"]} == listed
+    assert {c["fingerprint"] for c in sku["topology_classes"]} == {
+        r["fingerprint"] for r in listed.values()
+    }
+    assert topology_class["servers"] == [listed["v100-01"], listed["v100-02"]]
+    assert reader.get("/api/v1/skus/no-such-sku/").status_code == 404

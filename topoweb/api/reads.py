@@ -338,11 +338,21 @@ class SkuDetailApi(APIView):
         operation_id="skus_retrieve", responses={200: SkuDetailSerializer, **READ_ERRORS}
     )
     def get(self, request: Request, sku_name: str) -> Response:
-        members = list(selectors.sku_members(sku_name))
-        fingerprints = {s.topology_class.fingerprint for s in members if s.topology_class}
-        classes = selectors.topology_class_list().filter(fingerprint__in=fingerprints)
-        body = {"sku": members[0].sku_name, "servers": members, "topology_classes": classes}
-        return Response(SkuDetailSerializer(body).data)
+        # The members' stored summaries (health.documents), as the server list serves them.
+        servers = selectors.servers(selectors.ServerFilters(sku=sku_name))
+        rows = list(documents.summaries(servers, "sku_name", "topology_class_id"))
+        if not rows:
+            raise Http404(f"no SKU named {sku_name!r}")
+        classes = selectors.topology_class_list().filter(
+            pk__in={row["topology_class_id"] for row in rows}
+        )
+        return Response(
+            {
+                "sku": rows[0]["sku_name"],
+                "servers": raw_json(documents.summary_texts(rows)),
+                "topology_classes": TopologyClassSerializer(classes, many=True).data,
+            }
+        )
 
 
 class TopologyClassListApi(APIView):
@@ -369,9 +379,6 @@ class TopologyClassDetailApi(APIView):
     )
     def get(self, request: Request, fingerprint: str) -> Response:
         topology_class = selectors.topology_class_by_fingerprint(fingerprint)
-        topology_class.servers_list = selectors.server_list(selectors.ServerFilters()).filter(  # type: ignore[attr-defined]
-            topology_class=topology_class
-        )
         data = TopologyClassDetailSerializer(
             {
                 **{
@@ -379,8 +386,10 @@ class TopologyClassDetailApi(APIView):
                     for f in TopologyClassSerializer().fields.values()
                 },
                 "document": topology_class.document,
-                "servers": topology_class.servers_list,  # type: ignore[attr-defined]
+                "servers": [],  # the members' stored summaries, below
                 "analysis": analysis_selectors.current_analysis(topology_class.pk),
             }
         ).data
+        members = selectors.servers(selectors.ServerFilters()).filter(topology_class=topology_class)
+        data["servers"] = raw_json(documents.summary_texts(documents.summaries(members)))
         return Response(data)

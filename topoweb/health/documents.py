@@ -258,12 +258,13 @@ def seen_json(when: datetime | None) -> str:
     return "null" if when is None else f'"{_SEEN.to_representation(when)}"'
 
 
-def summaries(servers: QuerySet[Server]) -> QuerySet[Server, dict[str, Any]]:
+def summaries(servers: QuerySet[Server], *more: str) -> QuerySet[Server, dict[str, Any]]:
     """A server list queryset as the rows the list serves: each server's stored summary and
-    its `last_seen_at` (one query per page, the filters and ordering on real columns)."""
+    its `last_seen_at` (one query per page, the filters and ordering on real columns), and the
+    `more` columns a caller reads beside them."""
     return cast(
         QuerySet[Server, dict[str, Any]],
-        servers.values("pk", "last_seen_at", summary=F("documents__summary")),
+        servers.values("pk", "last_seen_at", *more, summary=F("documents__summary")),
     )
 
 
