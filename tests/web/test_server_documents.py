@@ -283,3 +283,25 @@ def test_the_sku_and_class_details_serve_the_members_rows_as_the_list_does(
     }
     assert topology_class["servers"] == [listed["v100-01"], listed["v100-02"]]
     assert reader.get("/api/v1/skus/no-such-sku/").status_code == 404
+
+
+def test_the_health_worker_locks_the_server_before_its_health_row_as_an_ingest_does() -> None:
+    """An ingest locks the server's row (its update) and then marks its health row stale; the
+    worker, which writes the health row and then the documents (locking the server's row),
+    must take them in the same order, or the two can wait on each other in a circle."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    add("gpu-lock", H200, "X")
+    server = Server.objects.get(hostname="gpu-lock")
+    evaluate_server(server.pk)  # the health row exists: this time it is locked and updated
+    with CaptureQueriesContext(connection) as ran:
+        evaluate_server(server.pk)
+    sqls = [q["sql"] for q in ran.captured_queries]
+
+    def first(found: Any) -> int:
+        return next(i for i, sql in enumerate(sqls) if found(sql))
+
+    server_lock = first(lambda sql: 'FROM "fleet_server"' in sql and "FOR UPDATE" in sql)
+    health_lock = first(lambda sql: '"health_serverhealth"' in sql and "FOR UPDATE" in sql)
+    assert server_lock < health_lock

@@ -37,16 +37,20 @@ class DocumentsFollow(admin.ModelAdmin):
     are written again in the same transaction (fleet.changes)."""
 
     def save_model(self, request: Any, obj: Any, form: Any, change: bool) -> None:
+        if obj.pk is not None:
+            changes.lock_servers(_servers_of([obj]))  # before the row (fleet.changes)
         super().save_model(request, obj, form, change)
         changes.servers_changed(_servers_of([obj]))
 
     def delete_model(self, request: Any, obj: Any) -> None:
         ids = _servers_of([obj])
+        changes.lock_servers(ids)
         super().delete_model(request, obj)
         changes.servers_changed(ids)
 
     def delete_queryset(self, request: Any, queryset: Any) -> None:
         ids = _servers_of(queryset)
+        changes.lock_servers(ids)
         super().delete_queryset(request, queryset)
         changes.servers_changed(ids)
 

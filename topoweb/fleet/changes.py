@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from topoweb.fleet.models import Server
+
 DocumentWriter = Callable[[list[int]], None]
 _WRITERS: list[DocumentWriter] = []
 
@@ -24,3 +26,13 @@ def servers_changed(server_ids: Iterable[int]) -> None:
         return
     for writer in _WRITERS:
         writer(ids)
+
+
+def lock_servers(server_ids: Iterable[int]) -> None:
+    """Lock these servers' rows for the rest of the caller's transaction, in one order. A
+    writer that changes a server's health rows and then its documents takes the server's row
+    first, as an ingest does (its server row, then the health rows it marks stale), so that
+    the two never wait on each other in a circle."""
+    ids = sorted(set(server_ids))
+    if ids:
+        list(Server.objects.select_for_update().filter(pk__in=ids).order_by("pk").values("pk"))

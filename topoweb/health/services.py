@@ -118,6 +118,7 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
     graph = fleet_selectors.graph_elements(snapshot, inputs.topology, in_request=False)
     document = assessment_document(server, inputs.topology, expectations, pairs, findings, graph)
     with transaction.atomic():
+        changes.lock_servers([server.pk])  # before its health row (fleet.changes)
         health, _ = ServerHealth.objects.update_or_create(
             server=server,
             defaults={
@@ -270,6 +271,7 @@ def sweep_silent_collectors(now: datetime | None = None) -> tuple[list[str], lis
         )
     )
     with transaction.atomic():
+        changes.lock_servers([row[0] for row in newly] + [row[1] for row in back])
         rows = []
         for server_id, _, last_seen in newly:
             finding = collector_silence(last_seen, now, interval, missed)
