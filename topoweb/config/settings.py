@@ -252,7 +252,8 @@ CACHE_URL = env.str("CACHE_URL", default=REDIS_URL)
 ANSWERS_CACHE: dict[str, Any] = {
     "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
     "LOCATION": "answers",
-    "OPTIONS": {"MAX_ENTRIES": 512},
+    # A few hot questions per process: an answer can be large (a big class's analysis text).
+    "OPTIONS": {"MAX_ENTRIES": 128},
 }
 CACHES: dict[str, dict[str, Any]] = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
