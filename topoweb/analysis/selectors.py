@@ -356,14 +356,12 @@ def server_cost_model(server: Server) -> CostModel:
     return _cached_model(model_key(server))
 
 
-# --- answers computed once ------------------------------------------------------------------
+# --- queries (their answers kept by config.answers) ------------------------------------------
 
 
 def _as_is(doc: dict[str, Any]) -> Any:
+    """A kept answer's document served as it is (the default `form` of a query)."""
     return doc
-
-
-# --- queries --------------------------------------------------------------------------------
 
 
 def cost_of(
