@@ -305,3 +305,19 @@ def test_the_health_worker_locks_the_server_before_its_health_row_as_an_ingest_d
     server_lock = first(lambda sql: 'FROM "fleet_server"' in sql and "FOR UPDATE" in sql)
     health_lock = first(lambda sql: '"health_serverhealth"' in sql and "FOR UPDATE" in sql)
     assert server_lock < health_lock
+
+
+def test_the_server_page_shows_the_row_the_list_serves(reader: APIClient) -> None:
+    """The page's summary is the server's stored list row (one read path for one document):
+    what the list serves, the page shows, counts beside it."""
+    add("gpu-a01", H200)
+    ServerDocument.objects.filter(server__hostname="gpu-a01").update(
+        summary=ServerDocument.objects.get(server__hostname="gpu-a01").summary.replace(
+            '"health":', '"sku_shown":"as stored","health":', 1
+        )
+    )
+    listed = row(reader, "gpu-a01")
+    page = reader.get("/api/v1/servers/gpu-a01/page/").json()["server"]
+    assert listed["sku_shown"] == "as stored"
+    counts = {"snapshot_count": 1, "benchmark_count": 0}
+    assert page == listed | counts

@@ -25,10 +25,10 @@ from topoweb.core.health.groups import group_documents
 from topoweb.core.ledger import Layout
 from topoweb.fleet import selectors, work
 from topoweb.fleet.models import Benchmark, Server
+from topoweb.health import documents
 from topoweb.health import selectors as health_selectors
 from topoweb.health import services as health_services
 from topoweb.health.assessment import step_us
-from topoweb.health.documents import ServerSummarySerializer
 
 BENCHMARK_ROWS = 12
 MiB = 1 << 20
@@ -106,9 +106,13 @@ def server_page(server: Server) -> bytes:
     stored, not decoded) joined with the few cheap reads that change between assessments (the
     summary, counts, runs, history)."""
     document, stale, checked = health_selectors.assessment(server)
+    # The server's row as the list serves it (its stored summary: one read path per document).
+    (summary,) = orjson.loads(
+        documents.summary_texts(documents.summaries(Server.objects.filter(pk=server.pk)))
+    )
     live = {
         "server": {
-            **ServerSummarySerializer(server).data,
+            **summary,
             "snapshot_count": server.snapshots.count(),
             "benchmark_count": server.benchmarks.count(),
         },
