@@ -130,9 +130,10 @@ def _joined_model(
     server is numbered and wired like the first (one model serves them all). Through the
     spines, each NIC keeps what its leaves' oversubscription leaves it: the fabric path's,
     else the assumed spine's between rail groups."""
-    first = servers[names[0]].model
-    if any(servers[n].model.topo != first.topo for n in names[1:]):
+    alike = _wired_alike(servers, names)
+    if alike is None:
         return None
+    first, at = alike
     if path is not None:
         rate: float | None = path.nic_gbps / path.oversubscription
     elif not same_rails:
@@ -145,9 +146,22 @@ def _joined_model(
         )
     except ValueError:
         return None
-    local = sorted(first.gpu_ids)
-    at = {(n, x): k * len(local) + local.index(x) for k, n in enumerate(names) for x in local}
     return job, at
+
+
+def _wired_alike(
+    servers: Mapping[str, ServerPool], names: Sequence[str]
+) -> tuple[CostModel, dict[tuple[str, int], int]] | None:
+    """The first server's model and where each (server, GPU) sits once the servers' GPUs are
+    numbered as one job (node k holds the k-th server's); None unless every server is numbered
+    and wired like the first (one model serves them all)."""
+    first = servers[names[0]].model
+    if any(servers[n].model.topo != first.topo for n in names[1:]):
+        return None
+    local = sorted(first.gpu_ids)
+    return first, {
+        (n, x): k * len(local) + i for k, n in enumerate(names) for i, x in enumerate(local)
+    }
 
 
 def select_job(
@@ -251,15 +265,14 @@ def _nvlink_model(
     """The cost model of servers of one NVLink domain as one machine (their GPUs joined over
     NVLink: costs.with_options's nvlink_nodes) and where each (server, GPU) sits in it; None
     when they share no domain or are not all wired like the first (one model serves them)."""
-    first = servers[names[0]].model
-    if not _one_domain(servers, names) or any(servers[n].model.topo != first.topo for n in names):
+    alike = _wired_alike(servers, names) if _one_domain(servers, names) else None
+    if alike is None:
         return None
-    local = sorted(first.gpu_ids)
+    first, at = alike
     try:
         joined = with_options(first, nodes=len(names), nvlink_nodes=True)
     except ValueError:  # GPUs without NVLink cannot share a domain
         return None
-    at = {(n, x): k * len(local) + local.index(x) for k, n in enumerate(names) for x in local}
     return joined, at
 
 
