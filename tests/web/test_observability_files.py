@@ -206,3 +206,41 @@ def test_every_topoweb_series_the_rules_and_dashboard_read_is_one_topoweb_serves
     # And the other way: no family of the fleet's gauges is left off the dashboard.
     fleet = {name for name in served if name.startswith(("topoweb_server_", "topoweb_gpu_"))}
     assert fleet - read <= {"topoweb_server_gpus", "topoweb_server_nics"}
+
+
+@pytest.mark.django_db
+def test_every_served_metric_name_passes_promtools_lint_but_the_dcgm_exporter_labels(
+    settings: Any, client: Any, collector_client: Any
+) -> None:
+    """`promtool check metrics` lints a scrape for Prometheus' naming conventions (units as
+    suffixes, `_total` on counters, no `_count`/`_sum` gauges, snake_case). The one thing it
+    may say is that the per-GPU series carry dcgm-exporter's own label names (`modelName`,
+    `UUID`): kept on purpose, so that PromQL joins them with dcgm-exporter's series."""
+    settings.TOPOWEB_METRICS_TOKEN = TOKEN
+    body = json.loads(
+        (FIXTURES / "device_01_h200-1gpu-firecracker-vm-collector-dryrun.json").read_text()
+    )
+    collector_client(body["hostname"]).post("/api/v1/reports", body, format="json")
+    evaluate_server(Server.objects.get(hostname=body["hostname"]).pk)
+    tasks.sweep()
+    publish_analysis_counts()
+    scraped = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").content.decode()
+    families = {f.name: f.type for f in text_string_to_metric_families(scraped)}
+    assert "topoweb_gpu_nvlinks_up" in families  # the per-GPU series is in what is linted
+
+    linted = subprocess.run(
+        [PROMTOOL, "check", "metrics"], input=scraped, capture_output=True, text=True, timeout=60
+    )
+
+    problems = set((linted.stdout + linted.stderr).splitlines())
+    assert problems <= {
+        "topoweb_gpu_nvlinks_up label names should be written in 'snake_case' not 'camelCase'"
+    }, sorted(problems)
+    # The two conventions issue 29 names: a point in time ends `_timestamp_seconds`, and the
+    # request series are HTTP's.
+    ours = [name for name in families if name.startswith("topoweb_")]
+    assert [n for n in ours if re.search(r"time|_at(_|$)", n)] == [
+        n for n in ours if n.endswith("_timestamp_seconds")
+    ]
+    assert "django_http_requests_latency_seconds_by_view_method" in families
+    assert families["django_http_requests_latency_seconds_by_view_method"] == "histogram"
