@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import time
@@ -74,7 +75,7 @@ def stack(django_db_setup: None, tmp_path_factory: Any) -> Iterator[dict[str, st
             "TOPOWEB_OIDC_ADMIN_GROUPS": "topoweb-admins",
         }
         with live.gunicorn(1, port=rp_port, **settings) as (base, _):
-            yield {"rp": base, "provider": provider}
+            yield {"rp": base, "provider": provider, "provider_db": env["OIDC_PROVIDER_DB"]}
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -145,3 +146,37 @@ def test_the_providers_groups_decide_who_reads_and_who_gets_in(
     expect(outsider.locator("[role=alert]")).to_contain_text("not in a group allowed here")
     assert not User.objects.filter(username="eve").exists()
     outsider.close()
+
+
+def move_in_provider(stack: dict[str, str], who: str, group: str) -> None:
+    """What the company's directory does: the person now holds `group` alone."""
+    with sqlite3.connect(stack["provider_db"]) as db:
+        (user,) = db.execute("SELECT id FROM auth_user WHERE username = ?", (who,)).fetchone()
+        db.execute("INSERT OR IGNORE INTO auth_group (name) VALUES (?)", (group,))
+        (gid,) = db.execute("SELECT id FROM auth_group WHERE name = ?", (group,)).fetchone()
+        db.execute("DELETE FROM auth_user_groups WHERE user_id = ?", (user,))
+        db.execute("INSERT INTO auth_user_groups (user_id, group_id) VALUES (?, ?)", (user, gid))
+
+
+def test_the_admin_group_makes_staff_and_what_the_provider_takes_back_goes_at_the_next_sign_in(
+    browser: Browser, stack: dict[str, str]
+) -> None:
+    from django.contrib.auth.models import User
+
+    admin = sign_in(browser, stack, "carol")
+    admin.wait_for_url(f"{stack['rp']}/")
+    carol = User.objects.get(username="carol")
+    assert carol.is_staff and carol.is_superuser and carol.has_perm("fleet.upload_files")
+    admin.goto(f"{stack['rp']}/admin/fleet/auditevent/")
+    expect(admin.locator("#content h1")).to_contain_text("audit")
+    admin.close()
+
+    move_in_provider(stack, "carol", "topoweb-readers")
+    again = sign_in(browser, stack, "carol")
+    again.wait_for_url(f"{stack['rp']}/")
+    carol = User.objects.get(username="carol")
+    assert not carol.is_staff and not carol.is_superuser
+    assert not carol.has_perm("fleet.upload_files") and carol.is_active
+    again.goto(f"{stack['rp']}/admin/fleet/auditevent/")
+    again.wait_for_url(re.compile(r"/admin/login/"))  # staff only
+    again.close()

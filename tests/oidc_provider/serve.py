@@ -20,7 +20,12 @@ def main() -> None:
     from oauth2_provider.models import Application
 
     call_command("migrate", verbosity=0)
-    people = {"alice": ["topoweb-uploaders"], "bob": ["topoweb-readers"], "eve": ["marketing"]}
+    people = {
+        "alice": ["topoweb-uploaders"],
+        "bob": ["topoweb-readers"],
+        "carol": ["topoweb-admins"],
+        "eve": ["marketing"],
+    }
     for name, groups in people.items():
         user = User.objects.create_user(name, email=f"{name}@example.com", password="corp-pass")
         user.groups.set(Group.objects.get_or_create(name=group)[0] for group in groups)
