@@ -441,8 +441,10 @@ function renderBestLayouts(layouts, recs, assumptions) {
     const ul = el("ul", { class: "recommendations small", "aria-label": "Recommended layout per preset" });
     for (const [key, rec] of Object.entries(recs)) {
       const r = rec.recommended;
+      // The levers pulled and the memory per GPU it plans, with what is left (the API's words).
+      const m = r?.memory;
       const text = r
-        ? `TP${r.layout.tp} · PP${r.layout.pp} · DP${r.layout.dp}${r.layout.ep > 1 ? ` · EP${r.layout.ep}` : ""}, ${fmtTime(r.predicted_step_time_us)} per step${rec.levers?.length ? ` with ${rec.levers.join(", ")}` : ""}`
+        ? `TP${r.layout.tp} · PP${r.layout.pp} · DP${r.layout.dp}${r.layout.ep > 1 ? ` · EP${r.layout.ep}` : ""}, ${fmtTime(r.predicted_step_time_us)} per step${rec.levers?.length ? ` with ${rec.levers.join(", ")}` : ""}; ${fmtNumber(m.total_gb, 1)} of ${fmtNumber(m.usable_gb, 1)} GB usable a GPU, ${fmtNumber(m.left_gb, 1)} GB left`
         : (rec.no_fit?.message || "fits no layout");
       ul.append(el("li", { dataset: { preset: key } }, el("strong", { text: `${rec.model?.name || key}: ` }), text));
     }

@@ -190,6 +190,42 @@ def test_llama_70b_over_two_h100_servers_is_tp8_inside_each_server() -> None:
     assert count == 16 and lay.tp == 8 and lay.pp * lay.dp == 2
 
 
+def test_the_smallest_fit_over_servers_says_its_memory_per_gpu_and_the_headroom_kept() -> None:
+    model, _ = fixture("topo_22_h100-8gpu-nv18-no-nic-no-legend-epyc9654.txt")
+    spec = gpu_spec(H100)
+    rec = recommend(model, PRESETS["llama-70b"], spec=spec, time_budget_s=0.05)
+    assert rec.no_fit is not None and rec.no_fit.memory is not None
+    doc = rec.no_fit.to_document(spec, 8)
+    mem = doc["memory"]
+    # The layout it names, under the levers it names, as memory_fit prices it.
+    lay = Layout(**doc["smallest_layout"])
+    settings = next(s for s in lever_steps(PRESETS["llama-70b"]) if list(s.levers) == doc["levers"])
+    assert mem["total_gb"] == round(settings.fit(lay, spec).total / 1e9, 2)
+    assert mem["fits"] and mem["left_fraction"] >= 0.10 and "10% of each GPU" in mem["kept_back"]
+    assert f"{mem['left_gb']:.1f} GB left; 10% kept back" in doc["message"]
+
+
+def test_a_layout_job_on_one_server_pulls_the_levers_it_would_pull_over_servers() -> None:
+    from tests.core import topologies as T
+    from topoweb.core.placement import ServerPool, select_job
+
+    h100 = build_model(T.h200_nv18_12nic(), H100)
+    spec = gpu_spec(H100)
+    shape, lay = PRESETS["llama-13b"], Layout(1, 1, 8)
+    # 13B with ZeRO-1 needs more than 90 % of 80 GiB a GPU as asked; full recomputation
+    # frees its activations.
+    assert not memory_fit(shape, lay, spec.memory_bytes).fits
+    one = {"a": ServerPool(h100, tuple(range(8)), "rail-1", spec)}
+    halves = {n: ServerPool(h100, tuple(range(4)), "rail-1", spec) for n in ("a", "b")}
+    for servers in (one, halves):
+        (job, *_rest) = select_job(servers, layout=lay, shape=shape)
+        doc = job.to_document()
+        assert job.fits and doc["levers"] == ["full activation recomputation"], job.reason
+        assert job.reason.endswith("(full activation recomputation)")
+        assert doc["memory"]["recompute"] == "full" and doc["memory"]["left_gb"] > 0
+        assert doc["memory"]["left_fraction"] >= 0.10
+
+
 def test_tp8_pp2_on_two_free_h200_servers_keeps_tp_inside_and_sends_stages_over_the_network() -> (
     None
 ):

@@ -54,3 +54,31 @@ def test_a_server_without_a_gpu_name_says_what_the_advice_assumed(page: Page, fl
     wait_for_flag(page, "serving-ready")
     expect(page.locator("#serving-assumed")).to_contain_text("GPU model: A100 80GB")
     expect(page.locator("#serving-assumed")).to_contain_text("at most 85% of it is planned for")
+
+
+def test_the_recommended_layout_per_model_names_its_levers_and_memory_left(
+    page: Page, fleet: None
+) -> None:
+    page.goto(f"/servers/{H200}/")
+    wait_for_graph(page)
+    recs = page.evaluate(
+        """(host) => fetch(`/api/v1/servers/${encodeURIComponent(host)}/page/`,
+          {credentials: "same-origin"}).then((r) => r.json()).then((d) => d.recommendations)""",
+        H200,
+    )
+    pulled = 0
+    for key, rec in recs.items():
+        item = page.locator(f"ul.recommendations li[data-preset='{key}']")
+        if rec["recommended"]:
+            mem = rec["recommended"]["memory"]
+            expect(item).to_contain_text(f"{mem['left_gb']:.1f} GB left")
+            levers = rec["levers"]
+        else:
+            mem = rec["no_fit"]["memory"]
+            expect(item).to_contain_text(f"{mem['left_gb']:.1f} GB left; 15% kept back")
+            levers = rec["no_fit"]["levers"]
+        for lever in levers:
+            expect(item).to_contain_text(lever)
+        pulled += bool(levers)
+    # 8x H200: GPT-3 175B fits 4 such servers once its micro-batch is lowered; the page says so.
+    assert pulled >= 1, recs

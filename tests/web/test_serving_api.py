@@ -98,6 +98,8 @@ class TestServing:
         assert doc["fits"] is False and doc["no_fit"]["smallest_gpu_count"] == 16
         assert doc["no_fit"]["smallest_layout"]["tp"] == 8
         assert doc["no_fit"]["levers"] == ["full activation recomputation"]
+        assert doc["no_fit"]["memory"]["recompute"] == "full"
+        assert doc["no_fit"]["memory"]["left_fraction"] >= 0.10
         assert "2 servers" in doc["no_fit"]["message"]
         small = reader.post(
             "/api/v1/servers/h100-01/recommendation/", {"model": "llama-7b"}, format="json"
@@ -126,5 +128,8 @@ def test_a_tp8_pp2_job_over_two_free_h200_servers_says_what_crosses_the_network(
     assert [len(p["gpus"]) for p in best["servers"]] == [8, 8]
     assert [n["dimension"] for n in best["network"]] == ["pp"] and best["inter_node_us"] > 0
     assert all(p["nics"] for p in best["servers"])  # each GPU's nearest NIC named
+    # 141 GB a GPU: no lever pulled; the memory per GPU and the headroom kept are said.
+    assert best["levers"] == [] and best["memory"]["fits"]
+    assert best["memory"]["left_fraction"] >= 0.10 and "kept_back" in best["memory"]
     # Named "NVIDIA H200" without NVML's memory total: the catalogue's size, said per server.
     assert [a.split(": ")[0] for a in response.json()["assumed"]] == ["h200-a", "h200-b"]

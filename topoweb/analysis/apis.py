@@ -453,6 +453,13 @@ class JobSelectionSerializer(serializers.Serializer):
         help_text="what crosses the network per step: per dimension, the groups spanning "
         "servers, the bytes they move between servers and the time that takes",
     )
+    levers = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="a layout's memory levers pulled, in practitioners' order, for it to fit",
+    )
+    memory = serializers.JSONField(
+        allow_null=True, help_text="a layout's memory per GPU: total, usable, left, kept back"
+    )
 
 
 class JobResultSerializer(serializers.Serializer):

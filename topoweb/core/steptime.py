@@ -231,6 +231,15 @@ class MemoryFit:
     def fits(self) -> bool:
         return self.total <= self.capacity
 
+    def summary(self) -> str:
+        """Memory per GPU in words: what is planned, what is left, what is kept back."""
+        gb = 1e9
+        return (
+            f"{self.total / gb:.1f} of {self.capacity / gb:.1f} GB usable a GPU, "
+            f"{(self.gpu_bytes - self.total) / gb:.1f} GB left; "
+            f"{1 - self.capacity / self.gpu_bytes:.0%} kept back"
+        )
+
     def to_document(self) -> dict[str, Any]:
         gb = 1e9
         return {
@@ -520,6 +529,7 @@ class NoFit:
     needed_gb_per_gpu: float  # at this server's GPU count, the least memory per GPU needed
     levers: tuple[str, ...] = ()  # pulled for `needed_layout` to fit
     server_gpus: int = 0  # GPUs per server: counts go up a server at a time
+    memory: MemoryFit | None = None  # per GPU of `needed_layout`, with its levers
 
     def to_document(self, spec: GpuSpec, n: int) -> dict[str, Any]:
         lay = self.needed_layout
@@ -532,11 +542,13 @@ class NoFit:
                 + f"), e.g. TP{lay.tp} PP{lay.pp} DP{lay.dp}"
                 + (f" EP{lay.ep}" if lay.ep > 1 else "")
                 + (f" with {', '.join(self.levers)}" if self.levers else "")
+                + (f" ({self.memory.summary()})" if self.memory else "")
             )
         return {
             "smallest_gpu_count": self.needed_gpus,
             "smallest_layout": lay.__dict__ if lay else None,
             "levers": list(self.levers),
+            "memory": self.memory.to_document() if self.memory else None,
             "gb_per_gpu_needed_at_this_size": round(self.needed_gb_per_gpu, 1),
             "message": (
                 f"fits no layout on {n}x {spec.name} ({spec.memory_bytes / 1e9:.0f} GB): "
@@ -578,6 +590,7 @@ def smallest_fit(
             # As practitioners lay it out: the most of a domain model-parallel (TP x EP), the
             # experts split before the layers (EP before TP), then the shallowest pipeline.
             best = min(fitting, key=lambda lay: (-lay.tp * lay.ep, -lay.ep, lay.pp))
-            return NoFit(count, best, per_gpu, settings.levers, server)
+            memory = settings.fit(best, spec)
+            return NoFit(count, best, per_gpu, settings.levers, server, memory)
         count += server
     return NoFit(None, None, per_gpu, (), server)

@@ -16,6 +16,8 @@ from topoweb.core.placement.objective import DEFAULT_SHAPE, hierarchy_order, ran
 from topoweb.core.placement.selection import SELECTION_BYTES, best_group, select_gpus
 from topoweb.core.steptime import (
     GpuSpec,
+    MemoryFit,
+    Settings,
     first_fit,
     gpu_spec,
     lever_steps,
@@ -70,6 +72,9 @@ class JobSelection:
     # What crosses the network per step: per dimension, the groups that span servers, the
     # bytes each moves between servers per step, and the time that takes.
     network: tuple[dict[str, Any], ...] = ()
+    # A layout's memory levers pulled (in practitioners' order) and its memory per GPU.
+    levers: tuple[str, ...] = ()
+    memory: MemoryFit | None = None
 
     def to_document(self) -> dict[str, Any]:
         return {
@@ -83,6 +88,8 @@ class JobSelection:
             "fits": self.fits,
             "reason": self.reason,
             "network": list(self.network),
+            "levers": list(self.levers),
+            "memory": self.memory.to_document() if self.memory else None,
         }
 
 
@@ -292,11 +299,19 @@ def _one_server(
 ) -> JobSelection:
     model = pool.model
     if layout is not None:
-        placed = place(model, layout, pool.free, shape, spec=pool.spec)
+        spec = pool.spec or gpu_spec(None, model.hardware.generation.name)
+        settings = _levers_for(shape, layout, spec)
+        placed = place(
+            model, layout, pool.free, settings.shape, spec=spec, zero=settings.zero,
+            recompute=settings.recompute,
+        )  # fmt: skip
         part = ServerPart(name, placed.gpus, _nics_of(model, placed.gpus))
+        fits = placed.memory.fits
+        levers = f" ({', '.join(settings.levers)})" if settings.levers and fits else ""
         return JobSelection(
-            (part,), True, placed.step_us, "step time", layout, 0.0, placed.memory.fits,
-            f"one server; {placed.choice or 'all its free GPUs'}",
+            (part,), True, placed.step_us, "step time", layout, 0.0, fits,
+            f"one server; {placed.choice or 'all its free GPUs'}{levers}",
+            (), settings.levers if fits else (), placed.memory,
         )  # fmt: skip
     best = select_gpus({name: (model, pool.free)}, size, top=1)[0]
     us = collective_cost(model, "all_reduce", best.gpus, nbytes).time_us if size >= 2 else 0.0
@@ -458,9 +473,7 @@ def _layout_over_servers(
     where = where[: layout.size]
     first = servers[picked[0]]
     spec = first.spec or gpu_spec(None, first.model.hardware.generation.name)
-    # The memory levers practitioners pull, in order, until the layout fits (if it can).
-    steps = lever_steps(shape)
-    settings = (first_fit(steps, [layout], spec) or (steps[0], []))[0]
+    settings = _levers_for(shape, layout, spec)
     plan = step_plan(settings.shape, layout, spec, recompute=settings.recompute, zero=settings.zero)
     groups = rank_groups(tuple(range(layout.size)), layout)
     # How many crossing sends each NIC carries at once, per dimension (NIC affinity per GPU).
@@ -557,7 +570,8 @@ def _layout_over_servers(
                 }
             )
     step = plan.step(each)
-    fits = settings.fit(layout, spec).fits
+    memory = settings.fit(layout, spec)
+    fits = memory.fits
     levers = f" ({', '.join(settings.levers)})" if settings.levers and fits else ""
     parts = []
     for name in dict.fromkeys(n for n, _g in where):
@@ -574,5 +588,12 @@ def _layout_over_servers(
            if _one_domain(servers, picked)
            else "TP across servers (allowed by the caller), ")
         + f"{' and '.join(spans)} between {len(parts)} servers on {rails}{levers}",
-        tuple(network),
+        tuple(network), settings.levers if fits else (), memory,
     )  # fmt: skip
+
+
+def _levers_for(shape: ModelShape, layout: Layout, spec: GpuSpec) -> Settings:
+    """The memory levers practitioners pull, in order, until the layout fits (the settings as
+    asked when none makes it fit)."""
+    steps = lever_steps(shape)
+    return (first_fit(steps, [layout], spec) or (steps[0], []))[0]
