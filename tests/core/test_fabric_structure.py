@@ -1,0 +1,162 @@
+"""What issue 28 asks of `cli fabric`'s JSON and of the structure behind it, checked apart from
+the reader: the fields of each section; tiers from the graph whatever the switches are called
+(ibnet_01 with its leaf and spine names swapped, and a three-tier fabric whose names lie); each
+oversubscribed leaf of ibnet_01, counted from the raw port lines."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from tests.core.test_fabric import IBNET_01, fabric_doc, raw_blocks, raw_uplinks, short
+
+LANE_GBPS = {"EDR": 25, "HDR": 50, "NDR": 100, "XDR": 200}
+
+
+@pytest.fixture(scope="module")
+def ibnet_01() -> dict[str, Any]:
+    return fabric_doc(IBNET_01.read_text())
+
+
+def test_the_json_has_every_field_the_issue_lists(ibnet_01: dict[str, Any]) -> None:
+    assert {"switches", "links", "hosts", "findings", "warnings"} <= set(ibnet_01)
+    assert ibnet_01["warnings"] == []
+    for switch in ibnet_01["switches"]:
+        assert {"name", "guid", "tier"} <= set(switch)
+        assert switch["tier"] in ("leaf", "spine", "core")
+    for link in ibnet_01["links"]:
+        assert {"a", "a_port", "b", "b_port", "width", "speed", "gbps"} <= set(link)
+        assert isinstance(link["a_port"], int) and isinstance(link["b_port"], int)
+        assert (link["width"], link["speed"], link["gbps"]) == ("4x", "NDR", 400.0)
+    for host in ibnet_01["hosts"]:
+        assert {"hostname", "hcas"} <= set(host) and host["hcas"]
+        assert host["hostname"] is None or isinstance(host["hostname"], str)
+        for hca in host["hcas"]:
+            assert {"name", "guid", "switch", "port"} <= set(hca)
+    names = {s["name"] for s in ibnet_01["switches"]}
+    hostnames = {h["hostname"] for h in ibnet_01["hosts"]} | {
+        f"H-{h['hcas'][0]['guid']}" for h in ibnet_01["hosts"] if h["hostname"] is None
+    }
+    for finding in ibnet_01["findings"]:
+        assert {"kind", "severity", "message", "switches", "hosts"} <= set(finding)
+        assert finding["severity"] in ("critical", "warning", "info")
+        assert set(finding["switches"]) <= names and set(finding["hosts"]) <= hostnames
+
+
+def test_tiers_come_from_the_graph_when_the_names_say_the_opposite() -> None:
+    text = IBNET_01.read_text()
+    swapped = text.replace("IBLEAF", "\0").replace("IBSPINE", "IBLEAF").replace("\0", "IBSPINE")
+    doc = fabric_doc(swapped)
+    tiers = {s["name"]: s["tier"] for s in doc["switches"]}
+    # The 31 switches that carry hosts are still the leaves, now named IBSPINE.
+    leaves = {leaf.replace("IBLEAF", "IBSPINE") for leaf in raw_uplinks(text)}
+    assert len(leaves) == 31
+    assert {n for n, t in tiers.items() if t == "leaf"} == leaves
+    assert {n for n, t in tiers.items() if t == "spine"} == {n for n in tiers if "IBLEAF" in n}
+    assert len(tiers) == 40
+
+
+def port_line(port: int, peer: str, peer_port: int, desc: str, ca: bool) -> str:
+    kind = "H" if ca else "S"
+    tail = f"({peer})" if ca else ""
+    return f'[{port}]\t"{kind}-{peer}"[{peer_port}]{tail}\t\t# "{desc}" lid 1 4xNDR'
+
+
+def three_tiers() -> str:
+    """Four leaves of two hosts each, two spines (two leaves each), one core above both spines;
+    the leaves are called CORE, the spines LEAF, the core SPINE."""
+    leaves = [f"{n:016x}" for n in range(0x10, 0x14)]
+    spines = [f"{n:016x}" for n in (0x20, 0x21)]
+    core = f"{0x30:016x}"
+    desc = {g: f"MF0;CORE-{i}:MQM9700/U1" for i, g in enumerate(leaves)}
+    desc |= {g: f"MF0;LEAF-{i}:MQM9700/U1" for i, g in enumerate(spines)}
+    desc[core] = "MF0;SPINE-0:MQM9700/U1"
+    ports: dict[str, list[tuple[int, str, int, bool]]] = defaultdict(list)
+    cas: list[tuple[str, str, str, int]] = []  # guid, description, switch, port
+
+    def cable(a: str, b: str, b_is_ca: bool = False) -> None:
+        pa = len(ports[a]) + 1
+        pb = 1 if b_is_ca else len(ports[b]) + 1
+        ports[a].append((pa, b, pb, b_is_ca))
+        if b_is_ca:
+            cas.append((b, desc[b], a, pa))
+        else:
+            ports[b].append((pb, a, pa, False))
+
+    for i, leaf in enumerate(leaves):
+        for h in range(2):
+            hca = f"{0xA0 + 2 * i + h:016x}"
+            desc[hca] = f"node{2 * i + h:02d} mlx5_0"
+            cable(leaf, hca, b_is_ca=True)
+        cable(leaf, spines[i // 2])
+    for spine in spines:
+        cable(spine, core)
+    out = []
+    for guid in [*leaves, *spines, core]:
+        out += [
+            f"switchguid=0x{guid}({guid})",
+            f'Switch\t36 "S-{guid}"\t\t# "{desc[guid]}" enhanced port 0 lid 1 lmc 0',
+        ]
+        out += [port_line(p, peer, pp, desc[peer], ca) for p, peer, pp, ca in ports[guid]]
+        out.append("")
+    for guid, description, switch, port in cas:
+        out += [
+            f"caguid=0x{guid}",
+            f'Ca\t1 "H-{guid}"\t\t# "{description}"',
+            f'[1]({guid}) \t"S-{switch}"[{port}]\t\t# lid 2 lmc 0 "{desc[switch]}" lid 1 4xNDR',
+            "",
+        ]
+    return "\n".join(out)
+
+
+def test_a_three_tier_fabric_has_cores_above_its_spines_whatever_their_names() -> None:
+    doc = fabric_doc(three_tiers())
+    assert doc["warnings"] == []
+    tiers = {s["name"]: s["tier"] for s in doc["switches"]}
+    assert tiers == {
+        "CORE-0": "leaf", "CORE-1": "leaf", "CORE-2": "leaf", "CORE-3": "leaf",
+        "LEAF-0": "spine", "LEAF-1": "spine", "SPINE-0": "core",
+    }  # fmt: skip
+    assert {h["hostname"]: h["hcas"][0]["switch"] for h in doc["hosts"]}["node05"] == "CORE-2"
+
+
+def raw_leaf_gbps(text: str) -> dict[str, tuple[float, float]]:
+    """Leaf -> (Gb/s of its host ports, Gb/s of its switch ports), from the switch blocks:
+    a leaf is a switch with a host's HCA on a port (SHARP aggregation nodes are not hosts);
+    each port line ends in its rate, `<width>x<speed>`."""
+    out = {}
+    for kind, desc, ports in raw_blocks(text):
+        hosts = [p for p in ports if '"H-' in p and "Aggregation" not in p]
+        if kind != "Switch" or not hosts:
+            continue
+
+        def gbps(lines: list[str]) -> float:
+            total = 0.0
+            for line in lines:
+                width, _, speed = line.split()[-1].partition("x")
+                total += int(width) * LANE_GBPS[speed]
+            return total
+
+        out[short(desc)] = (gbps(hosts), gbps([p for p in ports if '"S-' in p]))
+    return out
+
+
+def test_each_oversubscribed_leaf_is_found_with_its_figures(ibnet_01: dict[str, Any]) -> None:
+    expected = {
+        leaf: (down, up)
+        for leaf, (down, up) in raw_leaf_gbps(IBNET_01.read_text()).items()
+        if down > up
+    }
+    assert len(expected) == 12
+    found = {
+        f["switches"][0]: f for f in ibnet_01["findings"] if f["kind"] == "leaf_oversubscribed"
+    }
+    assert set(found) == set(expected)
+    for leaf, (down, up) in expected.items():
+        assert (
+            f"{leaf} carries {down:g} Gb/s of hosts on {up:g} Gb/s of uplinks"
+            in (found[leaf]["message"])
+        )
+        assert found[leaf]["severity"] == "warning"
