@@ -265,6 +265,10 @@ def test_a_job_over_servers_takes_the_ones_whose_rails_share_leaves(
     )
     assert "through the spines of fabric ndr" in apart["reason"]
     assert apart["inter_node_us"] > best["inter_node_us"]
+    # Asked of the whole fleet (no servers named), the same two come first.
+    fleet = reader.post("/api/v1/placement/job/", {"k": 16}, format="json").json()
+    assert {s["server"] for s in fleet["selections"][0]["servers"]} == set(hosts[2:])
+    assert "leaf-local in fabric ndr" in fleet["selections"][0]["reason"]
 
 
 def test_without_a_broker_an_upload_is_analysed_in_process(
