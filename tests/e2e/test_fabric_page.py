@@ -118,3 +118,33 @@ def test_a_large_fabric_opens_folded_and_unfolds_a_unit(page: Page) -> None:
     page.goto("/fabrics/big/?host=node00399")
     wait_for_flag(page, "fabric-ready")
     expect(page.locator("#host-title")).to_have_text("node00399")
+
+
+def test_an_uplink_trained_slow_is_drawn_in_its_speed_class(page: Page) -> None:
+    """ibnet_01 with one of IBLEAF-04-04's two cables to IBSPINE-03 trained at 4xHDR: that
+    pair is drawn in HDR's colour, every other cabled pair in NDR's."""
+    from tests.web.test_fabrics import downtrained
+    from topoweb.fleet import fabric_services
+    from topoweb.fleet.models import Source
+
+    text = downtrained(IBNET_01.read_text())
+    done = fabric_services.ingest_fabric(name="slow", text=text, source=Source.UPLOAD)
+    assert fabric_services.analyse_capture(done.capture.pk) == "done"
+    page.goto("/fabrics/slow/")
+    wait_for_flag(page, "fabric-ready")
+    slow = page.locator("line.uplink.hdr")
+    assert slow.count() == 1
+    assert (slow.get_attribute("data-leaf"), slow.get_attribute("data-spine")) == (
+        "A09-P1-IBLEAF-04-04",
+        "A10-P1-IBSPINE-03",
+    )
+    assert page.locator("line.uplink.ndr").count() == 279 - 10 - 6 - 1
+    colours = page.evaluate(
+        "[...document.querySelectorAll('line.uplink.hdr, line.uplink.ndr')]"
+        ".map(l => [l.classList.contains('hdr'), l.getAttribute('stroke')])"
+    )
+    assert {c for hdr, c in colours if hdr} == {"#c27c0e"}
+    assert {c for hdr, c in colours if not hdr} == {"#2f6db5"}
+    expect(page.locator("#fabric-findings")).to_contain_text(
+        "A09-P1-IBLEAF-04-04 port 37 - A10-P1-IBSPINE-03 port 31 trained at 4xHDR"
+    )
