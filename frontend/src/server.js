@@ -184,7 +184,7 @@ function setView(which, save = true) {
 // --- panels -----------------------------------------------------------------------------
 
 // One line per cause (the server grouped the findings); a cause found on several pairs opens
-// to each of them, and a click on it shows its pairs on the graph.
+// to each of its findings, and a click on it shows its pairs on the graph.
 function renderFindings(groups, hasTopology, checked, gaveUp) {
   const ul = clear($("findings"));
   if (!hasTopology) { ul.append(el("li", { class: "finding muted", text: "Nothing checked yet: the checks need this server's topology (nvidia-smi topo -m)." })); return; }
@@ -207,7 +207,7 @@ function renderFindings(groups, hasTopology, checked, gaveUp) {
     if (g.count > 1) {
       const list = el("ul", { class: "finding-pairs" });
       for (const f of g.findings) list.append(el("li", { text: f.message }));
-      li.append(el("details", {}, el("summary", { text: `each of the ${g.count}` }), list));
+      li.append(el("details", {}, el("summary", { text: `each of the ${g.count} findings` }), list));
     }
     ul.append(li);
   }
