@@ -102,6 +102,22 @@ def test_a_filtered_list_page_is_one_query_on_real_columns(
     assert h200["fingerprint"] and h200["last_seen_at"] and h200["latest_snapshot_id"]
 
 
+def test_a_filtered_list_asked_again_sees_servers_that_changed_in_between(
+    reader: APIClient, fleet: None
+) -> None:
+    # The list's queryset is built once per set of filters and kept: each ask runs it anew.
+    wanted = {"gpu_count": "8", "has_nvlink": "true"}
+    first = reader.get("/api/v1/servers/", wanted).json()
+    add("h200-02", H200, "HGX H200")
+    when = timezone.now().replace(microsecond=0)
+    Server.objects.filter(hostname="h200-01").update(last_seen_at=when)
+    again = reader.get("/api/v1/servers/", wanted).json()
+    assert again["count"] == first["count"] + 1
+    assert "h200-02" in [row["hostname"] for row in again["results"]]
+    seen = {row["hostname"]: row["last_seen_at"] for row in again["results"]}
+    assert seen["h200-01"] == when.isoformat().replace("+00:00", "Z")
+
+
 def test_the_server_detail_serves_the_stored_documents_unchanged(
     reader: APIClient, fleet: None, django_assert_max_num_queries: Any
 ) -> None:

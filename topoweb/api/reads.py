@@ -4,6 +4,7 @@ facts. Each view validates its query, calls one selector and shapes the answer."
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime
 from typing import Any
@@ -81,8 +82,16 @@ _HEALTH_FILTERS = ("health", "finding", "severity", "no_critical")
 def _servers(request: Request) -> QuerySet[Server]:
     """The list's servers for the request's validated filters (ServerFilterSerializer)."""
     wanted = validated(ServerFilterSerializer, request.query_params)
-    filters = {k: v for k, v in wanted.items() if k not in _HEALTH_FILTERS}
-    health = {k: v for k, v in wanted.items() if k in _HEALTH_FILTERS}
+    return _servers_matching(tuple(sorted(wanted.items()))).all()
+
+
+@functools.lru_cache(maxsize=256)
+def _servers_matching(wanted: tuple[tuple[str, Any], ...]) -> QuerySet[Server]:
+    """The list's queryset for one set of validated filters, built once per process: building
+    it (joins, lookups) costs more than running it, and a queryset is a lazy description that
+    each use copies (the caller's `.all()`), so this one is never run and holds no rows."""
+    filters = {k: v for k, v in wanted if k not in _HEALTH_FILTERS}
+    health = {k: v for k, v in wanted if k in _HEALTH_FILTERS}
     return health_selectors.filter_by_health(
         selectors.servers(selectors.ServerFilters(**filters)), **health
     )

@@ -5,6 +5,7 @@ fleet.changes) by every write that changes what they show."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterable
 from datetime import datetime
@@ -255,7 +256,15 @@ _SEEN = serializers.DateTimeField(allow_null=True)
 
 def seen_json(when: datetime | None) -> str:
     """`last_seen_at` as the serializers write it, as JSON text."""
-    return "null" if when is None else f'"{_SEEN.to_representation(when)}"'
+    return "null" if when is None else _seen_text(when)
+
+
+@functools.lru_cache(maxsize=65536)
+def _seen_text(when: datetime) -> str:
+    # Kept per instant: a list page writes one per row and a server's time changes only when
+    # it reports, while DRF's field converts and formats it anew each time. The text depends
+    # on nothing else (TIME_ZONE is fixed; no request activates another zone).
+    return f'"{_SEEN.to_representation(when)}"'
 
 
 def summaries(servers: QuerySet[Server], *more: str) -> QuerySet[Server, dict[str, Any]]:
