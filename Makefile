@@ -63,7 +63,14 @@ $(PROMTOOL):
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 
-test: install $(CHROMIUM) $(FONT) $(PROMTOOL)
+# The collector's systemd unit and timer are checked with systemd-analyze.
+SYSTEMD_ANALYZE := /usr/bin/systemd-analyze
+$(SYSTEMD_ANALYZE):
+	@if [ "$$(id -u)" != 0 ]; then echo "Install Debian's systemd for systemd-analyze (sudo apt-get install systemd)" >&2; exit 1; fi
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null
+
+test: install $(CHROMIUM) $(FONT) $(PROMTOOL) $(SYSTEMD_ANALYZE)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check $(PY_SOURCES)
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)

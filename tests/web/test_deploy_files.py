@@ -8,6 +8,7 @@ import importlib.metadata
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -431,6 +432,33 @@ def test_the_timer_starts_it_hourly_at_a_random_minute_per_host(settings: Any) -
     assert settings.TOPOWEB_COLLECTOR_INTERVAL_S == 3600
     assert entries["RandomizedDelaySec"] == "3600" and entries["FixedRandomDelay"] == "yes"
     assert dict(timer["Install"])["WantedBy"] == "timers.target"
+
+
+SYSTEMD_ANALYZE = "/usr/bin/systemd-analyze"  # Debian's systemd (`make test` installs it)
+
+
+def test_systemd_reads_every_line_of_the_service_and_the_timer(tmp_path: Path) -> None:
+    """`systemd-analyze verify` loads both units as systemd would and names any key it does not
+    know, any value it cannot read (it still exits 0 for those: the output must be empty). It
+    runs in a root of its own: systemd's units, these two, and the wheel's script in place."""
+    root = tmp_path / "root"
+    shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
+    units = root / "etc/systemd/system"
+    units.mkdir(parents=True)
+    for name in ("topoweb-collector.service", "topoweb-collector.timer"):
+        shutil.copy(ROOT / "collector" / "deploy" / name, units / name)
+    script = root / "opt/topoweb-collector/bin" / COLLECTOR_SCRIPT
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+
+    verified = subprocess.run(
+        [SYSTEMD_ANALYZE, "verify", f"--root={root}",
+         str(units / "topoweb-collector.service"), str(units / "topoweb-collector.timer")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+    assert (verified.returncode, verified.stdout + verified.stderr) == (0, "")
 
 
 def test_the_collector_image_installs_the_wheel_and_runs_its_script_as_nobody() -> None:
