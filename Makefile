@@ -96,11 +96,13 @@ bench: install $(WRK)
 screenshots: install
 	$(PY) docs/screenshots.py
 
-# Rewrites the visual check's approved pictures from the pages as they are now. A deliberate
-# step: look at every changed PNG (git status tests/e2e/approved/) before committing it.
+# Rewrites the visual check's approved pictures from the pages as they are now, and the docs'
+# pictures cut from them. A deliberate step: look at every changed PNG (git status
+# tests/e2e/approved/ docs/) before committing it.
 approve-screenshots: install $(CHROMIUM) $(FONT)
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
 		TOPOWEB_APPROVE_SCREENSHOTS=1 $(VENV)/bin/pytest -q tests/e2e/test_visual.py
+	$(PY) docs/screenshots.py
 
 clean:
 	rm -rf $(VENV) frontend/node_modules staticfiles

@@ -1,4 +1,5 @@
-"""Refresh the README's screenshots: `make screenshots` (or `.venv/bin/python docs/screenshots.py`).
+"""Refresh the docs' screenshots: `make screenshots` (or `.venv/bin/python docs/screenshots.py`);
+`make approve-screenshots` runs it after approving.
 
 The pictures come from the visual check's approved images (tests/e2e/approved/, drawn by
 tests/e2e/test_visual.py in Debian's Chromium at 1440 px on the demo fleet and approved with
@@ -21,15 +22,22 @@ SHOTS = [
     ("compare-page.png", "compare.png", True),
     ("dgx1v-server.png", "server-dgx1v-gpu0.png", False),
     ("h20-36nic-server.png", "server-hgx-h20.png", False),
+    ("fabric-page.png", "fabric-ibnet-01.png", False),  # docs/fabric.md's picture
 ]
+
+
+def cut(source: str, whole: bool) -> Image.Image:
+    """The docs picture made from an approved one (tests/core/test_docs_screenshots.py holds
+    each docs picture to it)."""
+    picture = Image.open(APPROVED / source)
+    if not whole:
+        picture = picture.crop((0, 0, picture.width, min(picture.height, SCREEN)))
+    return picture
 
 
 def main() -> None:
     for name, source, whole in SHOTS:
-        picture = Image.open(APPROVED / source)
-        if not whole:
-            picture = picture.crop((0, 0, picture.width, min(picture.height, SCREEN)))
-        picture.save(DOCS / name, optimize=True)
+        cut(source, whole).save(DOCS / name, optimize=True)
         print(f"docs/{name} <- tests/e2e/approved/{source}")
 
 
