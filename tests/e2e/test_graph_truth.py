@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 from playwright.sync_api import Page
 
-from tests.e2e.conftest import ingest, wait_for_graph
+from tests.e2e.conftest import FIXTURES, ingest, wait_for_flag, wait_for_graph
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -173,3 +173,22 @@ def _crosses(p: list[float], q: list[float], box: list[float]) -> bool:
         if box[0] + 1 < x < box[2] - 1 and box[1] + 1 < y < box[3] - 1:
             return True
     return False
+
+
+def test_the_compare_page_and_the_upload_preview_load_without_cytoscape_warnings(
+    page: Page,
+) -> None:
+    """The other pages that draw with Cytoscape: two servers side by side, and a capture's
+    preview (the H20's 36 NICs grouped, the socket link it infers)."""
+    ingest(*H200)
+    ingest(*DGX1V)
+    said: list[str] = []
+    page.on("console", lambda m: said.append(m.text) if m.type in ("warning", "error") else None)
+    page.goto(f"/compare/?a={H200[0]}&b={DGX1V[0]}")
+    wait_for_flag(page, "compare-ready")
+    page.goto("/upload/")
+    page.fill("#upload-hostname", "preview-h20-u01")
+    page.fill("#upload-text", (FIXTURES / H20[1]).read_text(encoding="utf-8"))
+    page.click("#preview-button")
+    wait_for_flag(page, "preview-ready")
+    assert not said, said
