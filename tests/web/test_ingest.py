@@ -410,6 +410,21 @@ def test_an_upload_to_an_unknown_hostname_without_create_is_refused_naming_the_h
     assert not Server.objects.exists()
 
 
+def test_a_mistyped_hostname_is_refused_with_the_name_it_is_closest_to(
+    person: APIClient,
+) -> None:
+    """Issue 27 item 7: Save said no without a "did you mean" (the preview says it too)."""
+    made = person.post(
+        "/api/v1/uploads", {"hostname": "lab-v100", "text": fixture_text(V100), "create": True}
+    )
+    response = person.post("/api/v1/uploads", {"hostname": "lab-v10O", "text": fixture_text(V100)})
+
+    assert (made.status_code, response.status_code) == (201, 400)
+    message = response.json()["error"]["details"]["hostname"][0]
+    assert "No server named 'lab-v10O': did you mean 'lab-v100'?" in message
+    assert list(Server.objects.values_list("hostname", flat=True)) == ["lab-v100"]
+
+
 def test_an_upload_answers_the_readers_warnings_listed(person: APIClient) -> None:
     response = person.post(
         "/api/v1/uploads", {"hostname": "lab-h200", "text": glued_h200(), "create": True}
