@@ -305,6 +305,10 @@ def test_the_fleet_list_names_each_gpu_part_once_and_keeps_the_raw_name_as_its_t
     assert [cells.nth(i).inner_text() for i in range(2)] == ["8 A100", "8 A100"]
     titles = {cells.nth(i).get_attribute("title") for i in range(2)}
     assert titles == {"A100-SXM-80GB", "NVIDIA A100-SXM4-40GB"}
+    # The server's own page (its detail) says what was reported, as it was written.
+    page.goto("/servers/a100-one-u01/")
+    wait_for_flag(page, "graph-ready")
+    assert "8x A100-SXM-80GB" in page.locator("#server-summary").inner_text()
 
 
 def test_the_fleet_list_and_the_server_page_count_the_same_findings_on_the_badge(
