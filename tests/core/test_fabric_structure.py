@@ -160,3 +160,24 @@ def test_each_oversubscribed_leaf_is_found_with_its_figures(ibnet_01: dict[str, 
             in (found[leaf]["message"])
         )
         assert found[leaf]["severity"] == "warning"
+
+
+def test_one_hostname_on_two_hosts_is_found_with_both_places(ibnet_01: dict[str, Any]) -> None:
+    """ibnet_01 has a host that set its NodeDescription to `localhost` (HCA-1, -2, -6 on port
+    10 of unit 01's leaves). Planted: a07-p1-dgx-03-c01 (port 1 of unit 03's leaves) called
+    `localhost` too. The capture cannot tell their HCAs apart; the finding says so."""
+    assert not [f for f in ibnet_01["findings"] if f["kind"] == "shared_hostname"]
+    text = IBNET_01.read_text()
+    assert text.count('"a07-p1-dgx-03-c01 ') == 8  # four HCAs, each printed from both ends
+    doc = fabric_doc(text.replace('"a07-p1-dgx-03-c01 ', '"localhost '))
+    (shared,) = [f for f in doc["findings"] if f["kind"] == "shared_hostname"]
+    assert shared["hosts"] == ["localhost"] and shared["severity"] == "warning"
+    places = {
+        device: {(p["switch"], p["port"]) for p in where}
+        for device, where in shared["evidence"]["devices"].items()
+    }
+    assert places == {
+        f"HCA-{n}": {(f"A09-P1-IBLEAF-{rail}-01", 10), (f"A09-P1-IBLEAF-{rail}-03", 1)}
+        for n, rail in (("1", "01"), ("2", "02"), ("6", "04"))
+    }
+    assert "HCA-1 on A09-P1-IBLEAF-01-01 port 10, A09-P1-IBLEAF-01-03 port 1" in shared["message"]

@@ -1,7 +1,8 @@
 """What is wrong with a fabric, in the finding shape of server health (kind, severity, evidence,
 advice, message) with the names of the switches and hosts involved: links trained below their
 peers, leaves short of uplinks their peer leaves have, hosts short of the HCAs their kind of
-host has, HCAs cabled off their rail, oversubscribed leaves, HCAs nobody named."""
+host has, HCAs cabled off their rail, oversubscribed leaves, HCAs nobody named, one hostname
+on HCAs of more than one host."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ MISSING_HCA = "missing_hca"
 OFF_RAIL_HCA = "off_rail_hca"
 LEAF_OVERSUBSCRIBED = "leaf_oversubscribed"
 UNNAMED_HCAS = "unnamed_hcas"
+SHARED_HOSTNAME = "shared_hostname"
 FABRIC_KINDS = (
     DOWNTRAINED_LINK,
     MISSING_UPLINKS,
@@ -28,6 +30,7 @@ FABRIC_KINDS = (
     OFF_RAIL_HCA,
     LEAF_OVERSUBSCRIBED,
     UNNAMED_HCAS,
+    SHARED_HOSTNAME,
 )
 _DIGITS = re.compile(r"\d+")
 _ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -78,6 +81,7 @@ def fabric_findings(fabric: Fabric, skus: Mapping[str, str] | None = None) -> li
     out += _host_hcas(fabric, skus or {})
     out += _oversubscribed(fabric)
     out += _unnamed(fabric)
+    out += _shared_hostnames(fabric)
     out.sort(key=lambda f: (_ORDER[f.severity], f.kind, [natural_key(s) for s in f.switches],
                             [natural_key(h) for h in f.hosts]))  # fmt: skip
     return out
@@ -440,7 +444,58 @@ def _unnamed(fabric: Fabric) -> list[FabricFinding]:
     ]
 
 
-FABRIC_ANALYSIS_VERSION = 2  # 2: the service adds each server's place
+def _shared_hostnames(fabric: Fabric) -> list[FabricFinding]:
+    """A hostname whose HCAs repeat a device name is more than one host (two machines left at
+    `localhost`, a cloned image): the capture cannot tell which HCA is whose, so every place
+    the name is used (rails, exports, placement) takes them as one host."""
+    out = []
+    for host in fabric.hosts:
+        by_device: dict[str, list[Hca]] = defaultdict(list)
+        for h in host.hcas:
+            if h.name is not None:
+                by_device[h.name].append(h)
+        repeated = {d: hs for d, hs in by_device.items() if len(hs) > 1}
+        if host.hostname is None or not repeated:
+            continue
+        leaves = sorted(
+            {fabric.name(h.switch) for hs in repeated.values() for h in hs if h.switch},
+            key=natural_key,
+        )
+        where = "; ".join(
+            f"{d} on "
+            + ", ".join(f"{fabric.name(h.switch) if h.switch else '?'} port {h.port}" for h in hs)
+            for d, hs in sorted(repeated.items(), key=lambda kv: natural_key(kv[0]))
+        )
+        out.append(
+            FabricFinding(
+                kind=SHARED_HOSTNAME,
+                severity="warning",
+                switches=tuple(leaves),
+                hosts=(host.hostname,),
+                evidence={
+                    "devices": {
+                        d: [
+                            {
+                                "guid": h.guid,
+                                "switch": fabric.name(h.switch) if h.switch else None,
+                                "port": h.port,
+                            }
+                            for h in hs
+                        ]
+                        for d, hs in repeated.items()
+                    }
+                },
+                advice="Give each host its own name in its HCAs' NodeDescription, or run the "
+                "collector on them: it sends each host's HCA GUIDs, which take precedence.",
+                message=f"{host.hostname} names more than one host: its HCAs repeat device "
+                f"names ({where}); the fabric takes them as one host.",
+            )
+        )
+    return out
+
+
+# 2: the service adds each server's place; 3: shared_hostname findings.
+FABRIC_ANALYSIS_VERSION = 3
 
 
 def fabric_analysis(fabric: Fabric, skus: Mapping[str, str] | None = None) -> dict[str, Any]:
