@@ -21,6 +21,8 @@ function renderServing(doc) {
     note.append(doc.assumed.join("; "));
     out.append(note);
   }
+  // What the question asks beyond the model itself (a context past its window), said first.
+  for (const n of doc.notes || []) out.append(el("p", { class: "assumed small serving-note", role: "note", text: n }));
   if (!r) {
     out.append(el("p", { class: "error", role: "alert", id: "serving-misfit", text: doc.message || "fits no replica here" }));
     document.body.dataset.servingReady = String(Number(document.body.dataset.servingReady || 0) + 1);

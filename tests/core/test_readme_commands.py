@@ -65,4 +65,4 @@ def test_each_readme_cli_example_on_file_runs_verbatim_and_prints_json(command: 
     if command.split()[3] == "serve":
         best = doc["recommended"]
         assert {"tp", "pp", "replicas", "gpus", "memory_per_gpu"} <= set(best)
-        assert "assumed" in doc
+        assert "assumed" in doc and doc["notes"] == []  # within the model's context window

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -69,14 +70,38 @@ def test_llama_70b_bf16_at_8k_context_is_tp4_or_tp8_never_tp1_or_tp2() -> None:
 
 def test_the_largest_concurrency_and_context_are_the_last_that_fit() -> None:
     spec = gpu_spec(H100)
-    advice = serve(_model(H100_BOX, H100), PRESETS["llama-70b"], 8192, 8, spec=spec)
+    # A 70B trained for long contexts (no window: the memory alone sets the largest context).
+    shape = replace(PRESETS["llama-70b"], context_window=0)
+    advice = serve(_model(H100_BOX, H100), shape, 8192, 8, spec=spec)
     best = advice.best
     assert best is not None
-    shape = PRESETS["llama-70b"]
     at = lambda ctx, n: serving_memory(shape, best.tp, best.pp, ctx, n, "bf16", spec)  # noqa: E731
     assert at(8192, best.max_concurrency).fits and not at(8192, best.max_concurrency + 1).fits
     # (activations grow with the context up to a prefill chunk: past it only the KV cache)
     assert at(best.max_context, 8).fits and not at(best.max_context + 64, 8).fits
+
+
+@pytest.mark.parametrize(
+    ("key", "window"),
+    [
+        # huggingface.co/meta-llama/Llama-2-70b-hf config.json: max_position_embeddings 4096
+        ("llama-70b", 4096),
+        # huggingface.co/mistralai/Mixtral-8x7B-v0.1 config.json: max_position_embeddings 32768
+        ("mixtral-8x7b", 32768),
+    ],
+)
+def test_no_answer_offers_a_context_past_the_models_window_and_asking_for_one_is_said(
+    key: str, window: int
+) -> None:
+    model, spec = _model(H100_BOX, H100), gpu_spec(H100)
+    within = serve(model, PRESETS[key], window, 1, "fp8", spec=spec)
+    assert within.notes == ()
+    # One sequence in fp8 leaves room for far more than the window: the window is the limit.
+    assert all(o.max_context == window for o in within.options if o.memory.fits)
+    past = serve(model, PRESETS[key], 2 * window, 1, "fp8", spec=spec).to_document()
+    (note,) = past["notes"]
+    assert f"{2 * window} tokens exceed" in note and f"{window}-token context window" in note
+    assert past["recommended"]["max_context"] == window
 
 
 def test_fp8_and_int4_weights_shrink_memory_and_fp8_prefills_at_the_fp8_peak() -> None:

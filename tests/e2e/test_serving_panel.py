@@ -42,6 +42,9 @@ def test_the_serving_panel_shows_replicas_memory_and_latency_as_the_api_answers(
     result = page.locator("#serving-result")
     expect(result).to_contain_text(f"{best['max_concurrency']} at 8192 tokens")
     expect(result).to_contain_text("Time per output token")
+    # Llama 2 70B's card says 4096 tokens: 8192 is past its window, and the panel says so.
+    (note,) = api["notes"]
+    expect(result.locator(".serving-note")).to_have_text(note)
     # An H200 named without its memory: the catalogue's size, said as an assumption.
     expect(page.locator("#serving-assumed")).to_contain_text("memory: 141 GB")
 

@@ -59,9 +59,9 @@ def test_each_readme_api_example_answers_as_it_says(reader: APIClient, call: Cur
     if call.path.endswith("/serving/") and "/servers/" in call.path:
         best = doc["recommended"]
         assert {"tp", "pp", "replicas", "gpus", "memory_per_gpu"} <= set(best)
-        assert "assumed" in doc
+        assert "assumed" in doc and doc["notes"] == []  # within the model's context window
     elif call.path == "/api/v1/serving/":
-        assert doc["servers"] and all("assumed" in s for s in doc["servers"])
+        assert doc["servers"] and all(s["notes"] == [] for s in doc["servers"])
     elif call.path.endswith("/recommendation/"):
         # 70B on one 8x H200: the smallest fit over servers, TP8 inside each, memory left said.
         assert doc["fits"] or doc["no_fit"]["smallest_layout"]["tp"] == 8

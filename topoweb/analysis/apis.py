@@ -170,6 +170,9 @@ class ModelShapeSerializer(serializers.Serializer):
     expert_params = serializers.FloatField(min_value=0, max_value=1e15, default=0.0)
     heads = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
     kv_heads = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
+    context_window = serializers.IntegerField(
+        min_value=0, max_value=100_000_000, default=0, help_text="tokens, as trained; 0: unknown"
+    )
 
 
 @extend_schema_field(
@@ -197,6 +200,7 @@ class ModelShapeSerializer(serializers.Serializer):
                     "expert_params": {"type": "number", "minimum": 0},
                     "heads": {"type": "integer", "minimum": 0, "maximum": 100000},
                     "kv_heads": {"type": "integer", "minimum": 0, "maximum": 100000},
+                    "context_window": {"type": "integer", "minimum": 0, "maximum": 100000000},
                 },
                 "required": [
                     "name",
@@ -543,7 +547,9 @@ class ServingOptionSerializer(serializers.Serializer):
         help_text="weights, KV cache, activations, total, usable and left, GB"
     )
     max_concurrency = serializers.IntegerField(help_text="sequences of the asked context")
-    max_context = serializers.IntegerField(help_text="tokens at the asked concurrency")
+    max_context = serializers.IntegerField(
+        help_text="tokens at the asked concurrency, at most the model's context window"
+    )
     time_per_output_token_ms = serializers.FloatField()
     time_to_first_token_ms = serializers.FloatField()
     tp_all_reduce_decode_us = serializers.FloatField()
@@ -560,6 +566,10 @@ class ServingSerializer(serializers.Serializer):
     assumed = serializers.ListField(
         child=serializers.CharField(),
         help_text="what was guessed rather than read: GPU model, generation, memory",
+    )
+    notes = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="what the question asks beyond the model itself (a context past its window)",
     )
     free = serializers.ListField(child=serializers.IntegerField())
     kv_bytes_per_token = serializers.IntegerField(
@@ -587,7 +597,10 @@ class ServingQuestionSerializer(serializers.Serializer):
         help_text="tokens per sequence (default: the model's training sequence)",
     )
     concurrency = serializers.IntegerField(
-        min_value=1, max_value=100_000, default=DEFAULT_CONCURRENCY
+        min_value=1,
+        max_value=100_000,
+        default=DEFAULT_CONCURRENCY,
+        help_text="sequences each replica serves at once",
     )
     dtype = serializers.ChoiceField(choices=DTYPES, default="bf16")
 

@@ -1,5 +1,5 @@
-"""Command line over the core: `python -m topoweb.core.cli parse|cost|place|analyse|export|fabric
-FILE`.
+"""Command line over the core: `python -m topoweb.core.cli
+parse|cost|place|serve|analyse|export|fabric FILE`.
 
 Contract: a JSON document (for `export`, the exported file itself) on stdout and exit 0, or
 one line naming the problem on stderr and exit 2."""
@@ -383,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency",
         type=_positive_int,
         default=DEFAULT_CONCURRENCY,
-        help=f"sequences served at once (default {DEFAULT_CONCURRENCY})",
+        help=f"sequences each replica serves at once (default {DEFAULT_CONCURRENCY})",
     )
     sv.add_argument("--dtype", choices=DTYPES, default="bf16", help="weights' data type")
     sv.add_argument("--gpu-model", help='NVML GPU name, e.g. "NVIDIA H100 80GB HBM3"')

@@ -101,7 +101,7 @@ class ServingOption:
     replica_gpus: tuple[tuple[int, ...], ...]  # the GPUs of each replica
     memory: ServingMemory
     max_concurrency: int  # at the asked context
-    max_context: int  # at the asked concurrency
+    max_context: int  # at the asked concurrency, at most the model's context window
     tpot_ms: float  # time per output token (decode step of the whole batch)
     ttft_ms: float  # time to first token (one request's prefill, alone)
     tp_all_reduce_decode_us: float  # one all-reduce of a decode step
@@ -141,6 +141,19 @@ class ServingAdvice:
     free: tuple[int, ...]
 
     @property
+    def notes(self) -> tuple[str, ...]:
+        """What the question asks beyond what the model itself can do."""
+        window = self.shape.context_window
+        if window and self.context > window:
+            return (
+                f"{self.context} tokens exceed {self.shape.name}'s {window}-token context "
+                "window (its model card's max_position_embeddings): serving engines refuse "
+                "such a context (vLLM's max_model_len) unless the model is extended (RoPE "
+                "scaling); the memory and times are for the tokens asked",
+            )
+        return ()
+
+    @property
     def best(self) -> ServingOption | None:
         return self.options[0] if self.options and self.options[0].memory.fits else None
 
@@ -161,6 +174,7 @@ class ServingAdvice:
             "concurrency": self.concurrency,
             "gpu": self.spec.to_document(),
             "assumed": list(self.spec.assumed),
+            "notes": list(self.notes),
             "free": list(self.free),
             "kv_bytes_per_token": kv_bytes_per_token(self.shape, self.dtype),
             "kv_bytes_per_token_per_layer": kv_bytes_per_token(self.shape, self.dtype)
@@ -257,6 +271,8 @@ def _option(
     per_token = kv_bytes_per_token(shape, dtype) / (tp * pp)
     max_concurrency = max(0, int(room // (per_token * context)))
     max_context = max(0, int(room // (per_token * concurrency)))
+    if shape.context_window:  # no engine serves more than the model was trained for
+        max_context = min(max_context, shape.context_window)
     elem = ACTIVATION_BYTES * shape.hidden
     decode_ar = _all_reduce_us(model, tp_group, concurrency * elem)
     prefill_ar = _all_reduce_us(model, tp_group, context * elem)
