@@ -211,6 +211,7 @@ export function drawGraph(container, graph, { onReady, collapsed } = {}) {
     autoungrabify: true, // the routes are drawn for these positions
   });
   cy.scratch("_paths", doc.paths || {});
+  cy.scratch("_figures", doc.figures || null);
   cy.scratch("_nicCollapsed", doc.nic_groups?.collapsed ?? false);
   setNicMode(cy, collapsed ?? doc.nic_groups?.collapsed ?? false);
   fitGraph(cy);
@@ -258,9 +259,14 @@ function edgeLines(edge) {
   if (d.nvlinks > 0) cls += ` · ${d.nvlinks} NVLink${d.nvlinks > 1 ? "s" : ""}`;
   else if (info) cls += ` · ${info.name}`;
   lines.push([cls]);
-  if (d.bandwidth_gbps_per_direction != null) lines.push([`${fmtNumber(d.bandwidth_gbps_per_direction, 1)} GB/s per direction`]);
-  if (d.latency_us != null) lines.push([`latency ${fmtNumber(d.latency_us, 2)} µs`]);
+  // The link's figures are the catalogue's for the GPU generation, not measured: said so,
+  // with what the generation rests on.
+  const figures = edge.cy().scratch("_figures");
+  const modelled = figures ? " (modelled)" : "";
+  if (d.bandwidth_gbps_per_direction != null) lines.push([`${fmtNumber(d.bandwidth_gbps_per_direction, 1)} GB/s per direction${modelled}`]);
+  if (d.latency_us != null) lines.push([`latency ${fmtNumber(d.latency_us, 2)} µs${modelled}`]);
   if (d.label) lines.push([d.label]);
+  if (figures && (d.bandwidth_gbps_per_direction != null || d.latency_us != null)) lines.push([`${figures.generation} catalogue figures: ${figures.basis}`, "assumed"]);
   if (d.assumed) lines.push([`assumed: ${d.assumed} (the capture names no CPU)`, "assumed"]);
   return lines;
 }

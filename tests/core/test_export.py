@@ -67,3 +67,24 @@ def test_matrix_view_lists_every_class_with_x_on_the_diagonal() -> None:
     assert view["devices"][:2] == ["GPU0", "GPU1"]
     assert view["classes"][0] == ["X", "NODE", "SYS", "SYS", "SYS", "SYS"]
     assert view["classes"][4][5] == "PIX"
+
+
+def test_the_graph_prices_links_for_the_reported_gpu_and_says_where_its_figures_come_from() -> None:
+    """One number per fact: a PCIe-only server's links are its reported GPU's generation's
+    figures (as its analysis and findings use), not a guess from the matrix alone."""
+    from topoweb.core.catalogue import resolve_hardware
+    from topoweb.core.export import graph_document
+
+    topo = T.l40s_4gpu()
+    guessed = graph_document(topo)
+    told = graph_document(topo, gpu_model="Tesla P40")
+    pascal = resolve_hardware(topo, "Tesla P40")
+    assert told["figures"] == {"generation": "Pascal", "basis": pascal.assumption}
+    assert "'Tesla P40' is Pascal" in told["figures"]["basis"]
+    assert guessed["figures"]["basis"].startswith("no GPU name given")
+    pcie = [e["data"] for e in told["elements"] if e["data"].get("link_class") == "PCIe"]
+    assert pcie and {e["bandwidth_gbps_per_direction"] for e in pcie} == {
+        round(pascal.pcie_gbps, 2)
+    }
+    sys = [e["data"] for e in told["elements"] if e["data"].get("link_class") == "SYS"]
+    assert sys and all(pascal.socket_link in e["label"] for e in sys)

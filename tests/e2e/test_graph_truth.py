@@ -192,3 +192,32 @@ def test_the_compare_page_and_the_upload_preview_load_without_cytoscape_warnings
     page.click("#preview-button")
     wait_for_flag(page, "preview-ready")
     assert not said, said
+
+
+def test_a_links_figures_are_the_reported_gpus_and_say_they_are_modelled(page: Page) -> None:
+    """The GTX rig reports GTX 1070s (Pascal, PCIe Gen3): its links' tooltips give the figures
+    its findings are judged against, marked as the catalogue's, not measured; they were an
+    Ada PCIe Gen4 guess from the matrix alone (26.3 GB/s beside the findings' 13.4)."""
+    from tests.e2e.test_pages_truth import GTX_RIG, gtx_rig_judged
+
+    gtx_rig_judged()
+    open_server(page, GTX_RIG)
+    at = page.evaluate(
+        """() => { const cy = window.topowebCy; const r = cy.container().getBoundingClientRect();
+        const e = cy.edges('[link_class = "PCIe"]:visible').filter((e) =>
+            e.source().data('kind') === 'gpu' || e.target().data('kind') === 'gpu')[0];
+        const [p, q] = [e.sourceEndpoint(), ...(e.segmentPoints() || [])].slice(0, 2)
+            .concat([e.targetEndpoint()]).slice(0, 2);
+        const z = cy.zoom(), pan = cy.pan();
+        return {x: r.left + ((p.x + q.x) / 2) * z + pan.x,
+                y: r.top + ((p.y + q.y) / 2) * z + pan.y,
+                bw: e.data('bandwidth_gbps_per_direction')}; }"""
+    )
+    assert at["bw"] == 13.39  # the PIX figure of the rig's findings (13.4 GB/s)
+    page.mouse.move(at["x"], at["y"])
+    tip = page.locator("#tooltip")
+    tip.wait_for(state="visible")
+    text = tip.inner_text()
+    assert "13.4 GB/s per direction (modelled)" in text, text
+    assert "Pascal catalogue figures: 'GeForce GTX 1070' is Pascal" in text, text
+    assert "PCIe Gen3 x16 assumed from the generation" in text

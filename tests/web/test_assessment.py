@@ -256,7 +256,9 @@ def test_a_large_servers_graph_is_never_drawn_in_a_request(
     real = fleet_selectors.graph_document
     drawn: list[int] = []
     monkeypatch.setattr(
-        fleet_selectors, "graph_document", lambda topo: drawn.append(1) or real(topo)
+        fleet_selectors,
+        "graph_document",
+        lambda topo, **kw: drawn.append(1) or real(topo, **kw),
     )
 
     before = reader.get("/api/v1/servers/nvl72-02/graph/")

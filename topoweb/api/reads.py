@@ -240,6 +240,12 @@ class GraphSerializer(serializers.Serializer):
     nic_groups = serializers.DictField(
         help_text="present: NICs on one PCIe switch are grouped; collapsed: drawn as one node first"
     )
+    figures = serializers.DictField(
+        child=serializers.CharField(),
+        help_text="Where the links' bandwidth and latency come from: generation (the "
+        "catalogue's, from the reported GPU model or guessed from the matrix) and basis (what "
+        "was assumed, said in words)",
+    )
 
 
 class ServerGraphApi(APIView):

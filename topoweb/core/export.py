@@ -114,12 +114,16 @@ def graph_document(
     hardware: Hardware | None = None,
     *,
     collapsed: bool | None = None,
+    gpu_model: str | None = None,
 ) -> dict[str, Any]:
     """The graph the pages draw: `elements` (see cytoscape_elements), `paths` (per GPU, the
-    elements on the real path to every other device, by its link class) and `nic_groups`
-    (whether there are groups, and whether they start collapsed)."""
+    elements on the real path to every other device, by its link class), `nic_groups`
+    (whether there are groups, and whether they start collapsed) and `figures` (where the
+    links' bandwidth and latency come from: the catalogue's generation and what was assumed).
+    `gpu_model`: the name the server reported, read as the analysis reads it (without it the
+    generation is guessed from the matrix)."""
     h = hierarchy or recover_hierarchy(topo)
-    hw = hardware or resolve_hardware(topo)
+    hw = hardware or resolve_hardware(topo, gpu_model or None)
     groups = nic_groups(topo, h)
     if collapsed is None:
         collapsed = bool(groups) and len(topo.nics) >= COLLAPSE_FROM
@@ -359,6 +363,7 @@ def graph_document(
         "elements": nodes + edges,
         "paths": paths,
         "nic_groups": {"present": bool(groups), "collapsed": collapsed},
+        "figures": {"generation": hw.generation.name, "basis": hw.assumption},
     }
 
 

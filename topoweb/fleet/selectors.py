@@ -328,7 +328,8 @@ def graph_elements(
     if in_request and snapshot.gpu_count > DRAW_IN_REQUEST_UP_TO_GPUS:
         request_drawing(snapshot.server_id)  # not drawn, or no longer kept: draw it again
         raise GraphNotDrawn(snapshot)
-    return graph_document(topology if topology is not None else snapshot.to_domain())
+    topo = topology if topology is not None else snapshot.to_domain()
+    return graph_document(topo, gpu_model=snapshot.gpu_model)
 
 
 def warm_graph(snapshot: Snapshot, topology: Topology | None = None) -> None:
@@ -339,7 +340,9 @@ def warm_graph(snapshot: Snapshot, topology: Topology | None = None) -> None:
     try:
         if cache.get(key) is None:
             topo = topology if topology is not None else snapshot.to_domain()
-            cache.set(key, graph_document(topo), timeout=GRAPH_CACHE_S)
+            cache.set(
+                key, graph_document(topo, gpu_model=snapshot.gpu_model), timeout=GRAPH_CACHE_S
+            )
     except Exception:  # noqa: BLE001 - a cache that is down leaves requests to draw it
         return
 
