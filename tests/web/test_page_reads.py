@@ -12,7 +12,15 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from tests.web.conftest import H200, RTX6000, RTX6000_P2P, V100, add, fixture_text
+from tests.web.conftest import (
+    H200,
+    RTX6000,
+    RTX6000_P2P,
+    V100,
+    V100_OTHER_MESH,
+    add,
+    fixture_text,
+)
 from topoweb.analysis import services as analysis_services
 from topoweb.analysis.models import Analysis
 from topoweb.fleet.models import Server
@@ -106,6 +114,21 @@ def test_compare_decides_differences_and_which_side_is_ahead(
     assert body["differences"] == sum(r["differs"] for r in body["rows"])
     assert all(s["graph"]["elements"] for s in body["sides"])
     assert body["sides"][0]["curve"]
+
+
+def test_compare_marks_what_its_figures_assume(reader: APIClient, fleet: None) -> None:
+    """Issue 27: every assumed fact on a page is marked. topo -m names neither the PCIe
+    generation nor, without a reported model, the GPU: the rows say what was assumed."""
+    add("v100-alt-01", V100_OTHER_MESH)  # no GPU model reported
+    analyse()
+    body = reader.get("/api/v1/compare/", {"a": "h200-01", "b": "v100-alt-01"}).json()
+    rows = {r["label"]: r for r in body["rows"]}
+    assert rows["GPU model"]["a"] == "NVIDIA H200"
+    assert rows["GPU model"]["b"].startswith("not reported (assuming ")
+    assert rows["GPU model"]["b"].endswith(", assumed)")
+    assert rows["PCIe generation"]["a"].startswith("Gen5 x16")
+    for side in ("a", "b"):
+        assert rows["PCIe generation"][side].endswith(", assumed from the GPU generation")
 
 
 def test_compare_never_reads_a_servers_health_documents(reader: APIClient, fleet: None) -> None:

@@ -288,10 +288,17 @@ def _facts(side: dict[str, Any]) -> list[dict[str, Any]]:
     )
     largest = summary.get("largest_nvlink_domain")
     placement = side.get("placement")
+    # What the catalogue's figures rest on, said where a row shows one of its guesses.
+    assumption = str(hw.get("assumption") or "")
+    model = summary.get("gpu_model") or (snap.gpu_model if snap else None)
+    guess = assumption.split("; ")[1] if assumption.startswith("no GPU name given; ") else ""
+    pcie_assumed = (
+        ", assumed from the GPU generation" if "assumed from the gen" in assumption else ""
+    )
     rows: list[dict[str, Any]] = [
         {
             "label": "GPU model",
-            "text": summary.get("gpu_model") or (snap.gpu_model if snap else None),
+            "text": model or (f"not reported ({guess}, assumed)" if guess else None),
         },
         {"label": "GPU count", "text": gpus, "value": gpus, "better": 1},
         {
@@ -309,6 +316,7 @@ def _facts(side: dict[str, Any]) -> list[dict[str, Any]]:
             "text": (
                 f"{hw['pcie']} · {_fmt(hw['pcie_gbps_per_direction'])} GB/s effective per "
                 f"direction ({_fmt(hw['pcie_line_rate_gbps_per_direction'])} line rate)"
+                f"{pcie_assumed}"
                 if hw.get("pcie")
                 else None
             ),
