@@ -99,6 +99,21 @@ def test_a_tp_that_does_not_divide_the_heads_is_never_offered() -> None:
     )
 
 
+def test_a_tp_that_does_not_divide_the_mlp_is_never_offered_for_training_or_serving() -> None:
+    # huggingface.co/meta-llama/Llama-2-13b-hf config.json: 40 heads, intermediate_size 13824
+    # (2^9 x 27): TP 5 splits the heads but not the MLP (Megatron and vLLM refuse it).
+    shape = PRESETS["llama-13b"]
+    assert shape.ffn_hidden == 13824 and shape.heads % 5 == 0
+    assert "TP 5 does not divide the MLP's 13824 hidden units" in (
+        valid_layout_problem(shape, Layout(5, 1, 2), 10) or ""
+    )
+    assert {lay.tp for lay in layouts_for(shape, 10)} == {1, 2}
+    from topoweb.core.placement.serving import serve
+
+    model, spec = fixture("topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt")
+    assert {o.tp for o in serve(model, shape, 4096, spec=spec).options} == {1, 2, 4, 8}
+
+
 def test_levers_come_in_practitioners_order_and_each_lowers_the_memory() -> None:
     shape = PRESETS["gpt3-175b"]  # micro-batch 4
     steps = lever_steps(shape, zero=0, recompute="none")

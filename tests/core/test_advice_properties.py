@@ -41,6 +41,7 @@ def _runs(shape: ModelShape, lay: Layout, server: int) -> None:
     """The rules a layout over servers of `server` GPUs must keep, checked from the shape."""
     kv = shape.kv_heads or shape.heads
     assert shape.heads % lay.tp == 0 and kv % lay.tp == 0, (shape.name, lay)
+    assert shape.ffn_hidden % lay.tp == 0, (shape.name, lay)  # the MLP splits over TP too
     assert shape.layers % lay.pp == 0, (shape.name, lay)
     if lay.ep > 1:
         assert shape.experts % lay.ep == 0, (shape.name, lay)

@@ -170,6 +170,12 @@ class ModelShapeSerializer(serializers.Serializer):
     expert_params = serializers.FloatField(min_value=0, max_value=1e15, default=0.0)
     heads = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
     kv_heads = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
+    ffn_hidden = serializers.IntegerField(
+        min_value=0,
+        max_value=10_000_000,
+        default=0,
+        help_text="the MLP's hidden units (per expert), which TP must divide; 0: unknown",
+    )
     context_window = serializers.IntegerField(
         min_value=0, max_value=100_000_000, default=0, help_text="tokens, as trained; 0: unknown"
     )
@@ -200,6 +206,7 @@ class ModelShapeSerializer(serializers.Serializer):
                     "expert_params": {"type": "number", "minimum": 0},
                     "heads": {"type": "integer", "minimum": 0, "maximum": 100000},
                     "kv_heads": {"type": "integer", "minimum": 0, "maximum": 100000},
+                    "ffn_hidden": {"type": "integer", "minimum": 0, "maximum": 10000000},
                     "context_window": {"type": "integer", "minimum": 0, "maximum": 100000000},
                 },
                 "required": [

@@ -29,6 +29,9 @@ class ModelShape:
     expert_params: float = 0.0  # parameters in all experts of all MoE layers
     heads: int = 0  # attention (query) heads; 0: unknown (tensor parallelism then unchecked)
     kv_heads: int = 0  # key/value heads (grouped-query attention); 0: as many as `heads`
+    # The MLP's hidden units (intermediate_size; per expert in an MoE): tensor parallelism
+    # splits them too, so TP must divide them; 0: unknown.
+    ffn_hidden: int = 0
     # Tokens a sequence may hold, as trained (the model card's max_position_embeddings);
     # 0: unknown. Serving engines refuse longer contexts unless the model is extended.
     context_window: int = 0
@@ -46,7 +49,8 @@ class ModelShape:
         if self.expert_params and not (self.experts and self.moe_layers):
             raise ValueError("expert_params needs experts and moe_layers")
         for name in (
-            "global_batch", "vocab", "experts", "moe_layers", "heads", "kv_heads", "context_window"
+            "global_batch", "vocab", "experts", "moe_layers", "heads", "kv_heads", "ffn_hidden",
+            "context_window",
         ):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} cannot be negative")
@@ -79,7 +83,8 @@ class ModelShape:
 PRESETS: dict[str, ModelShape] = {
     # Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1: 96 layers,
     # d_model 12288, 96 heads of 128, context 2048, batch 3.2M tokens (1536 sequences);
-    # GPT-2's 50257-token vocabulary. DOMAIN.md s4's worked example: 201 MB per TP AllReduce.
+    # GPT-2's 50257-token vocabulary; section 2.1: the feed-forward layer is four times the
+    # bottleneck (d_ff = 4 d_model). DOMAIN.md s4's worked example: 201 MB per TP AllReduce.
     "gpt3-175b": ModelShape(
         "GPT-3 175B",
         96,
@@ -91,11 +96,13 @@ PRESETS: dict[str, ModelShape] = {
         global_batch=1536,
         vocab=50257,
         heads=96,
+        ffn_hidden=4 * 12288,
         context_window=2048,
     ),  # fmt: skip
     # https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json: hidden_size 4096,
     # num_hidden_layers 32, num_attention_heads 32, num_key_value_heads 32, vocab_size 32000,
-    # max_position_embeddings 4096; Touvron et al. 2023 (Llama 2), Table 1: 6.7B parameters.
+    # intermediate_size 11008, max_position_embeddings 4096; Touvron et al. 2023 (Llama 2),
+    # Table 1: 6.7B parameters.
     "llama-7b": ModelShape(
         "Llama-style 7B",
         32,
@@ -108,11 +115,12 @@ PRESETS: dict[str, ModelShape] = {
         vocab=32000,
         heads=32,
         kv_heads=32,
+        ffn_hidden=11008,
         context_window=4096,
     ),  # fmt: skip
     # https://huggingface.co/meta-llama/Llama-2-13b-hf/blob/main/config.json: hidden_size
     # 5120, 40 layers, 40 attention heads, 40 key/value heads, vocab_size 32000,
-    # max_position_embeddings 4096.
+    # intermediate_size 13824, max_position_embeddings 4096.
     "llama-13b": ModelShape(
         "Llama-style 13B",
         40,
@@ -125,11 +133,13 @@ PRESETS: dict[str, ModelShape] = {
         vocab=32000,
         heads=40,
         kv_heads=40,
+        ffn_hidden=13824,
         context_window=4096,
     ),  # fmt: skip
     # https://huggingface.co/meta-llama/Llama-2-70b-hf/blob/main/config.json: hidden_size
     # 8192, 80 layers, 64 attention heads, 8 key/value heads (GQA), vocab_size 32000,
-    # max_position_embeddings 4096 (Meta-Llama-3-70B's config: the same dimensions, 8192).
+    # intermediate_size 28672, max_position_embeddings 4096 (Meta-Llama-3-70B's config: the
+    # same dimensions, 8192).
     # Sequence parallel, as Megatron runs models this size with TP.
     "llama-70b": ModelShape(
         "Llama-style 70B",
@@ -144,12 +154,13 @@ PRESETS: dict[str, ModelShape] = {
         vocab=32000,
         heads=64,
         kv_heads=8,
+        ffn_hidden=28672,
         context_window=4096,
     ),
     # https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json: hidden_size
     # 4096, 32 layers, 32 attention heads, 8 key/value heads, 8 local experts, 2 per token,
-    # vocab_size 32000, max_position_embeddings 32768; Jiang et al. 2024 (Mixtral of Experts):
-    # 46.7B parameters in all.
+    # vocab_size 32000, intermediate_size 14336, max_position_embeddings 32768; Jiang et al.
+    # 2024 (Mixtral of Experts): 46.7B parameters in all.
     # 8 experts of 3 x 4096 x 14336 in each of 32 layers: 45.1 B of the 46.7 B parameters.
     "mixtral-8x7b": ModelShape(
         "Mixtral-style 8x7B MoE",
@@ -167,6 +178,7 @@ PRESETS: dict[str, ModelShape] = {
         expert_params=45.1e9,
         heads=32,
         kv_heads=8,
+        ffn_hidden=14336,
         context_window=32768,
     ),
 }

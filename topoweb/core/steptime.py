@@ -475,18 +475,32 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def tensor_parallel_problem(shape: ModelShape, tp: int) -> str | None:
+    """Why a TP degree cannot split the model (Megatron and the serving engines split the
+    attention heads, the key/value heads and the MLP's hidden units evenly over TP), or None.
+    Unknown dimensions (0) are not checked."""
+    if shape.heads and shape.heads % tp:
+        return f"TP {tp} does not divide the {shape.heads} attention heads"
+    kv = shape.key_value_heads
+    if kv and kv % tp:
+        return f"TP {tp} does not divide the {kv} key/value heads"
+    if shape.ffn_hidden and shape.ffn_hidden % tp:
+        return f"TP {tp} does not divide the MLP's {shape.ffn_hidden} hidden units"
+    return None
+
+
 def layouts_for(shape: ModelShape, n: int, domain: int | None = None) -> list[Layout]:
     """Every valid TP x PP x DP (x EP for MoE shapes) on n GPUs: TP divides the attention
-    heads and the key/value heads (when the shape names them), PP the layers (stages of
+    heads, the key/value heads and the MLP's hidden units (`tensor_parallel_problem`, where
+    the shape names them), PP the layers (stages of
     equal depth), EP the experts and DP. TP groups (consecutive ranks) and EP groups (TP x EP
     consecutive ranks) stay inside one NVLink domain of `domain` GPUs (default n: one server):
     over several domains, TP and TP x EP divide it; PP and DP may span domains."""
     domain = domain or n
     spans = n > domain  # over several domains: groups must not straddle two
-    heads, kv = shape.heads, shape.key_value_heads
     out: list[Layout] = []
     for tp in _divisors(n):
-        if (spans and domain % tp) or (heads and heads % tp) or (kv and kv % tp):
+        if (spans and domain % tp) or tensor_parallel_problem(shape, tp):
             continue
         for pp in _divisors(n // tp):
             if shape.layers % pp:
@@ -505,11 +519,9 @@ def layouts_for(shape: ModelShape, n: int, domain: int | None = None) -> list[La
 
 def valid_layout_problem(shape: ModelShape, layout: Layout, domain: int) -> str | None:
     """Why a layout cannot run (the rules of `layouts_for`), or None."""
-    if shape.heads and shape.heads % layout.tp:
-        return f"TP {layout.tp} does not divide the {shape.heads} attention heads"
-    kv = shape.key_value_heads
-    if kv and kv % layout.tp:
-        return f"TP {layout.tp} does not divide the {kv} key/value heads"
+    problem = tensor_parallel_problem(shape, layout.tp)
+    if problem is not None:
+        return problem
     if shape.layers % layout.pp:
         return f"PP {layout.pp} does not divide the {shape.layers} layers"
     if layout.ep > 1 and shape.experts % layout.ep:

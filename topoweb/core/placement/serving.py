@@ -31,7 +31,13 @@ from topoweb.core.costs import CostModel, collective_cost, slowest_group_us
 from topoweb.core.ledger import ModelShape
 from topoweb.core.placement.objective import DEFAULT_SHAPE, hierarchy_order
 from topoweb.core.placement.selection import best_group
-from topoweb.core.steptime import ACHIEVED_FRACTION, GpuSpec, active_params, gpu_spec
+from topoweb.core.steptime import (
+    ACHIEVED_FRACTION,
+    GpuSpec,
+    active_params,
+    gpu_spec,
+    tensor_parallel_problem,
+)
 
 WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}
 # The KV cache's element: fp8 with fp8 weights (vLLM's --kv-cache-dtype fp8), else bf16
@@ -188,11 +194,11 @@ class ServingAdvice:
 
 
 def serving_layouts(shape: ModelShape, gpus: int) -> list[tuple[int, int]]:
-    """(TP, PP) of one replica on at most `gpus` GPUs: TP divides the attention and KV heads,
-    PP the layers."""
+    """(TP, PP) of one replica on at most `gpus` GPUs: TP divides the attention and KV heads
+    and the MLP's hidden units (`tensor_parallel_problem`), PP the layers."""
     out = []
     for tp in range(1, gpus + 1):
-        if shape.heads % tp or shape.key_value_heads % tp:
+        if tensor_parallel_problem(shape, tp):
             continue
         for pp in range(1, gpus // tp + 1):
             if shape.layers % pp == 0:
