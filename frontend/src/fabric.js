@@ -1,8 +1,9 @@
 // Fabric page: draws the positions core/fabric_layout.py decided (spines on top, leaves in rail
 // rows and unit columns, hosts under their unit), colours uplinks by speed class, dashes the
-// leaf-spine pairs short of their peers' cables, lists the findings, and shows a host's rails.
+// leaf-spine pairs short of their peers' cables, lists the findings, and shows a host's rails;
+// with more than one capture, their history and what changed between each and the one before.
 
-import { clear, el, getJSON, pageData, showError } from "./api.js";
+import { clear, el, fmtDate, getJSON, pageData, showError } from "./api.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const SPEED = {
@@ -192,6 +193,69 @@ function findings(list) {
   }
 }
 
+const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
+const end = (name, port) => `${name} port ${port}`;
+
+// One line per kind of change between two captures (GET fabrics/NAME/diff/), the first few
+// rate changes and moved HCAs named.
+function changesText(d) {
+  const parts = [];
+  const counted = [
+    [d.switches.added, "switch added", "switches added"],
+    [d.switches.removed, "switch removed", "switches removed"],
+    [d.links.added, "link added", "links added"],
+    [d.links.removed, "link removed", "links removed"],
+    [d.hcas.added, "HCA added", "HCAs added"],
+    [d.hcas.removed, "HCA removed", "HCAs removed"],
+  ];
+  for (const [listed, one, many] of counted) if (listed.count) parts.push(plural(listed.count, one, many));
+  const rates = d.links.rate_changed;
+  if (rates.count) {
+    const named = rates.items.slice(0, 3).map((l) => `${end(l.a, l.a_port)} - ${end(l.b, l.b_port)} ${l.was} → ${l.rate}`);
+    parts.push(`${plural(rates.count, "link", "links")} at another rate: ${named.join(", ")}${rates.count > 3 ? ", …" : ""}`);
+  }
+  const moved = d.hcas.moved;
+  if (moved.count) {
+    const named = moved.items.slice(0, 3).map((h) => `${h.host || h.guid} ${h.hca || ""} ${end(h.was_switch, h.was_port)} → ${end(h.switch, h.port)}`);
+    parts.push(`${plural(moved.count, "HCA", "HCAs")} moved: ${named.join(", ")}${moved.count > 3 ? ", …" : ""}`);
+  }
+  return parts.length ? parts.join("; ") : "no change";
+}
+
+async function showChanges(cell, name, older, newer) {
+  cell.replaceChildren(el("span", { class: "muted", text: "comparing…" }));
+  const d = await getJSON(`fabrics/${name}/diff/`, { from: older, to: newer });
+  const text = changesText(d);
+  cell.replaceChildren(el("span", { class: text === "no change" ? "muted" : "badge sev-warning", text }));
+}
+
+// The captures, newest first (the API's first page); hidden while there is only one. The newest
+// change is compared at once, older ones on request: each comparison reads both captures.
+async function captures(name) {
+  const listed = (await getJSON(`fabrics/${name}/captures/`)).results;
+  if (listed.length < 2) return;
+  $("captures-card").hidden = false;
+  const rows = clear(document.querySelector("#captures-table tbody"));
+  for (const [i, c] of listed.entries()) {
+    const older = listed[i + 1];
+    const changed = el("td", { class: "changes" });
+    if (!older) changed.append(el("span", { class: "muted", text: "first" }));
+    else if (i > 0) {
+      const ask = el("button", { type: "button", class: "link-button", text: "What changed?" });
+      ask.addEventListener("click", () => showChanges(changed, name, older.id, c.id).catch((err) => showError(changed, err)));
+      changed.append(ask);
+    }
+    rows.append(el("tr", { dataset: { capture: c.id } },
+      el("td", { class: "age", title: c.captured_at, text: fmtDate(c.captured_at) }),
+      el("td", { text: c.hostname || c.source }),
+      el("td", { class: "num", text: c.switch_count }),
+      el("td", { class: "num", text: c.link_count }),
+      changed));
+    if (i === 0 && older) await showChanges(changed, name, older.id, c.id);
+  }
+  document.body.dataset.capturesReady = "1";
+}
+
 async function load() {
   const name = encodeURIComponent(data.name);
   try {
@@ -215,7 +279,9 @@ async function load() {
     document.body.dataset.fabricReady = "1";
   } catch (err) {
     showError($("fabric-summary"), err);
+    return;
   }
+  captures(name).catch((err) => showError($("fabric-summary"), err));
 }
 
 load();

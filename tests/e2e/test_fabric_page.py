@@ -148,3 +148,49 @@ def test_an_uplink_trained_slow_is_drawn_in_its_speed_class(page: Page) -> None:
     expect(page.locator("#fabric-findings")).to_contain_text(
         "A09-P1-IBLEAF-04-04 port 37 - A10-P1-IBSPINE-03 port 31 trained at 4xHDR"
     )
+
+
+def test_a_second_capture_shows_the_history_and_what_changed(page: Page) -> None:
+    """Captures of one fabric like a server's snapshots: the page lists them newest first and
+    says what changed since the one before (one uplink retrained at 4xHDR, one HCA moved to
+    another leaf port); a fabric of one capture shows no history."""
+    from tests.web.test_fabrics import downtrained
+    from topoweb.fleet import fabric_services
+    from topoweb.fleet.models import Source
+
+    text = IBNET_01.read_text()
+    first = fabric_services.ingest_fabric(name="hist", text=text, source=Source.UPLOAD)
+    assert fabric_services.analyse_capture(first.capture.pk) == "done"
+    page.goto("/fabrics/hist/")
+    wait_for_flag(page, "fabric-ready")
+    page.wait_for_load_state("networkidle")
+    expect(page.locator("#captures-card")).to_be_hidden()
+
+    # a08-p1-dgx-04-c05 mlx5_5 moves from IBLEAF-04-04 port 5 to its free port 31.
+    line = '[5]\t"H-e09d7303007a5290"[1](e09d7303007a5290) \t\t# "a08-p1-dgx-04-c05 mlx5_5" '
+    assert downtrained(text).count(line) == 1
+    later = (
+        downtrained(text)
+        .replace(line, line.replace("[5]", "[31]"))
+        .replace(
+            '[1](e09d7303007a5290) \t"S-2c5eab0300b87b40"[5]',
+            '[1](e09d7303007a5290) \t"S-2c5eab0300b87b40"[31]',
+        )
+    )
+    second = fabric_services.ingest_fabric(name="hist", text=later, source=Source.UPLOAD)
+    assert second.created and fabric_services.analyse_capture(second.capture.pk) == "done"
+    page.goto("/fabrics/hist/")
+    wait_for_flag(page, "captures-ready")
+    rows = page.locator("#captures-table tbody tr")
+    expect(rows).to_have_count(2)
+    assert rows.nth(0).get_attribute("data-capture") == str(second.capture.pk)
+    changed = rows.nth(0).locator("td.changes")
+    expect(changed).to_contain_text(
+        "1 link at another rate: A09-P1-IBLEAF-04-04 port 37 - A10-P1-IBSPINE-03 port 31 "
+        "4xNDR → 4xHDR"
+    )
+    expect(changed).to_contain_text(
+        "1 HCA moved: a08-p1-dgx-04-c05 mlx5_5 A09-P1-IBLEAF-04-04 port 5 → "
+        "A09-P1-IBLEAF-04-04 port 31"
+    )
+    expect(rows.nth(1).locator("td.changes")).to_have_text("first")
