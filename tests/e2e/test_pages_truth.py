@@ -265,15 +265,25 @@ def test_the_compare_page_draws_both_servers_at_one_legible_scale_in_scrolling_p
     assert right[0] <= right[1]  # scrolled to its right edge, the last GPU is in view
 
 
-def test_tp_group_labels_stay_inside_their_gpus_boxes(page: Page) -> None:
+@pytest.mark.parametrize(
+    ("host", "topo", "model", "query"),
+    [
+        ("hgx-h200-a01", "topo_01_h200-8gpu-12nic-numaid.txt", "NVIDIA H200", ""),
+        # The cube mesh's GPUs carry a second line when one is selected: "GPU1\nNV2".
+        ("dgx1v-a01", "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt", "", "?gpu=GPU0"),
+    ],
+)
+def test_tp_group_labels_stay_inside_their_gpus_boxes(
+    page: Page, host: str, topo: str, model: str, query: str
+) -> None:
     from tests.e2e.conftest import analyse_pending, ingest
     from topoweb.fleet.models import Server
     from topoweb.health.services import evaluate_server
 
-    ingest("hgx-h200-a01", "topo_01_h200-8gpu-12nic-numaid.txt", "NVIDIA H200")
+    ingest(host, topo, model)
     analyse_pending()
-    evaluate_server(Server.objects.get(hostname="hgx-h200-a01").pk)
-    page.goto("/servers/hgx-h200-a01/")
+    evaluate_server(Server.objects.get(hostname=host).pk)
+    page.goto(f"/servers/{host}/{query}")
     wait_for_flag(page, "graph-ready")
     page.locator("#best-layouts button[data-layout^='2x']").first.click()
     boxes = page.evaluate(
