@@ -283,6 +283,7 @@ function nodeLines(node) {
   if (d.cpu_affinity) lines.push([`CPUs ${d.cpu_affinity}`]);
   if (d.group_label) lines.push([`placement: ${d.group_label}`]);
   if (d.assumed) lines.push([`assumed: ${d.assumed} (the capture names no CPU)`, "assumed"]);
+  if (d.inferred) lines.push([`inferred from the matrix: ${d.inferred}`, "assumed"]);
   return lines;
 }
 

@@ -88,3 +88,12 @@ def test_the_graph_prices_links_for_the_reported_gpu_and_says_where_its_figures_
     }
     sys = [e["data"] for e in told["elements"] if e["data"].get("link_class") == "SYS"]
     assert sys and all(pascal.socket_link in e["label"] for e in sys)
+
+
+def test_an_nvswitch_fabric_read_from_the_bundles_says_how_it_was_inferred() -> None:
+    from topoweb.core.export import graph_document
+
+    nodes = [e["data"] for e in graph_document(T.h200_nv18_12nic())["elements"]]
+    (fabric,) = [d for d in nodes if d.get("kind") == "nvswitch"]
+    assert fabric["inferred"].startswith("every pair shows NV18 and 18 x 7 peers exceeds")
+    assert not [d for d in nodes if d.get("kind") == "gpu" and "inferred" in d]

@@ -221,3 +221,18 @@ def test_a_links_figures_are_the_reported_gpus_and_say_they_are_modelled(page: P
     assert "13.4 GB/s per direction (modelled)" in text, text
     assert "Pascal catalogue figures: 'GeForce GTX 1070' is Pascal" in text, text
     assert "PCIe Gen3 x16 assumed from the generation" in text
+
+
+def test_the_nvswitch_fabrics_tooltip_says_it_was_inferred_from_the_matrix(page: Page) -> None:
+    ingest(*H200)
+    open_server(page, H200[0])
+    box = page.evaluate(
+        """() => { const cy = window.topowebCy; const r = cy.container().getBoundingClientRect();
+        const b = cy.nodes('[kind = "nvswitch"]')[0].renderedBoundingBox({includeLabels: false});
+        return [r.left + (b.x1 + b.x2) / 2, r.top + (b.y1 + b.y2) / 2]; }"""
+    )
+    page.mouse.move(box[0], box[1])
+    tip = page.locator("#tooltip")
+    tip.wait_for(state="visible")
+    assert "inferred from the matrix: every pair shows NV18" in tip.inner_text()
+    assert tip.locator(".assumed").count() == 1

@@ -277,7 +277,10 @@ def graph_document(
         if domain.fabric == "nvswitch":
             sw = f"nvswitch{k}"
             labels[sw] = ("nvswitch", "NVSwitch fabric")
-            node({"id": sw, "label": "NVSwitch fabric", "kind": "nvswitch"})
+            # topo -m names no switch: the fabric is read from the bundles, and says how.
+            known = domain.reason.startswith("NVML")
+            inferred = {} if known else {"inferred": domain.reason}
+            node({"id": sw, "label": "NVSwitch fabric", "kind": "nvswitch", **inferred})
             for g in domain.gpus:
                 edges.append(
                     _edge(
