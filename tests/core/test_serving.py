@@ -4,6 +4,7 @@ activations), the largest context and concurrency, and latency from bandwidth an
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -104,6 +105,33 @@ def test_no_answer_offers_a_context_past_the_models_window_and_asking_for_one_is
     assert past["recommended"]["max_context"] == window
 
 
+@pytest.mark.parametrize(
+    ("gpu", "dtype", "said"),
+    [
+        # docs.vllm.ai, quantization's Supported Hardware: FP8 Marlin (weight-only) from
+        # Turing (7.5), fp8 math from Ada (8.9); GPTQ int4 from Volta (7.0); bf16 from 8.0.
+        ("Tesla V100-SXM2-32GB", "fp8", "fp8 weights need compute capability 7.5+"),
+        ("Tesla V100-SXM2-32GB", "bf16", "has no bf16: engines serve the model as fp16"),
+        ("Tesla T4", "bf16", "has no bf16"),
+        ("NVIDIA GeForce GTX 1070", "int4", "older than vLLM supports (7.0+)"),
+        ("Tesla V100-SXM2-32GB", "int4", None),
+        ("Tesla T4", "fp8", None),
+        ("NVIDIA A100-SXM4-80GB", "fp8", None),
+        (H100, "bf16", None),
+    ],
+)
+def test_a_dtype_the_gpu_cannot_serve_is_said_beside_the_answer(
+    gpu: str, dtype: str, said: str | None
+) -> None:
+    model = _model("topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt", gpu)
+    notes = serve(model, PRESETS["llama-7b"], 4096, 8, dtype, spec=gpu_spec(gpu)).notes
+    if said is None:
+        assert notes == ()
+    else:
+        (note,) = notes
+        assert said in note
+
+
 def test_fp8_and_int4_weights_shrink_memory_and_fp8_prefills_at_the_fp8_peak() -> None:
     model = _model(H100_BOX, H100)
     spec = gpu_spec(H100)
@@ -147,6 +175,20 @@ def test_a_model_that_fits_no_replica_says_so() -> None:
         2048,
     ).to_document()
     assert doc["recommended"] is None and "fits no TP x PP" in doc["message"]
+
+
+def test_a_question_too_big_for_the_server_is_told_the_most_sequences_that_do_fit() -> None:
+    model = _model("topo_17_rtx3090-2gpu-nv4-bridge-numaid-trailing-prompt.txt", "RTX 3090")
+    shape = PRESETS["llama-7b"]
+    doc = serve(model, shape, 4096, 64).to_document()
+    assert doc["recommended"] is None
+    found = re.search(r"at most (\d+) sequences of 4096 tokens fit \(TP(\d+)\)", doc["message"])
+    assert found is not None, doc["message"]
+    most, tp = int(found.group(1)), int(found.group(2))
+    # Exactly that many: one more and the same replica no longer fits.
+    assert serve(model, shape, 4096, most).best is not None
+    fits = serve(model, shape, 4096, most + 1).options
+    assert not next(o for o in fits if (o.tp, o.pp) == (tp, 1)).memory.fits
 
 
 def test_the_cli_prints_the_recommended_replica_as_json() -> None:

@@ -60,6 +60,7 @@ class GpuSpec:
     # What was guessed rather than read (GPU model, generation, memory), said in every answer.
     assumed: tuple[str, ...] = ()
     memory_assumed: bool = False  # the memory size is a catalogue guess: keep more back
+    compute_capability: float = 0.0  # CUDA's (7.0 Volta ... 9.0 Hopper); 0: unknown
 
     @property
     def reserve(self) -> float:
@@ -75,46 +76,47 @@ class GpuSpec:
             "hbm_gbps": self.hbm_gbps,
             "memory_gb": round(self.memory_bytes / 1e9, 1),
             "usable_fraction": round(1 - self.reserve, 2),
+            "compute_capability": self.compute_capability,
             "source": self.source,
             "assumed": list(self.assumed),
         }
 
 
-# (name pattern, label, dense bf16/fp16 tensor TFLOP/s, memory GB, HBM GB/s, dense fp8
-# TFLOP/s); first match wins. From NVIDIA's datasheets (dense figures: the sparse ones are
-# twice these): H100/H200 (nvidia.com/en-us/data-center/h100, /h200), B200/GB200 (DGX B200
-# and GB200 NVL72 datasheets, per GPU), A100 (A100 datasheet: 1,555 GB/s for 40 GB, 2,039
-# for 80 GB SXM), L40S/L40 (L40S and L40 datasheets), RTX and GeForce parts from their
-# product pages (memory bandwidth), consumer parts without tensor cores (GTX 10x0) at their
-# fp32 rate.
-_GPU_TABLE: tuple[tuple[str, str, float, float, float, float], ...] = (
-    (r"GB200", "GB200", 2500, 186, 8000, 5000),
-    (r"B200", "B200", 2250, 180, 8000, 4500),
-    (r"H200", "H200", 989, 141, 4800, 1979),
-    (r"H100.*PCIe|H100 PCIE", "H100 PCIe", 756, 80, 2000, 1513),
-    (r"H100.*NVL", "H100 NVL", 835, 94, 3900, 1671),
-    (r"H100|H800", "H100 SXM", 989, 80, 3350, 1979),
-    (r"H20\b", "H20", 148, 96, 4000, 296),
-    (r"A100.*40GB|A100-SXM4-40GB|A100-PCIE-40GB", "A100 40GB", 312, 40, 1555, 0),
-    (r"A100|A800", "A100 80GB", 312, 80, 2039, 0),
-    (r"L40S", "L40S", 362, 48, 864, 733),
-    (r"L40\b", "L40", 181, 48, 864, 362),
-    (r"RTX 6000 Ada|Ada Generation", "RTX 6000 Ada", 364, 48, 960, 728),
-    (r"RTX 5090", "RTX 5090", 209, 32, 1792, 419),
-    (r"RTX 4090", "RTX 4090", 165, 24, 1008, 330),
-    (r"RTX A6000|A40\b", "RTX A6000", 155, 48, 768, 0),
-    (r"RTX 3090", "RTX 3090", 71, 24, 936, 0),
-    (r"V100.*32GB", "V100 32GB", 125, 32, 900, 0),
-    (r"V100", "V100 16GB", 125, 16, 900, 0),
-    (r"RTX 2080 Ti", "RTX 2080 Ti", 57, 11, 616, 0),
-    (r"T4\b", "T4", 65, 16, 320, 0),
-    (r"P100", "P100", 21, 16, 732, 0),
-    (r"P40", "P40", 12, 24, 346, 0),
-    (r"GTX 1080 Ti", "GTX 1080 Ti", 11.3, 11, 484, 0),
-    (r"GTX 1080", "GTX 1080", 8.9, 8, 320, 0),
-    (r"GTX 1070", "GTX 1070", 6.5, 8, 256, 0),
-    (r"M60", "M60", 5, 8, 160, 0),
-    (r"K80", "K80", 4, 12, 240, 0),
+# (name pattern, label, dense bf16/fp16 tensor TFLOP/s, memory GB, HBM GB/s, dense fp8 TFLOP/s,
+# CUDA compute capability); first match wins. From NVIDIA's datasheets (dense figures: the
+# sparse ones are twice these): H100/H200 (nvidia.com/en-us/data-center/h100, /h200), B200/GB200
+# (DGX B200 and GB200 NVL72 datasheets, per GPU), A100 (A100 datasheet: 1,555 GB/s for 40 GB,
+# 2,039 for 80 GB SXM), L40S/L40 (L40S and L40 datasheets), RTX and GeForce parts from their
+# product pages (memory bandwidth), consumer parts without tensor cores (GTX 10x0) at their fp32
+# rate; compute capabilities from NVIDIA's list (developer.nvidia.com/cuda-gpus).
+_GPU_TABLE: tuple[tuple[str, str, float, float, float, float, float], ...] = (
+    (r"GB200", "GB200", 2500, 186, 8000, 5000, 10.0),
+    (r"B200", "B200", 2250, 180, 8000, 4500, 10.0),
+    (r"H200", "H200", 989, 141, 4800, 1979, 9.0),
+    (r"H100.*PCIe|H100 PCIE", "H100 PCIe", 756, 80, 2000, 1513, 9.0),
+    (r"H100.*NVL", "H100 NVL", 835, 94, 3900, 1671, 9.0),
+    (r"H100|H800", "H100 SXM", 989, 80, 3350, 1979, 9.0),
+    (r"H20\b", "H20", 148, 96, 4000, 296, 9.0),
+    (r"A100.*40GB|A100-SXM4-40GB|A100-PCIE-40GB", "A100 40GB", 312, 40, 1555, 0, 8.0),
+    (r"A100|A800", "A100 80GB", 312, 80, 2039, 0, 8.0),
+    (r"L40S", "L40S", 362, 48, 864, 733, 8.9),
+    (r"L40\b", "L40", 181, 48, 864, 362, 8.9),
+    (r"RTX 6000 Ada|Ada Generation", "RTX 6000 Ada", 364, 48, 960, 728, 8.9),
+    (r"RTX 5090", "RTX 5090", 209, 32, 1792, 419, 12.0),
+    (r"RTX 4090", "RTX 4090", 165, 24, 1008, 330, 8.9),
+    (r"RTX A6000|A40\b", "RTX A6000", 155, 48, 768, 0, 8.6),
+    (r"RTX 3090", "RTX 3090", 71, 24, 936, 0, 8.6),
+    (r"V100.*32GB", "V100 32GB", 125, 32, 900, 0, 7.0),
+    (r"V100", "V100 16GB", 125, 16, 900, 0, 7.0),
+    (r"RTX 2080 Ti", "RTX 2080 Ti", 57, 11, 616, 0, 7.5),
+    (r"T4\b", "T4", 65, 16, 320, 0, 7.5),
+    (r"P100", "P100", 21, 16, 732, 0, 6.0),
+    (r"P40", "P40", 12, 24, 346, 0, 6.1),
+    (r"GTX 1080 Ti", "GTX 1080 Ti", 11.3, 11, 484, 0, 6.1),
+    (r"GTX 1080", "GTX 1080", 8.9, 8, 320, 0, 6.1),
+    (r"GTX 1070", "GTX 1070", 6.5, 8, 256, 0, 6.1),
+    (r"M60", "M60", 5, 8, 160, 0, 5.2),
+    (r"K80", "K80", 4, 12, 240, 0, 3.7),
 )
 # By generation when the name is unknown (the cost model's inference from the matrix): the
 # label of the generation's usual part in _GPU_TABLE.
@@ -144,7 +146,7 @@ def gpu_spec(
     """Peak, memory and bandwidth of a GPU from its NVML name (a "80GB" in the name wins for
     memory), else its generation's usual part; `memory_bytes` (NVML's total) overrides the
     memory. What had to be guessed is listed in `assumed`."""
-    row: tuple[str, str, float, float, float, float] | None = None
+    row: tuple[str, str, float, float, float, float, float] | None = None
     assumed: list[str] = []
     if gpu_model:
         for candidate in _GPU_TABLE:
@@ -158,7 +160,7 @@ def gpu_spec(
         assumed.append(f"GPU model: {row[1]} ({why}; the usual {generation or 'default'} part)")
         if not gpu_model:
             assumed.append(f"generation: {generation or 'unknown'} (read from the link matrix)")
-    _pattern, label, tflops, gb, hbm, fp8 = row
+    _pattern, label, tflops, gb, hbm, fp8, capability = row
     memory = int(gb * 1e9)
     memory_assumed = True
     named = re.search(r"(\d+)\s*GB", gpu_model or "", re.IGNORECASE)
@@ -172,7 +174,9 @@ def gpu_spec(
             f"memory: {gb:g} GB per GPU (the catalogue's {label}; no NVML total): at most "
             f"{1 - ASSUMED_MEMORY_RESERVE:.0%} of it is planned for"
         )
-    return GpuSpec(label, tflops, memory, source, hbm, fp8, tuple(assumed), memory_assumed)
+    return GpuSpec(
+        label, tflops, memory, source, hbm, fp8, tuple(assumed), memory_assumed, capability
+    )
 
 
 # --- the model shape's arithmetic ---------------------------------------------------------

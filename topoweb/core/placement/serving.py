@@ -44,6 +44,12 @@ WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}
 # (int4 weight-only quantisation keeps a 16-bit cache).
 KV_BYTES = {"bf16": 2, "fp8": 1, "int4": 2}
 DTYPES = tuple(WEIGHT_BYTES)
+# The CUDA compute capability each serving dtype needs in vLLM (docs.vllm.ai, GPU installation
+# and quantization's "Supported Hardware"): the engine itself 7.0; bf16 8.0 (older parts run the
+# same bytes as fp16); fp8 weights 7.5 (weight-only, FP8 Marlin; fp8 math from 8.9); int4
+# weights 7.0 (GPTQ; AWQ from 7.5).
+ENGINE_CAPABILITY = 7.0
+DTYPE_CAPABILITY = {"bf16": 8.0, "fp8": 7.5, "int4": 7.0}
 PREFILL_CHUNK = 8192  # tokens one prefill step takes at most (chunked prefill)
 HBM_ACHIEVED = 0.8  # of the catalogue's HBM bandwidth a decode step's reads reach
 DEFAULT_CONCURRENCY = 16  # sequences served at once when the question names none
@@ -148,16 +154,36 @@ class ServingAdvice:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        """What the question asks beyond what the model itself can do."""
+        """What the question asks beyond what the model or the GPU can do."""
+        out = []
         window = self.shape.context_window
         if window and self.context > window:
-            return (
+            out.append(
                 f"{self.context} tokens exceed {self.shape.name}'s {window}-token context "
                 "window (its model card's max_position_embeddings): serving engines refuse "
                 "such a context (vLLM's max_model_len) unless the model is extended (RoPE "
-                "scaling); the memory and times are for the tokens asked",
+                "scaling); the memory and times are for the tokens asked"
             )
-        return ()
+        gpu, capability = self.spec.name, self.spec.compute_capability
+        if capability and capability < ENGINE_CAPABILITY:
+            out.append(
+                f"the {gpu} (compute capability {capability:.1f}) is older than vLLM supports "
+                f"({ENGINE_CAPABILITY:.1f}+): serve it with an engine that still builds for it "
+                "(llama.cpp)"
+            )
+        elif capability and capability < DTYPE_CAPABILITY[self.dtype]:
+            if self.dtype == "bf16":
+                out.append(
+                    f"the {gpu} (compute capability {capability:.1f}) has no bf16: engines "
+                    "serve the model as fp16, the same bytes (vLLM's --dtype half)"
+                )
+            else:
+                out.append(
+                    f"{self.dtype} weights need compute capability "
+                    f"{DTYPE_CAPABILITY[self.dtype]:.1f}+ in vLLM; the {gpu} has {capability:.1f}"
+                    + (": int4 or bf16/fp16 weights instead" if self.dtype == "fp8" else "")
+                )
+        return tuple(out)
 
     @property
     def best(self) -> ServingOption | None:
@@ -173,6 +199,14 @@ class ServingAdvice:
                 f"{self.spec.name} GPUs: serve fewer or shorter sequences, a smaller dtype, "
                 "or spread a replica's pipeline over servers"
             )
+            # What does fit here, when the weights do: the most sequences of the asked context.
+            most = max(self.options, key=lambda o: o.max_concurrency, default=None)
+            if most is not None and most.max_concurrency >= 1:
+                message += (
+                    f"; here at most {most.max_concurrency} sequence"
+                    f"{'s' if most.max_concurrency > 1 else ''} of {self.context} tokens fit "
+                    f"(TP{most.tp}{f' PP{most.pp}' if most.pp > 1 else ''})"
+                )
         return {
             "model": self.shape.to_document(),
             "dtype": self.dtype,
