@@ -27,6 +27,7 @@ from tests.web import live
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
+PRODUCTION_STATIC = "whitenoise.storage.CompressedManifestStaticFilesStorage"
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +62,17 @@ def stack(django_db_setup: None, tmp_path_factory: Any) -> Iterator[dict[str, st
                 assert process.poll() is None, "the provider exited"
                 assert time.monotonic() < deadline, "the provider did not start"
                 time.sleep(0.3)
+        # Production settings (DEBUG off, the image's static storage), the static files
+        # collected first as the image's build does, here into a directory of the test's own.
+        static = {"STATIC_ROOT": str(tmp / "static"), "STATICFILES_BACKEND": PRODUCTION_STATIC}
+        collected = subprocess.run(
+            [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"],
+            cwd=ROOT, env=live.environment(**static), capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert collected.returncode == 0, collected.stderr[-2000:]
         settings = {
-            "DEBUG": "1",  # serves the pages' scripts from the checkout (no collectstatic)
+            **static,
             "TOPOWEB_OIDC": "1",
             "OIDC_RP_CLIENT_ID": "topoweb",
             "OIDC_RP_CLIENT_SECRET": "topoweb-secret",

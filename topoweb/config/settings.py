@@ -142,7 +142,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# Where `collectstatic` gathers the files whitenoise serves when DEBUG is off.
+STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(BASE_DIR / "staticfiles")))
 # The dashboard's own modules and styles, plus exactly the library files it loads from
 # frontend/node_modules (installed by `npm ci --prefix frontend`), served under vendor/.
 STATICFILES_DIRS = [
