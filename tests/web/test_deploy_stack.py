@@ -7,9 +7,11 @@ production imports it."""
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -210,8 +212,12 @@ def test_the_stack_sends_secure_cookies_and_hsts_behind_its_tls_proxy(
 # ---------------------------------------------------------------- workers
 
 
-@pytest.mark.parametrize("service", ["worker", "worker-analysis"])
-def test_each_queues_worker_starts_and_answers_its_own_healthcheck(service: str) -> None:
+@pytest.mark.parametrize(
+    ("service", "queue"), [("worker", "default"), ("worker-analysis", "analysis")]
+)
+def test_each_queues_worker_starts_and_answers_its_own_healthcheck(
+    service: str, queue: str
+) -> None:
     env = service_env(service, DATABASE_URL=live.database_url(), REDIS_URL=settings.REDIS_URL)
     check = services()[service]["healthcheck"]["test"]
     assert check[0] == "CMD-SHELL"
@@ -224,6 +230,16 @@ def test_each_queues_worker_starts_and_answers_its_own_healthcheck(service: str)
     assert not healthy()  # nothing answers before the worker runs
     with started(shlex.split(services()[service]["command"]), env):
         assert live_wait(healthy, timeout=120)
+        # It consumes its own queue and no other (asked of this worker by its node name).
+        node = f"{queue}@{socket.gethostname()}"
+        asked = subprocess.run(
+            ["celery", "-A", "topoweb.config", "inspect", "active_queues", "--json",
+             "--timeout", "10", "--destination", node],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert asked.returncode == 0, asked.stderr[-2000:]
+    answers = json.loads(asked.stdout)
+    assert [q["name"] for q in answers[node]] == [queue]
 
 
 # ---------------------------------------------------------------- beat
