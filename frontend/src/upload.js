@@ -72,6 +72,9 @@ async function preview() {
   if (file) body.append("file", file);
   else body.append("text", source);
   body.append("hostname", $("upload-hostname").value.trim());
+  // The model the save will record where the output names none: drawn for it, as saved.
+  const gpuModel = $("upload-gpu-model").value.trim();
+  if (gpuModel) body.append("gpu_model", gpuModel);
   $("preview-summary").textContent = "Parsing…";
   try {
     const res = await postForm("uploads/preview/", body);

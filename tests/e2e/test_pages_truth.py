@@ -236,6 +236,16 @@ def test_the_preview_marks_the_socket_link_it_infers(page: Page) -> None:
             .map((e) => [e.style('label'), e.data('assumed')])"""
     )
     assert shown and all("(assumed)" in label and why for label, why in shown), shown
+    # Told the GPU model the save will record, the preview draws that generation's platform.
+    page.fill("#upload-gpu-model", "Tesla P40")
+    page.evaluate("() => { delete document.body.dataset.previewReady; }")
+    page.click("#preview-button")
+    wait_for_flag(page, "preview-ready")
+    labels = page.evaluate(
+        """() => window.topowebPreviewCy.edges('[link_class = "SYS"]')
+            .map((e) => e.style('label'))"""
+    )
+    assert labels and all("Intel QPI (Broadwell) (assumed)" in label for label in labels), labels
 
 
 def test_the_compare_page_draws_both_servers_at_one_legible_scale_in_scrolling_panels(

@@ -425,6 +425,34 @@ def test_a_mistyped_hostname_is_refused_with_the_name_it_is_closest_to(
     assert list(Server.objects.values_list("hostname", flat=True)) == ["lab-v100"]
 
 
+def test_the_preview_draws_for_the_gpu_model_the_upload_will_record(person: APIClient) -> None:
+    """The L40S capture names no GPU: told it is a Tesla P40 box, the preview draws the
+    socket link of the generation the saved page will show (Pascal's Intel QPI), not the
+    guess from the matrix alone (Ada's AMD xGMI)."""
+    text = fixture_text("topo_36_l40s-4gpu-node-sys-2nic-redacted-email-prompt.txt")
+
+    def socket_link(**extra: str) -> str:
+        answer = person.post("/api/v1/uploads/preview", {"text": text, **extra})
+        assert answer.status_code == 200
+        (label,) = [
+            e["data"]["label"]
+            for e in answer.json()["elements"]
+            if e["data"].get("link_class") == "SYS"
+        ]
+        return str(label)
+
+    assert socket_link() == "AMD xGMI (Zen3-4) (assumed)"
+    assert socket_link(gpu_model="Tesla P40") == "Intel QPI (Broadwell) (assumed)"
+    saved = person.post(
+        "/api/v1/uploads",
+        {"hostname": "p40-u01", "text": text, "gpu_model": "Tesla P40", "create": True},
+    )
+    assert saved.status_code == 201
+    graph = person.get("/api/v1/servers/p40-u01/graph/").json()
+    drawn = [e["data"]["label"] for e in graph["elements"] if e["data"].get("link_class") == "SYS"]
+    assert drawn == ["Intel QPI (Broadwell) (assumed)"]
+
+
 def test_an_upload_answers_the_readers_warnings_listed(person: APIClient) -> None:
     response = person.post(
         "/api/v1/uploads", {"hostname": "lab-h200", "text": glued_h200(), "create": True}

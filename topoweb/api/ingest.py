@@ -289,6 +289,14 @@ class UploadPreviewInputSerializer(UploadTextSerializer):
         help_text="The server the upload is for: the answer says whether it exists and, if not, "
         "the closest existing name",
     )
+    gpu_model = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=200,
+        help_text="As the upload's: the GPU model when the output names none; the preview "
+        "draws with that generation's figures and usual platform, as the saved page will",
+    )
 
 
 class UploadInputSerializer(UploadTextSerializer):
@@ -436,7 +444,7 @@ class UploadPreviewApi(APIView):
     )
     def post(self, request: Request) -> Response:
         text, payload = uploaded_text(request, UploadPreviewInputSerializer)
-        answer = selectors.upload_preview(text)
+        answer = selectors.upload_preview(text, gpu_model=payload.get("gpu_model", "").strip())
         if payload.get("hostname"):
             answer["host"] = selectors.hostname_match(payload["hostname"].strip())
         return Response(UploadPreviewSerializer(answer).data)

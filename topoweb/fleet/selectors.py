@@ -377,10 +377,11 @@ def hostname_match(hostname: str) -> dict[str, Any]:
     return {"hostname": hostname, "known": False, "suggestion": close[0] if close else None}
 
 
-def upload_preview(text: str) -> dict[str, Any]:
+def upload_preview(text: str, gpu_model: str = "") -> dict[str, Any]:
     """What an upload of `text` would store, read but not stored: its kind, a one-line
-    summary and, for a topology, the graph the server page will draw. ParseError (with its
-    line) when the text is none of the formats."""
+    summary and, for a topology, the graph the server page will draw (for `gpu_model`, the
+    person's word where the output names none). ParseError (with its line) when the text is
+    none of the formats."""
     if detect_format(text) not in TOPOLOGY_FORMATS:
         limits.check_benchmark_text(text)
     else:
@@ -396,7 +397,7 @@ def upload_preview(text: str) -> dict[str, Any]:
         if parsed.warnings:
             n = len(parsed.warnings)
             summary += f" ({n} reader warning{'s' if n > 1 else ''})"
-        graph = graph_document(parsed)
+        graph = graph_document(parsed, gpu_model=gpu_model or None)
         return {
             "kind": "topology",
             "summary": summary,
