@@ -212,7 +212,7 @@ def test_the_acceptance_report_compares_measured_with_expected(
     assert body["expectation_version"] == 1
     assert body["basis"] == (
         "SKU DGX A100 expectations v1; other figures from the cost model, uncalibrated "
-        "('NVIDIA A100-SXM4-40GB' is Ampere)"
+        "('NVIDIA A100-SXM4-40GB' is Ampere; PCIe Gen4 x16 assumed from the generation)"
     )
     row = allreduce_row(body)
     assert (row["measured_gbps"], row["expected_gbps"], row["ratio"], row["status"]) == (

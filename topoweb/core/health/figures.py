@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from topoweb.core.catalogue import BUSBW_MODEL_BAND, infer_generation
+from topoweb.core.catalogue import BUSBW_MODEL_BAND
 from topoweb.core.costs import (
     COLLECTIVES,
     build_model,
@@ -150,7 +150,9 @@ def expectations_from_model(
                 continue  # nccl-tests' sendrecv over more GPUs is a ring of pairs, not modelled
             cost = collective_cost(model, name, order, _MODEL_MESSAGE_BYTES)
             busbw[(name, len(order))] = round(cost.busbw_gbps, 2)
-    assumption = infer_generation(topo, gpu_model).assumption
+    # What the generation rests on and what else was assumed (the PCIe generation, which
+    # topo -m never names): the report's basis says both.
+    assumption = model.hardware.assumption
     return Expectations(
         Figures(pairs, busbw),
         thresholds,
