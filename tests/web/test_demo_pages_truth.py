@@ -1,5 +1,6 @@
 """Issue 27's "done when" over the whole demo fleet: no server page answers more than one
-finding per cause, and every assumed fact its graph draws (the CPU socket link) says so."""
+finding per cause, and every assumed fact its graph draws says so (the CPU socket link, an
+NVSwitch fabric read from the bundles, the links' catalogue figures)."""
 
 from __future__ import annotations
 
@@ -47,9 +48,14 @@ def test_every_demo_server_page_gives_one_finding_per_cause_and_marks_its_guesse
         ]
         assert len(no_p2p) <= 1, (hostname, [g["title"] for g in no_p2p])
         grouped += len(findings) - len(groups)
-        for element in (page.get("graph") or {}).get("elements", []):
+        graph = page.get("graph") or {}
+        if graph:  # the links' figures say what they rest on (the tooltips show it)
+            assert graph["figures"]["basis"], hostname
+        for element in graph.get("elements", []):
             data = element["data"]
             if data.get("link_class") == "SYS" or data.get("kind") == "interconnect":
                 assert "(assumed)" in (data.get("label") or ""), (hostname, data["id"])
                 assert data.get("assumed"), (hostname, data["id"])
+            if data.get("kind") == "nvswitch":  # read from the bundles: says how
+                assert data.get("inferred"), (hostname, data["id"])
     assert grouped >= 19  # the GTX rig's 22 findings are 3 lines, and others fold too
