@@ -236,3 +236,31 @@ def test_the_nvswitch_fabrics_tooltip_says_it_was_inferred_from_the_matrix(page:
     tip.wait_for(state="visible")
     assert "inferred from the matrix: every pair shows NV18" in tip.inner_text()
     assert tip.locator(".assumed").count() == 1
+
+
+@pytest.mark.parametrize(("side", "gpu"), [("a", "GPU2"), ("b", "GPU5")])
+def test_a_tooltip_on_the_compare_page_sits_beside_the_hovered_gpu(
+    page: Page, side: str, gpu: str
+) -> None:
+    """The compare page's tooltip lives outside its scrolling panels: still beside the node."""
+    ingest(*H200)
+    ingest(*DGX1V)
+    page.goto(f"/compare/?a={H200[0]}&b={DGX1V[0]}")
+    wait_for_flag(page, "compare-ready")
+    box = page.evaluate(
+        """([side, gpu]) => { const cy = window.topowebCompare[side];
+        const r = cy.container().getBoundingClientRect();
+        const b = cy.getElementById(gpu).renderedBoundingBox({includeLabels: false});
+        return [r.left + b.x1, r.top + b.y1, r.left + b.x2, r.top + b.y2]; }""",
+        [side, gpu],
+    )
+    page.mouse.move((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
+    tip = page.locator(".tooltip")
+    tip.wait_for(state="visible")
+    assert tip.inner_text().startswith(gpu)
+    b = tip.bounding_box()
+    assert b is not None
+    shown = [b["x"], b["y"], b["x"] + b["width"], b["y"] + b["height"]]
+    assert not _overlap(shown, box)
+    gap = max(shown[0] - box[2], box[0] - shown[2], shown[1] - box[3], box[1] - shown[3])
+    assert gap <= 20, (shown, box)
