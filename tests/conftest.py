@@ -16,6 +16,16 @@ WORKER = {"running": False, "in_flight": 0}
 
 
 @pytest.fixture(autouse=True)
+def no_kept_reads_from_earlier_tests() -> None:
+    """Each test's database starts afresh but this process's caches do not: reads kept under
+    the fleet's version (config.answers.kept_read) by an earlier test must not answer this one
+    (a test's rolled-back writes never replace the version on commit)."""
+    from django.core.cache import caches
+
+    caches["answers"].clear()
+
+
+@pytest.fixture(autouse=True)
 def worker_settles_before_teardown() -> Iterator[None]:
     """Once the session's worker runs, any test that commits (an ingest queues its analysis and
     health check) leaves tasks behind. Wait for the worker to finish them before the database

@@ -31,6 +31,7 @@ from tests.web.conftest import (
 from topoweb.analysis import apis as analysis_apis
 from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis.models import Analysis
+from topoweb.config.answers import fleet_changed
 from topoweb.config.api import validated
 from topoweb.config.renderers import JSONRenderer, raw_json
 from topoweb.fleet.changes import servers_changed
@@ -74,6 +75,7 @@ def test_the_list_and_detail_read_each_servers_stored_documents_not_its_rows(
 ) -> None:
     reader.get("/api/v1/servers/")
     reader.get("/api/v1/servers/h200-01/")  # its class's analysis is kept as text
+    fleet_changed()  # the list kept whole is computed again
     with django_assert_num_queries(1) as listed:
         assert reader.get("/api/v1/servers/").status_code == 200
     with django_assert_num_queries(2) as detail:  # the row; which analysis version is current
@@ -100,6 +102,47 @@ def test_a_filtered_list_page_is_one_query_on_real_columns(
     h200 = page["results"][0]
     assert (h200["gpu_count"], h200["has_nvlink"], h200["health"]) == (8, True, "ok")
     assert h200["fingerprint"] and h200["last_seen_at"] and h200["latest_snapshot_id"]
+
+
+def test_a_repeated_read_is_answered_whole_until_a_write_changes_the_fleet(
+    reader: APIClient, fleet: None, django_assert_num_queries: Any
+) -> None:
+    """List, selection and placement answers are kept whole under the fleet's version: asked
+    again they take no query; any write that changes what they show replaces the version."""
+    question = {"tp": 4, "pp": 2, "dp": 1}
+    select = {"k": 2, "servers": [{"hostname": "h200-01"}]}
+    asks = (
+        lambda: reader.get("/api/v1/servers/", {"gpu_count": 8}),
+        lambda: reader.post("/api/v1/servers/h200-01/placement/", question, format="json"),
+        lambda: reader.post("/api/v1/placement/select/", select, format="json"),
+    )
+    first = [ask().content for ask in asks]
+    with django_assert_num_queries(0):
+        assert [ask().content for ask in asks] == first
+    # A duplicate report changes only the server's last_seen_at: the list shows it at once.
+    before = {r["hostname"]: r["last_seen_at"] for r in json.loads(first[0])["results"]}
+    add("h200-01", H200, "HGX H200")
+    listed = json.loads(asks[0]().content)["results"]
+    assert {r["hostname"]: r["last_seen_at"] for r in listed}["h200-01"] != before["h200-01"]
+    # Another server of the kind: the list has it on the next ask.
+    add("h200-02", H200, "HGX H200")
+    assert "h200-02" in [r["hostname"] for r in json.loads(asks[0]().content)["results"]]
+
+
+def test_kept_reads_are_computed_when_the_shared_cache_is_down(
+    reader: APIClient, fleet: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.core.cache import cache
+
+    answered = reader.get("/api/v1/servers/", {"gpu_count": 8}).json()
+
+    def down(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("cache down")
+
+    reader.get("/api/v1/servers/h200-01/")  # the token is kept before the cache goes down
+    monkeypatch.setattr(cache, "get", down)
+    again = reader.get("/api/v1/servers/", {"gpu_count": 8})
+    assert again.status_code == 200 and again.json() == answered
 
 
 def test_a_filtered_list_asked_again_sees_servers_that_changed_in_between(
@@ -200,7 +243,8 @@ def test_a_repeated_read_takes_its_kept_answer_from_this_process_not_the_shared_
     trips.clear()
     placed = reader.post("/api/v1/servers/h200-01/placement/", question, format="json")
     assert placed.status_code == 200
-    assert "get" not in trips  # the throttle counts with incr; the answer is this process's
+    # The token, the throttle's count, the fleet's version; the answer is this process's.
+    assert trips.count("get_many") == 1 and trips.count("get") == 1
 
 
 def test_a_repeated_placement_question_is_answered_from_the_answer_computed_once(
@@ -238,6 +282,36 @@ def test_the_answers_computed_once_change_when_a_benchmark_calibrates_the_server
     assert before[0]["selections"][0]["cost"]["calibrated"] is False
     assert after[0]["selections"][0]["cost"]["calibrated"] is True
     assert after[1] != before[1]
+
+
+def test_a_refitted_calibration_makes_kept_questions_computed_again(
+    reader: APIClient, fleet: None, django_assert_num_queries: Any
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from topoweb.fleet.models import Benchmark
+    from topoweb.fleet.services import refit_calibrations
+
+    add(
+        "rtx-01",
+        RTX6000,
+        "ESC8000A",
+        benchmarks=[BenchmarkInput("p2p-bandwidth-latency", fixture_text(RTX6000_P2P))],
+    )
+    place = ("/api/v1/servers/rtx-01/placement/", {"tp": 2, "pp": 2, "dp": 1})
+    _ask(reader, *place)
+    with django_assert_num_queries(0):
+        _ask(reader, *place)  # kept whole
+    # An older model's fit (a deploy's new COST_MODEL_VERSION), refitted by the worker.
+    runs = Benchmark.objects.filter(server__hostname="rtx-01")
+    for run in runs:
+        run.calibration = {**run.calibration, "cost_model_version": 0}
+        run.save(update_fields=["calibration"])
+    assert refit_calibrations(runs) == 1
+    with CaptureQueriesContext(connection) as asked:
+        _ask(reader, *place)
+    assert asked.captured_queries  # computed again, from the refitted run
 
 
 def test_the_answers_computed_once_change_when_the_server_reports_another_topology(

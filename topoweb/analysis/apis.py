@@ -4,7 +4,7 @@ selector, and shapes the answer; the POSTs are questions, not writes."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
@@ -20,6 +20,7 @@ from topoweb.analysis.serializers import (
     LayoutSerializer,
     PlacementDocumentSerializer,
 )
+from topoweb.config.answers import kept_read
 from topoweb.config.api import (
     ERRORS,
     READ_ERRORS,
@@ -288,20 +289,25 @@ class PlacementApi(APIView):
     )
     def post(self, request: Request, hostname: str) -> HttpResponse:
         q = validated(self.PlacementInputSerializer, request.data)
-        server = selectors.server_for_questions(hostname)
-        layout = _answer(Layout, q["tp"], q["pp"], q["dp"], q["ep"])
-        shape = _answer(selectors.resolve_shape, q.get("model"), _overrides(q))
-        _answer(selectors.check_layout, server, layout, shape)
-        body = _answer(
-            selectors.placement_for,
-            server,
-            layout,
-            q.get("free"),
-            shape,
-            q["zero"],
-            _placement_json,
-        )
+        body = kept_read(("placement", hostname, q), lambda: _placement(hostname, q))
         return _json_response(body)
+
+
+def _placement(hostname: str, q: dict[str, Any]) -> bytes:
+    server = selectors.server_for_questions(hostname)
+    layout = _answer(Layout, q["tp"], q["pp"], q["dp"], q["ep"])
+    shape = _answer(selectors.resolve_shape, q.get("model"), _overrides(q))
+    _answer(selectors.check_layout, server, layout, shape)
+    body: bytes = _answer(
+        selectors.placement_for,
+        server,
+        layout,
+        q.get("free"),
+        shape,
+        q["zero"],
+        _placement_json,
+    )
+    return body
 
 
 def _overrides(q: dict[str, Any]) -> dict[str, Any]:
@@ -438,9 +444,14 @@ class SelectApi(APIView):
     )
     def post(self, request: Request) -> HttpResponse:
         q = validated(self.SelectInputSerializer, request.data)
-        wanted = _wanted(q)
-        body = _answer(selectors.selection, q["k"], wanted, q["collective"], _selection_json)
-        return _json_response(body)
+
+        def answer() -> bytes:
+            return cast(
+                bytes,
+                _answer(selectors.selection, q["k"], _wanted(q), q["collective"], _selection_json),
+            )
+
+        return _json_response(kept_read(("selection", q), answer))
 
 
 class ServerPartSerializer(serializers.Serializer):

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import QuerySet
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, serializers
 from rest_framework.request import Request
@@ -21,7 +21,7 @@ from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis.serializers import (
     AnalysisSerializer,
 )
-from topoweb.config.answers import answer_once
+from topoweb.config.answers import answer_once, kept_read
 from topoweb.config.api import (
     READ_ERRORS,
     ErrorSerializer,
@@ -29,7 +29,7 @@ from topoweb.config.api import (
     WindowCountPagination,
     validated,
 )
-from topoweb.config.renderers import dumps, raw_json
+from topoweb.config.renderers import JSONRenderer, dumps, raw_json
 from topoweb.core.health import KINDS, SEVERITIES
 from topoweb.fleet import selectors, services
 from topoweb.fleet.models import Server, Snapshot
@@ -103,11 +103,18 @@ class ServerListApi(APIView):
         parameters=[ServerFilterSerializer],
         responses={200: ServerSummarySerializer(many=True), **READ_ERRORS},
     )
-    def get(self, request: Request) -> Response:
-        # Each row is the server's stored summary (health.documents), joined as text.
-        paginator = WindowCountPagination()
-        page = paginator.paginate_queryset(documents.summaries(_servers(request)), request, self)
-        return paginator.get_paginated_response(raw_json(documents.summary_texts(page or [])))
+    def get(self, request: Request) -> HttpResponse:
+        def answer() -> bytes:
+            # Each row is the server's stored summary (health.documents), joined as text.
+            paginator = WindowCountPagination()
+            servers = documents.summaries(_servers(request))
+            page = paginator.paginate_queryset(servers, request, self)
+            rows = raw_json(documents.summary_texts(page or []))
+            return JSONRenderer().render(paginator.get_paginated_response(rows).data)
+
+        # The page's links name this host: the whole URL is the key.
+        body = kept_read(("server list", request.build_absolute_uri()), answer)
+        return HttpResponse(body, content_type="application/json")
 
     # drf-spectacular reads pagination from here to describe the envelope.
     pagination_class = Pagination

@@ -2,17 +2,24 @@
 cache (Redis in production, local memory in the embedded default): questions with parameters
 (placement, selection, serving) and documents derived from stored rows, each under a digest of
 everything it depends on, so an entry is never stale, only evicted by the caches' own bounds
-and TOPOWEB_ANSWER_CACHE_S."""
+and TOPOWEB_ANSWER_CACHE_S.
+
+Reads a scheduler repeats (the server list, a selection or placement question) are kept whole,
+as the bytes answered, under the fleet's version (`kept_read`): a value in the shared cache
+that every write replaces (`fleet_changed`), so a repeated read costs one cache round trip
+and no query, and the first read after any write computes its answer again."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import uuid
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar, cast
 
 from django.conf import settings
 from django.core.cache import cache, caches
+from django.db import transaction
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -59,3 +66,60 @@ def answer_once(key: Hashable, compute: Callable[[], T]) -> T:
     except Exception:  # noqa: BLE001
         log.warning("answer not kept: the cache is unreachable", exc_info=True)
     return answer
+
+
+# --- reads kept per version of the fleet -----------------------------------------------------
+
+_VERSION_KEY = "fleet-version"
+# A kept read is dropped after this many seconds even if no write replaced the version: it
+# bounds how long one is served after a write whose new version the shared cache could not
+# take (it was down), and what a process holds for reads nobody repeats.
+KEPT_READ_S = 60
+
+
+def fleet_changed() -> None:
+    """Every kept read is stale: the fleet's version is replaced now, and again when the
+    caller's transaction commits (a read between the two may have kept what was stored before
+    the commit). Called by fleet.changes.servers_changed and the writes of what kept reads
+    show beyond the servers' documents (a duplicate report's last_seen_at, a refitted
+    calibration)."""
+    _new_version()
+    if not transaction.get_autocommit():
+        transaction.on_commit(_new_version)
+
+
+def _new_version() -> None:
+    try:
+        cache.set(_VERSION_KEY, uuid.uuid4().hex, timeout=None)
+    except Exception:  # noqa: BLE001 - reads compute again while the cache is down
+        log.warning("fleet version not replaced: the cache is unreachable", exc_info=True)
+
+
+def _fleet_version() -> str | None:
+    """The fleet's version; None when the shared cache cannot be reached (reads compute)."""
+    try:
+        version = cache.get(_VERSION_KEY)
+        if version is None:  # never written, or evicted: a new one, agreed through `add`
+            cache.add(_VERSION_KEY, uuid.uuid4().hex, timeout=None)
+            version = cache.get(_VERSION_KEY)
+    except Exception:  # noqa: BLE001
+        log.warning("fleet version unreadable: the cache is unreachable", exc_info=True)
+        return None
+    return None if version is None else str(version)
+
+
+def kept_read(key: Hashable, compute: Callable[[], bytes]) -> bytes:
+    """The answer to a read that follows only from what the fleet's writes store, as the bytes
+    served: kept in this process under the fleet's version and `key` (everything of the
+    request the answer depends on), computed when the version changed since. A computation
+    that raises (404, 400) keeps nothing."""
+    version = _fleet_version()
+    if version is None:
+        return compute()
+    name = answer_key(("kept read", version, key))
+    local = caches["answers"]
+    found = local.get(name)
+    if found is None:
+        found = compute()
+        local.set(name, found, timeout=KEPT_READ_S)
+    return cast(bytes, found)

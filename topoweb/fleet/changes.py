@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from topoweb.config.answers import fleet_changed
 from topoweb.fleet.models import Server
 
 DocumentWriter = Callable[[list[int]], None]
@@ -26,6 +27,7 @@ def servers_changed(server_ids: Iterable[int]) -> None:
         return
     for writer in _WRITERS:
         writer(ids)
+    fleet_changed()  # reads kept whole (config.answers) are computed again
 
 
 def lock_servers(server_ids: Iterable[int]) -> None:

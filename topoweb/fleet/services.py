@@ -20,6 +20,7 @@ from django.db.models import Q, QuerySet, Subquery
 from django.utils import timezone
 
 from topoweb.config import limits
+from topoweb.config.answers import fleet_changed
 from topoweb.config.celery_app import enqueue_together
 from topoweb.core.analysis import COST_MODEL_VERSION
 from topoweb.core.costs import build_model, calibrate_from_nccl, calibrate_from_p2p
@@ -452,6 +453,7 @@ def _stored_duplicate(
             return None
         snapshot_id, server_id, warnings = found
         Server.objects.filter(pk=server_id).update(last_seen_at=now)
+    fleet_changed()  # kept reads show its last_seen_at
     server = Server.from_db(
         DEFAULT_DB_ALIAS, ["id", "hostname", "last_seen_at"], [server_id, hostname, now]
     )
@@ -689,6 +691,8 @@ def refit_calibrations(benchmarks: QuerySet[Benchmark]) -> int:
     for benchmark in stale:
         document = calibration_document(benchmark.snapshot, benchmark.to_domain())
         refitted += Benchmark.objects.filter(pk=benchmark.pk).update(calibration=document)
+    if refitted:
+        fleet_changed()  # kept questions were answered with the older fits
     return refitted
 
 
