@@ -369,6 +369,8 @@ function renderPlacement(res) {
   out.append(dl);
   if (res.breakdown) out.append(stepBreakdown(res.breakdown));
   if (res.memory) out.append(memoryFit(res.memory, res.gpu));
+  // The memory levers pulled for it to fit, beyond what was asked, named as the API names them.
+  if (res.levers?.length) out.append(el("p", { class: "small placement-levers", text: `Fits with ${res.levers.join(", ")}.` }));
   const table = el("table", { class: "grid compact per-dimension" });
   table.append(el("thead", {}, el("tr", {}, ...["Dim", "Each × count", "Total", "Limit"].map((t) => el("th", { text: t })))));
   const body = el("tbody");

@@ -241,6 +241,30 @@ def test_a_layout_job_on_one_server_pulls_the_levers_it_would_pull_over_servers(
         assert doc["memory"]["left_fraction"] >= 0.10
 
 
+def test_a_placement_asked_to_pull_levers_names_those_its_layout_needs_to_fit() -> None:
+    from topoweb.core.placement import place
+
+    model, _ = fixture("topo_22_h100-8gpu-nv18-no-nic-no-legend-epyc9654.txt")
+    spec = gpu_spec(H100)
+    shape, lay = PRESETS["llama-13b"], Layout(1, 1, 8)
+    as_asked = place(model, lay, shape=shape, spec=spec, time_budget_s=0.05)
+    assert not as_asked.memory.fits and as_asked.to_document()["levers"] == []
+    pulled = place(model, lay, shape=shape, spec=spec, time_budget_s=0.05, pull_levers=True)
+    doc = pulled.to_document()
+    assert doc["fits"] and doc["levers"] == ["full activation recomputation"]
+    assert doc["memory"]["recompute"] == "full" and doc["memory"]["left_fraction"] >= 0.10
+    # Full recomputation runs the forward pass again: the step takes longer than as asked.
+    assert pulled.step_us > as_asked.step_us
+    # ZeRO-0 asked on 141 GB H200s: full recomputation (pulled first) does not make room for
+    # 12 bytes of Adam state a parameter, ZeRO-1 does, and then it alone is needed: the answer
+    # keeps selective recomputation and names ZeRO-1 only.
+    h200 = gpu_spec("NVIDIA H200", memory_bytes=143_771_000_832)
+    assert not memory_fit(shape, lay, h200.memory_bytes, 0, recompute="full").fits
+    zero0 = place(model, lay, shape=shape, spec=h200, zero=0, time_budget_s=0.05, pull_levers=True)
+    assert zero0.levers == ("ZeRO-1 (optimizer state sharded over DP)",)
+    assert zero0.memory.recompute == "selective" and zero0.memory.fits
+
+
 def test_tp8_pp2_on_two_free_h200_servers_keeps_tp_inside_and_sends_stages_over_the_network() -> (
     None
 ):

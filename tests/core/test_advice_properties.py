@@ -8,6 +8,7 @@ Mixtral): a DGX-2-style NVSwitch box of V100 32GB and a PCIe box of NV4-bridged 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -19,7 +20,7 @@ from topoweb.core.costs import CostModel, build_model
 from topoweb.core.ledger import PRESETS, Layout, ModelShape
 from topoweb.core.placement import recommend
 from topoweb.core.placement.serving import serve
-from topoweb.core.steptime import GpuSpec, gpu_spec, valid_layout_problem
+from topoweb.core.steptime import GpuSpec, Settings, gpu_spec, layouts_for, valid_layout_problem
 
 SIXTEEN = {
     "dgx2-16gpu-nvswitch": (T.nvswitch_16gpu, "Tesla V100-SXM3-32GB"),
@@ -67,6 +68,7 @@ def test_every_training_answer_on_a_fixture_can_run_and_keeps_its_headroom(name:
         if rec.best is not None:
             mem = doc["recommended"]["memory"]
             assert mem["left_fraction"] >= _headroom(spec) - 1e-3, (key, mem)
+            _each_lever_needed(rec.settings, [p.layout for p in rec.placements], spec)
         else:
             assert rec.no_fit is not None
             lay = rec.no_fit.needed_layout
@@ -75,6 +77,23 @@ def test_every_training_answer_on_a_fixture_can_run_and_keeps_its_headroom(name:
                 _runs(shape, lay, n)
                 mem = doc["no_fit"]["memory"]
                 assert mem["fits"] and mem["left_fraction"] >= _headroom(spec) - 1e-3, key
+                _each_lever_needed(
+                    Settings(
+                        replace(shape, micro_batch=1) if any(
+                            lv.startswith("micro-batch") for lv in rec.no_fit.levers
+                        ) else shape,
+                        mem["zero"], mem["recompute"], rec.no_fit.levers,
+                    ),
+                    layouts_for(shape, lay.size, n), spec,
+                )  # fmt: skip
+
+
+def _each_lever_needed(settings: Settings | None, layouts: list[Layout], spec: GpuSpec) -> None:
+    """No answer keeps full recomputation (the costliest lever) that its layouts fit without."""
+    if settings is None or settings.recompute != "full" or not layouts:
+        return
+    lighter = replace(settings, recompute="selective")
+    assert not any(lighter.fit(lay, spec).fits for lay in layouts), settings.levers
 
 
 @pytest.mark.parametrize("name", CASES)

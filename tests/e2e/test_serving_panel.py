@@ -85,3 +85,21 @@ def test_the_recommended_layout_per_model_names_its_levers_and_memory_left(
         pulled += bool(levers)
     # 8x H200: GPT-3 175B fits 4 such servers once its micro-batch is lowered; the page says so.
     assert pulled >= 1, recs
+
+
+def test_a_placement_that_fits_only_with_levers_names_them_on_the_page(
+    page: Page, fleet: None
+) -> None:
+    page.goto(f"/servers/{H200}/")
+    wait_for_graph(page)
+    for name, value in (("tp", "1"), ("pp", "1"), ("dp", "8")):
+        page.fill(f"#placement-form input[name={name}]", value)
+    page.select_option("#placement-form select[name=model]", "llama-13b")
+    page.select_option("#placement-form select[name=zero]", "0")
+    page.click("#placement-form button[type=submit]")
+    wait_for_flag(page, "placement-ready")
+    # ZeRO-0 asked: 12 bytes of Adam state a parameter do not fit 141 GB; ZeRO-1 alone does.
+    expect(page.locator("#placement-result .placement-levers")).to_have_text(
+        "Fits with ZeRO-1 (optimizer state sharded over DP)."
+    )
+    expect(page.locator("#placement-result .memory-fit")).to_have_attribute("data-fits", "true")

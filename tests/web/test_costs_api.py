@@ -411,6 +411,11 @@ def test_a_relabelled_sibling_gets_its_own_best_tp_groups_from_the_stored_analys
             live = reader.post(
                 f"/api/v1/servers/{host}/placement", doc["layout"], format="json"
             ).json()
+            if live["levers"]:
+                # A stored layout judged not to fit under the recommendation's settings: asked
+                # alone, the answer pulls the levers that make it fit, and names them.
+                assert not doc["fits"] and live["fits"], (host, layout)
+                continue
             assert live["predicted_step_time_us"] == pytest.approx(
                 doc["predicted_step_time_us"], rel=1e-6
             )

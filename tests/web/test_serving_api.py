@@ -89,6 +89,24 @@ class TestServing:
         assert response.status_code == 400
         assert "TP 3 does not divide the 32 attention heads" in response.content.decode()
 
+    def test_a_layout_that_fits_only_with_levers_is_answered_with_them_named(
+        self, reader: APIClient
+    ) -> None:
+        doc = reader.post(
+            "/api/v1/servers/h100-01/placement/",
+            {"tp": 1, "pp": 1, "dp": 8, "model": "llama-13b"},
+            format="json",
+        ).json()
+        # 13B with ZeRO-1 on 80 GiB GPUs: only once full recomputation frees the activations.
+        assert doc["fits"] and doc["levers"] == ["full activation recomputation"]
+        assert doc["memory"]["recompute"] == "full" and doc["memory"]["left_fraction"] >= 0.10
+        small = reader.post(
+            "/api/v1/servers/h100-01/placement/",
+            {"tp": 1, "pp": 1, "dp": 8, "model": "llama-7b"},
+            format="json",
+        ).json()
+        assert small["fits"] and small["levers"] == []
+
     def test_a_recommendation_names_its_levers_and_what_it_assumed(self, reader: APIClient) -> None:
         doc = reader.post(
             "/api/v1/servers/h100-01/recommendation/", {"model": "llama-70b"}, format="json"

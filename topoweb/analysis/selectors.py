@@ -467,17 +467,10 @@ def placement_for(
 
     def compute() -> Any:
         model = _cached_model(key)
-        return form(
-            place(
-                model,
-                layout,
-                free,
-                shape,
-                time_budget_s=PLACEMENT_BUDGET_S,
-                spec=server_gpu_spec(server, model),
-                zero=zero,
-            ).to_document()
-        )
+        spec = server_gpu_spec(server, model)
+        budget = PLACEMENT_BUDGET_S
+        placed = place(model, layout, free, shape, budget, spec=spec, zero=zero, pull_levers=True)
+        return form(placed.to_document())
 
     free_key = tuple(free) if free is not None else None
     # The answer also reads the GPUs' memory (server_gpu_spec), which servers sharing a model

@@ -110,6 +110,11 @@ class LayoutAdviceSerializer(serializers.Serializer):
 
 class PlacementDocumentSerializer(LayoutAdviceSerializer):
     assumption = serializers.CharField()
+    levers = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="memory levers pulled, in practitioners' order, for the layout to fit",
+    )
     assumed = serializers.ListField(
         child=serializers.CharField(),
         required=False,

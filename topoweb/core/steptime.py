@@ -376,12 +376,57 @@ def lever_steps(shape: ModelShape, zero: int = 1, recompute: str = "selective") 
 def first_fit(
     steps: list[Settings], layouts: list[Layout], spec: GpuSpec
 ) -> tuple[Settings, list[Layout]] | None:
-    """The first settings under which some layout fits, with the layouts that do."""
+    """The first settings under which some layout fits, with the layouts that do; of the
+    levers pulled to get there, only those still needed once the later ones are on (ZeRO-1
+    alone can make room that full recomputation, pulled before it, did not)."""
     for settings in steps:
         fitting = [lay for lay in layouts if settings.fit(lay, spec).fits]
         if fitting:
-            return settings, fitting
+            return _fewest_levers(steps[0], settings, layouts, spec, fitting)
     return None
+
+
+def _fewest_levers(
+    asked: Settings,
+    found: Settings,
+    layouts: list[Layout],
+    spec: GpuSpec,
+    fitting: list[Layout],
+) -> tuple[Settings, list[Layout]]:
+    """`found` with its recomputation, then its micro-batch, put back as far towards what was
+    asked as some layout still fits (the costliest lever first: full recomputation runs the
+    forward pass again); ZeRO stages stay as pulled."""
+
+    def attempt(shape: ModelShape, recompute: str) -> tuple[Settings, list[Layout]] | None:
+        levers = _lever_names(asked, shape, recompute, found.zero)
+        trial = Settings(shape, found.zero, recompute, levers)
+        here = [lay for lay in layouts if trial.fit(lay, spec).fits]
+        return (trial, here) if here else None
+
+    best = (found, fitting)
+    least = RECOMPUTE.index(asked.recompute)
+    for level in RECOMPUTE[least : RECOMPUTE.index(found.recompute)]:  # the least first
+        got = attempt(found.shape, level)
+        if got is not None:
+            best = got
+            break
+    if best[0].shape.micro_batch != asked.shape.micro_batch:
+        best = attempt(asked.shape, best[0].recompute) or best
+    return best
+
+
+def _lever_names(asked: Settings, shape: ModelShape, recompute: str, zero: int) -> tuple[str, ...]:
+    """The levers between what was asked and these settings, in practitioners' order."""
+    out = []
+    if shape.micro_batch != asked.shape.micro_batch:
+        out.append(f"micro-batch {asked.shape.micro_batch} -> {shape.micro_batch}")
+    start = RECOMPUTE.index(asked.recompute) + 1
+    out += [
+        f"{level} activation recomputation"
+        for level in RECOMPUTE[start : RECOMPUTE.index(recompute) + 1]
+    ]
+    out += [ZERO_LEVERS[stage] for stage in range(asked.zero + 1, zero + 1)]
+    return tuple(out)
 
 
 # --- step time ----------------------------------------------------------------------------

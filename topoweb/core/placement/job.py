@@ -299,19 +299,14 @@ def _one_server(
 ) -> JobSelection:
     model = pool.model
     if layout is not None:
-        spec = pool.spec or gpu_spec(None, model.hardware.generation.name)
-        settings = _levers_for(shape, layout, spec)
-        placed = place(
-            model, layout, pool.free, settings.shape, spec=spec, zero=settings.zero,
-            recompute=settings.recompute,
-        )  # fmt: skip
+        placed = place(model, layout, pool.free, shape, spec=pool.spec, pull_levers=True)
         part = ServerPart(name, placed.gpus, _nics_of(model, placed.gpus))
         fits = placed.memory.fits
-        levers = f" ({', '.join(settings.levers)})" if settings.levers and fits else ""
+        levers = f" ({', '.join(placed.levers)})" if placed.levers else ""
         return JobSelection(
             (part,), True, placed.step_us, "step time", layout, 0.0, fits,
             f"one server; {placed.choice or 'all its free GPUs'}{levers}",
-            (), settings.levers if fits else (), placed.memory,
+            (), placed.levers, placed.memory,
         )  # fmt: skip
     best = select_gpus({name: (model, pool.free)}, size, top=1)[0]
     us = collective_cost(model, "all_reduce", best.gpus, nbytes).time_us if size >= 2 else 0.0

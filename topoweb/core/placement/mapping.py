@@ -66,6 +66,7 @@ class Placement:
     leftover: tuple[int, ...] = ()  # free GPUs this job leaves
     leftover_busbw_gbps: float = 0.0  # what they still reach together (all_reduce, 256 MiB)
     choice: str = ""  # why these GPUs, when the job is smaller than the free set
+    levers: tuple[str, ...] = ()  # memory levers pulled beyond what was asked (`pull_levers`)
 
     @property
     def step_us(self) -> float:
@@ -108,6 +109,7 @@ class Placement:
             "leftover": list(self.leftover),
             "leftover_busbw_gbps": round(self.leftover_busbw_gbps, 3),
             "choice": self.choice,
+            "levers": list(self.levers),
         }
 
 
@@ -134,9 +136,12 @@ def place(
     zero: int = 1,
     achieved: float = ACHIEVED_FRACTION,
     recompute: str = "selective",
+    pull_levers: bool = False,
 ) -> Placement:
     """Best rank->GPU mapping for a TP x PP x DP (x EP) job on `free` GPUs (default all),
-    by predicted step time. A job smaller than the free set takes the subset with the lowest
+    by predicted step time. With `pull_levers`, a layout that does not fit as asked is judged
+    under the first memory levers that make it fit, in practitioners' order (`lever_steps`),
+    and the answer names them. A job smaller than the free set takes the subset with the lowest
     step time; among equals, the one that leaves the other free GPUs best connected.
 
     Exact for up to EXACT_LIMIT GPUs (branch and bound over every mapping, modulo the server's
@@ -149,6 +154,14 @@ def place(
     than naive."""
     shape = shape or DEFAULT_SHAPE
     spec = spec or gpu_spec(None, model.hardware.generation.name)
+    levers: tuple[str, ...] = ()
+    if pull_levers:
+        found = first_fit(lever_steps(shape, zero, recompute), [layout], spec)
+        if found is not None:
+            settings = found[0]
+            shape, zero, recompute, levers = (
+                settings.shape, settings.zero, settings.recompute, settings.levers
+            )  # fmt: skip
     pool = tuple(sorted(model.check_gpus(free if free is not None else sorted(model.gpu_ids))))
     if layout.size > len(pool):
         raise ValueError(
@@ -234,6 +247,7 @@ def place(
         leftover,
         left_bw,
         choice,
+        levers,
     )
 
 
