@@ -312,6 +312,31 @@ def test_tp8_pp2_on_two_free_h200_servers_keeps_tp_inside_and_sends_stages_over_
     assert [d["dimension"] for d in wide.to_document()["network"]] == ["tp"]
 
 
+def test_a_job_over_servers_of_different_gpus_is_judged_by_the_smallest_and_slowest() -> None:
+    from tests.core import topologies as T
+    from topoweb.core.placement import ServerPool, select_job
+
+    wiring = build_model(T.h200_nv18_12nic(), "NVIDIA H200")
+    h200 = gpu_spec("NVIDIA H200", memory_bytes=143_771_000_832)
+    h100 = gpu_spec(H100)
+    shape, lay = PRESETS["llama-70b"], Layout(8, 2, 1)
+    mixed = {
+        "a-h200": ServerPool(wiring, tuple(range(8)), "rail-1", h200),
+        "b-h100": ServerPool(wiring, tuple(range(8)), "rail-1", h100),
+    }
+    (job, *_rest) = select_job(mixed, layout=lay, shape=shape)
+    # Every rank holds 1/16 of the model: the H100's 80 GiB needs full recomputation, as two
+    # H100 servers do, whichever server the pipeline starts on.
+    (both_h100, *_rest) = select_job(
+        {n: ServerPool(wiring, tuple(range(8)), "rail-1", h100) for n in ("a", "b")},
+        layout=lay, shape=shape,
+    )  # fmt: skip
+    assert job.levers == both_h100.levers == ("full activation recomputation",)
+    assert job.memory is not None and job.memory.gpu_bytes == h100.memory_bytes
+    # Compute at the H100's peak (the same as the H200's: only the memory differs here).
+    assert job.predicted_us == pytest.approx(both_h100.predicted_us, rel=1e-6)
+
+
 def test_a_job_whose_tp_does_not_divide_the_kv_heads_is_refused_before_any_search() -> None:
     from tests.core import topologies as T
     from topoweb.core.placement import ServerPool, select_job

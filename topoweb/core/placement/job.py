@@ -4,7 +4,7 @@ layout takes when no one server holds it, and what crossing the network costs.""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from topoweb.core.costs import CostModel, collective_cost, slowest_group_us, with_options
@@ -466,8 +466,7 @@ def _layout_over_servers(
         if len(where) >= layout.size:
             break
     where = where[: layout.size]
-    first = servers[picked[0]]
-    spec = first.spec or gpu_spec(None, first.model.hardware.generation.name)
+    spec = _weakest_spec([servers[n] for n in dict.fromkeys(n for n, _g in where)])
     settings = _levers_for(shape, layout, spec)
     plan = step_plan(settings.shape, layout, spec, recompute=settings.recompute, zero=settings.zero)
     groups = rank_groups(tuple(range(layout.size)), layout)
@@ -585,6 +584,14 @@ def _layout_over_servers(
         + f"{' and '.join(spans)} between {len(parts)} servers on {rails}{levers}",
         tuple(network), settings.levers if fits else (), memory,
     )  # fmt: skip
+
+
+def _weakest_spec(pools: Sequence[ServerPool]) -> GpuSpec:
+    """The GPU a job over these servers is judged by: the least usable memory (every rank
+    holds the same share) and the slowest peak (a synchronous step waits for the slowest)."""
+    specs = [p.spec or gpu_spec(None, p.model.hardware.generation.name) for p in pools]
+    least = min(specs, key=lambda s: s.memory_bytes * (1 - s.reserve))
+    return replace(least, peak_tflops=min(s.peak_tflops for s in specs))
 
 
 def _levers_for(shape: ModelShape, layout: Layout, spec: GpuSpec) -> Settings:
