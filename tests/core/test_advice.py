@@ -220,6 +220,15 @@ def test_the_smallest_fit_over_servers_says_its_memory_per_gpu_and_the_headroom_
     assert f"{mem['left_gb']:.1f} GB left; 10% kept back" in doc["message"]
 
 
+def test_a_smallest_fit_of_one_whole_server_says_one_server() -> None:
+    model, _ = fixture("topo_01_h200-8gpu-12nic-numaid.txt")
+    spec = gpu_spec("NVIDIA H200", memory_bytes=143_771_000_832)
+    rec = recommend(model, PRESETS["mixtral-8x7b"], [0, 1, 2, 3], spec=spec, time_budget_s=0.02)
+    assert rec.no_fit is not None and rec.no_fit.needed_gpus == 8
+    message = rec.to_document()["no_fit"]["message"]
+    assert "needs at least 8x H200 (144 GB, 1 server), e.g." in message
+
+
 def test_a_layout_job_on_one_server_pulls_the_levers_it_would_pull_over_servers() -> None:
     from tests.core import topologies as T
     from topoweb.core.placement import ServerPool, select_job

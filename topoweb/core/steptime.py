@@ -599,7 +599,7 @@ class NoFit:
             servers = -(-self.needed_gpus // self.server_gpus) if self.server_gpus else None
             more = (
                 f"{self.needed_gpus}x {spec.name} ({spec.memory_bytes / 1e9:.0f} GB"
-                + (f", {servers} servers" if servers else "")
+                + (f", {servers} server{'s' if servers > 1 else ''}" if servers else "")
                 + f"), e.g. TP{lay.tp} PP{lay.pp} DP{lay.dp}"
                 + (f" EP{lay.ep}" if lay.ep > 1 else "")
                 + (f" with {', '.join(self.levers)}" if self.levers else "")
