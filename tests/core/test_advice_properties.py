@@ -1,10 +1,11 @@
 """Properties of every answer the advice gives, over every real capture in tests/fixtures and
 every model preset: recommended and ranked training layouts, their smallest fit over more
-servers, and serving replicas can all run (TP divides the heads and KV heads, PP the layers,
-EP the experts, TP and EP inside one server), keep the memory headroom they promise, and need
-no fewer GPUs when asked for more. Two 16-GPU servers join them (no capture here has more than
-8 GPUs, and only past 8 does a TP divide the heads but not the KV heads of Llama 70B and
-Mixtral): a DGX-2-style NVSwitch box of V100 32GB and a PCIe box of NV4-bridged pairs."""
+servers, jobs over two such servers and serving replicas can all run (TP divides the heads, KV
+heads and the MLP's hidden units, PP the layers, EP the experts, TP and EP inside one server),
+keep the memory headroom they promise, name no lever they do not need, and need no fewer GPUs
+when asked for more. Two 16-GPU servers join them (no capture here has more than 8 GPUs, and
+only past 8 does a TP divide the heads but not the KV heads of Llama 70B and Mixtral): a
+DGX-2-style NVSwitch box of V100 32GB and a PCIe box of NV4-bridged pairs."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tests.core.test_advice import fixture
 from tests.core.topo_fixtures import TOPO_FILES
 from topoweb.core.costs import CostModel, build_model
 from topoweb.core.ledger import PRESETS, Layout, ModelShape
-from topoweb.core.placement import recommend
+from topoweb.core.placement import ServerPool, recommend, select_job
 from topoweb.core.placement.serving import serve
 from topoweb.core.steptime import GpuSpec, Settings, gpu_spec, layouts_for, valid_layout_problem
 
@@ -136,3 +137,29 @@ def test_serving_more_context_or_more_sequences_never_needs_fewer_gpus_a_replica
                 for s in (1, 8, 64, 512)
             ]
             assert by_sequences == sorted(by_sequences), (key, dtype, by_sequences)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_job_over_such_servers_keeps_every_tp_and_ep_group_inside_one(name: str) -> None:
+    model, spec = case(name)
+    gpus = tuple(sorted(model.gpu_ids))
+    n = len(gpus)
+    whole = {s: ServerPool(model, gpus, "rail-1", spec) for s in "ab"}
+    # Servers with a GPU taken each: their free GPUs are no whole number of wide groups.
+    taken = {s: ServerPool(model, gpus[:-1], "rail-1", spec) for s in "abc"} if n > 1 else {}
+    for key, shape in PRESETS.items():
+        layouts = layouts_for(shape, 2 * n, n)
+        widest = max(lay.tp * lay.ep for lay in layouts)
+        # The layouts with the widest TP x EP groups: those most likely to straddle a server.
+        for lay in [lay for lay in layouts if lay.tp * lay.ep == widest]:
+            _runs(shape, lay, n)
+            for pools in (whole, taken) if taken else (whole,):
+                try:
+                    (job, *_rest) = select_job(pools, layout=lay, shape=shape)
+                except ValueError as refused:  # too few whole groups free: said, not split
+                    assert pools is taken and "whole TP x EP blocks" in str(refused)
+                    continue
+                crossing = {d["dimension"] for d in job.network}
+                assert not crossing & {"tp", "ep"}, (key, lay, crossing)
+                assert all(len(p.gpus) % (lay.tp * lay.ep) == 0 for p in job.parts), (key, lay)
+                assert sum(len(p.gpus) for p in job.parts) == lay.size
