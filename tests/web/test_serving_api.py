@@ -89,6 +89,25 @@ class TestServing:
         assert response.status_code == 400
         assert "TP 3 does not divide the 32 attention heads" in response.content.decode()
 
+    def test_a_custom_shapes_mlp_and_context_window_are_rules_too(self, reader: APIClient) -> None:
+        shape = {"name": "13B-like", "layers": 40, "hidden": 5120, "seq": 4096, "micro_batch": 1,
+                 "micro_batches": 8, "params": 13e9, "heads": 40, "ffn_hidden": 13824,
+                 "context_window": 4096}  # fmt: skip
+        refused = reader.post(
+            "/api/v1/servers/h100-01/placement/",
+            {"tp": 5, "pp": 1, "dp": 1, "model": shape, "free": [0, 1, 2, 3, 4]},
+            format="json",
+        )
+        assert refused.status_code == 400
+        assert "TP 5 does not divide the MLP's 13824 hidden units" in refused.content.decode()
+        doc = reader.post(
+            "/api/v1/servers/h100-01/serving/",
+            {"model": shape, "context_tokens": 8192, "concurrency": 1},
+            format="json",
+        ).json()
+        assert doc["recommended"]["max_context"] == 4096 and "4096-token" in doc["notes"][0]
+        assert {o["tp"] for o in doc["options"]} <= {1, 2, 4, 8}
+
     def test_a_layout_that_fits_only_with_levers_is_answered_with_them_named(
         self, reader: APIClient
     ) -> None:
