@@ -42,7 +42,8 @@ def test_the_gtx_rigs_21_slow_pairs_are_one_group_per_cause_each_with_its_pairs(
     assert len(no_p2p.members) == 14 and len(no_p2p.pairs) == 13
     assert {rig.link_class(a, b) for a, b in no_p2p.pairs} == {"PHB", "PIX"}
     assert no_p2p.title.startswith("P2P unavailable on 13 GPU pairs (P2P=Enabled bandwidth")
-    assert "host-staged copies measured 12-15 %" in no_p2p.title
+    # Against the cost model's staged copy at the assumed x16 link (not half a P2P figure).
+    assert "host-staged copies measured 13-14 %" in no_p2p.title
     assert no_p2p.members[0].advice.startswith("Disable PCIe ACS")  # the cause's own advice
     assert ["GPU0", "GPU3"] in no_p2p.pairs
 

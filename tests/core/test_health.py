@@ -331,6 +331,24 @@ def test_p2p_denied_between_gpus_under_one_pcie_switch_is_unavailable() -> None:
     assert findings[0].evidence["pairs"] == [{"a": "GPU0", "b": "GPU1", "class": "PIX"}]
 
 
+def test_a_pair_without_p2p_is_judged_as_the_staged_copy_it_measures() -> None:
+    # The 2080 Ti container: P2P refused, so both P2P=Enabled and P2P=Disabled cells time copies
+    # staged through host memory (5.7 GB/s one way). The model already prices a GeForce Turing
+    # pair as staged; halving that again read the healthy pair at 199 %.
+    pair, measured = topo(RTX2080_PIX), p2p(RTX2080_P2P)
+    expected = expectations_from_model(pair, "NVIDIA GeForce RTX 2080 Ti")
+    findings = check_health(pair, p2p=measured, expectations=expected)
+    assert found(findings) == {("p2p_unavailable", ("GPU0", "GPU1"))}
+    report = acceptance_report(pair, expected, findings, p2p=measured)
+    rows = [r for r in report["rows"] if r["kind"] == "p2p"]
+    assert len(rows) == 2
+    for row in rows:
+        assert 0.95 <= row["ratio"] <= 1.05, row
+        assert row["expected_gbps"] == pytest.approx(expected.staged_gbps_by_class["PIX"], abs=0.01)
+        assert row["status"] == "ok"
+        assert "host-staged copy" in row["expectation"]["evidence"]
+
+
 def test_p2p_enabled_no_faster_than_disabled_points_at_acs_or_the_iommu() -> None:
     ada = topo(ADA_4GPU)
     healthy = p2p(ADA_4GPU_P2P)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from topoweb.core.catalogue import BUSBW_MODEL_BAND
@@ -35,10 +35,6 @@ MIN_SAME_CLASS_PAIRS = 3
 MEASURED_BAND = 0.05
 # The band of a staff figure: staff's own threshold says how close is close enough.
 _STAFF = "staff's SKU figure"
-# Without P2P a copy is staged through host memory and crosses the PCIe links twice: it should
-# still reach this share of the pair's direct figure. Far below that (x1 risers) is a slow link
-# whatever P2P does.
-STAGED_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -120,11 +116,16 @@ def pair_expectations(
     same link class (`measured`, at least MIN_SAME_CLASS_PAIRS of them), else staff's figure,
     else the cost model's with its band. Measured evidence that is itself far below the model's
     band (a whole SKU or server slow) gives way to the model. `host_staged`: pairs whose P2P is
-    unavailable (a p2p_unavailable finding): their copies are staged through the host, so any
-    expectation but their siblings' is STAGED_SHARE of the direct one."""
+    unavailable (a p2p_unavailable finding): their measured copies are staged through the host,
+    so they are judged against a staged figure, their siblings' or the cost model's staged copy
+    over their link class (`Expectations.staged_gbps_by_class`), never against a direct figure
+    nor a share of one: the driver pipelines a staged copy's legs, so how it compares with P2P
+    depends on the link. Without a staged figure such a pair has no expectation."""
     measured = measured or {}
     model = dict(expectations.figures.p2p_gbps) if expectations else {}
     bands = dict(expectations.p2p_bands) if expectations else {}
+    staged = dict(expectations.staged_gbps_by_class) if expectations else {}
+    staged_bands = dict(expectations.staged_bands_by_class) if expectations else {}
     siblings = dict(medians.p2p_gbps) if medians else {}
     ids = {g.index: g.id for g in topo.gpus}
     # The pairs with any figure, gathered once (not once per pair: 331,200 pairs at 576 GPUs).
@@ -187,14 +188,26 @@ def pair_expectations(
                     m_value, m_band,
                 )  # fmt: skip
         if chosen is not None and chosen.source != "siblings" and frozenset(key) in host_staged:
-            chosen = replace(
-                chosen,
-                value_gbps=chosen.value_gbps * STAGED_SHARE,
-                evidence=f"half of {chosen.evidence}, for a host-staged copy (P2P unavailable)",
-            )
+            chosen = _staged_expectation(key, link_class, staged, staged_bands)
         if chosen is not None:
             out[key] = chosen
     return PairExpectations(out)
+
+
+def _staged_expectation(
+    key: PairKey, link_class: str, staged: Mapping[str, float], bands: Mapping[str, float]
+) -> PairExpectation | None:
+    """The cost model's figure for the pair's copy staged through host memory, if it gave one."""
+    value = staged.get(link_class)
+    if value is None:
+        return None
+    band = bands.get(link_class, 0.0)
+    return PairExpectation(
+        key[0], key[1], link_class, value, "model", band,
+        f"the cost model's {link_class} figure for a host-staged copy (P2P unavailable) "
+        f"(+-{band:.0%})",
+        value, band,
+    )  # fmt: skip
 
 
 def judge(expectation: PairExpectation, measured: float, thresholds: Thresholds) -> Judgement:

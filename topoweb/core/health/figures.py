@@ -87,6 +87,11 @@ class Expectations:
     # The cost model's relative band per figure it gave (a figure without one is staff's).
     p2p_bands: Mapping[PairKey, float] = field(default_factory=dict, hash=False)
     busbw_bands: Mapping[CollectiveKey, float] = field(default_factory=dict, hash=False)
+    # The cost model's one-way copy staged through host memory (P2P refused) per GPU link
+    # class, with its band: what a pair whose P2P is unavailable is judged against (like with
+    # like: its P2P=Enabled cells time staged copies too).
+    staged_gbps_by_class: Mapping[str, float] = field(default_factory=dict, hash=False)
+    staged_bands_by_class: Mapping[str, float] = field(default_factory=dict, hash=False)
 
     def to_document(self) -> dict[str, Any]:
         return {
@@ -100,6 +105,10 @@ class Expectations:
             "busbw_bands": [
                 {"collective": c, "ranks": n, "band": round(v, 3)}
                 for (c, n), v in sorted(self.busbw_bands.items())
+            ],
+            "staged_gbps_by_class": [
+                {"class": c, "gbps": v, "band": round(self.staged_bands_by_class.get(c, 0.0), 3)}
+                for c, v in sorted(self.staged_gbps_by_class.items())
             ],
         }
 
@@ -143,6 +152,7 @@ def expectations_from_model(
         if (value := uni[i][j]) is not None
     }
     bands = {key: copy_band(model, *key) for key in pairs}
+    staged, staged_bands = _staged_by_class(topo, gpu_model)
     busbw: dict[CollectiveKey, float] = {}
     if len(order) >= 2:
         for name in COLLECTIVES:
@@ -159,7 +169,30 @@ def expectations_from_model(
         basis=f"cost model, uncalibrated ({assumption})",
         p2p_bands=bands,
         busbw_bands=dict.fromkeys(busbw, BUSBW_MODEL_BAND),
+        staged_gbps_by_class=staged,
+        staged_bands_by_class=staged_bands,
     )
+
+
+def _staged_by_class(
+    topo: Topology, gpu_model: str | None
+) -> tuple[dict[str, float], dict[str, float]]:
+    """One-way copies staged through host memory, as the driver makes them where P2P is
+    refused: the cost model's figure and band for the first ordered pair of each GPU link class
+    (a staged copy's route is its two GPUs' links up to the host and down, whatever their
+    class, so one pair speaks for its class)."""
+    model = build_model(topo, gpu_model, p2p="off")
+    gbps: dict[str, float] = {}
+    bands: dict[str, float] = {}
+    for a in topo.gpus:
+        for b in topo.gpus:
+            cls = topo.link_class(a.id, b.id) if a.id != b.id else None
+            if cls is None or cls in gbps:
+                continue
+            rate = model.solo_rate(model.copy_load([((a.index, b.index), 1.0)]), copy=True)
+            gbps[cls] = round(rate.gbps, 3)
+            bands[cls] = copy_band(model, a.index, b.index)
+    return gbps, bands
 
 
 def p2p_cells(p2p: P2PResult) -> dict[PairKey, tuple[float, str]]:
