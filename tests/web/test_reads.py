@@ -78,12 +78,14 @@ def test_the_list_and_detail_read_each_servers_stored_documents_not_its_rows(
     fleet_changed()  # the list kept whole is computed again
     with django_assert_num_queries(1) as listed:
         assert reader.get("/api/v1/servers/").status_code == 200
-    with django_assert_num_queries(2) as detail:  # the row; which analysis version is current
+    with django_assert_num_queries(2) as detail:  # which analysis version is current; the row
         assert reader.get("/api/v1/servers/h200-01/").status_code == 200
-    assert '"analysis_analysis"' in detail.captured_queries[1]["sql"]
+    assert '"analysis_analysis"' in detail.captured_queries[0]["sql"]
     read = " ".join(q["sql"] for q in listed.captured_queries + detail.captured_queries)
     assert '"health_serverdocument"."summary"' in listed.captured_queries[0]["sql"]
-    assert '"health_serverdocument"."detail"' in detail.captured_queries[0]["sql"]
+    assert '"health_serverdocument"."detail"' in detail.captured_queries[1]["sql"]
+    with django_assert_num_queries(1):  # kept whole: only which analysis is current
+        assert reader.get("/api/v1/servers/h200-01/").status_code == 200
     assert "health_serverhealth" not in read and "health_healthfinding" not in read
 
 
@@ -239,7 +241,7 @@ def test_a_repeated_read_takes_its_kept_answer_from_this_process_not_the_shared_
     reader.post("/api/v1/servers/h200-01/placement/", question, format="json")
     trips = count_cache_calls(monkeypatch)
     assert reader.get("/api/v1/servers/h200-01/").status_code == 200
-    assert trips == ["get_many"]  # the token
+    assert trips == ["get_many", "get"]  # the token; the fleet's version (kept whole)
     trips.clear()
     placed = reader.post("/api/v1/servers/h200-01/placement/", question, format="json")
     assert placed.status_code == 200

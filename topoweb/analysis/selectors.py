@@ -741,15 +741,20 @@ def current_analysis(
     return analyses.order_by("_not_current", "-cost_model_version").first()
 
 
-def current_analysis_key(topology_class_id: int | None) -> tuple[int, datetime] | None:
+def current_analysis_key(
+    topology_class_id: int | None, *, hostname: str = ""
+) -> tuple[int, datetime] | None:
     """current_analysis's pick, as its id and last update (what a text of it is kept by): one
     plain query of the class's few analyses (one per cost-model version), picked here by the
-    same rule, cheaper to build than the ordered subquery of another query."""
-    if topology_class_id is None:
+    same rule, cheaper to build than the ordered subquery of another query. With `hostname`:
+    of the class of the server so named, in the same one query."""
+    if hostname:
+        analyses = Analysis.objects.filter(topology_class__servers__hostname=hostname)
+    elif topology_class_id is None:
         return None
-    rows = Analysis.objects.filter(topology_class_id=topology_class_id).values_list(
-        "id", "updated_at", "cost_model_version"
-    )
+    else:
+        analyses = Analysis.objects.filter(topology_class_id=topology_class_id)
+    rows = analyses.values_list("id", "updated_at", "cost_model_version")
     picked = min(rows, key=lambda r: (r[2] != COST_MODEL_VERSION, -r[2]), default=None)
     return None if picked is None else (picked[0], picked[1])
 

@@ -170,11 +170,11 @@ def _analysis_text(
     return dumps(data).decode()
 
 
-def server_detail(hostname: str) -> Any:
+def server_detail(hostname: str, analysis: tuple[int, datetime] | None) -> Any:
     """ServerDetailSerializer's answer for a server: its stored detail (health.documents) read
-    in one query with the latest snapshot's stored texts, served unchanged, and the class's
-    analysis served as the JSON text kept for its version (a second, plain query: which
-    version is current)."""
+    in one query with the latest snapshot's stored texts, served unchanged, and its class's
+    `analysis` (current_analysis_key: which version is current) served as the JSON text kept
+    for that version."""
     row = documents.stored_detail(hostname)
     if row is None:
         raise Http404(f"no server named {hostname!r}")
@@ -186,10 +186,7 @@ def server_detail(hostname: str) -> Any:
         snapshot["raw_text"] = row["raw_text"]
         snapshot["nvml"] = raw_json(row["nvml_text"])
         snapshot["host"] = raw_json(row["host_text"])
-    analysis_id, updated_at = analysis_selectors.current_analysis_key(row["topology_class_id"]) or (
-        None,
-        None,
-    )
+    analysis_id, updated_at = analysis or (None, None)
     detail["analysis"] = _analysis_json(
         analysis_id,
         updated_at,
@@ -204,8 +201,15 @@ class ServerDetailApi(APIView):
     @extend_schema(
         operation_id="servers_retrieve", responses={200: ServerDetailSerializer, **READ_ERRORS}
     )
-    def get(self, request: Request, hostname: str) -> Response:
-        return Response(server_detail(hostname))
+    def get(self, request: Request, hostname: str) -> HttpResponse:
+        # Kept whole (config.answers.kept_read) with its class's analysis as now current: an
+        # analysis changes state without any write to the server.
+        analysis = analysis_selectors.current_analysis_key(None, hostname=hostname)
+        body = kept_read(
+            ("server detail", hostname, analysis),
+            lambda: JSONRenderer().render(server_detail(hostname, analysis)),
+        )
+        return HttpResponse(body, content_type="application/json")
 
 
 class ServerSnapshotsApi(APIView):
