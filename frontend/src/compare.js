@@ -19,7 +19,8 @@ function renderTable(doc) {
   $("head-b").textContent = b.heading;
   for (const row of doc.rows) {
     // Which side is ahead, said in words next to the figure: colour is only a second cue.
-    const cell = (text, side) => el("td", { class: row.ahead === side ? "ahead" : null }, text,
+    // One name per part, as the fleet list gives it; the names as reported in the title.
+    const cell = (text, side) => el("td", { class: row.ahead === side ? "ahead" : null, title: row.detail?.[side] || null }, text,
       row.ahead === side ? el("span", { class: "ahead-mark", text: ` ${row.ahead_mark}` }) : null);
     tbody.append(el("tr", { class: row.differs ? "differs" : null, dataset: { property: row.label } },
       el("th", { scope: "row" }, row.label, row.differs ? el("span", { class: "badge sev-warning diff-mark", text: "≠ differs" }) : null),

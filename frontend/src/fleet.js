@@ -16,11 +16,14 @@ const state = { page: 1, pageSize: null, ...pageData().query };
 state.page = Number(state.page) || 1;
 
 const skuOf = (s) => s.sku ?? "";
+// Where a server's GPU models come from, in words (the summary's `gpu_models_source`).
+const MODELS_FROM = { nvml: "reported by NVML", benchmark: "named by its benchmark output", uploader: "given at upload, assumed: the capture does not say which GPU is which" };
 
 function linkSummary(s) {
   if (s.link_summary) return s.link_summary;
   const parts = [];
-  if (s.gpu_count) parts.push(`${s.gpu_count}x ${s.gpu_family || "GPU"}`);
+  if (s.gpu_models?.length) parts.push(s.gpu_models.map((m) => `${m.count}x ${m.family}`).join(" + "));
+  else if (s.gpu_count) parts.push(`${s.gpu_count}x ${s.gpu_family || "GPU"}`);
   parts.push(s.nvlink_summary || (s.has_nvlink === false ? "PCIe only" : ""));
   if (s.nic_count != null) parts.push(`${s.nic_count} NIC${s.nic_count === 1 ? "" : "s"}`);
   return parts.filter(Boolean).join(", ");
@@ -47,6 +50,17 @@ function pushUrl() {
   window.history.replaceState(null, "", u);
 }
 
+// A server whose GPUs differ says so: each model with its count, the reported names (and
+// where they come from) in the title, as a uniform server's one name is.
+function gpuCell(s) {
+  const mixed = s.gpu_models || [];
+  if (mixed.length) {
+    const title = `${mixed.map((m) => `${m.count}x ${m.name}`).join(" + ")} (${MODELS_FROM[s.gpu_models_source] || s.gpu_models_source}; advice priced on ${s.gpu_model})`;
+    return el("td", { class: "num gpu-model", title }, el("span", { text: s.gpu_count ?? "–" }), el("span", { class: "muted", text: ` (${mixed.map((m) => `${m.count}x ${m.family}`).join(" + ")})` }));
+  }
+  return el("td", { class: "num gpu-model", title: s.gpu_model || "no GPU model reported" }, el("span", { text: s.gpu_count ?? "–" }), el("span", { class: "muted", text: s.gpu_family ? ` ${s.gpu_family}` : " (model not reported)" }));
+}
+
 function row(s) {
   const href = `/servers/${encodeURIComponent(s.hostname)}/`;
   const sku = skuOf(s);
@@ -56,7 +70,7 @@ function row(s) {
     el("th", { scope: "row" }, el("a", { href, text: s.hostname })),
     el("td", {}, sku ? el("button", { type: "button", class: "link sku-link", text: sku, title: `Show only ${sku}`, onclick: () => setFilter("sku", sku) }) : el("span", { class: "muted", text: "—" })),
     // One name per part (the server's own spelling is its title here and on its page).
-    el("td", { class: "num gpu-model", title: s.gpu_model || "no GPU model reported" }, el("span", { text: s.gpu_count ?? "–" }), el("span", { class: "muted", text: s.gpu_family ? ` ${s.gpu_family}` : " (model not reported)" })),
+    gpuCell(s),
     el("td", { class: "links-summary", text: linkSummary(s) }),
     el("td", {}, healthBadge(s.health, s.findings_count ?? s.finding_count)),
     el("td", { class: "age", title: fmtDate(s.last_seen_at || s.last_seen), text: fmtAgo(s.last_seen_at || s.last_seen) }),

@@ -230,7 +230,12 @@ function renderSummary(s, analysis) {
   const parts = [];
   if (s.sku) parts.push(`SKU ${s.sku}`);
   const guess = s.gpu_model ? null : assumedGpu();
-  if (s.gpu_count != null && s.gpu_model) parts.push(`${s.gpu_count}x ${s.gpu_model}`);
+  const mixed = (s.gpu_models || []).map((m) => `${m.count}x ${m.name}`).join(" + ");
+  // GPUs that differ: each model with its count; an uploader's word on them is marked, since
+  // the capture does not say which GPU is which.
+  if (mixed && s.gpu_models_source === "uploader") parts.push([`${mixed} `, el("span", { class: "assumed-mark", id: "gpu-model-assumed", title: `Given at upload, not read from the capture; advice priced on ${s.gpu_model}`, text: "assumed" })]);
+  else if (mixed) parts.push(el("span", { title: `Named by ${s.gpu_models_source === "nvml" ? "NVML" : "the server's benchmark output"}; advice priced on ${s.gpu_model}`, text: mixed }));
+  else if (s.gpu_count != null && s.gpu_model) parts.push(`${s.gpu_count}x ${s.gpu_model}`);
   else if (s.gpu_count != null && guess) parts.push([`${s.gpu_count}x ${guess.model} `, el("span", { class: "assumed-mark", id: "gpu-model-assumed", title: `Assumed, not reported: ${guess.why}`, text: "assumed" })]);
   else if (s.gpu_count != null) parts.push(`${s.gpu_count} GPUs (model not reported)`);
   if (s.nvlink_summary) parts.push(s.nvlink_summary);

@@ -96,6 +96,23 @@ def test_the_gtx_rig_shows_one_finding_per_cause_that_opens_to_its_pairs_on_the_
     assert [g["cause"] for g in api["groups"]] == [g["cause"] for g in answer["groups"]]
 
 
+def test_the_gtx_rig_names_both_its_gpu_models_in_the_fleet_list_and_its_header(
+    page: Page,
+) -> None:
+    gtx_rig_judged()  # its p2p run names six GTX 1070s and one GTX 1080
+    page.goto("/")
+    wait_for_flag(page, "fleet-ready")
+    cell = page.locator(f"#fleet-table tr[data-hostname='{GTX_RIG}'] td.gpu-model")
+    assert cell.inner_text() == "7 (6x GTX 1070 + 1x GTX 1080)"
+    assert (cell.get_attribute("title") or "").startswith(
+        "6x GeForce GTX 1070 + 1x GeForce GTX 1080 (named by its benchmark output"
+    )
+    page.goto(f"/servers/{GTX_RIG}/")
+    wait_for_flag(page, "graph-ready")
+    header = page.locator("#server-summary").inner_text()
+    assert "6x GeForce GTX 1070 + 1x GeForce GTX 1080" in header and "7x" not in header
+
+
 def test_the_acceptance_report_lists_one_row_per_cause_with_ratios_on_one_line(
     page: Page,
 ) -> None:

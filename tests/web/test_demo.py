@@ -52,7 +52,14 @@ def test_load_demo_builds_a_fleet_once_and_prints_the_admin_credentials(
     models: dict[str, set[str]] = {}
     for server in Server.objects.filter(labels__has_key="fixture"):
         models.setdefault(server.sku_name, set()).add(server.latest_snapshot.gpu_model)
-    assert models["GTX 1070/1080 7-GPU rig"] == {"GeForce GTX 1070"}  # the p2p run's GPUs
+    assert models["GTX 1070/1080 7-GPU rig"] == {"GeForce GTX 1070"}  # the weaker of its GPUs
+    # The rig's GPUs differ: its p2p run names them on a01; a02/a03 have only INDEX.tsv's word.
+    rig = {
+        s.hostname: s.latest_snapshot.gpu_models
+        for s in Server.objects.filter(sku_name="GTX 1070/1080 7-GPU rig")
+    }
+    assert rig["gtx-rig-a01"]["models"] == [["GeForce GTX 1070", 6], ["GeForce GTX 1080", 1]]
+    assert [rig[h]["source"] for h in sorted(rig)] == ["benchmark", "uploader", "uploader"]
     assert "DGX A100" not in models["DGX A100"]
     every = set().union(*models.values())
     assert not any(model.startswith(("DGX", "HGX")) or "x " in model for model in every)

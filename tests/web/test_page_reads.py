@@ -123,7 +123,8 @@ def test_compare_marks_what_its_figures_assume(reader: APIClient, fleet: None) -
     analyse()
     body = reader.get("/api/v1/compare/", {"a": "h200-01", "b": "v100-alt-01"}).json()
     rows = {r["label"]: r for r in body["rows"]}
-    assert rows["GPU model"]["a"] == "NVIDIA H200"
+    assert rows["GPU model"]["a"] == "H200"  # the part's one name; as reported in detail
+    assert rows["GPU model"]["detail"]["a"] == "NVIDIA H200"
     assert rows["GPU model"]["b"].startswith("not reported (assuming ")
     assert rows["GPU model"]["b"].endswith(", assumed)")
     assert rows["PCIe generation"]["a"].startswith("Gen5 x16")

@@ -49,6 +49,8 @@ def test_the_server_list_pages_and_carries_each_servers_summary(
         "labels": {},
         "gpu_model": "NVIDIA H200",
         "gpu_family": "H200",
+        "gpu_models": [],  # one model: nothing to list
+        "gpu_models_source": "",
         "gpu_count": 8,
         "nic_count": 12,
         "has_nvlink": True,

@@ -64,6 +64,7 @@ from topoweb.core.placement.serving import serve
 from topoweb.core.steptime import GpuSpec, gpu_spec, valid_layout_problem
 from topoweb.fleet.fabric_selectors import server_fabric_places
 from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
+from topoweb.fleet.selectors import models_note
 
 log = logging.getLogger(__name__)
 
@@ -438,9 +439,10 @@ def server_gpu_spec(server: Server, model: CostModel) -> GpuSpec:
     """Peak and memory of the server's GPUs: its GPU model's catalogue entry, NVML's memory
     total where the collector sent one."""
     snapshot = server.latest_snapshot
-    name = snapshot.gpu_model if snapshot is not None else ""
-    memory = snapshot.gpu_memory_bytes if snapshot is not None else None
-    return gpu_spec(name or None, model.hardware.generation.name, memory)
+    name, memory = (snapshot.gpu_model, snapshot.gpu_memory_bytes) if snapshot else ("", None)
+    spec = gpu_spec(name or None, model.hardware.generation.name, memory)
+    note = models_note(snapshot)
+    return dataclasses.replace(spec, assumed=(note, *spec.assumed)) if note else spec
 
 
 def check_layout(server: Server, layout: Layout, shape: ModelShape | None) -> None:
@@ -473,10 +475,10 @@ def placement_for(
         return form(placed.to_document())
 
     free_key = tuple(free) if free is not None else None
-    # The answer also reads the GPUs' memory (server_gpu_spec), which servers sharing a model
-    # may not share.
+    # It also reads the GPUs' memory and models (server_gpu_spec), not in the model key.
     memory = server.latest_snapshot.gpu_memory_bytes  # type: ignore[union-attr]  # model_key: set
-    return answer_once(("placement", key, memory, layout, free_key, shape, zero, form), compute)
+    gpus = (memory, models_note(server.latest_snapshot))
+    return answer_once(("placement", key, gpus, layout, free_key, shape, zero, form), compute)
 
 
 def recommendation_for(
@@ -687,8 +689,9 @@ def serving_for(
         return serve(model, shape, context, concurrency, dtype, spec=spec, free=free).to_document()
 
     memory = server.latest_snapshot.gpu_memory_bytes  # type: ignore[union-attr]  # model_key: set
+    gpus = (memory, models_note(server.latest_snapshot))
     free_key = tuple(free) if free is not None else None
-    question = ("serving", key, memory, shape, context, concurrency, dtype, free_key)
+    question = ("serving", key, gpus, shape, context, concurrency, dtype, free_key)
     return {"hostname": server.hostname, **answer_once(question, compute)}
 
 

@@ -21,10 +21,11 @@ from topoweb.analysis.models import Analysis
 from topoweb.analysis.serializers import FindingGroupSerializer, FindingSerializer
 from topoweb.config.api import READ_ERRORS
 from topoweb.config.limits import LimitExceeded
+from topoweb.core.gpunames import gpu_family, models_text
 from topoweb.core.health.groups import group_documents
 from topoweb.core.ledger import Layout
 from topoweb.fleet import selectors, work
-from topoweb.fleet.models import Benchmark, Server
+from topoweb.fleet.models import Benchmark, Server, Snapshot
 from topoweb.health import documents
 from topoweb.health import selectors as health_selectors
 from topoweb.health import services as health_services
@@ -255,6 +256,19 @@ def _fmt_time(us: float) -> str:
     return f"{_fmt(us, 1)} µs"
 
 
+def _gpu_model_text(snap: Snapshot | None, model: str | None, guess: str) -> dict[str, Any]:
+    """The GPU model row of one side: the part's one name, as the fleet list gives it (each
+    model with its count where the GPUs differ), the names as reported in `detail`."""
+    mixed = [
+        (str(n), int(c)) for n, c in ((snap.gpu_models if snap else None) or {}).get("models", ())
+    ]
+    if mixed:
+        return {"text": models_text(mixed, family=True), "detail": models_text(mixed)}
+    if model:
+        return {"text": gpu_family(model), "detail": model}
+    return {"text": f"not reported ({guess}, assumed)" if guess else None}
+
+
 def _facts(side: dict[str, Any]) -> list[dict[str, Any]]:
     """The table's rows for one side: label, text, and a value with the direction that is
     better (+1 higher, -1 lower) where a comparison makes sense."""
@@ -296,10 +310,7 @@ def _facts(side: dict[str, Any]) -> list[dict[str, Any]]:
         ", assumed from the GPU generation" if "assumed from the gen" in assumption else ""
     )
     rows: list[dict[str, Any]] = [
-        {
-            "label": "GPU model",
-            "text": model or (f"not reported ({guess}, assumed)" if guess else None),
-        },
+        {"label": "GPU model", **_gpu_model_text(snap, model, guess)},
         {"label": "GPU count", "text": gpus, "value": gpus, "better": 1},
         {
             "label": "Links",
@@ -461,6 +472,8 @@ def compare_page(a: str, b: str, preset: str = "", asked: Layout | None = None) 
                 "label": ra["label"],
                 "a": ta,
                 "b": tb,
+                # The names as reported, where the row shows one name for several spellings.
+                "detail": {"a": ra.get("detail", ""), "b": rb.get("detail", "")},
                 "differs": ta != tb,
                 "ahead": ahead,
                 "ahead_mark": None
@@ -514,7 +527,8 @@ class ComparePageSerializer(serializers.Serializer):
         help_text="Per side: kind, name, hostname, title, heading, graph, curve",
     )
     rows = serializers.ListField(
-        child=serializers.DictField(), help_text="label, a, b, differs, ahead, ahead_mark"
+        child=serializers.DictField(),
+        help_text="label, a, b, detail (each side's names as reported), differs, ahead, ahead_mark",
     )
     differences = serializers.IntegerField()
     layout_note = serializers.CharField()

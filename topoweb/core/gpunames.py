@@ -5,6 +5,8 @@ part's family, and the raw name stays in the server's detail."""
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
 
 # Longest first where one name contains another (H200 before H20, L40S before L40).
 FAMILIES = (
@@ -35,3 +37,31 @@ def gpu_family(raw: str | None) -> str:
         if pattern.search(name):
             return family
     return _VENDOR.sub("", name).strip() or name
+
+
+# "6x GeForce GTX 1070 + 1x GTX 1080": a person's word on a server whose GPUs differ.
+_PART = re.compile(r"^\s*(\d+)\s*[x×]\s*(.+?)\s*$", re.I)
+
+
+def count_models(names: Iterable[str]) -> list[tuple[str, int]]:
+    """Each distinct GPU name with how many GPUs carry it, most common first (ties in order of
+    first appearance)."""
+    counts = Counter(n.strip() for n in names if n and n.strip())
+    return sorted(counts.items(), key=lambda item: -item[1])
+
+
+def models_from_text(text: str) -> list[tuple[str, int]]:
+    """The parts of a written mix ("6x A + 1x B"), or [] when the text is not one."""
+    parts = [_PART.match(p) for p in (text or "").split("+")]
+    if len(parts) < 2 or not all(parts):
+        return []
+    merged: Counter[str] = Counter()
+    for m in parts:
+        assert m is not None
+        merged[m.group(2)] += int(m.group(1))
+    return sorted(merged.items(), key=lambda item: -item[1])
+
+
+def models_text(models: Sequence[tuple[str, int]], family: bool = False) -> str:
+    """ "6x GeForce GTX 1070 + 1x GeForce GTX 1080" (family: "6x GTX 1070 + 1x GTX 1080")."""
+    return " + ".join(f"{n}x {gpu_family(name) if family else name}" for name, n in models)

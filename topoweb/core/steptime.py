@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from topoweb.core.gpunames import models_text
 from topoweb.core.ledger import Layout, ModelShape, ledger
 
 # A real H200 (tests/fixtures/device_01_h200-1gpu-firecracker-vm-torch-copy-gemm.json) ran bf16
@@ -146,14 +147,11 @@ def gpu_spec(
     """Peak, memory and bandwidth of a GPU from its NVML name (a "80GB" in the name wins for
     memory), else its generation's usual part; `memory_bytes` (NVML's total) overrides the
     memory. What had to be guessed is listed in `assumed`."""
-    row: tuple[str, str, float, float, float, float, float] | None = None
+    row = _catalogue_row(gpu_model)
     assumed: list[str] = []
-    if gpu_model:
-        for candidate in _GPU_TABLE:
-            if re.search(candidate[0], gpu_model, re.IGNORECASE):
-                row, source = candidate, f"catalogue ({gpu_model!r} is {candidate[1]})"
-                break
-    if row is None:
+    if row is not None:
+        source = f"catalogue ({gpu_model!r} is {row[1]})"
+    else:
         row = _BY_LABEL[_GENERATION_DEFAULT.get(generation or "", "L40S")]
         source = f"catalogue (assumed {row[1]} from the {generation or 'default'} generation)"
         why = f"{gpu_model!r} is not in the catalogue" if gpu_model else "the capture names no GPU"
@@ -176,6 +174,38 @@ def gpu_spec(
         )
     return GpuSpec(
         label, tflops, memory, source, hbm, fp8, tuple(assumed), memory_assumed, capability
+    )
+
+
+def _catalogue_row(
+    gpu_model: str | None,
+) -> tuple[str, str, float, float, float, float, float] | None:
+    if gpu_model:
+        for candidate in _GPU_TABLE:
+            if re.search(candidate[0], gpu_model, re.IGNORECASE):
+                return candidate
+    return None
+
+
+def priced_model(names: Sequence[str]) -> str:
+    """Of the GPU models one server carries, the one its jobs are priced on: the least memory,
+    then the lowest peak (every rank holds the same share of the model and a synchronous step
+    waits for the slowest GPU). A name the catalogue does not know cannot be ranked: it is
+    the one priced, and gpu_spec says what it assumed for it."""
+
+    def strength(name: str) -> tuple[int, float, float]:
+        row = _catalogue_row(name)
+        return (0, 0.0, 0.0) if row is None else (1, row[3], row[2])
+
+    return min(names, key=strength)
+
+
+def mixed_models_note(models: Sequence[tuple[str, int]], priced: str) -> str:
+    """What the advice says of a server whose GPUs differ (the `assumed` list's words)."""
+    return (
+        f"GPU model: {priced} for every GPU, the smallest-memory, slowest part of "
+        f"{models_text(models)} (each rank holds the same share of the model and a synchronous "
+        "step waits for the slowest GPU)"
     )
 
 

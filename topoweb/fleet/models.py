@@ -90,7 +90,12 @@ class Snapshot(models.Model):
     )
     gpu_count = models.PositiveIntegerField(default=0, db_index=True)
     nic_count = models.PositiveIntegerField(default=0)
+    # The one model advice prices (fleet.services._gpu_model): where the GPUs differ, the
+    # smallest-memory, slowest of them, and `gpu_models` says what they are:
+    # {"models": [[name, count], ...], "source": "nvml" | "benchmark" | "uploader"}, empty when
+    # every GPU is one model or no per-GPU names were given.
     gpu_model = models.CharField(max_length=200, blank=True, db_index=True)
+    gpu_models = models.JSONField(default=dict, blank=True)
     # core.formats.nvml.smallest_gpu_memory of `nvml`: what a model must fit into on each GPU,
     # read by placement questions without loading the facts (None when none was sent).
     gpu_memory_bytes = models.BigIntegerField(null=True, blank=True)

@@ -28,6 +28,7 @@ from topoweb.core.formats import TOPOLOGY_FORMATS, ParseError, detect_format, pa
 from topoweb.core.formats.ibnet import IbnetCapture
 from topoweb.core.model import NcclRun, NvbandwidthRun, Topology
 from topoweb.core.scheduling import nvlink_domain_of, topology_conf
+from topoweb.core.steptime import mixed_models_note
 from topoweb.fleet import cached_tokens, work
 from topoweb.fleet.models import (
     LARGE_COLUMNS,
@@ -449,3 +450,13 @@ def fleet_topology_conf() -> str:
         if domain is not None:
             domains.setdefault(domain, []).append(hostname)
     return topology_conf(domains)
+
+
+def models_note(snapshot: Snapshot | None) -> str:
+    """Where a server's GPUs differ (Snapshot.gpu_models), what its advice says of the one
+    model it priced; "" where they do not."""
+    mixed = (snapshot.gpu_models if snapshot is not None else None) or {}
+    models = [(str(n), int(c)) for n, c in mixed.get("models", ())]
+    if snapshot is None or not models:
+        return ""
+    return mixed_models_note(models, snapshot.gpu_model)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,8 +39,10 @@ from topoweb.core.formats.nvml import (
     read_nvml,
     smallest_gpu_memory,
 )
+from topoweb.core.gpunames import count_models, models_from_text
 from topoweb.core.merge import merge_sources
 from topoweb.core.model import NcclRun, NvbandwidthRun, P2PResult, Topology
+from topoweb.core.steptime import priced_model
 from topoweb.fleet import changes
 from topoweb.fleet.drift import refresh_sku_drift
 from topoweb.fleet.models import (
@@ -286,11 +287,13 @@ def _store_report(report: _Report) -> Ingested:
         server = _server_to_store(report.hostname) or Server.objects.create(
             hostname=report.hostname
         )
-        gpu_model = _gpu_model(report.facts, report.gpu_model_hint, report.parsed_benchmarks)
+        gpu_model, gpu_models = _gpu_model(
+            report.facts, report.gpu_model_hint, report.parsed_benchmarks
+        )
         previous = server.latest_snapshot
         if not gpu_model and previous is not None and previous.gpu_count == len(topology.gpus):
             # A re-upload without NVML facts names no model: the GPUs did not change with it.
-            gpu_model = previous.gpu_model
+            gpu_model, gpu_models = previous.gpu_model, previous.gpu_models
         sku_name = _sku_name(server, report.host)
         _one_ingest_per_sku_at_a_time(sku_name)
         summary = nvlink_summary(topology)
@@ -312,6 +315,7 @@ def _store_report(report: _Report) -> Ingested:
             gpu_count=len(topology.gpus),
             nic_count=len(topology.nics),
             gpu_model=gpu_model,
+            gpu_models=gpu_models,
             gpu_memory_bytes=smallest_gpu_memory(report.nvml),
             nvlink_domain=nvlink_domain(report.nvml),
             has_nvlink=bool(summary),
@@ -696,19 +700,22 @@ def refit_calibrations(benchmarks: QuerySet[Benchmark]) -> int:
     return refitted
 
 
-def _gpu_model(facts: NvmlFacts | None, hint: str, benchmarks: Sequence[ParsedBenchmark]) -> str:
-    """NVML's names are authoritative; then the names the capture's own benchmarks print;
-    a person's hint last (never a SKU or platform name: those are not GPU models)."""
-    names = list(facts.gpu_names) if facts is not None else []
-    if not names:
-        for parsed in benchmarks:
-            names = _benchmark_gpu_names(parsed)
-            if names:
-                break
-    if not names and hint:
-        return hint[:200]
+def _gpu_model(
+    facts: NvmlFacts | None, hint: str, benchmarks: Sequence[ParsedBenchmark]
+) -> tuple[str, dict[str, Any]]:
+    """The GPU model, and what the GPUs are where they differ (Snapshot.gpu_models): NVML's
+    names, then those the capture's own benchmarks print, then a person's hint, which may
+    write a mix ("6x A + 1x B"); never a SKU or platform name. A mix is priced on its
+    smallest-memory, slowest part (steptime.priced_model)."""
+    named = [(list(facts.gpu_names), "nvml")] if facts is not None else []
+    named += [(_benchmark_gpu_names(parsed), "benchmark") for parsed in benchmarks]
+    names, source = next(((n, s) for n, s in named if n), ([], "uploader"))
+    models = count_models(names) or models_from_text(hint)
     # Free text from the driver or a pasted file: cut to the column (TopologyClass's too).
-    return Counter(names).most_common(1)[0][0][:200] if names else ""
+    if len(models) < 2:
+        return (models[0][0] if models else hint)[:200], {}
+    mixed = {"models": [[name[:200], n] for name, n in models], "source": source}
+    return priced_model([name for name, _ in models])[:200], mixed
 
 
 def _benchmark_gpu_names(parsed: ParsedBenchmark) -> list[str]:
@@ -723,11 +730,10 @@ def _learn_gpu_model(snapshot: Snapshot | None, parsed: ParsedBenchmark) -> None
     """A benchmark run on a snapshot that names no GPU model names it (the GPUs it printed)."""
     if snapshot is None or snapshot.gpu_model:
         return
-    names = _benchmark_gpu_names(parsed)
-    if not names:
+    model, models = _gpu_model(None, "", [parsed])
+    if not model:
         return
-    model = Counter(names).most_common(1)[0][0][:200]
-    Snapshot.objects.filter(pk=snapshot.pk, gpu_model="").update(gpu_model=model)
+    Snapshot.objects.filter(pk=snapshot.pk, gpu_model="").update(gpu_model=model, gpu_models=models)
     TopologyClass.objects.filter(pk=snapshot.topology_class_id, gpu_model="").update(
         gpu_model=model
     )

@@ -17,6 +17,7 @@ from topoweb.core.health import Expectations, Finding, PairExpectation, PairExpe
 from topoweb.core.health.groups import group_findings
 from topoweb.core.model import Topology
 from topoweb.fleet.models import Benchmark, Server
+from topoweb.fleet.selectors import models_note
 
 BEST_LAYOUTS = 5
 
@@ -170,6 +171,27 @@ def best_layouts(result: dict[str, Any]) -> list[dict[str, Any]]:
     return layouts[:BEST_LAYOUTS]
 
 
+def _advice(
+    server: Server, layouts: list[dict[str, Any]], recommendations: dict[str, Any]
+) -> dict[str, Any]:
+    """The class analysis's advice for this server: where its GPUs differ, each answer's
+    `assumed` list first says which one model it priced (the class prices that one)."""
+    note = models_note(server.latest_snapshot)
+    if not note:
+        return {"best_layouts": layouts, "recommendations": recommendations}
+
+    def said(doc: dict[str, Any]) -> dict[str, Any]:
+        return {**doc, "assumed": [note, *doc.get("assumed", ())]}
+
+    return {
+        "best_layouts": [said(d) for d in layouts],
+        "recommendations": {
+            key: {**said(rec), "recommended": rec.get("recommended") and said(rec["recommended"])}
+            for key, rec in recommendations.items()
+        },
+    }
+
+
 def _analysis_part(analysis: Analysis | None, result: dict[str, Any]) -> dict[str, Any] | None:
     if analysis is None:
         return None
@@ -220,8 +242,7 @@ def assessment_document(
         "devices": device_details(topology, affinity),
         "affinity": affinity,
         "plot": _plot(server, costs),
-        "best_layouts": best_layouts(result),
-        "recommendations": result.get("recommendations") or {},
+        **_advice(server, best_layouts(result), result.get("recommendations") or {}),
         "step_assumptions": result.get("step_assumptions") or "",
         "left_out": left_out,
     }

@@ -30,6 +30,12 @@ from topoweb.health import selectors
 from topoweb.health.models import HealthFinding, ServerDocument
 
 
+class GpuModelCountSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="as reported (NVML, a benchmark) or uploaded")
+    family = serializers.CharField(help_text="the part's one name for lists (core.gpunames)")
+    count = serializers.IntegerField()
+
+
 class ServerSummarySerializer(serializers.Serializer):
     hostname = serializers.CharField()
     sku = serializers.CharField(source="sku_name")
@@ -38,6 +44,15 @@ class ServerSummarySerializer(serializers.Serializer):
     gpu_family = serializers.SerializerMethodField(
         help_text="The GPU part's one name for lists (`A100` for `A100-SXM-80GB`, `A100 SXM4`, "
         "...); empty when no model was reported; `gpu_model` is the name as reported"
+    )
+    gpu_models = serializers.SerializerMethodField(
+        help_text="Where the GPUs differ, each model with its count, most common first (empty: "
+        "one model, or none named per GPU); `gpu_model` is then the one advice prices, the "
+        "smallest-memory, slowest of them"
+    )
+    gpu_models_source = serializers.SerializerMethodField(
+        help_text="where `gpu_models` comes from: nvml, benchmark (the names a p2p or nccl-tests "
+        "run printed), uploader (a person's word: which GPU is which is not known)"
     )
     gpu_count = serializers.IntegerField(source="latest_snapshot.gpu_count", allow_null=True)
     nic_count = serializers.IntegerField(source="latest_snapshot.nic_count", allow_null=True)
@@ -53,6 +68,20 @@ class ServerSummarySerializer(serializers.Serializer):
     def get_gpu_family(self, server: Server) -> str:
         snapshot = server.latest_snapshot
         return gpu_family(snapshot.gpu_model if snapshot is not None else "")
+
+    @extend_schema_field(GpuModelCountSerializer(many=True))
+    def get_gpu_models(self, server: Server) -> list[dict[str, Any]]:
+        snapshot = server.latest_snapshot
+        mixed = (snapshot.gpu_models if snapshot is not None else None) or {}
+        return [
+            {"name": name, "family": gpu_family(name), "count": count}
+            for name, count in mixed.get("models", ())
+        ]
+
+    def get_gpu_models_source(self, server: Server) -> str:
+        snapshot = server.latest_snapshot
+        mixed = (snapshot.gpu_models if snapshot is not None else None) or {}
+        return str(mixed.get("source", ""))
 
     @extend_schema_field(serializers.ChoiceField(choices=selectors.HEALTH_STATES))
     def get_health(self, server: Server) -> str:

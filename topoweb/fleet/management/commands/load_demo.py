@@ -169,14 +169,12 @@ def _paired(row: dict[str, str], fixtures: Path) -> list[str]:
 def _gpu_model(column: str) -> str:
     """The GPU model INDEX.tsv gives a capture, never a platform or SKU name: notes go ("A100
     80GB (per surrounding text)"), a platform gives way to the GPU in its note ("DGX A100 (A100
-    SXM4)" is an A100 SXM4), and a mixed rig is named by its most common GPU."""
+    SXM4)" is an A100 SXM4), and a mixed rig keeps its parts with their counts ("6x A + 1x B"),
+    as an uploader writes them: the ingest prices its weakest part and shows the mix."""
     if column.lower().startswith("not stated"):
         return ""
     note = re.search(r"\((.*?)\)", column)
     model = re.sub(r"\s*\(.*?\)", "", column).strip()
     if re.match(r"(DGX|HGX)\b", model):
         return note.group(1).strip() if note else ""
-    counts = re.findall(r"(\d+)x\s+([^+]+)", model)
-    if counts:
-        return str(max(counts, key=lambda c: int(c[0]))[1]).strip()
     return model
