@@ -131,6 +131,25 @@ def test_a_repeated_read_is_answered_whole_until_a_write_changes_the_fleet(
     assert "h200-02" in [r["hostname"] for r in json.loads(asks[0]().content)["results"]]
 
 
+def test_an_answer_past_the_kept_size_is_served_as_computed_and_not_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from topoweb.config import answers
+
+    monkeypatch.setattr(answers, "KEPT_READ_MAX_BYTES", 10)
+    computed: list[bytes] = []
+
+    def compute(body: bytes) -> bytes:
+        computed.append(body)
+        return body
+
+    assert answers.kept_read(("big",), lambda: compute(b"x" * 11)) == b"x" * 11
+    assert answers.kept_read(("big",), lambda: compute(b"x" * 11)) == b"x" * 11
+    assert answers.kept_read(("small",), lambda: compute(b"y")) == b"y"
+    assert answers.kept_read(("small",), lambda: compute(b"z")) == b"y"  # kept
+    assert computed == [b"x" * 11, b"x" * 11, b"y"]
+
+
 def test_kept_reads_are_computed_when_the_shared_cache_is_down(
     reader: APIClient, fleet: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

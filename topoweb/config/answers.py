@@ -75,6 +75,9 @@ _VERSION_KEY = "fleet-version"
 # bounds how long one is served after a write whose new version the shared cache could not
 # take (it was down), and what a process holds for reads nobody repeats.
 KEPT_READ_S = 60
+# A larger answer (a rack-scale server's detail) is served as computed, not kept: each process
+# keeps a bounded number of reads, and a few such answers would hold a great deal of memory.
+KEPT_READ_MAX_BYTES = 1024 * 1024
 
 
 def fleet_changed() -> None:
@@ -121,5 +124,6 @@ def kept_read(key: Hashable, compute: Callable[[], bytes]) -> bytes:
     found = local.get(name)
     if found is None:
         found = compute()
-        local.set(name, found, timeout=KEPT_READ_S)
+        if len(found) <= KEPT_READ_MAX_BYTES:
+            local.set(name, found, timeout=KEPT_READ_S)
     return cast(bytes, found)
