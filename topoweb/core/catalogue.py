@@ -78,15 +78,14 @@ PCIE_P2P_SHARE: dict[int, CopyShare] = {
     ),
 }
 # cudaMemcpyPeer without P2P is staged by the driver through a pinned host buffer: a
-# device-to-host leg and a host-to-device leg. Share of the line rate one staged copy reaches
-# one way. Up to Gen3 the driver runs the legs in turn (each at ~73 % of the line, so the
-# copy at half that); from Gen4 it pipelines them, and the copy runs at about one leg's rate.
+# device-to-host leg and a host-to-device leg, pipelined. Share of an x16 line one staged copy
+# reaches one way on each generation's hosts: there the host's staging path sets the rate,
+# not the link. On a narrower link the copy runs at most at one leg's rate (HOST_COPY).
 STAGED_COPY_SHARE: dict[int, CopyShare] = {
     3: CopyShare(
         0.365,
         0.06,
-        "Gen3 x16 staged copies of 5.3-5.8 GB/s (the project's p2p_02/p2p_08/p2p_11 "
-        "captures): two legs in turn at 0.73 each",
+        "Gen3 x16 staged copies of 5.3-5.8 GB/s (the project's p2p_02/p2p_08/p2p_11 captures)",
     ),
     4: CopyShare(
         0.70,
@@ -101,7 +100,17 @@ STAGED_COPY_SHARE: dict[int, CopyShare] = {
         "https://github.com/NVIDIA/nccl/issues/1264",
     ),
 }
-# The first PCIe generation whose drivers pipeline a staged copy's two legs.
+# One pinned host copy one way over a PCIe link: its share of the line. A staged copy's legs
+# are pipelined, so this bounds a staged copy on a link too narrow for the host's rate.
+HOST_COPY = CopyShare(
+    0.79,
+    0.04,
+    "A100 Gen4 host copies of about 25 of 31.5 GB/s one way, "
+    "https://github.com/NVIDIA/nvbandwidth/issues/53; the project's p2p_01 (Gen3 x1 risers) "
+    "stages at 0.76-0.82 of 0.985 GB/s",
+)
+# The first PCIe generation whose staged copies both ways at once contend for each GPU's link
+# (HOST_COPY_DUPLEX_SHARE); before it the hosts' staging path bounds them first.
 STAGED_LEGS_OVERLAP_GEN = 4
 # Host copies both ways at once over one PCIe link: each direction keeps this share of its
 # one-way rate (A100 Gen4: host-to-device ~11 plus device-to-host ~25 GB/s together, of ~25
@@ -490,7 +499,7 @@ class Hardware:
     nccl_pcie_gbps: float = 24.0  # NCCL's width x code / 80
     nvlink_copy_per_link_gbps: float = 24.25
     staged_gbps: float = 5.75  # one staged (host-bounced) copy, one way, both legs
-    staged_overlap: bool = False  # the driver pipelines a staged copy's two legs
+    staged_overlap: bool = False  # staged copies both ways at once contend for each GPU link
     # Relative bands of the copy figures (from the published results they come from).
     nvlink_copy_band: float = 0.03
     pcie_copy_band: float = 0.05
@@ -626,6 +635,8 @@ def _pcie_figures(hw: Hardware, gen: int, width: int) -> Hardware:
     the copy engines' P2P and staged rates, with their published sources."""
     line = pcie_line_rate_gbps(gen, width)
     p2p, staged = pcie_p2p_share(gen), staged_copy_share(gen)
+    # The host's staging rate (an x16 figure), or one host copy's rate on a narrower link.
+    staged_gbps = min(pcie_line_rate_gbps(gen, 16) * staged.share, line * HOST_COPY.share)
     nv = nvlink_copy_share(hw.generation)
     return replace(
         hw,
@@ -633,14 +644,15 @@ def _pcie_figures(hw: Hardware, gen: int, width: int) -> Hardware:
         pcie_width=width,
         pcie_gbps=line * p2p.share,
         nccl_pcie_gbps=nccl_pcie_gbps(gen, width),
-        staged_gbps=line * staged.share,
+        staged_gbps=staged_gbps,
         staged_overlap=gen >= STAGED_LEGS_OVERLAP_GEN,
         pcie_copy_band=p2p.band,
         staged_band=staged.band,
         copy_sources=((f"NVLink copies: {nv.source}",) if hw.generation.nvlink else ())
         + (
             f"PCIe P2P copies (Gen{gen}): {p2p.source}",
-            f"staged copies (Gen{gen}): {staged.source}",
+            f"staged copies (Gen{gen}): {staged.source}; on a narrower link at most one host "
+            f"copy's rate: {HOST_COPY.source}",
         ),
     )
 

@@ -474,7 +474,7 @@ def _assumptions(model: CostModel, copy: bool, best: Variant, p: int) -> tuple[s
     if copy:
         eff = hw.describe()["efficiency"]
         assert isinstance(eff, dict)
-        legs = "legs pipelined" if hw.staged_overlap else "legs in turn"
+        legs = "legs pipelined" + ("; both ways share each link" if hw.staged_overlap else "")
         out.append(
             f"copy rates: NVLink line x {eff['nvlink_copy']:g}, PCIe line x {eff['pcie_p2p']:g} "
             f"(P2P) or x {eff['staged_copy']:g} staged ({legs}); sources in the catalogue"

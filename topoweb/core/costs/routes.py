@@ -257,8 +257,8 @@ class Routes:
         SHM_READ_WEIGHT. A staged copy goes up and down through host memory, not the socket's
         P2P path, each leg weighing what makes one copy reach the staged rate; staged legs queue
         on a PCIe switch's uplink but not on host bridges or inferred switch trees. Where
-        the driver pipelines the legs, each GPU's link also carries a duplex resource: copies
-        both ways at once keep HOST_COPY_DUPLEX_SHARE of their one-way rate each."""
+        staged copies both ways contend for a link (`staged_overlap`), each GPU's link also
+        carries a duplex resource: they keep HOST_COPY_DUPLEX_SHARE of their one-way rate."""
         hw = self.hardware
         up_a = (a, *self.chain(a))
         up_b = (b, *self.chain(b))
