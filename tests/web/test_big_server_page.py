@@ -39,14 +39,14 @@ def big(settings: Any) -> Server:
     server = Server.objects.get(hostname="nvl12-01")
     evaluate_server(server.pk)  # the health worker's findings (and its drawn graph)
     settings.TOPOWEB_MAX_QUERY_GPUS = 8
-    analysis_selectors._cached_model.cache_clear()
+    analysis_selectors.cached_model.cache_clear()
     return server
 
 
 def test_the_page_of_a_server_past_the_query_limit_loads_from_its_assessment(
     reader: APIClient, big: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(analysis_selectors, "_cached_model", no_cost_model)
+    monkeypatch.setattr(analysis_selectors, "cached_model", no_cost_model)
 
     page = reader.get("/api/v1/servers/nvl12-01/page/")
 
@@ -74,7 +74,7 @@ def test_a_server_assessed_after_its_class_analysis_gets_its_whole_page(
     analysis = analysis_services.current_analysis_for(h200.topology_class)
     assert analysis_services.run_analysis(analysis.pk) == "done"
     evaluate_server(h200.pk)
-    monkeypatch.setattr(analysis_selectors, "_cached_model", no_cost_model)
+    monkeypatch.setattr(analysis_selectors, "cached_model", no_cost_model)
 
     body = reader.get("/api/v1/servers/h200-01/page/").json()
 

@@ -29,6 +29,7 @@ from tests.web.conftest import (
     fixture_text,
 )
 from topoweb.analysis import apis as analysis_apis
+from topoweb.analysis import questions
 from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis.models import Analysis
 from topoweb.config.answers import fleet_changed
@@ -548,9 +549,9 @@ def test_placement_answers_of_servers_sharing_a_model_keep_their_own_gpu_memory(
     roomy = _device_report("h200-a", "GPU-aaaa", 150754820096)
     small = _device_report("h200-b", "GPU-bbbb", 16 * 2**30)
     assert small.latest_snapshot and small.latest_snapshot.gpu_memory_bytes == 16 * 2**30
-    shape = analysis_selectors.resolve_shape("llama-7b")
+    shape = questions.resolve_shape("llama-7b")
     answers = [
-        analysis_selectors.placement_for(server, Layout(1, 1, 1), None, shape)
+        questions.placement_for(server, Layout(1, 1, 1), None, shape)
         for server in (roomy, small, roomy)
     ]
     assert [a["fits"] for a in answers] == [True, False, True]
@@ -572,8 +573,8 @@ def test_a_question_over_many_servers_loads_each_one_row_and_no_snapshot(
             hostname=server.hostname
         )
         assert analysis_selectors.model_key(server) == analysis_selectors.model_key(plain)
-        assert analysis_selectors.rail_group(server) == analysis_selectors.rail_group(plain)
-    assert {analysis_selectors.rail_group(s) for s in every} >= {"rail_group=leaf-7"}
+        assert questions.rail_group(server) == questions.rail_group(plain)
+    assert {questions.rail_group(s) for s in every} >= {"rail_group=leaf-7"}
     with pytest.raises(Http404, match="'nowhere-01'"):
         analysis_selectors.servers_for_questions(["h200-01", "nowhere-01"])
 
@@ -617,14 +618,14 @@ def test_a_selection_over_many_servers_is_kept_without_its_servers(
 
     monkeypatch.setattr(analysis_selectors, "servers_for_questions", watching)
     wanted = [("v100-01", [0, 1, 2, 3]), ("v100-02", None), ("h200-01", [4, 5, 6, 7])]
-    first = analysis_selectors.selection(2, wanted, "all_reduce")
-    assert analysis_selectors.selection(2, list(wanted), "all_reduce") == first  # kept
+    first = questions.selection(2, wanted, "all_reduce")
+    assert questions.selection(2, list(wanted), "all_reduce") == first  # kept
     # The model cache keeps the server each model was first loaded from (256 at most); the
     # kept answers keep none.
-    analysis_selectors._cached_model.cache_clear()
+    analysis_selectors.cached_model.cache_clear()
     gc.collect()
     assert len(watched) == 6 and all(ref() is None for ref in watched)
     # Another free set is another question.
-    other = analysis_selectors.selection(2, [*wanted[:2], ("h200-01", [0, 1])], "all_reduce")
+    other = questions.selection(2, [*wanted[:2], ("h200-01", [0, 1])], "all_reduce")
     assert other["selections"][0]["hostname"] == "h200-01"
     assert other["selections"][0]["gpus"] == [0, 1] != first["selections"][0]["gpus"]

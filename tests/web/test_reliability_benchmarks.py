@@ -54,7 +54,7 @@ def test_a_siblings_cost_model_uses_the_stored_calibrations_without_reading_the_
     expected = Benchmark.objects.get().calibration
     # Were a request to parse the run again, this would fail it.
     Benchmark.objects.update(document={"kind": "not a benchmark"}, raw_text="")
-    selectors._cached_model.cache_clear()
+    selectors.cached_model.cache_clear()
 
     response = reader.post(
         "/api/v1/servers/a100-02/cost",
@@ -93,7 +93,7 @@ def test_a_newer_cost_model_fits_the_stored_calibrations_again_in_the_analysis_w
     # What an older model stored: no stamp, another scale and per-step latency.
     old = {"scale": {"nvlink": 0.5}, "alpha_us": {"nvlink": 9.4}, "sources": ["old fit"]}
     Benchmark.objects.update(calibration=old)
-    selectors._cached_model.cache_clear()
+    selectors.cached_model.cache_clear()
     before = selectors.server_cost_model(selectors.server_for_questions("a100-01"))
     assert before.calibration.scale == {"nvlink": 0.5}
 

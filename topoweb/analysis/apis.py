@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from topoweb.analysis import selectors
+from topoweb.analysis import questions, selectors
 from topoweb.analysis.serializers import (
     AffinityDocumentSerializer,
     CostTablesSerializer,
@@ -134,7 +134,7 @@ class CostApi(APIView):
         q = validated(self.CostInputSerializer, request.data)
         server = selectors.server_for_questions(hostname)
         doc = _answer(
-            selectors.cost_of,
+            questions.cost_of,
             server,
             q["collective"],
             q["gpus"],
@@ -296,10 +296,10 @@ class PlacementApi(APIView):
 def _placement(hostname: str, q: dict[str, Any]) -> bytes:
     server = selectors.server_for_questions(hostname)
     layout = _answer(Layout, q["tp"], q["pp"], q["dp"], q["ep"])
-    shape = _answer(selectors.resolve_shape, q.get("model"), _overrides(q))
-    _answer(selectors.check_layout, server, layout, shape)
+    shape = _answer(questions.resolve_shape, q.get("model"), _overrides(q))
+    _answer(questions.check_layout, server, layout, shape)
     body: bytes = _answer(
-        selectors.placement_for,
+        questions.placement_for,
         server,
         layout,
         q.get("free"),
@@ -356,8 +356,8 @@ class RecommendationApi(APIView):
     def post(self, request: Request, hostname: str) -> Response:
         q = validated(self.RecommendationInputSerializer, request.data)
         server = server_by_hostname(hostname)
-        shape = _answer(selectors.resolve_shape, q.get("model"), _overrides(q))
-        doc = _answer(selectors.recommendation_for, server, q.get("free"), shape, q["zero"])
+        shape = _answer(questions.resolve_shape, q.get("model"), _overrides(q))
+        doc = _answer(questions.recommendation_for, server, q.get("free"), shape, q["zero"])
         return Response(RecommendationSerializer(doc).data)
 
 
@@ -448,7 +448,7 @@ class SelectApi(APIView):
         def answer() -> bytes:
             return cast(
                 bytes,
-                _answer(selectors.selection, q["k"], _wanted(q), q["collective"], _selection_json),
+                _answer(questions.selection, q["k"], _wanted(q), q["collective"], _selection_json),
             )
 
         return _json_response(kept_read(("selection", q), answer))
@@ -535,9 +535,9 @@ class JobApi(APIView):
         q = validated(self.JobInputSerializer, request.data)
         wanted = _wanted(q)
         layout = _answer(Layout, q["tp"], q["pp"], q["dp"], q["ep"]) if "tp" in q else None
-        shape = _answer(selectors.resolve_shape, q.get("model"))
+        shape = _answer(questions.resolve_shape, q.get("model"))
         doc = _answer(
-            selectors.job_selection,
+            questions.job_selection,
             wanted,
             q.get("k"),
             layout,
@@ -643,9 +643,9 @@ class ServingApi(APIView):
     def post(self, request: Request, hostname: str) -> Response:
         q = validated(self.ServingInputSerializer, request.data)
         server = selectors.server_for_questions(hostname)
-        shape = _answer(selectors.resolve_shape, q.get("model"))
+        shape = _answer(questions.resolve_shape, q.get("model"))
         doc = _answer(
-            selectors.serving_for,
+            questions.serving_for,
             server,
             shape,
             q.get("context_tokens"),
@@ -678,9 +678,9 @@ class FleetServingApi(APIView):
     )
     def post(self, request: Request) -> Response:
         q = validated(self.FleetServingInputSerializer, request.data)
-        shape = _answer(selectors.resolve_shape, q.get("model"))
+        shape = _answer(questions.resolve_shape, q.get("model"))
         doc = _answer(
-            selectors.fleet_serving,
+            questions.fleet_serving,
             _wanted(q),
             shape,
             q.get("context_tokens"),
@@ -706,7 +706,7 @@ class AffinityApi(APIView):
     )
     def get(self, request: Request, hostname: str) -> Response:
         return Response(
-            AffinitySerializer(selectors.affinity_of(selectors.server_for_questions(hostname))).data
+            AffinitySerializer(questions.affinity_of(selectors.server_for_questions(hostname))).data
         )
 
 

@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from topoweb.analysis import questions
 from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis.models import Analysis
 from topoweb.analysis.serializers import FindingGroupSerializer, FindingSerializer
@@ -414,12 +415,12 @@ def _place(side: dict[str, Any], preset: str, asked: Layout | None) -> None:
     if server is None or server.latest_snapshot is None:
         return
     try:
-        shape = analysis_selectors.resolve_shape(preset or None)
+        shape = questions.resolve_shape(preset or None)
         if asked is not None:
-            side["placement"] = analysis_selectors.placement_for(server, asked, None, shape)
+            side["placement"] = questions.placement_for(server, asked, None, shape)
             return
         # The layout the API recommends: the fastest that fits in memory, if any does.
-        rec = analysis_selectors.recommendation_for(server, None, shape)
+        rec = questions.recommendation_for(server, None, shape)
         if rec.get("recommended"):
             side["placement"] = rec["recommended"]
         else:
