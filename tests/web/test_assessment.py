@@ -165,7 +165,7 @@ def test_a_placement_answer_is_kept_in_djangos_cache(
     from django.core.cache import cache, caches
     from django.utils import timezone
 
-    from topoweb.analysis import selectors
+    from topoweb.analysis import questions
     from topoweb.fleet.models import Source
     from topoweb.fleet.services import ingest_report
 
@@ -176,13 +176,13 @@ def test_a_placement_answer_is_kept_in_djangos_cache(
         source=Source.COLLECTOR,
     )
     computed: list[int] = []
-    real = selectors.place
+    real = questions.place
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         computed.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(selectors, "place", counted)
+    monkeypatch.setattr(questions, "place", counted)
     ask = {"tp": 4, "pp": 2, "dp": 1}
     url = "/api/v1/servers/dgx-a100-p01/placement"
     first = reader.post(url, ask, format="json")
