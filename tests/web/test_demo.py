@@ -14,6 +14,8 @@ from django.conf import settings
 from django.core.management import call_command
 
 from tests.web.conftest import FIXTURES
+from topoweb.fleet.changes import servers_changed
+from topoweb.fleet.management.commands import load_demo
 from topoweb.fleet.models import Benchmark, Server, Snapshot
 from topoweb.fleet.services import ingest_upload
 
@@ -103,3 +105,17 @@ def test_without_a_broker_ingest_is_quiet(tmp_path: Any) -> None:
 
     assert done.stdout.splitlines() == [f"{topo}: stored as new snapshot 1 of ws-01"]
     assert done.stderr == ""
+
+
+def test_servers_the_demo_deletes_leave_the_kept_server_list_at_once(
+    client: Any, django_user_model: Any
+) -> None:
+    """A rerun deletes demo servers of an older naming scheme, as every write does: a list
+    read before (kept whole, config.answers.kept_read) does not show them after."""
+    old = Server.objects.create(hostname="old-demo-01", labels={"fixture": "topo_00_gone"})
+    servers_changed([old.pk])
+    client.force_login(django_user_model.objects.create(username="reader", is_staff=True))
+    listed = client.get("/api/v1/servers/", {"search": "old-demo"}).json()["results"]
+    assert [row["hostname"] for row in listed] == ["old-demo-01"]
+    load_demo._delete(Server.objects.filter(hostname="old-demo-01"))
+    assert client.get("/api/v1/servers/", {"search": "old-demo"}).json()["results"] == []

@@ -12,6 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from topoweb.config.celery_app import wait_for_background
@@ -107,7 +108,7 @@ class Command(BaseCommand):
                             exc = again
                     if result is None:
                         self.stderr.write(f"{name}: not loaded: {exc}")
-                        Server.objects.filter(hostname=hostname, latest_snapshot=None).delete()
+                        _delete(Server.objects.filter(hostname=hostname, latest_snapshot=None))
                         skipped += 1
                         break
                 assert result is not None  # nothing loaded breaks out above
@@ -116,7 +117,7 @@ class Command(BaseCommand):
         # thread: the demo is whole once they have.
         wait_for_background()
         # Demo servers of an older naming scheme go, so a rerun leaves exactly this fleet.
-        Server.objects.filter(labels__has_key="fixture").exclude(hostname__in=loaded).delete()
+        _delete(Server.objects.filter(labels__has_key="fixture").exclude(hostname__in=loaded))
         user, _ = get_user_model().objects.get_or_create(
             username=DEMO_USER, defaults={"is_staff": True, "is_superuser": True}
         )
@@ -178,3 +179,10 @@ def _gpu_model(column: str) -> str:
     if re.match(r"(DGX|HGX)\b", model):
         return note.group(1).strip() if note else ""
     return model
+
+
+def _delete(servers: QuerySet[Server]) -> None:
+    """Delete these servers as every write does: reads that showed them follow."""
+    gone = list(servers.values_list("pk", flat=True))
+    Server.objects.filter(pk__in=gone).delete()
+    servers_changed(gone)
