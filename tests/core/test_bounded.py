@@ -66,11 +66,13 @@ def test_the_best_32_gpus_of_a_160_gpu_ring_are_as_fast_as_32_ring_neighbours() 
     assert round(busbw(group), 1) >= round(busbw(tuple(range(32))), 1)
 
 
-def test_a_576_gpu_domain_recommends_within_its_budget_and_counts_what_it_left_unpriced() -> None:
+def test_a_576_gpu_domain_past_its_budget_recommends_and_counts_what_it_left_unpriced() -> None:
+    # A budget already spent (0 s): whatever this machine's speed, the first layout is priced
+    # and every other one counted as left unpriced (a real budget's share is the bench's).
     model = build_model(parse(synthetic.nvswitch_domain(576)), None)
-    found = recommend(model, DEFAULT_SHAPE, time_budget_s=0.5)
+    found = recommend(model, DEFAULT_SHAPE, time_budget_s=0.0)
     doc = found.to_document()
-    assert found.best is not None
+    assert found.best is not None and len(found.placements) >= 1
     assert len(found.placements) + found.unpriced == len(layouts_for(DEFAULT_SHAPE, 576))
     assert found.unpriced > 0 and doc["unpriced_layouts"] == found.unpriced
 
