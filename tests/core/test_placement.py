@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import math
 import random
-import time
 from collections.abc import Callable
 
 import pytest
@@ -111,17 +110,19 @@ def test_tp_takes_the_nvlink_bridges_that_the_naive_order_splits() -> None:
     assert result.improvement > 0
 
 
-def test_larger_servers_are_searched_fast_and_never_worse_than_naive() -> None:
+def test_larger_servers_searched_on_any_budget_are_never_worse_than_naive() -> None:
+    # A budget already spent (0 s) and the API's (0.3 s): the search stops where it is and
+    # answers its best so far, never a worse mapping than the naive one. How long it takes
+    # is bench/placement.py's figure, not a test's.
     for build, layout in (
         (T.pcie_nv4_pairs_16gpu, Layout(2, 2, 4)),
         (T.pcie_nv4_pairs_16gpu, Layout(4, 1, 4)),
         (T.nvl72, Layout(8, 9, 1)),
     ):
         model = build_model(build())
-        start = time.perf_counter()
-        result = place(model, layout, time_budget_s=0.3)
-        assert time.perf_counter() - start < 1.0
-        assert result.step_us <= result.naive_step_us
+        for budget_s in (0.0, 0.3):
+            result = place(model, layout, time_budget_s=budget_s)
+            assert result.step_us <= result.naive_step_us
 
 
 def test_each_nesting_of_the_dimensions_packs_its_groups_along_the_hierarchy() -> None:
