@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from topoweb.core.costs import pcie_capability
 from topoweb.core.formats import parse_text
+from topoweb.core.formats.nvml import read_nvml
 from topoweb.core.health import (
     Expectations,
     Figures,
@@ -449,6 +451,34 @@ def test_the_cost_model_expects_what_the_ada_workstation_copies_peer_to_peer() -
     assert found(check_health(ada, p2p=slow, expectations=expected)) == {
         ("below_expected_bandwidth", ("GPU0", "GPU1"))
     }
+
+
+def test_links_nvml_reports_at_gen3_are_expected_at_gen3_not_the_generations_gen4() -> None:
+    # The Ada workstation's own matrix, as its GPUs would copy in a Gen3 x16 host (the line
+    # rate halves from Gen4): NVML's link generation, not the generation's usual one, is what
+    # a healthy server of that host reaches.
+    ada = topo(ADA_4GPU)
+    model = "NVIDIA RTX 6000 Ada Generation"
+    healthy = p2p(ADA_4GPU_P2P)
+    gen3 = healthy
+    for matrix in [m for m in healthy.matrices if m.endswith("_gbps")]:  # copies, not latency
+        for i in range(4):
+            for j in range(4):
+                gen3 = with_cell(gen3, matrix, i, j, 0.5)
+    facts = read_nvml(nvml_facts(ada, gen=3, width=16, links=0, version=4))
+    assert pcie_capability(facts) == (3, 16)
+    assumed = expectations_from_model(ada, model)
+    on_its_links = expectations_from_model(ada, model, pcie=pcie_capability(facts))
+    assert "PCIe Gen4 x16 assumed" in assumed.basis
+    assert "PCIe Gen3 x16 as NVML reports" in on_its_links.basis
+    assert {kind for kind, _ in found(check_health(ada, p2p=gen3, expectations=assumed))} == {
+        "below_expected_bandwidth"
+    }
+    assert check_health(ada, p2p=gen3, expectations=on_its_links) == ()
+    # A GPU that reports no maximum leaves the expectation to the generation, said so.
+    gaps = nvml_facts(ada, gen=3, width=16, links=0, version=4)
+    del gaps["gpus"][0]["pcie"]["max_generation"]
+    assert pcie_capability(read_nvml(gaps)) is None
 
 
 def test_a_stricter_threshold_turns_a_healthy_run_into_a_finding() -> None:

@@ -212,8 +212,8 @@ def test_the_acceptance_report_compares_measured_with_expected(
     assert body["expectation_version"] == 1
     assert body["basis"] == (
         "SKU DGX A100 expectations v1; other figures from the cost model, uncalibrated "
-        "('NVIDIA A100-SXM4-40GB' is Ampere; PCIe Gen4 x16 assumed from the generation)"
-    )
+        "('NVIDIA A100-SXM4-40GB' is Ampere; PCIe Gen4 x16 as NVML reports the GPUs' links)"
+    )  # NVML's word on the links, not the generation's usual ones assumed
     row = allreduce_row(body)
     assert (row["measured_gbps"], row["expected_gbps"], row["ratio"], row["status"]) == (
         235.21,

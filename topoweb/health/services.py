@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from topoweb.config import metrics
 from topoweb.core.analysis import COST_MODEL_VERSION
+from topoweb.core.costs import pcie_capability
 from topoweb.core.health import (
     COLLECTOR_SILENT,
     Expectations,
@@ -70,7 +71,7 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
     drawings.store_exports(server, snapshot, inputs.topology)
     row = selectors.sku_expectation(server.sku_name)
     gpu_model = server.latest_snapshot.gpu_model if server.latest_snapshot else ""
-    expectations = expectations_for(inputs.topology, gpu_model, row)
+    expectations = expectations_for(inputs.topology, gpu_model, row, pcie_capability(inputs.nvml))
     siblings = {
         host: figures
         for host, figures in selectors.sku_figures(server.sku_name, expectations.thresholds).items()
@@ -143,12 +144,15 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
 
 
 def expectations_for(
-    topology: Topology, gpu_model: str, row: SkuExpectation | None
+    topology: Topology,
+    gpu_model: str,
+    row: SkuExpectation | None,
+    pcie: tuple[int, int] | None = None,
 ) -> Expectations:
-    """The cost model's figures for this wiring, with staff's SKU figures (and thresholds)
-    taking precedence wherever they give one."""
+    """The cost model's figures for this wiring (on the PCIe links NVML reports, `pcie`), with
+    staff's SKU figures (and thresholds) taking precedence wherever they give one."""
     thresholds = row.thresholds() if row is not None else Thresholds()
-    model = expectations_from_model(topology, gpu_model or None, thresholds)
+    model = expectations_from_model(topology, gpu_model or None, thresholds, pcie=pcie)
     if row is None:
         return model
     staff = row.to_domain(topology)

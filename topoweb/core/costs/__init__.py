@@ -56,7 +56,12 @@ from topoweb.core.costs.records import (
     Resource,
 )
 from topoweb.core.costs.rings import BIG_RING, EXACT_RING, MAX_RINGS, RING_SEARCH_NODES, Rings
-from topoweb.core.costs.routes import Routes, options_from_facts, p2p_status_from_text
+from topoweb.core.costs.routes import (
+    Routes,
+    options_from_facts,
+    p2p_status_from_text,
+    pcie_capability,
+)
 
 __all__ = [
     "BIG_RING",
@@ -94,6 +99,7 @@ __all__ = [
     "fit_alpha_beta",
     "nvlink_domain",
     "options_from_facts",
+    "pcie_capability",
     "p2p_matrix",
     "p2p_status_from_text",
     "p2p_unidirectional",

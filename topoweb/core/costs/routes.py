@@ -438,6 +438,23 @@ def options_from_facts(
     return out
 
 
+def pcie_capability(nvml: NvmlFacts | None) -> tuple[int, int] | None:
+    """What a healthy server's GPU links run at, as NVML reports them: the slowest GPU's
+    maximum generation (NVML's is the link's, GPU and slot together) and maximum width; None
+    unless every GPU reports both. What a link runs at now (a downtrained one) is the health
+    checks' `downtrained_pcie`, not an expectation."""
+    if nvml is None or not nvml.gpus:
+        return None
+    gens = [g.pcie.max_generation for g in nvml.gpus]
+    widths = [g.pcie.max_width for g in nvml.gpus]
+    if None in gens or None in widths:
+        return None
+    gen, width = min(g for g in gens if g is not None), min(w for w in widths if w is not None)
+    if gen not in PCIE_GTS or width not in (1, 2, 4, 8, 16, 32):
+        return None
+    return gen, width
+
+
 def p2p_status_from_text(text: str) -> dict[Flow, bool]:
     """`nvidia-smi topo -p2p r` (or w/n/a) as {(i, j): OK?}; an empty dict if no matrix."""
     clean = re.sub(r"\x1b\[[0-9;]*m", "", text)

@@ -138,11 +138,18 @@ _MODEL_MESSAGE_BYTES = 8 * 2**30
 
 
 def expectations_from_model(
-    topo: Topology, gpu_model: str | None = None, thresholds: Thresholds = Thresholds()
+    topo: Topology,
+    gpu_model: str | None = None,
+    thresholds: Thresholds = Thresholds(),
+    *,
+    pcie: tuple[int, int] | None = None,
 ) -> Expectations:
     """What the cost model predicts for this wiring and GPU generation (uncalibrated): P2P copy
-    bandwidth per ordered GPU pair and large-message busbw of each collective over all GPUs."""
-    model = build_model(topo, gpu_model)
+    bandwidth per ordered GPU pair and large-message busbw of each collective over all GPUs.
+    `pcie`: the links' generation and width as NVML reports them (core.costs.pcie_capability),
+    else the generation's usual ones, assumed and said so."""
+    gen, width = pcie if pcie else (None, 16)
+    model = build_model(topo, gpu_model, pcie_gen=gen, pcie_width=width)
     uni = p2p_unidirectional(model)
     order = sorted(g.index for g in topo.gpus)
     pairs = {
@@ -152,7 +159,7 @@ def expectations_from_model(
         if (value := uni[i][j]) is not None
     }
     bands = {key: copy_band(model, *key) for key in pairs}
-    staged, staged_bands = _staged_by_class(topo, gpu_model)
+    staged, staged_bands = _staged_by_class(topo, gpu_model, gen, width)
     busbw: dict[CollectiveKey, float] = {}
     if len(order) >= 2:
         for name in COLLECTIVES:
@@ -163,6 +170,8 @@ def expectations_from_model(
     # What the generation rests on and what else was assumed (the PCIe generation, which
     # topo -m never names): the report's basis says both.
     assumption = model.hardware.assumption
+    if pcie:
+        assumption += f"; PCIe Gen{pcie[0]} x{pcie[1]} as NVML reports the GPUs' links"
     return Expectations(
         Figures(pairs, busbw),
         thresholds,
@@ -175,13 +184,13 @@ def expectations_from_model(
 
 
 def _staged_by_class(
-    topo: Topology, gpu_model: str | None
+    topo: Topology, gpu_model: str | None, pcie_gen: int | None, pcie_width: int
 ) -> tuple[dict[str, float], dict[str, float]]:
     """One-way copies staged through host memory, as the driver makes them where P2P is
     refused: the cost model's figure and band for the first ordered pair of each GPU link class
     (a staged copy's route is its two GPUs' links up to the host and down, whatever their
     class, so one pair speaks for its class)."""
-    model = build_model(topo, gpu_model, p2p="off")
+    model = build_model(topo, gpu_model, p2p="off", pcie_gen=pcie_gen, pcie_width=pcie_width)
     gbps: dict[str, float] = {}
     bands: dict[str, float] = {}
     for a in topo.gpus:
