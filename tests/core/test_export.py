@@ -90,6 +90,29 @@ def test_the_graph_prices_links_for_the_reported_gpu_and_says_where_its_figures_
     assert sys and all(pascal.socket_link in e["label"] for e in sys)
 
 
+def test_the_graph_prices_pcie_on_the_links_nvml_reports_as_the_expectations_do() -> None:
+    """One number per fact: where NVML reports the GPUs' links (Gen3 x8 here), the graph's
+    PCIe edges are priced on them and say so, as the server's health expectations are."""
+    from topoweb.core.catalogue import resolve_hardware
+    from topoweb.core.export import graph_document
+
+    topo = T.l40s_4gpu()
+    assumed = graph_document(topo, gpu_model="NVIDIA L40S")
+    reported = graph_document(topo, gpu_model="NVIDIA L40S", pcie=(3, 8))
+    on_its_links = resolve_hardware(topo, "NVIDIA L40S", pcie_gen=3, pcie_width=8)
+    assert "assumed from the generation" in assumed["figures"]["basis"]
+    assert "assumed from the generation" not in reported["figures"]["basis"]
+    assert reported["figures"]["basis"].endswith("PCIe Gen3 x8 as NVML reports the GPUs' links")
+    pcie = [e["data"] for e in reported["elements"] if e["data"].get("link_class") == "PCIe"]
+    assert pcie and {e["bandwidth_gbps_per_direction"] for e in pcie} == {
+        round(on_its_links.pcie_gbps, 2)
+    }
+    before = [e["data"] for e in assumed["elements"] if e["data"].get("link_class") == "PCIe"]
+    assert {e["bandwidth_gbps_per_direction"] for e in before} != {
+        e["bandwidth_gbps_per_direction"] for e in pcie
+    }
+
+
 def test_an_nvswitch_fabric_read_from_the_bundles_says_how_it_was_inferred() -> None:
     from topoweb.core.export import graph_document
 

@@ -214,6 +214,9 @@ def test_the_acceptance_report_compares_measured_with_expected(
         "SKU DGX A100 expectations v1; other figures from the cost model, uncalibrated "
         "('NVIDIA A100-SXM4-40GB' is Ampere; PCIe Gen4 x16 as NVML reports the GPUs' links)"
     )  # NVML's word on the links, not the generation's usual ones assumed
+    # The graph's link figures rest on the same links (one number per fact).
+    graph = reader.get("/api/v1/servers/a100-01/graph/").json()
+    assert graph["figures"]["basis"].endswith("PCIe Gen4 x16 as NVML reports the GPUs' links")
     row = allreduce_row(body)
     assert (row["measured_gbps"], row["expected_gbps"], row["ratio"], row["status"]) == (
         235.21,

@@ -115,15 +115,19 @@ def graph_document(
     *,
     collapsed: bool | None = None,
     gpu_model: str | None = None,
+    pcie: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """The graph the pages draw: `elements` (see cytoscape_elements), `paths` (per GPU, the
     elements on the real path to every other device, by its link class), `nic_groups`
     (whether there are groups, and whether they start collapsed) and `figures` (where the
     links' bandwidth and latency come from: the catalogue's generation and what was assumed).
     `gpu_model`: the name the server reported, read as the analysis reads it (without it the
-    generation is guessed from the matrix)."""
+    generation is guessed from the matrix); `pcie`: its links' generation and width as NVML
+    reports them (core.costs.pcie_capability, as the health expectations read them), else the
+    generation's usual ones, assumed."""
     h = hierarchy or recover_hierarchy(topo)
-    hw = hardware or resolve_hardware(topo, gpu_model or None)
+    gen, width = pcie if pcie else (None, 16)
+    hw = hardware or resolve_hardware(topo, gpu_model or None, pcie_gen=gen, pcie_width=width)
     groups = nic_groups(topo, h)
     if collapsed is None:
         collapsed = bool(groups) and len(topo.nics) >= COLLAPSE_FROM
@@ -366,7 +370,11 @@ def graph_document(
         "elements": nodes + edges,
         "paths": paths,
         "nic_groups": {"present": bool(groups), "collapsed": collapsed},
-        "figures": {"generation": hw.generation.name, "basis": hw.assumption},
+        "figures": {
+            "generation": hw.generation.name,
+            "basis": hw.assumption
+            + (f"; PCIe Gen{gen} x{width} as NVML reports the GPUs' links" if pcie else ""),
+        },
     }
 
 

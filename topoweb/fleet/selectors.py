@@ -23,9 +23,11 @@ from django.utils import timezone
 
 import topoweb.core as core_package
 from topoweb.config import limits
+from topoweb.core.costs import pcie_capability
 from topoweb.core.export import graph_document
 from topoweb.core.formats import TOPOLOGY_FORMATS, ParseError, detect_format, parse_text
 from topoweb.core.formats.ibnet import IbnetCapture
+from topoweb.core.formats.nvml import NvmlFactsError, read_nvml
 from topoweb.core.model import NcclRun, NvbandwidthRun, Topology
 from topoweb.core.scheduling import nvlink_domain_of, topology_conf
 from topoweb.core.steptime import mixed_models_note
@@ -330,7 +332,17 @@ def graph_elements(
         request_drawing(snapshot.server_id)  # not drawn, or no longer kept: draw it again
         raise GraphNotDrawn(snapshot)
     topo = topology if topology is not None else snapshot.to_domain()
-    return graph_document(topo, gpu_model=snapshot.gpu_model)
+    return _drawn(snapshot, topo)
+
+
+def _drawn(snapshot: Snapshot, topo: Topology) -> dict[str, Any]:
+    """The snapshot's graph priced for its reported GPU model and the PCIe links its NVML
+    facts report (as its health expectations are)."""
+    try:
+        nvml = read_nvml(snapshot.nvml) if isinstance(snapshot.nvml, dict) else None
+    except NvmlFactsError:  # the health checks name facts they cannot read
+        nvml = None
+    return graph_document(topo, gpu_model=snapshot.gpu_model, pcie=pcie_capability(nvml))
 
 
 def warm_graph(snapshot: Snapshot, topology: Topology | None = None) -> None:
@@ -341,9 +353,7 @@ def warm_graph(snapshot: Snapshot, topology: Topology | None = None) -> None:
     try:
         if cache.get(key) is None:
             topo = topology if topology is not None else snapshot.to_domain()
-            cache.set(
-                key, graph_document(topo, gpu_model=snapshot.gpu_model), timeout=GRAPH_CACHE_S
-            )
+            cache.set(key, _drawn(snapshot, topo), timeout=GRAPH_CACHE_S)
     except Exception:  # noqa: BLE001 - a cache that is down leaves requests to draw it
         return
 
