@@ -77,19 +77,25 @@ def percentile(values: list[float], q: float) -> float:
 
 @contextmanager
 def celery_worker() -> Iterator[None]:
-    """One Celery worker (both queues, one process) on the live server's database and Redis:
-    the evaluations and analyses the ingests ask for run beside the load. In production the
-    worker has its own container; sharing this machine's cores with the web, it runs at a
-    lower CPU priority (nice 10), as a host running both would start it."""
-    command = ["nice", "-n", "10", sys.executable, "-m", "celery", "-A"]
-    command += ["topoweb.config.celery_app:app", "worker"]
-    command += ["-Q", "analysis,default", "--concurrency", "1", "--loglevel", "WARNING"]
-    worker = subprocess.Popen(command, cwd=ROOT, env=dict(os.environ))
+    """The Celery workers on the live server's database and Redis, one per queue as
+    docker-compose.yml runs them (`analysis`: class analyses, a large one takes many seconds;
+    `default`: health evaluations, which draw the graphs, and the rest): the work the ingests
+    ask for runs beside the load, and an evaluation never waits behind an analysis. In
+    production the workers have their own containers; sharing this machine's cores with the
+    web, they run at a lower CPU priority (nice 10), as a host running all would start them."""
+    workers = []
+    for queue in ("analysis", "default"):
+        command = ["nice", "-n", "10", sys.executable, "-m", "celery", "-A"]
+        command += ["topoweb.config.celery_app:app", "worker", "-n", f"{queue}@%h"]
+        command += ["-Q", queue, "--concurrency", "1", "--loglevel", "WARNING"]
+        workers.append(subprocess.Popen(command, cwd=ROOT, env=dict(os.environ)))
     try:
         yield
     finally:
-        worker.terminate()
-        worker.wait(timeout=60)
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            worker.wait(timeout=60)
 
 
 def poison(base: str) -> list[str]:
@@ -262,7 +268,7 @@ def main() -> int:
             everything = [v for values in latencies.values() for v in values]
             print(
                 f"{label}: {args.seconds:.0f} s of mixed load, {args.clients} clients, "
-                f"{args.workers} gunicorn workers, one Celery worker"
+                f"{args.workers} gunicorn workers, a Celery worker per queue"
             )
             print(
                 f"{'kind':<8} {'requests':>9} {'req/s':>7} {'p50 ms':>8} {'p95 ms':>8} "
@@ -289,9 +295,13 @@ def main() -> int:
         clean = run_load("clean")
         # The second run starts from the same fleet as the first, but for the poisoned hosts:
         # the servers the first run's ingests made go (their count would slow the list).
+        # Deleted as the service deletes servers, while the workers may still be evaluating
+        # them (fleet.changes.delete_servers).
+        from topoweb.fleet.changes import delete_servers
         from topoweb.fleet.models import Server
 
-        Server.objects.filter(hostname__startswith="load-clean-").delete()
+        made = Server.objects.filter(hostname__startswith="load-clean-")
+        delete_servers(made.values_list("pk", flat=True))
         connection.close()
         poisoned_hosts = poison(base)
         print(f"poisoned hosts in the fleet: {', '.join(poisoned_hosts)}")

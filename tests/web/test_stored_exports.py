@@ -146,6 +146,30 @@ def test_store_exports_draws_only_what_is_missing() -> None:
     assert SnapshotExport.objects.count() == len(EXPORT_FORMATS)
 
 
+def test_files_drawn_for_a_server_deleted_meanwhile_are_not_stored() -> None:
+    """The worker draws a server's files while someone deletes the server (the admin, a
+    rerun of the demo): they are not written pointing at its deleted snapshot, which made the
+    deletion's commit fail on the foreign key (bench/load.py's clean-up hit it)."""
+    from django.db import connection
+
+    from topoweb.fleet.changes import delete_servers
+
+    done = ingest_report(
+        hostname="h200-03",
+        topo_text=(FIXTURES / "topo_01_h200-8gpu-12nic-numaid.txt").read_text(),
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+    )
+    server = Server.objects.select_related("latest_snapshot__topology_class").get(pk=done.server.pk)
+    snapshot = server.latest_snapshot
+    assert snapshot is not None
+    topology = snapshot.to_domain()
+    delete_servers([server.pk])
+    assert drawings.store_exports(server, snapshot, topology) == 0
+    connection.check_constraints()  # every foreign key holds now, not only at a commit
+    assert not SnapshotExport.objects.filter(snapshot_id=snapshot.pk).exists()
+
+
 def class_files(reader: APIClient, fingerprint: str) -> dict[str, tuple[int, bytes, str]]:
     out = {}
     for fmt in EXPORT_FORMATS:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from django.db import transaction
+
 from topoweb.config.answers import fleet_changed
 from topoweb.fleet.models import Server
 
@@ -38,3 +40,17 @@ def lock_servers(server_ids: Iterable[int]) -> None:
     ids = sorted(set(server_ids))
     if ids:
         list(Server.objects.select_for_update().filter(pk__in=ids).order_by("pk").values("pk"))
+
+
+def delete_servers(server_ids: Iterable[int]) -> None:
+    """Delete these servers (with their snapshots, runs and files) as every writer of their
+    rows goes: their rows locked first, so that a worker storing one's files (fleet.drawings)
+    either committed before, and its files go with the server, or waits and finds it gone;
+    then the reads that showed them follow (servers_changed)."""
+    ids = sorted(set(server_ids))
+    if not ids:
+        return
+    with transaction.atomic():
+        lock_servers(ids)
+        Server.objects.filter(pk__in=ids).delete()
+        servers_changed(ids)

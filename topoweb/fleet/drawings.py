@@ -11,10 +11,12 @@ import hashlib
 import logging
 
 from django.core.cache import cache
+from django.db import transaction
 from django.http import Http404
 
 from topoweb.core.ecosystem import EXPORT_FORMATS, Export, render_export
 from topoweb.core.model import Topology
+from topoweb.fleet import changes
 from topoweb.fleet.models import Server, Snapshot, SnapshotExport, TopologyClass
 from topoweb.fleet.selectors import (
     CORE_VERSION,
@@ -167,17 +169,24 @@ def store_exports(server: Server, snapshot: Snapshot, topology: Topology) -> int
                 warnings=list(export.warnings),
             )
         )
-    # Replaces a file an older core drew; two workers drawing at once write the same file.
-    SnapshotExport.objects.bulk_create(
-        rows,
-        update_conflicts=True,
-        unique_fields=["snapshot", "fmt"],
-        update_fields=["code", "hostname", "filename", "content_type", "body", "warnings"],
-    )
-    if rows:  # only the current snapshot's files are ever served: the older ones go
-        SnapshotExport.objects.filter(snapshot__server_id=server.pk).exclude(
-            snapshot=snapshot
-        ).delete()
+    with transaction.atomic():
+        # Under the server's row lock, as its other writers (fleet.changes): a deletion of the
+        # server that took it first has committed, and the snapshot is gone; a later one waits
+        # for these files and deletes them with it.
+        changes.lock_servers([server.pk])
+        if not Snapshot.objects.filter(pk=snapshot.pk).exists():
+            return 0
+        # Replaces a file an older core drew; two workers drawing at once write the same file.
+        SnapshotExport.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["snapshot", "fmt"],
+            update_fields=["code", "hostname", "filename", "content_type", "body", "warnings"],
+        )
+        if rows:  # only the current snapshot's files are ever served: the older ones go
+            SnapshotExport.objects.filter(snapshot__server_id=server.pk).exclude(
+                snapshot=snapshot
+            ).delete()
     if snapshot.topology_class is not None:
         warm_class_exports(snapshot.topology_class)
     return len(rows)

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from topoweb.config.celery_app import wait_for_background
 from topoweb.core.formats import ParseError
-from topoweb.fleet.changes import servers_changed
+from topoweb.fleet.changes import delete_servers, servers_changed
 from topoweb.fleet.models import Server, Source
 from topoweb.fleet.services import BenchmarkInput, Ingested, ingest_report
 
@@ -182,7 +182,5 @@ def _gpu_model(column: str) -> str:
 
 
 def _delete(servers: QuerySet[Server]) -> None:
-    """Delete these servers as every write does: reads that showed them follow."""
-    gone = list(servers.values_list("pk", flat=True))
-    Server.objects.filter(pk__in=gone).delete()
-    servers_changed(gone)
+    """Delete these servers as every writer does (fleet.changes.delete_servers)."""
+    delete_servers(servers.values_list("pk", flat=True))
