@@ -230,7 +230,10 @@ def test_the_details_analysis_key_picks_what_current_analysis_picks(fleet: None)
     def both() -> tuple[Any, Any]:
         picked = analysis_selectors.current_analysis(class_id)
         assert picked is not None
-        return analysis_selectors.current_analysis_key(class_id), (picked.pk, picked.updated_at)
+        key = analysis_selectors.current_analysis_key(class_id)
+        # The detail's own statement, by hostname, picks the same (its names from _meta).
+        assert analysis_selectors.current_analysis_key(None, hostname="h200-01") == key
+        return key, (picked.pk, picked.updated_at)
 
     older = Analysis.objects.create(
         topology_class_id=class_id, cost_model_version=COST_MODEL_VERSION - 1
@@ -249,6 +252,17 @@ def test_the_details_analysis_key_picks_what_current_analysis_picks(fleet: None)
     assert without_current[0] == without_current[1] and without_current[0][0] == newer_pk
     assert only_older[0] == only_older[1] and only_older[0][0] == older_pk
     assert analysis_selectors.current_analysis_key(None) is None
+
+
+def test_the_analysis_key_by_hostname_is_the_orms_for_every_server(fleet: None) -> None:
+    """The statement the detail runs (written out on the cursor API) against the ORM's query
+    of the same: every server, one with no class, and a name no server has."""
+    for server in Server.objects.all():
+        assert analysis_selectors.current_analysis_key(
+            None, hostname=server.hostname
+        ) == analysis_selectors.current_analysis_key(server.topology_class_id)
+    assert Server.objects.filter(topology_class=None).exists()  # empty-01: no report yet
+    assert analysis_selectors.current_analysis_key(None, hostname="no-such-host") is None
 
 
 def test_a_repeated_read_takes_its_kept_answer_from_this_process_not_the_shared_cache(

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, connection
 from django.db.models import (
     Case,
     CharField,
@@ -389,15 +389,43 @@ def current_analysis_key(
     plain query of the class's few analyses (one per cost-model version), picked here by the
     same rule, cheaper to build than the ordered subquery of another query. With `hostname`:
     of the class of the server so named, in the same one query."""
+    rows: Iterable[Sequence[Any]]
     if hostname:
-        analyses = Analysis.objects.filter(topology_class__servers__hostname=hostname)
+        with connection.cursor() as cursor:
+            cursor.execute(_HOST_ANALYSES, [hostname])
+            rows = cursor.fetchall()
     elif topology_class_id is None:
         return None
     else:
-        analyses = Analysis.objects.filter(topology_class_id=topology_class_id)
-    rows = analyses.values_list("id", "updated_at", "cost_model_version")
+        rows = Analysis.objects.filter(topology_class_id=topology_class_id).values_list(
+            "id", "updated_at", "cost_model_version"
+        )
     picked = min(rows, key=lambda r: (r[2] != COST_MODEL_VERSION, -r[2]), default=None)
     return None if picked is None else (picked[0], picked[1])
+
+
+def _host_analyses() -> str:
+    """The analyses of the class of the server named by the one parameter, as (id, last
+    update, cost-model version): the statement written out once, on the public cursor API.
+    The server detail asks it on every read (the rest of the detail is kept whole), and
+    building and compiling this ORM query each time cost several times running it. Names come
+    from the models' _meta, so a renamed table or column follows; tests/web/test_reads.py holds
+    its answer to the ORM's for every server."""
+    analysis, server = Analysis._meta, Server._meta
+
+    def column(meta: Any, name: str) -> str:
+        return f'"{meta.get_field(name).column}"'
+
+    return (
+        f"SELECT a.{column(analysis, 'id')}, a.{column(analysis, 'updated_at')}, "
+        f"a.{column(analysis, 'cost_model_version')} "
+        f'FROM "{analysis.db_table}" a JOIN "{server.db_table}" s '
+        f"ON s.{column(server, 'topology_class')} = a.{column(analysis, 'topology_class')} "
+        f"WHERE s.{column(server, 'hostname')} = %s"
+    )
+
+
+_HOST_ANALYSES = _host_analyses()
 
 
 def stored_costs(server: Server) -> dict[str, Any]:
