@@ -128,9 +128,11 @@ def test_a_large_server_missing_its_drawings_queues_one_and_is_then_served_store
     assert QueuedWork.objects.get(kind=DRAWING, key=server_id).queued_at is None
 
 
-def test_store_exports_draws_only_what_is_missing() -> None:
+def stored_h200(hostname: str) -> tuple[Server, Snapshot, Any]:
+    """A server reported as ingest stores it, its latest snapshot and that snapshot's topology
+    (what the worker hands store_exports)."""
     done = ingest_report(
-        hostname="h200-02",
+        hostname=hostname,
         topo_text=(FIXTURES / "topo_01_h200-8gpu-12nic-numaid.txt").read_text(),
         captured_at=timezone.now(),
         source=Source.COLLECTOR,
@@ -138,7 +140,11 @@ def test_store_exports_draws_only_what_is_missing() -> None:
     server = Server.objects.select_related("latest_snapshot__topology_class").get(pk=done.server.pk)
     snapshot = server.latest_snapshot
     assert snapshot is not None
-    topology = snapshot.to_domain()
+    return server, snapshot, snapshot.to_domain()
+
+
+def test_store_exports_draws_only_what_is_missing() -> None:
+    server, snapshot, topology = stored_h200("h200-02")
     assert drawings.store_exports(server, snapshot, topology) == len(EXPORT_FORMATS)
     assert drawings.store_exports(server, snapshot, topology) == 0
     SnapshotExport.objects.filter(fmt="gres").update(code="old")
@@ -154,16 +160,7 @@ def test_files_drawn_for_a_server_deleted_meanwhile_are_not_stored() -> None:
 
     from topoweb.fleet.changes import delete_servers
 
-    done = ingest_report(
-        hostname="h200-03",
-        topo_text=(FIXTURES / "topo_01_h200-8gpu-12nic-numaid.txt").read_text(),
-        captured_at=timezone.now(),
-        source=Source.COLLECTOR,
-    )
-    server = Server.objects.select_related("latest_snapshot__topology_class").get(pk=done.server.pk)
-    snapshot = server.latest_snapshot
-    assert snapshot is not None
-    topology = snapshot.to_domain()
+    server, snapshot, topology = stored_h200("h200-03")
     delete_servers([server.pk])
     assert drawings.store_exports(server, snapshot, topology) == 0
     connection.check_constraints()  # every foreign key holds now, not only at a commit

@@ -169,21 +169,22 @@ def store_exports(server: Server, snapshot: Snapshot, topology: Topology) -> int
                 warnings=list(export.warnings),
             )
         )
-    with transaction.atomic():
-        # Under the server's row lock, as its other writers (fleet.changes): a deletion of the
-        # server that took it first has committed, and the snapshot is gone; a later one waits
-        # for these files and deletes them with it.
-        changes.lock_servers([server.pk])
-        if not Snapshot.objects.filter(pk=snapshot.pk).exists():
-            return 0
-        # Replaces a file an older core drew; two workers drawing at once write the same file.
-        SnapshotExport.objects.bulk_create(
-            rows,
-            update_conflicts=True,
-            unique_fields=["snapshot", "fmt"],
-            update_fields=["code", "hostname", "filename", "content_type", "body", "warnings"],
-        )
-        if rows:  # only the current snapshot's files are ever served: the older ones go
+    if rows:
+        with transaction.atomic():
+            # Under the server's row lock, as its other writers (fleet.changes): a deletion of
+            # the server that took it first has committed, and the snapshot is gone; a later
+            # one waits for these files and deletes them with it.
+            changes.lock_servers([server.pk])
+            if not Snapshot.objects.filter(pk=snapshot.pk).exists():
+                return 0
+            # Replaces a file an older core drew; two workers drawing at once write the same.
+            SnapshotExport.objects.bulk_create(
+                rows,
+                update_conflicts=True,
+                unique_fields=["snapshot", "fmt"],
+                update_fields=["code", "hostname", "filename", "content_type", "body", "warnings"],
+            )
+            # Only the current snapshot's files are ever served: the older ones go.
             SnapshotExport.objects.filter(snapshot__server_id=server.pk).exclude(
                 snapshot=snapshot
             ).delete()
