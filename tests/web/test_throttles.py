@@ -1,7 +1,7 @@
 """The shared throttles: DRF's SimpleRateThrottle on Django's cache, counting a fixed window with
-the cache's atomic incr. These fail if DRF or Django change what the throttle builds on (the
-rate parsed at construction, the `cache` it counts in, `incr` raising ValueError for a key not
-there, Redis' INCR being atomic under concurrent callers)."""
+the cache's atomic incr. These fail if DRF, Django or django-redis change what the throttle
+builds on (the rate parsed at construction, the `cache` it counts in, `incr` raising ValueError
+for a key not there, Redis' INCR being atomic under concurrent callers)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import redis
 from django.conf import settings
 from django.core.cache import cache as default_cache
-from django.core.cache.backends.redis import RedisCache
+from django_redis.cache import RedisCache
 from rest_framework.test import APIRequestFactory
 from rest_framework.throttling import SimpleRateThrottle
 
@@ -34,7 +34,8 @@ def _request(pk: int) -> Any:
 
 @pytest.fixture
 def redis_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisCache]:
-    """The shared cache as production has it (Redis), under a prefix of this test's own."""
+    """The shared cache as production has it (django-redis), under a prefix of this test's
+    own."""
     shared = RedisCache(settings.REDIS_URL, {"KEY_PREFIX": "topoweb-throttle-test"})
     monkeypatch.setattr(SimpleRateThrottle, "cache", shared)
     yield shared
@@ -85,8 +86,8 @@ def test_a_throttled_caller_is_told_when_its_window_closes(
 def test_a_counter_left_without_expiry_gets_one_on_its_first_count(
     redis_cache: RedisCache, settings: Any
 ) -> None:
-    # Django's incr checks that the key exists, then counts: a window expiring in between
-    # leaves a counter Redis made anew, without expiry; its first count gives it one.
+    # A counter without expiry (left by an older version, whose incr checked that the key
+    # existed and then counted, a window expiring in between): its first count gives it one.
     settings.TOPOWEB_INGEST_RATE = "5/min"
     throttle = IngestThrottle()
     key = throttle.get_cache_key(_request(11), None)

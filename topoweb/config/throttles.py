@@ -63,8 +63,8 @@ class SettingRateThrottle(SimpleRateThrottle):
         else:
             raise RuntimeError(f"throttle window {key} could not be opened")
         if count == 1:
-            # The window's first request. `touch` also gives an expiry to a counter that
-            # incr made anew after the window expired under it (Django checks, then counts).
+            # The window's first request. `touch` also gives an expiry to a counter left
+            # without one (incr keeps the expiry a counter has, and gives it none).
             self.cache.touch(key, duration)
             self.cache.set(f"{key}:opened", self.timer(), timeout=duration)
         return count
