@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -192,3 +193,16 @@ def count_cache_calls(monkeypatch: pytest.MonkeyPatch, alias: str = "default") -
 
         monkeypatch.setattr(backend, name, counted)
     return calls
+
+
+def collector_tokens_last_used(when: datetime) -> None:
+    """Every collector token last used at `when`, as a minute's passing leaves what the cache
+    holds of it (fleet.cached_tokens): the gate of its last mark expired, its kept copy (read
+    before that mark) as it was."""
+    from django.core.cache import cache
+
+    from topoweb.fleet.models import CollectorToken
+
+    CollectorToken.objects.update(last_used_at=when)
+    digests = CollectorToken.objects.values_list("token_sha256", flat=True)
+    cache.delete_many([f"collector-token:marked:{digest}" for digest in digests])

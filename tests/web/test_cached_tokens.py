@@ -1,6 +1,7 @@
-"""API tokens kept in Django's cache framework (fleet.cached_tokens): a read does not go to the
-database for its token, and a revoked token, a deactivated or deleted user is still refused
-at once, also when the revocation commits while another request is reading the row."""
+"""Tokens kept in Django's cache framework (fleet.cached_tokens): a read or a collector's report
+does not go to the database for its token, and a revoked token, a deactivated or deleted user
+is still refused at once, also when the revocation commits while another request is reading
+the row."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from tests.web.conftest import count_cache_calls
+from tests.web.conftest import collector_client_for, count_cache_calls, report
 from topoweb.fleet import cached_tokens
-from topoweb.fleet.models import ApiToken, AuditEvent
+from topoweb.fleet.models import ApiToken, AuditEvent, CollectorToken
 from topoweb.fleet.selectors import hash_token
-from topoweb.fleet.services import create_api_token
+from topoweb.fleet.services import create_api_token, revoke_collector_token
 
 LIST = "/api/v1/servers/"
 
@@ -58,7 +59,7 @@ def test_a_kept_token_is_still_marked_used_once_a_minute() -> None:
 
     # A minute later (the gate's key expired): the kept copy's old mark says so; marked again.
     ApiToken.objects.update(last_used_at=marked - timedelta(minutes=2))  # the kept copy's
-    cached_tokens.forget([hash_token(secret)])
+    cached_tokens.forget(ApiToken, [hash_token(secret)])
     assert client.get(LIST).status_code == 200  # read again, with the old mark, and kept
     cache.delete(f"api-token:marked:{hash_token(secret)}")
     assert client.get(LIST).status_code == 200
@@ -103,17 +104,17 @@ def test_a_copy_read_while_a_revocation_commits_is_never_used() -> None:
     digest = token.token_sha256
 
     def read_then_revoked() -> ApiToken | None:
-        cached_tokens.forget([digest])  # the revocation commits during this read
+        cached_tokens.forget(ApiToken, [digest])  # the revocation commits during this read
         return token
 
-    assert cached_tokens.active_api_token(digest, read_then_revoked) is token
+    assert cached_tokens.active_token(ApiToken, digest, read_then_revoked) is token
     reads: list[int] = []
 
     def read_revoked() -> ApiToken | None:
         reads.append(1)
         return None
 
-    assert cached_tokens.active_api_token(digest, read_revoked) is None
+    assert cached_tokens.active_token(ApiToken, digest, read_revoked) is None
     assert reads == [1]
 
 
@@ -122,8 +123,8 @@ def test_a_kept_copy_is_used_while_nothing_changed() -> None:
     create_api_token("sched")
     token = ApiToken.objects.select_related("user").get()
     digest = token.token_sha256
-    assert cached_tokens.active_api_token(digest, lambda: token) is token
-    kept = cached_tokens.active_api_token(digest, lambda: None)  # not read: the copy holds
+    assert cached_tokens.active_token(ApiToken, digest, lambda: token) is token
+    kept = cached_tokens.active_token(ApiToken, digest, lambda: None)  # not read: the copy holds
     assert kept is not None and kept.pk == token.pk and kept.user.username == "sched"
 
 
@@ -140,8 +141,8 @@ def test_a_cache_that_is_down_costs_the_database_read_only() -> None:
             }
         }
     ):
-        found = cached_tokens.active_api_token(
-            hash_token(secret), lambda: ApiToken.objects.select_related("user").get()
+        found = cached_tokens.active_token(
+            ApiToken, hash_token(secret), lambda: ApiToken.objects.select_related("user").get()
         )
     assert found is not None and found.user.username == "sched"
 
@@ -156,10 +157,53 @@ def test_a_read_with_a_kept_token_marked_lately_makes_one_trip_to_the_cache(
     assert client.get(LIST).status_code == 200  # read, kept and marked
     # The kept copy's mark is old: only the gate's time says it was marked just now.
     ApiToken.objects.update(last_used_at=timezone.now() - timedelta(minutes=5))
-    cached_tokens.forget([ApiToken.objects.get().token_sha256])
+    cached_tokens.forget(ApiToken, [ApiToken.objects.get().token_sha256])
     assert client.get(LIST).status_code == 200  # read again with the old mark, and kept
     trips = count_cache_calls(monkeypatch)
     assert client.get(LIST).status_code == 200
     # The token's row, stamp and mark in one; then the fleet's version (config.answers).
     assert trips == ["get_many", "get"]
     assert AuditEvent.objects.filter(kind="token_used").count() == 1
+
+
+REPORTS = "/api/v1/reports/"
+
+
+@pytest.mark.django_db
+def test_a_collectors_token_seen_before_costs_no_query_and_is_marked_once_a_minute(
+    django_assert_max_num_queries: Any,
+) -> None:
+    client = collector_client_for("gpu-a01")
+    with django_assert_max_num_queries(40) as first:  # read, kept, used; the report stored
+        assert client.post(REPORTS, report("gpu-a01"), format="json").status_code == 201
+    with django_assert_max_num_queries(1) as again:  # the duplicate's one statement
+        assert client.post(REPORTS, report("gpu-a01"), format="json").status_code == 200
+
+    def token_reads(captured: Any) -> int:
+        return sum(
+            q["sql"].startswith("SELECT") and "fleet_collectortoken" in q["sql"]
+            for q in captured.captured_queries
+        )
+
+    assert (token_reads(first), token_reads(again)) == (1, 0)
+    # Marked (and audited) by the first report only: the copy's mark is the gate's.
+    assert "fleet_collectortoken" not in again.captured_queries[0]["sql"]
+    assert CollectorToken.objects.get().last_used_at is not None
+    assert AuditEvent.objects.filter(kind="token_used").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_collector_token_revoked_or_deleted_is_refused_at_once() -> None:
+    """Committed changes, as the admin and `revoke_collector_token` make them."""
+    client = collector_client_for("gpu-a01")
+    body = report("gpu-a01")
+    assert client.post(REPORTS, body, format="json").status_code == 201
+    assert client.post(REPORTS, body, format="json").status_code == 200  # from the copy
+
+    revoke_collector_token(CollectorToken.objects.get())
+    assert client.post(REPORTS, body, format="json").status_code == 401
+
+    other = collector_client_for("gpu-a01")
+    assert other.post(REPORTS, body, format="json").status_code == 200
+    CollectorToken.objects.get(revoked_at__isnull=True).delete()
+    assert other.post(REPORTS, body, format="json").status_code == 401

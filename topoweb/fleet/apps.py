@@ -15,4 +15,4 @@ class FleetConfig(AppConfig):
         from topoweb.fleet import access, authentication, cached_tokens, tasks  # noqa: F401
 
         access.connect()  # the audit trail's receivers (sign-ins, tokens made)
-        cached_tokens.connect()  # kept API tokens forgotten when they or their users change
+        cached_tokens.connect()  # kept tokens forgotten when they (or their users) change

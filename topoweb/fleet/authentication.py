@@ -1,12 +1,13 @@
 """DRF authentication and permissions by Bearer token: collector tokens (write one host's
 reports) and API tokens (read as a user; upload too when made with the upload scope), looked up
-on every request (API tokens through the cache, fleet.cached_tokens; a revoked token is refused
-at once), and the upload rule. The read rule
+on every request (through the cache, fleet.cached_tokens; a revoked token is refused at
+once), and the upload rule. The read rule
 itself is config.permissions.may_read."""
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any, TypeVar
 
 from django.contrib.auth.models import AnonymousUser
@@ -39,6 +40,13 @@ def _bearer(request: Request) -> str | None:
     return token
 
 
+def _first_mark(token: CollectorToken | ApiToken, now: datetime) -> bool:
+    """Whether this request marks the token used (once a minute, whichever worker serves it:
+    a token may come from the cache, its `last_used_at` then no later than its last mark)."""
+    seconds = selectors.LAST_USED_RESOLUTION.total_seconds()
+    return cached_tokens.first_mark(type(token), token.token_sha256, seconds, now)
+
+
 class CollectorTokenAuthentication(authentication.BaseAuthentication):
     """`request.auth` becomes the CollectorToken; the user stays anonymous. The token is not
     marked used here: the report's first statement does it (a host reporting every few minutes
@@ -52,8 +60,12 @@ class CollectorTokenAuthentication(authentication.BaseAuthentication):
         found = selectors.active_collector_token(token, mark=False)
         if found is None:
             raise exceptions.AuthenticationFailed("Unknown or revoked collector token.")
-        if selectors.needs_mark(found, timezone.now()):  # ingest marks it; audited as often
-            access.token_used(request, found)
+        now = timezone.now()
+        if selectors.needs_mark(found, now):  # ingest marks it; audited as often
+            if _first_mark(found, now):
+                access.token_used(request, found)
+            else:  # another worker marks it: this request's copy must not mark it again
+                found.last_used_at = now
         return AnonymousUser(), found
 
     def authenticate_header(self, request: Request) -> str:
@@ -72,9 +84,7 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         # from the cache: its last_used_at is then the later of the copy's and the last
         # mark's, read in the same round trip).
         now = timezone.now()
-        if selectors.needs_mark(found, now) and cached_tokens.first_mark(
-            found.token_sha256, selectors.LAST_USED_RESOLUTION.total_seconds(), now
-        ):
+        if selectors.needs_mark(found, now) and _first_mark(found, now):
             access.token_used(request, found)
             selectors.mark_used(found)
         return found.user, found

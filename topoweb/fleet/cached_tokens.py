@@ -1,10 +1,10 @@
-"""API tokens kept in Django's cache framework (Redis in production, shared by every worker),
-so that a read does not go to PostgreSQL for its token; a revoked token or a deactivated user
-is still refused at once.
+"""Tokens kept in Django's cache framework (Redis in production, shared by every worker), so
+that a request does not go to PostgreSQL for its token: API tokens (with their users) and
+collector tokens alike. A revoked token or a deactivated user is still refused at once.
 
 Each kept token is stored with the stamp its token's stamp key held when the row was read. A
-save or delete of the token or of its user gives the stamp key a new value after the
-transaction commits (and drops the kept copy). A lookup takes both keys in one round trip and
+save or delete of the token (or of an API token's user) gives the stamp key a new value after
+the transaction commits (and drops the kept copy). A lookup takes both keys in one round trip and
 uses the copy only when the stamps match: a request that read the row just before a
 revocation committed may still store its copy, but that copy carries the old stamp and is
 never used. Only `Model.save()` and `delete()` are seen (the admin, services, signals):
@@ -19,57 +19,63 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
-from topoweb.fleet.models import ApiToken
+from topoweb.fleet.models import ApiToken, CollectorToken
 
 log = logging.getLogger(__name__)
+
+Token = ApiToken | CollectorToken
+T = TypeVar("T", ApiToken, CollectorToken)
 
 # A kept copy expires anyway after this many seconds: revocation does not wait for it (the
 # stamp does that), it only bounds what a cache holds for tokens no longer used.
 KEEP_FOR_S = 600
 
-
-def _keys(digest: str) -> tuple[str, str]:
-    return f"api-token:stamp:{digest}", f"api-token:row:{digest}"
-
-
-def _mark_key(digest: str) -> str:
-    return f"api-token:marked:{digest}"
+# Each kind's keys apart: the two tables' digests never meet, but a key names what it holds.
+_PREFIX: dict[type[Token], str] = {ApiToken: "api-token", CollectorToken: "collector-token"}
 
 
-def active_api_token(digest: str, read: Callable[[], ApiToken | None]) -> ApiToken | None:
-    """The token (with its user) of this digest, from the cache when its stamp still holds,
-    else `read()` from the database and kept. A cache that cannot be reached costs only the
-    database read. The time of the token's last mark (first_mark), read in the same round
-    trip, is its `last_used_at` when later than the copy's: a copy kept before the mark still
-    says it is not due for another (selectors.needs_mark)."""
-    stamp_key, row_key = _keys(digest)
+def _keys(kind: type[Token], digest: str) -> tuple[str, str]:
+    return f"{_PREFIX[kind]}:stamp:{digest}", f"{_PREFIX[kind]}:row:{digest}"
+
+
+def _mark_key(kind: type[Token], digest: str) -> str:
+    return f"{_PREFIX[kind]}:marked:{digest}"
+
+
+def active_token(kind: type[T], digest: str, read: Callable[[], T | None]) -> T | None:
+    """The token of this kind and digest (an API token with its user), from the cache when its
+    stamp still holds, else `read()` from the database and kept. A cache that cannot be
+    reached costs only the database read. The time of the token's last mark (first_mark),
+    read in the same round trip, is its `last_used_at` when later than the copy's: a copy
+    kept before the mark still says it is not due for another (selectors.needs_mark)."""
+    stamp_key, row_key = _keys(kind, digest)
+    mark_key = _mark_key(kind, digest)
     try:
-        got = cache.get_many([stamp_key, row_key, _mark_key(digest)])
+        got = cache.get_many([stamp_key, row_key, mark_key])
     except Exception:  # a cache that is down must not refuse tokens
         log.warning("token cache unreachable; reading the token from the database", exc_info=True)
         return read()
     stamp = got.get(stamp_key)
     kept = got.get(row_key)
-    if kept is not None and kept[0] == stamp:
-        token: ApiToken = kept[1]
-        return _marked(token, got.get(_mark_key(digest)))
+    if kept is not None and kept[0] == stamp and isinstance(kept[1], kind):
+        return _marked(kept[1], got.get(mark_key))
     found = read()
     if found is not None:
         try:
             cache.set(row_key, (stamp, found), KEEP_FOR_S)
         except Exception:
             log.warning("token cache unreachable; token not kept", exc_info=True)
-    return _marked(found, got.get(_mark_key(digest)))
+    return _marked(found, got.get(mark_key))
 
 
-def _marked(token: ApiToken | None, marked_at: Any) -> ApiToken | None:
+def _marked(token: T | None, marked_at: Any) -> T | None:
     if (
         token is not None
         and isinstance(marked_at, datetime)
@@ -79,12 +85,12 @@ def _marked(token: ApiToken | None, marked_at: Any) -> ApiToken | None:
     return token
 
 
-def forget(digests: Iterable[str]) -> None:
+def forget(kind: type[Token], digests: Iterable[str]) -> None:
     """New stamps for these tokens (copies kept before are never used again), now."""
     stamps: dict[str, Any] = {}
     rows: list[str] = []
     for digest in digests:
-        stamp_key, row_key = _keys(digest)
+        stamp_key, row_key = _keys(kind, digest)
         stamps[stamp_key] = uuid.uuid4().hex
         rows.append(row_key)
     if not stamps:
@@ -95,7 +101,7 @@ def forget(digests: Iterable[str]) -> None:
     cache.delete_many(rows)
 
 
-def forget_after_commit(digests: Iterable[str]) -> None:
+def forget_after_commit(kind: type[Token], digests: Iterable[str]) -> None:
     """`forget` once the transaction that changed the rows commits (at once outside one): a
     lookup before the commit still reads the old row, and its copy gets a stamp the commit
     replaces. Inside a transaction the copies go at once too, so that the transaction itself
@@ -104,38 +110,42 @@ def forget_after_commit(digests: Iterable[str]) -> None:
     if not chosen:
         return
     if not transaction.get_autocommit():
-        forget(chosen)
-    transaction.on_commit(lambda: forget(chosen))
+        forget(kind, chosen)
+    transaction.on_commit(lambda: forget(kind, chosen))
 
 
-def first_mark(digest: str, seconds: float, now: datetime) -> bool:
+def first_mark(kind: type[Token], digest: str, seconds: float, now: datetime) -> bool:
     """Whether this request is the first to mark the token used in `seconds`, across every
     worker (the kept copy's `last_used_at` is not refreshed by a mark: the mark's time, kept
     for `seconds`, is read with the token instead). A cache that cannot be reached lets the
     request mark it."""
     try:
-        return bool(cache.add(_mark_key(digest), now, seconds))
+        return bool(cache.add(_mark_key(kind, digest), now, seconds))
     except Exception:
         log.warning("token cache unreachable; marking the token used", exc_info=True)
         return True
 
 
-def _token_changed(sender: Any, instance: ApiToken, **kwargs: Any) -> None:
+def _token_changed(sender: type[Token], instance: Token, **kwargs: Any) -> None:
     if kwargs.get("update_fields") == frozenset({"last_used_at"}):
         return  # a mark changes nothing a request is let in by
-    forget_after_commit([instance.token_sha256])
+    forget_after_commit(sender, [instance.token_sha256])
 
 
 def _user_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
     # A user deleted takes its tokens along, each sending its own post_delete.
     forget_after_commit(
-        ApiToken.objects.filter(user_id=instance.pk).values_list("token_sha256", flat=True)
+        ApiToken,
+        ApiToken.objects.filter(user_id=instance.pk).values_list("token_sha256", flat=True),
     )
 
 
 def connect() -> None:
-    """Forget a token whenever it or its user is saved or deleted (called by FleetConfig)."""
+    """Forget a token whenever it (or an API token's user) is saved or deleted (called by
+    FleetConfig)."""
+    for kind in (ApiToken, CollectorToken):
+        name = _PREFIX[kind]
+        post_save.connect(_token_changed, sender=kind, dispatch_uid=f"cached_tokens.{name}_saved")
+        post_delete.connect(_token_changed, sender=kind, dispatch_uid=f"cached_tokens.{name}_gone")
     user_model = get_user_model()
-    post_save.connect(_token_changed, sender=ApiToken, dispatch_uid="cached_tokens.token_saved")
-    post_delete.connect(_token_changed, sender=ApiToken, dispatch_uid="cached_tokens.token_gone")
     post_save.connect(_user_changed, sender=user_model, dispatch_uid="cached_tokens.user_saved")

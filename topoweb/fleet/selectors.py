@@ -65,11 +65,14 @@ def _fields(model: type[Model]) -> list[str]:
 
 
 def active_collector_token(token: str, mark: bool = True) -> CollectorToken | None:
-    """The token; marked used unless `mark` is False (the caller then marks it, with
-    `needs_mark` and `mark_used`)."""
-    found = CollectorToken.objects.filter(
-        token_sha256=hash_token(token), revoked_at__isnull=True
-    ).first()
+    """The token (kept in the cache, see fleet.cached_tokens; else one query); marked used
+    unless `mark` is False (the caller then marks it, with `needs_mark` and `mark_used`)."""
+    digest = hash_token(token)
+
+    def read() -> CollectorToken | None:
+        return CollectorToken.objects.filter(token_sha256=digest, revoked_at__isnull=True).first()
+
+    found = cached_tokens.active_token(CollectorToken, digest, read)
     if mark:
         mark_used(found)
     return found
@@ -87,7 +90,7 @@ def active_api_token(token: str, mark: bool = True) -> ApiToken | None:
             .first()
         )
 
-    found = cached_tokens.active_api_token(digest, read)
+    found = cached_tokens.active_token(ApiToken, digest, read)
     if mark:
         mark_used(found)
     return found
