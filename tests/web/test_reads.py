@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.cache import cache
 from django.http import Http404
 from django.utils import timezone
 from django.utils.translation import gettext_lazy
@@ -32,7 +33,7 @@ from topoweb.analysis import apis as analysis_apis
 from topoweb.analysis import questions
 from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis.models import Analysis
-from topoweb.config.answers import fleet_changed
+from topoweb.config.answers import KEPT_READ_S, fleet_changed
 from topoweb.config.api import validated
 from topoweb.config.renderers import JSONRenderer, raw_json
 from topoweb.fleet.changes import servers_changed
@@ -122,14 +123,34 @@ def test_a_repeated_read_is_answered_whole_until_a_write_changes_the_fleet(
     first = [ask().content for ask in asks]
     with django_assert_num_queries(0):
         assert [ask().content for ask in asks] == first
-    # A duplicate report changes only the server's last_seen_at: the list shows it at once.
+    # A duplicate report from a server silent for longer than a kept read lives changes only
+    # its last_seen_at: the list shows it at once.
     before = {r["hostname"]: r["last_seen_at"] for r in json.loads(first[0])["results"]}
+    silent = timezone.now() - datetime.timedelta(seconds=KEPT_READ_S + 5)
+    Server.objects.filter(hostname="h200-01").update(last_seen_at=silent)  # no write's path
+    assert json.loads(asks[0]().content)["results"] == json.loads(first[0])["results"]
     add("h200-01", H200, "HGX H200")
     listed = json.loads(asks[0]().content)["results"]
     assert {r["hostname"]: r["last_seen_at"] for r in listed}["h200-01"] != before["h200-01"]
     # Another server of the kind: the list has it on the next ask.
     add("h200-02", H200, "HGX H200")
     assert "h200-02" in [r["hostname"] for r in json.loads(asks[0]().content)["results"]]
+
+
+def test_a_duplicate_from_a_server_seen_lately_keeps_the_fleets_reads(
+    reader: APIClient, fleet: None
+) -> None:
+    """A fleet's reports are mostly duplicates: one within KEPT_READ_S of the server's last
+    report leaves kept reads as they are (their seen time at most 2 x KEPT_READ_S behind)."""
+    wanted = {"gpu_count": 8}
+    first = reader.get("/api/v1/servers/", wanted).content
+    version = cache.get("fleet-version")
+    seen = timezone.now() - datetime.timedelta(seconds=KEPT_READ_S - 5)
+    Server.objects.filter(hostname="h200-01").update(last_seen_at=seen)
+    add("h200-01", H200, "HGX H200")  # the same report again
+    assert Server.objects.get(hostname="h200-01").last_seen_at > seen
+    assert cache.get("fleet-version") == version
+    assert reader.get("/api/v1/servers/", wanted).content == first
 
 
 def test_an_answer_past_the_kept_size_is_served_as_computed_and_not_kept(

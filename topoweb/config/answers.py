@@ -15,6 +15,7 @@ import hashlib
 import logging
 import uuid
 from collections.abc import Callable, Hashable
+from datetime import datetime
 from typing import Any, TypeVar, cast
 
 from django.conf import settings
@@ -84,11 +85,23 @@ def fleet_changed() -> None:
     """Every kept read is stale: the fleet's version is replaced now, and again when the
     caller's transaction commits (a read between the two may have kept what was stored before
     the commit). Called by fleet.changes.servers_changed and the writes of what kept reads
-    show beyond the servers' documents (a duplicate report's last_seen_at, a refitted
-    calibration)."""
+    show beyond the servers' documents (a refitted calibration; a duplicate report's
+    last_seen_at through `server_seen`)."""
     _new_version()
     if not transaction.get_autocommit():
         transaction.on_commit(_new_version)
+
+
+def server_seen(before: datetime | None, now: datetime) -> None:
+    """A duplicate report moved a server's last_seen_at from `before` to `now`. Kept reads
+    are replaced only when the server had been silent for longer than KEPT_READ_S: a server
+    seen again after a silence shows at once, and one that reports often does not replace
+    every kept read of the fleet on each report (a fleet's reports are mostly duplicates).
+    So a kept read's last_seen_at is never more than 2 x KEPT_READ_S behind: the first report
+    after the read came within KEPT_READ_S of the one it shows, and the read is dropped
+    KEPT_READ_S after it was kept."""
+    if before is None or (now - before).total_seconds() > KEPT_READ_S:
+        fleet_changed()
 
 
 def _new_version() -> None:

@@ -19,7 +19,7 @@ from django.db.models import Q, QuerySet, Subquery
 from django.utils import timezone
 
 from topoweb.config import limits
-from topoweb.config.answers import fleet_changed
+from topoweb.config.answers import fleet_changed, server_seen
 from topoweb.config.celery_app import enqueue_together
 from topoweb.core.analysis import COST_MODEL_VERSION
 from topoweb.core.costs import build_model, calibrate_from_nccl, calibrate_from_p2p
@@ -388,14 +388,18 @@ def _store_report_benchmarks(server: Server, snapshot: Snapshot, report: _Report
 
 def _duplicate(hostname: str, digest: str) -> tuple[Any, ...] | None:
     found = Snapshot.objects.filter(server__hostname=hostname, content_sha256=digest)
-    return found.values_list("id", "server_id", "document__warnings").first()
+    return found.values_list(
+        "id", "server_id", "document__warnings", "server__last_seen_at"
+    ).first()
 
 
+# `seen` is the server's row as the statement found it: its last_seen_at before this one.
 _DUPLICATE_SQL = f"""
 UPDATE {Server._meta.db_table} AS server SET last_seen_at = %s
-FROM {Snapshot._meta.db_table} AS snapshot
+FROM {Snapshot._meta.db_table} AS snapshot, {Server._meta.db_table} AS seen
 WHERE server.hostname = %s AND snapshot.server_id = server.id AND snapshot.content_sha256 = %s
-RETURNING server.id, snapshot.id, snapshot.document -> 'warnings'{{lazy}}
+  AND seen.id = server.id
+RETURNING server.id, snapshot.id, snapshot.document -> 'warnings', seen.last_seen_at{{lazy}}
 """
 # The same, marking the collector token used too (whatever the report turns out to be): one
 # statement, and one commit to wait for, instead of two.
@@ -447,7 +451,7 @@ def _stored_duplicate(
             row = cursor.fetchone()
         if row is None:
             return None
-        server_id, snapshot_id, warnings = row[:3]
+        server_id, snapshot_id, warnings, seen_before = row[:4]
         if isinstance(warnings, str):
             warnings = json.loads(warnings)
     else:
@@ -455,9 +459,9 @@ def _stored_duplicate(
         found = _duplicate(hostname, digest)
         if found is None:
             return None
-        snapshot_id, server_id, warnings = found
+        snapshot_id, server_id, warnings, seen_before = found
         Server.objects.filter(pk=server_id).update(last_seen_at=now)
-    fleet_changed()  # kept reads show its last_seen_at
+    server_seen(seen_before, now)  # kept reads show its last_seen_at
     server = Server.from_db(
         DEFAULT_DB_ALIAS, ["id", "hostname", "last_seen_at"], [server_id, hostname, now]
     )
