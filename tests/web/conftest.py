@@ -206,3 +206,19 @@ def collector_tokens_last_used(when: datetime) -> None:
     CollectorToken.objects.update(last_used_at=when)
     digests = CollectorToken.objects.values_list("token_sha256", flat=True)
     cache.delete_many([f"collector-token:marked:{digest}" for digest in digests])
+
+
+def keep_tasks_here(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
+    """Tasks fleet.work sends (a report's analysis and health check, the sweeps') are recorded
+    as sent, and none reaches the broker: a test that commits for real must not have the
+    session's worker run them while the test database is truncated under it."""
+    from topoweb.fleet import work
+
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+
+    def record(task_name: str, *args: Any, **_: Any) -> bool:
+        sent.append((task_name, args))
+        return True
+
+    monkeypatch.setattr(work, "enqueue", record)
+    return sent

@@ -12,8 +12,8 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from tests.web.conftest import fixture_text, report, wait_for
-from topoweb.fleet.models import Server, Source
+from tests.web.conftest import fixture_text, keep_tasks_here, report, wait_for
+from topoweb.fleet.models import QueuedWork, Server, Source
 from topoweb.fleet.services import BenchmarkInput, ingest_report
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
 from topoweb.health.services import evaluate_server
@@ -241,8 +241,7 @@ def test_the_acceptance_report_compares_measured_with_expected(
 def test_a_server_never_evaluated_gets_a_pending_report_and_reads_queue_nothing(
     reader: APIClient, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
 ) -> None:
-    queued: list[int] = []
-    monkeypatch.setattr("topoweb.health.services.enqueue_health", queued.append)
+    sent = keep_tasks_here(monkeypatch)
     with django_capture_on_commit_callbacks(execute=True):
         ingest_report(
             hostname="h200-09",
@@ -257,6 +256,7 @@ def test_a_server_never_evaluated_gets_a_pending_report_and_reads_queue_nothing(
     assert (body["verdict"], body["stale"], body["computed_at"]) == ("pending", True, None)
     assert body["rows"] == [] and body["findings"] == []
     # The ingest queued its evaluation once; the reads queued nothing.
+    queued = [key for task, (key,) in sent if task == "health.evaluate"]
     assert queued == [Server.objects.get(hostname="h200-09").pk]
     assert not ServerHealth.objects.exists()
 
@@ -287,8 +287,8 @@ def test_staff_edit_of_the_expectations_bumps_the_version_and_rejudges(
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     expectation = SkuExpectation.objects.get(sku_name="DGX A100")
-    queued: list[int] = []
-    monkeypatch.setattr("topoweb.health.services.enqueue_health", queued.append)
+    QueuedWork.objects.update(queued_at=None)  # the fleet's evaluations ran
+    sent = keep_tasks_here(monkeypatch)
     with django_capture_on_commit_callbacks(execute=True):
         response = admin_client.post(
             f"/admin/health/skuexpectation/{expectation.pk}/change/",
@@ -308,6 +308,7 @@ def test_staff_edit_of_the_expectations_bumps_the_version_and_rejudges(
     assert expectation.version == 2
     a100 = Server.objects.get(hostname="a100-01")
     # The edit queued each member's re-evaluation, once.
+    queued = [key for task, (key,) in sent if task == "health.evaluate"]
     assert sorted(queued) == sorted(
         Server.objects.filter(sku_name="DGX A100").values_list("pk", flat=True)
     )

@@ -31,6 +31,7 @@ from tests.web.conftest import (
     collector_client_for,
     collector_tokens_last_used,
     fixture_text,
+    keep_tasks_here,
     report,
     uploader,
 )
@@ -699,8 +700,7 @@ def test_a_new_hosts_first_report_twice_at_once_stores_one_server_and_one_snapsh
 def _keep_tasks_off_the_broker(monkeypatch: pytest.MonkeyPatch) -> None:
     # These tests commit for real; the session's worker thread must not run their analyses
     # and health checks while the test database is truncated under it.
-    monkeypatch.setattr("topoweb.analysis.services.enqueue_analysis", lambda pk: False)
-    monkeypatch.setattr("topoweb.health.services.enqueue_health", lambda pk: False)
+    keep_tasks_here(monkeypatch)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -908,3 +908,23 @@ def test_the_stored_topology_document_is_the_parsed_one_and_reads_back_equal(
     # Text orjson refuses goes to the field's own encoding, unchanged.
     odd = {"devices": [{"nic_name": "mlx5_\ud800"}]}
     assert document_json(odd) is odd
+
+
+def test_a_known_hosts_changed_report_reads_its_previous_snapshot_with_its_server(
+    collector_client: Any, django_assert_max_num_queries: Any
+) -> None:
+    """The previous snapshot's columns the ingest compares (model, models, wiring, warnings)
+    come with the server's row: none is loaded on its own (a deferred column read later would
+    be a query per report), and its analysis and health check are claimed in the report's
+    transaction, one statement each."""
+    client = collector_client("gpu-a01")
+    assert post_report(client, report("gpu-a01", H200)).status_code == 201
+    changed = report("gpu-a01", H200, host={"kernel": "6.8"})
+    # 12 statements, and the savepoint and its release the test's transaction puts around the
+    # report's own.
+    with django_assert_max_num_queries(14) as stored:
+        assert post_report(client, changed).status_code == 201
+    statements = [" ".join(q["sql"].split()) for q in stored.captured_queries]
+    assert not [s for s in statements if s.startswith('SELECT "fleet_snapshot"')], statements
+    claims = [s for s in statements if s.startswith('INSERT INTO "fleet_queuedwork"')]
+    assert len(claims) == 2

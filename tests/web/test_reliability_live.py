@@ -19,8 +19,7 @@ from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.web import live
-from tests.web.conftest import report, wait_for
-from topoweb.analysis import services as analysis_services
+from tests.web.conftest import keep_tasks_here, report, wait_for
 from topoweb.analysis.models import Analysis
 from topoweb.fleet.models import Snapshot
 from topoweb.fleet.services import create_api_token, create_collector_token
@@ -44,10 +43,7 @@ def web(django_db_setup: None, tmp_path_factory: Any) -> Any:
 @pytest.fixture(autouse=True)
 def no_tasks_leave_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ingests made here in-process must not queue work for the session's worker thread."""
-    from topoweb.health import services as health_services
-
-    monkeypatch.setattr(analysis_services, "enqueue_analysis", lambda analysis_id: False)
-    monkeypatch.setattr(health_services, "enqueue_health", lambda server_id: False)
+    keep_tasks_here(monkeypatch)
 
 
 def forget_throttles() -> None:

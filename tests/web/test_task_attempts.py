@@ -3,9 +3,12 @@ up with a reason the server page shows (issue 24 item 10)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import transaction
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from tests.web.conftest import add
@@ -114,11 +117,41 @@ def test_an_analysis_given_up_is_marked_failed_with_the_reason(
 
 
 def test_a_sweep_still_running_keeps_the_next_from_starting(
-    sent: list[tuple[str, tuple[Any, ...]]],
+    sent: list[tuple[str, tuple[Any, ...]]], django_capture_on_commit_callbacks: Any
 ) -> None:
-    add("h200-01", H200)
+    with django_capture_on_commit_callbacks(execute=True):
+        server = add("h200-01", H200).server
+    assert work.begin(health_services.HEALTH, server.pk)  # a worker took it, then died
+    sent.clear()
     with work.one_at_a_time("health.sweep", 60) as mine:
         assert mine
         assert health_tasks.sweep() == []
     assert sent == []
     assert health_tasks.sweep() != []
+
+
+def test_a_report_rolled_back_leaves_no_claim_and_sends_nothing(
+    sent: list[tuple[str, tuple[Any, ...]]], django_capture_on_commit_callbacks: Any
+) -> None:
+    """A report's claims on its analysis and health check are written in its transaction."""
+    with django_capture_on_commit_callbacks(execute=True):
+        with pytest.raises(RuntimeError), transaction.atomic():
+            add("h200-01", H200)
+            assert QueuedWork.objects.count() == 2  # claimed in the report's transaction
+            raise RuntimeError("the commit failed")
+    assert not QueuedWork.objects.exists() and sent == []
+
+
+def test_a_claim_whose_message_never_left_is_sent_by_the_sweep_once_lost(
+    sent: list[tuple[str, tuple[Any, ...]]], settings: Any
+) -> None:
+    """The process died between the report's commit and its send: nothing went out, the
+    claim says a message did; once it is older than TOPOWEB_QUEUED_LOST_AFTER_S the sweep
+    sends it."""
+    server = add("h200-01", H200).server  # committed in effect, never sent (no commit here)
+    assert sent == []
+    assert health_tasks.sweep() == []  # a message may still be out
+    lost = timezone.now() - timedelta(seconds=settings.TOPOWEB_QUEUED_LOST_AFTER_S + 1)
+    QueuedWork.objects.update(queued_at=lost)
+    assert health_tasks.sweep() == [server.pk]
+    assert sent == [("health.evaluate", (server.pk,))]

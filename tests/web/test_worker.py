@@ -10,10 +10,11 @@ import pytest
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from tests.web.conftest import report, wait_for
+from tests.web.conftest import keep_tasks_here, report, wait_for
 from topoweb.analysis import services
 from topoweb.analysis.models import Analysis
 from topoweb.analysis.tasks import run_analysis, sweep
+from topoweb.fleet.models import QueuedWork
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -103,7 +104,7 @@ def test_an_analysis_that_times_out_every_time_fails_after_its_tries(
     from celery.exceptions import SoftTimeLimitExceeded
 
     settings.TOPOWEB_ANALYSIS_MAX_ATTEMPTS = 2
-    monkeypatch.setattr(services, "enqueue_analysis", lambda analysis_id: False)
+    keep_tasks_here(monkeypatch)
     collector_client("gpu-a01").post("/api/v1/reports", report("gpu-a01", H200), format="json")
     analysis = Analysis.objects.get()
 
@@ -127,10 +128,11 @@ def test_an_analysis_that_times_out_every_time_fails_after_its_tries(
 def test_the_sweep_fails_work_whose_worker_died_on_every_try(
     collector_client: Any, monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
-    monkeypatch.setattr(services, "enqueue_analysis", lambda analysis_id: True)
+    keep_tasks_here(monkeypatch)
     collector_client("gpu-a01").post("/api/v1/reports", report("gpu-a01", H200), format="json")
     long_ago = timezone.now() - timedelta(seconds=settings.TOPOWEB_STALE_CLAIM_AFTER_S + 60)
     Analysis.objects.update(status="running", claimed_at=long_ago, attempts=2)
+    QueuedWork.objects.update(queued_at=None)  # a worker took the report's message, then died
 
     assert len(services.sweep()) == 1  # one try left: back to pending and sent
     assert Analysis.objects.get().status == "pending"

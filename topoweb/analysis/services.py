@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, connections
 from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
@@ -69,25 +69,27 @@ def request_analysis(topology_class: TopologyClass) -> None:
         analysis = current_analysis_for(topology_class)
         analysis_id, status, seen = analysis.pk, analysis.status, analysis.benchmark_set
     finished = (Analysis.Status.DONE, Analysis.Status.FAILED)
+    again = False  # new input: its work gets its full tries again
     if status in finished and seen != selectors.class_benchmark_set(topology_class.pk):
         # Conditional: of two ingests racing here, one re-queues it.
-        again = Analysis.objects.filter(pk=analysis_id, status=status, benchmark_set=seen).update(
-            status=Analysis.Status.PENDING, attempts=0, updated_at=timezone.now()
+        again = bool(
+            Analysis.objects.filter(pk=analysis_id, status=status, benchmark_set=seen).update(
+                status=Analysis.Status.PENDING, attempts=0, updated_at=timezone.now()
+            )
         )
         status = Analysis.Status.PENDING if again else status
-        if again:
-            work.renew(ANALYSIS, analysis_id)  # new input: its full tries again
     if status == Analysis.Status.PENDING:
-        transaction.on_commit(lambda: enqueue_analysis(analysis_id))
+        work.request(ANALYSIS, [analysis_id], ANALYSIS_TASK, renew=again)
 
 
 ANALYSIS = "analysis"  # the kind of work, in fleet.work
+ANALYSIS_TASK = "analysis.run"
 
 
 def enqueue_analysis(analysis_id: int) -> bool:
     """Send the task unless one is queued; a broker that is down is logged, not raised: the
     sweep sends it later."""
-    return work.send(ANALYSIS, analysis_id, "analysis.run")
+    return work.send(ANALYSIS, analysis_id, ANALYSIS_TASK)
 
 
 def on_new_snapshot(server: Server, snapshot: Snapshot) -> None:

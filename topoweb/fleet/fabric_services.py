@@ -83,9 +83,7 @@ def ingest_fabric(
 def request_analysis(capture: FabricCapture) -> None:
     """Analyse the capture once the caller's transaction commits (fleet.work: one message out
     per capture, its tries renewed by this new input)."""
-    capture_id = capture.pk
-    work.renew(FABRIC_WORK, capture_id)
-    transaction.on_commit(lambda: send_analysis(capture_id))
+    work.request(FABRIC_WORK, [capture.pk], ANALYSE_TASK, renew=True)
 
 
 def send_analysis(capture_id: int) -> bool:

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
-from django.db.models import Q, QuerySet, Subquery
+from django.db.models import F, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from topoweb.config import limits
@@ -304,7 +304,9 @@ def _store_report(report: _Report) -> Ingested:
             wiring_sha256=report.wiring,
             raw_text=report.topo_text,
             nccl_xml=report.nccl_xml,
-            document=snapshot_document(report.document, report.wiring, previous),
+            document=snapshot_document(
+                report.document, report.wiring, previous, getattr(server, "previous_warnings", None)
+            ),
             source=report.source,
             uploaded_by=report.uploaded_by,
             collector_version=report.collector_version,
@@ -350,13 +352,22 @@ _STORE_COLUMNS = ("hostname", "labels", "sku_name", "latest_snapshot__captured_a
 
 
 def _server_to_store(hostname: str) -> Server | None:
-    previous = (
+    """The server with its previous snapshot's columns the ingest reads, and that snapshot's
+    reader warnings as `previous_warnings` (stored_json.snapshot_document compares them)."""
+    return _SERVERS_TO_STORE.filter(hostname=hostname).first()
+
+
+_SERVERS_TO_STORE = (
+    Server.objects.select_related("latest_snapshot")
+    .only(
+        *_STORE_COLUMNS,
         "latest_snapshot__gpu_count",
         "latest_snapshot__gpu_model",
+        "latest_snapshot__gpu_models",
         "latest_snapshot__wiring_sha256",
     )
-    servers = Server.objects.select_related("latest_snapshot").only(*_STORE_COLUMNS, *previous)
-    return servers.filter(hostname=hostname).first()
+    .annotate(previous_warnings=F("latest_snapshot__document__warnings"))
+)
 
 
 def _store_report_benchmarks(server: Server, snapshot: Snapshot, report: _Report) -> None:

@@ -28,14 +28,16 @@ def document_json(document: dict[str, Any]) -> Any:
     return Cast(Value(text), JSONField())
 
 
-def snapshot_document(document: dict[str, Any], wiring: str, previous: Snapshot | None) -> Any:
+def snapshot_document(
+    document: dict[str, Any], wiring: str, previous: Snapshot | None, previous_warnings: Any
+) -> Any:
     """The value to write for a new snapshot's `document`: a copy of `previous`'s when that
-    holds the same document (its wiring digest covers all but the warnings, compared here),
-    else document_json. `previous`: the server's current snapshot, read with its
-    wiring_sha256 (it is pinned by the server, so it stays while the ingest's lock is held)."""
+    holds the same document (its wiring digest covers all but the reader's warnings,
+    `previous_warnings`, compared here), else document_json. `previous`: the server's current
+    snapshot, read with its wiring_sha256 (it is pinned by the server, so it stays while the
+    ingest's lock is held)."""
     if previous is None or not wiring or previous.wiring_sha256 != wiring:
         return document_json(document)
-    same = Snapshot.objects.filter(pk=previous.pk)
-    if same.values_list("document__warnings", flat=True).first() != document.get("warnings"):
+    if previous_warnings != document.get("warnings"):
         return document_json(document)
-    return Subquery(same.values("document"))
+    return Subquery(Snapshot.objects.filter(pk=previous.pk).values("document"))

@@ -1,24 +1,26 @@
 """Worker tasks sent at most once at a time per object, tried a bounded number of times, and
 given up with a reason the pages show: the one mechanism every task kind goes through.
 
-New input (a report, a benchmark, staff's edit) resets the attempts (`renew`); the task is
-then sent unless a message for the same object is already out (`send`), and the sweep sends
-only what is not out and not given up. The worker marks the start of each attempt
-(`begin`: the message is consumed, the attempt counted, refused past
+New input (a report, a benchmark, staff's edit) resets the attempts and sends the task once
+its transaction commits, unless a message for the same object is already out (`request`);
+the sweeps send only what is not out and not given up (`send`). The worker marks the start
+of each attempt (`begin`: the message is consumed, the attempt counted, refused past
 TOPOWEB_TASK_MAX_ATTEMPTS), then `finish` or `fail`. A worker killed mid-task records
 nothing: its attempt was counted at the start, so a task that kills its worker every time is
 given up too. Periodic tasks (the sweeps) run one at a time (`one_at_a_time`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import IntegrityError, transaction
-from django.db.models import F, Q, QuerySet
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from topoweb.config.celery_app import enqueue
@@ -27,35 +29,85 @@ from topoweb.fleet.models import QueuedWork
 GAVE_UP_DIED = "the worker stopped before finishing each time (killed, or past its time limit)"
 
 
-def renew(kind: str, key: int) -> None:
-    """New input for this object (a report, a benchmark, staff's edit): its work gets its full
-    tries again. Called inside the transaction that stores the input; the caller then sends
-    the task once it commits (`send`)."""
-    QueuedWork.objects.filter(kind=kind, key=key).exclude(attempts=0, gave_up="").update(
-        attempts=0, gave_up=""
-    )
+def request(kind: str, keys: Sequence[int], task_name: str, *, renew: bool) -> None:
+    """New input for these objects (`renew`: their work gets its full tries again; a report,
+    a benchmark, staff's edit), or only a wish that their pending work runs: each one's task
+    is sent once the caller's transaction commits, unless a message for it is already out or
+    it was given up. The claim is written in the caller's transaction, with its input, in one
+    statement: a transaction that rolls back takes it along, and a process that dies between
+    the commit and the send leaves a claim the sweep counts as lost after
+    TOPOWEB_QUEUED_LOST_AFTER_S and sends again."""
+    if not keys:
+        return
+    now = timezone.now()
+    claimed = _claim(kind, keys, now, renew=renew)
+    if claimed:
+        transaction.on_commit(functools.partial(_send_claimed, kind, claimed, now, task_name))
 
 
 def send(kind: str, key: int, task_name: str) -> bool:
-    """Send the task unless a message for this object is already out or it was given up;
-    whether one was sent. A message out for longer than TOPOWEB_QUEUED_LOST_AFTER_S counts
-    as lost (a broker that lost its queue)."""
+    """Send the task now unless a message for this object is already out or it was given up
+    (the sweeps, a read that finds a drawing missing); whether one was sent."""
     now = timezone.now()
-    _ensure(kind, key)
-    rows = QueuedWork.objects.filter(kind=kind, key=key)
-    lost = now - timedelta(seconds=settings.TOPOWEB_QUEUED_LOST_AFTER_S)
-    claimed = (
-        rows.filter(gave_up="")
-        .filter(Q(queued_at__isnull=True) | Q(queued_at__lt=lost))
-        .update(queued_at=now)
-    )
-    if not claimed:
+    if not _claim(kind, [key], now, renew=False):
         return False
+    return _send_claimed(kind, [key], now, task_name)
 
-    def refused() -> None:  # the broker is down: the sweep sends it later
-        rows.filter(queued_at=now).update(queued_at=None)
 
-    return enqueue(task_name, key, on_refused=refused)
+def _send_claimed(kind: str, keys: list[int], claimed_at: datetime, task_name: str) -> bool:
+    sent = True
+    for key in keys:
+
+        def refused(key: int = key) -> None:  # the broker is down: the sweep sends it later
+            QueuedWork.objects.filter(kind=kind, key=key, queued_at=claimed_at).update(
+                queued_at=None
+            )
+
+        sent = enqueue(task_name, key, on_refused=refused) and sent
+    return sent
+
+
+def _claim(kind: str, keys: Sequence[int], now: datetime, *, renew: bool) -> list[int]:
+    """Of these objects, those whose message this caller sends: one statement that makes
+    each one's row if it has none, renews its tries (`renew`), and marks a message out from
+    `now` where none is (or the last is lost: out longer than TOPOWEB_QUEUED_LOST_AFTER_S)
+    and the work was not given up (renewing takes that back). The row stays locked to the
+    caller's transaction, so two requests at once send one message."""
+    lost = now - timedelta(seconds=settings.TOPOWEB_QUEUED_LOST_AFTER_S)
+    adapt = connection.ops.adapt_datetimefield_value
+    at, before = adapt(now), adapt(lost)
+    chosen = sorted(set(keys))  # in one order: two callers never wait on each other's rows
+    values = [v for key in chosen for v in (kind, key, at, at)]
+    rows = ", ".join(["(%s, %s, %s, 0, '', %s)"] * len(chosen))
+    with connection.cursor() as cursor:
+        cursor.execute(_claim_sql().format(rows=rows), [*values, renew, renew, renew, before, at])
+        return [key for key, claimed in cursor.fetchall() if claimed]
+
+
+@functools.cache
+def _claim_sql() -> str:
+    """The claim's statement (PostgreSQL and SQLite both have upserts with RETURNING), its
+    names from the model. In DO UPDATE the table's columns are the row before the statement."""
+    name = connection.ops.quote_name
+    meta: Any = QueuedWork._meta
+    table = name(meta.db_table)
+    kind, key, queued_at, attempts, gave_up, updated_at = (
+        name(meta.get_field(f).column)
+        for f in ("kind", "key", "queued_at", "attempts", "gave_up", "updated_at")
+    )
+    return f"""
+INSERT INTO {table} ({kind}, {key}, {queued_at}, {attempts}, {gave_up}, {updated_at})
+VALUES {{rows}}
+ON CONFLICT ({kind}, {key}) DO UPDATE SET
+  {attempts} = CASE WHEN %s THEN 0 ELSE {table}.{attempts} END,
+  {gave_up} = CASE WHEN %s THEN '' ELSE {table}.{gave_up} END,
+  {queued_at} = CASE
+    WHEN (%s OR {table}.{gave_up} = '')
+      AND ({table}.{queued_at} IS NULL OR {table}.{queued_at} < %s)
+    THEN excluded.{queued_at} ELSE {table}.{queued_at} END,
+  {updated_at} = excluded.{updated_at}
+RETURNING {key}, {queued_at} = %s
+"""
 
 
 def _ensure(kind: str, key: int) -> None:

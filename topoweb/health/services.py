@@ -4,7 +4,6 @@ staff's SKU expectations."""
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -172,6 +171,7 @@ def expectations_for(
 
 
 HEALTH = "health"  # the kind of work, in fleet.work
+HEALTH_TASK = "health.evaluate"
 
 
 def request_health(server: Server) -> None:
@@ -188,15 +188,13 @@ def request_assessments(server_ids: Sequence[int]) -> None:
     ServerHealth.objects.filter(server_id__in=server_ids, requested_at__isnull=True).update(
         requested_at=now
     )
-    for server_id in server_ids:
-        work.renew(HEALTH, server_id)
-        transaction.on_commit(functools.partial(enqueue_health, server_id))
+    work.request(HEALTH, server_ids, HEALTH_TASK, renew=True)
 
 
 def enqueue_health(server_id: int) -> bool:
     """Send the task unless one is queued or it was given up; a broker that is down is
     logged, not raised: the sweep sends it later."""
-    return work.send(HEALTH, server_id, "health.evaluate")
+    return work.send(HEALTH, server_id, HEALTH_TASK)
 
 
 def run_evaluation(server_id: int) -> bool:
