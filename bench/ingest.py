@@ -278,7 +278,7 @@ def main() -> int:
             )
 
         stored = _seed(args.servers)
-        from topoweb.fleet.services import create_api_token
+        from topoweb.fleet.access import create_api_token
 
         reader = create_api_token("bench-reader")
         sample = [
@@ -404,7 +404,7 @@ def profile(texts: list[str], count: int) -> None:
     from django.db import connection
     from django.test import Client
 
-    from topoweb.fleet.services import create_collector_token
+    from topoweb.fleet.access import create_collector_token
 
     hosts = [f"prof-{i:05d}" for i in range(2 * count + 1)]
     clients = {

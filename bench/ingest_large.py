@@ -77,7 +77,7 @@ def main() -> int:
     rates = {"TOPOWEB_INGEST_RATE": "1000000/min"}
     over = 0
     with live_server(args.workers, args.port, **rates) as base:
-        from topoweb.fleet.services import create_collector_token
+        from topoweb.fleet.access import create_collector_token
 
         print(f"{'report':<30} {'bytes':>9} {'first s':>8} {'then s':>14} {'status':>7}")
         for k, (label, make) in enumerate(CASES.items()):

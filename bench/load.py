@@ -101,7 +101,7 @@ def celery_worker() -> Iterator[None]:
 def poison(base: str) -> list[str]:
     """Issue 24's hostile cases, uploaded before the second run: the hosts now in the fleet.
     The values ingest must refuse are sent too, and must be answered 400 or 413."""
-    from topoweb.fleet.services import create_collector_token
+    from topoweb.fleet.access import create_collector_token
 
     h200 = text(FLEET[0])
     accepted = [
@@ -149,8 +149,8 @@ def main() -> int:
     with live_server(args.workers, args.port, **rates) as base, celery_worker():
         from django.db import connection
 
+        from topoweb.fleet.access import create_api_token, create_collector_token
         from topoweb.fleet.models import Snapshot
-        from topoweb.fleet.services import create_api_token, create_collector_token
 
         reader = create_api_token("bench-load")
         started = time.perf_counter()

@@ -136,8 +136,9 @@ def bench_http(
     with live_server(workers) as base:
         from django.utils import timezone
 
+        from topoweb.fleet.access import create_api_token
         from topoweb.fleet.models import Source
-        from topoweb.fleet.services import create_api_token, ingest_report
+        from topoweb.fleet.services import ingest_report
 
         fixtures = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
         for host, name, gpu in HTTP_SERVERS:

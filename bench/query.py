@@ -186,7 +186,7 @@ def main() -> int:
         from django.core.management import call_command
 
         from topoweb.config.celery_app import app
-        from topoweb.fleet.services import create_api_token
+        from topoweb.fleet.access import create_api_token
 
         # The demo fleet as a running site has it: analyses and health checks done (in this
         # process, as a worker would), so that filters such as no_critical match servers.

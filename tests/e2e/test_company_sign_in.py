@@ -107,8 +107,8 @@ def test_a_person_in_the_upload_group_signs_in_uploads_and_uses_a_token(
 ) -> None:
     from django.contrib.auth.models import User
 
+    from topoweb.fleet.access import create_api_token
     from topoweb.fleet.models import AuditEvent, Server
-    from topoweb.fleet.services import create_api_token
 
     page = sign_in(browser, stack, "alice")
     page.wait_for_url(f"{stack['rp']}/")

@@ -19,8 +19,8 @@ from collector.cli import Settings, run_once
 from collector.upload import Backoff, FlushResult, Outcome
 from tests.collector.conftest import fixture_text
 from tests.collector.nvml_profiles import h100_nvswitch
+from topoweb.fleet.access import create_collector_token
 from topoweb.fleet.models import Server, Snapshot
-from topoweb.fleet.services import create_collector_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,8 +12,8 @@ import pytest
 
 from collector import cli
 from tests.collector.conftest import fixture_text
+from topoweb.fleet.access import create_collector_token
 from topoweb.fleet.models import FabricCapture
-from topoweb.fleet.services import create_collector_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -111,7 +111,7 @@ def report(hostname: str, topo: str = "topo_01_h200-8gpu-12nic-numaid.txt", **ex
 
 def collector_client_for(hostname: str) -> APIClient:
     """A client carrying a fresh collector token for the given hostname."""
-    from topoweb.fleet.services import create_collector_token
+    from topoweb.fleet.access import create_collector_token
 
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_collector_token(hostname)}")
@@ -127,7 +127,7 @@ def collector_client() -> Callable[[str], APIClient]:
 @pytest.fixture
 def reader() -> APIClient:
     """A client reading with an API token, as a scheduler does."""
-    from topoweb.fleet.services import create_api_token
+    from topoweb.fleet.access import create_api_token
 
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_api_token('scheduler')}")

@@ -16,8 +16,9 @@ from django.utils import timezone
 
 from tests.web.conftest import fixture_text, report
 from topoweb.fleet import retention, tasks
+from topoweb.fleet.access import create_api_token
 from topoweb.fleet.models import AuditEvent, Benchmark, Server, Snapshot, Source
-from topoweb.fleet.services import BenchmarkInput, create_api_token, ingest_report
+from topoweb.fleet.services import BenchmarkInput, ingest_report
 
 pytestmark = pytest.mark.django_db
 

@@ -17,9 +17,9 @@ from rest_framework.test import APIClient
 
 from tests.web.conftest import collector_client_for, count_cache_calls, report
 from topoweb.fleet import cached_tokens
+from topoweb.fleet.access import create_api_token, revoke_collector_token
 from topoweb.fleet.models import ApiToken, AuditEvent, CollectorToken
 from topoweb.fleet.selectors import hash_token
-from topoweb.fleet.services import create_api_token, revoke_collector_token
 
 LIST = "/api/v1/servers/"
 

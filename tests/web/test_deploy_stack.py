@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.web import live
 from tests.web.test_deploy_files import REQUIRED, ROOT, VENV_BIN, services
 from topoweb.config.celery_app import app as celery_app
-from topoweb.fleet.services import create_api_token
+from topoweb.fleet.access import create_api_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,8 +13,8 @@ from rest_framework.test import APIClient
 
 from tests.web.conftest import FIXTURES, collector_client_for, report, wait_for
 from topoweb.fleet import fabric_services
+from topoweb.fleet.access import create_api_token
 from topoweb.fleet.models import Fabric, FabricCapture
-from topoweb.fleet.services import create_api_token
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 

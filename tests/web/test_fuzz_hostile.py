@@ -34,7 +34,7 @@ EXPORTS = ("nccl-xml", "gres", "k8s-labels", "kubectl")
 
 @pytest.fixture
 def clients(django_user_model: Any) -> Iterator[tuple[APIClient, Client]]:
-    from topoweb.fleet.services import create_api_token
+    from topoweb.fleet.access import create_api_token
 
     reader = APIClient()
     reader.credentials(HTTP_AUTHORIZATION=f"Bearer {create_api_token('fuzz')}")

@@ -36,9 +36,10 @@ from topoweb.analysis.models import Analysis
 from topoweb.config.answers import KEPT_READ_S, fleet_changed
 from topoweb.config.api import validated
 from topoweb.config.renderers import JSONRenderer, raw_json
+from topoweb.fleet.access import create_api_token
 from topoweb.fleet.changes import servers_changed
 from topoweb.fleet.models import ApiToken, Server, Snapshot
-from topoweb.fleet.services import BenchmarkInput, create_api_token
+from topoweb.fleet.services import BenchmarkInput
 from topoweb.health.services import evaluate_server
 
 pytestmark = pytest.mark.django_db

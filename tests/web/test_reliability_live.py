@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.web import live
 from tests.web.conftest import keep_tasks_here, report, wait_for
 from topoweb.analysis.models import Analysis
+from topoweb.fleet.access import create_api_token, create_collector_token
 from topoweb.fleet.models import Snapshot
-from topoweb.fleet.services import create_api_token, create_collector_token
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 

@@ -12,8 +12,8 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from tests.web.conftest import fixture_text, report, uploader
+from topoweb.fleet.access import create_api_token
 from topoweb.fleet.models import Server, Snapshot
-from topoweb.fleet.services import create_api_token
 
 pytestmark = pytest.mark.django_db
 

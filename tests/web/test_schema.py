@@ -48,8 +48,9 @@ def token(db: None) -> str:
     from django.utils import timezone
 
     from tests.web.conftest import fixture_text
+    from topoweb.fleet.access import create_api_token
     from topoweb.fleet.models import Source
-    from topoweb.fleet.services import create_api_token, ingest_report
+    from topoweb.fleet.services import ingest_report
 
     cache.clear()  # the ingest throttle counts per token across examples
     ingest_report(
@@ -81,8 +82,9 @@ def test_the_richest_documents_match_their_schema_once_computed(keep_test_connec
     from tests.web.conftest import fixture_text
     from topoweb.analysis import services as analysis_services
     from topoweb.analysis.models import Analysis
+    from topoweb.fleet.access import create_api_token
     from topoweb.fleet.models import Source
-    from topoweb.fleet.services import BenchmarkInput, create_api_token, ingest_report
+    from topoweb.fleet.services import BenchmarkInput, ingest_report
     from topoweb.health.services import evaluate_server
 
     done = ingest_report(

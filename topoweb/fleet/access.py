@@ -1,6 +1,6 @@
-"""Who may write, and the record of who did: the audit trail (uploads, tokens made and used,
-sign-ins; who, when, from where) and collector enrollment (the fleet's one secret traded for a
-host's own token on first contact).
+"""Who may write, and the record of who did: tokens made and revoked, the audit trail (uploads,
+tokens made and used, sign-ins; who, when, from where) and collector enrollment (the fleet's
+one secret traded for a host's own token on first contact).
 
 Events are written where the request is known: the API's authentication (a token's use, at
 most once a minute per token, as its last-use mark), the upload view, Django's sign-in signals
@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextvars
 import json
+import secrets
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connection, transaction
 from django.db.models.signals import post_save
@@ -23,7 +25,42 @@ from django.utils import timezone
 from rest_framework.request import Request
 
 from topoweb.fleet.models import ApiToken, AuditEvent, CollectorToken
-from topoweb.fleet.services import create_collector_token
+from topoweb.fleet.selectors import hash_token
+
+# --- tokens ---------------------------------------------------------------------------------
+
+
+def create_collector_token(hostname: str) -> str:
+    """A new token for one host's collector; the plain text exists only in the return value."""
+    token = "twc_" + secrets.token_urlsafe(32)
+    CollectorToken.objects.create(
+        hostname=hostname, token_sha256=hash_token(token), prefix=token[:12]
+    )
+    return token
+
+
+def revoke_collector_token(token: CollectorToken) -> None:
+    token.revoked_at = timezone.now()
+    token.save(update_fields=["revoked_at"])
+
+
+def create_api_token(username: str, scope: str = ApiToken.Scope.READ) -> str:
+    """A new API token for the user, created (without a usable password) if it does not exist.
+    Read only unless `scope` is "upload"."""
+    if scope not in ApiToken.Scope.values:
+        raise ValueError(f"unknown scope {scope!r}; expected one of {ApiToken.Scope.values}")
+    user, created = get_user_model().objects.get_or_create(username=username)
+    if created:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    token = "twa_" + secrets.token_urlsafe(32)
+    ApiToken.objects.create(
+        user=user, token_sha256=hash_token(token), prefix=token[:12], scope=scope
+    )
+    return token
+
+
+# --- the audit trail --------------------------------------------------------------------------
 
 # A Django request, or DRF's wrapping one (it passes META and headers through).
 AnyRequest = HttpRequest | Request

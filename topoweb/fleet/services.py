@@ -1,18 +1,17 @@
 """Writes of the fleet: ingest of reports and uploads (parse with the core, dedupe, store in one
-transaction, then tell the apps built on the fleet: after_new_snapshot), and creation of tokens."""
+transaction, then tell the apps built on the fleet: after_new_snapshot). Tokens are made in
+fleet.access."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
 from django.db.models import F, Q, QuerySet, Subquery
@@ -46,7 +45,6 @@ from topoweb.core.steptime import priced_model
 from topoweb.fleet import changes
 from topoweb.fleet.drift import refresh_sku_drift
 from topoweb.fleet.models import (
-    ApiToken,
     Benchmark,
     CollectorToken,
     Server,
@@ -55,7 +53,6 @@ from topoweb.fleet.models import (
     TopologyClass,
 )
 from topoweb.fleet.selectors import (
-    hash_token,
     hostname_match,
     mark_used,
     needs_mark,
@@ -109,39 +106,6 @@ def after_new_benchmark(hook: BenchmarkHook) -> None:
     """Call `hook(server, benchmark)` whenever an upload stores a new benchmark on its own."""
     if hook not in _AFTER_BENCHMARK:
         _AFTER_BENCHMARK.append(hook)
-
-
-# --- tokens ----------------------------------------------------------------------------------
-
-
-def create_collector_token(hostname: str) -> str:
-    """A new token for one host's collector; the plain text exists only in the return value."""
-    token = "twc_" + secrets.token_urlsafe(32)
-    CollectorToken.objects.create(
-        hostname=hostname, token_sha256=hash_token(token), prefix=token[:12]
-    )
-    return token
-
-
-def revoke_collector_token(token: CollectorToken) -> None:
-    token.revoked_at = timezone.now()
-    token.save(update_fields=["revoked_at"])
-
-
-def create_api_token(username: str, scope: str = ApiToken.Scope.READ) -> str:
-    """A new API token for the user, created (without a usable password) if it does not exist.
-    Read only unless `scope` is "upload"."""
-    if scope not in ApiToken.Scope.values:
-        raise ValueError(f"unknown scope {scope!r}; expected one of {ApiToken.Scope.values}")
-    user, created = get_user_model().objects.get_or_create(username=username)
-    if created:
-        user.set_unusable_password()
-        user.save(update_fields=["password"])
-    token = "twa_" + secrets.token_urlsafe(32)
-    ApiToken.objects.create(
-        user=user, token_sha256=hash_token(token), prefix=token[:12], scope=scope
-    )
-    return token
 
 
 # --- ingest ----------------------------------------------------------------------------------

@@ -5,8 +5,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from topoweb.fleet.access import create_api_token
 from topoweb.fleet.models import ApiToken
-from topoweb.fleet.services import create_api_token
 
 
 class Command(BaseCommand):

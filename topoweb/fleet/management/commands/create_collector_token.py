@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from topoweb.fleet.services import create_collector_token
+from topoweb.fleet.access import create_collector_token
 
 
 class Command(BaseCommand):
