@@ -5,8 +5,9 @@ overall, errors, and reports lost (answered 2xx but not stored).
 
 The fleet is seeded first, through the API: servers of the real fixtures, a 160-GPU NVLink
 ring (neighbours NV1, the rest SYS) and a DGX A100 class whose six servers carry 36 large
-nccl-tests outputs (900 rows each). Starts gunicorn with 2 workers on its own database
-(`<DATABASE_URL's name>_bench`, recreated) and the Redis in REDIS_URL:
+nccl-tests outputs (900 rows each); the load starts once the worker has drawn their graphs.
+Starts gunicorn with 2 workers on its own database (`<DATABASE_URL's name>_bench`, recreated)
+and the Redis in REDIS_URL:
 
     .venv/bin/python bench/load.py [--seconds 30 --clients 8 --workers 2 --port 18190]
 
@@ -181,10 +182,18 @@ def main() -> int:
             body = report(host, text(A100), benchmarks=runs)
             code = request(f"{base}/api/v1/reports", create_collector_token(host), body)
             assert code == 201, (host, code)
+        # The worker draws a server's graph after its report (the 160-GPU ring's takes it a
+        # moment; until then its graph answers 409, "ask again"): the load starts once every
+        # seeded server's graph is drawn, as a fleet's reads come long after its reports.
+        settle_until = time.monotonic() + 120
+        for host in [*seeded, ring, *a100_hosts]:
+            graph = f"{base}/api/v1/servers/{host}/graph/"
+            while request(graph, reader) == 409 and time.monotonic() < settle_until:
+                time.sleep(0.2)
         print(
             f"seeded {len(seeded) + 1 + len(a100_hosts)} servers, "
             f"{per_host * len(a100_hosts)} large benchmarks "
-            f"in {time.perf_counter() - started:.1f} s"
+            f"in {time.perf_counter() - started:.1f} s (graphs drawn)"
         )
 
         def run_load(label: str) -> tuple[float, int, int]:
