@@ -155,3 +155,15 @@ def test_a_claim_whose_message_never_left_is_sent_by_the_sweep_once_lost(
     QueuedWork.objects.update(queued_at=lost)
     assert health_tasks.sweep() == [server.pk]
     assert sent == [("health.evaluate", (server.pk,))]
+
+
+def test_a_request_for_thousands_of_servers_claims_and_sends_each_once(
+    sent: list[tuple[str, tuple[Any, ...]]], django_capture_on_commit_callbacks: Any
+) -> None:
+    """A SKU's siblings all at once: more rows than one statement's parameters allow."""
+    keys = list(range(1, 2501))
+    with django_capture_on_commit_callbacks(execute=True):
+        work.request("health", keys, "health.evaluate", renew=True)
+        work.request("health", keys, "health.evaluate", renew=True)  # already out: none again
+    assert sorted(args[0] for _, args in sent) == keys
+    assert QueuedWork.objects.filter(kind="health", queued_at__isnull=False).count() == 2500

@@ -77,11 +77,20 @@ def _claim(kind: str, keys: Sequence[int], now: datetime, *, renew: bool) -> lis
     adapt = connection.ops.adapt_datetimefield_value
     at, before = adapt(now), adapt(lost)
     chosen = sorted(set(keys))  # in one order: two callers never wait on each other's rows
-    values = [v for key in chosen for v in (kind, key, at, at)]
-    rows = ", ".join(["(%s, %s, %s, 0, '', %s)"] * len(chosen))
+    claimed: list[int] = []
     with connection.cursor() as cursor:
-        cursor.execute(_claim_sql().format(rows=rows), [*values, renew, renew, renew, before, at])
-        return [key for key, claimed in cursor.fetchall() if claimed]
+        # A SKU's thousands of servers in statements of a bounded number of parameters.
+        for start in range(0, len(chosen), _CLAIM_ROWS):
+            part = chosen[start : start + _CLAIM_ROWS]
+            values = [v for key in part for v in (kind, key, at, at)]
+            rows = ", ".join(["(%s, %s, %s, 0, '', %s)"] * len(part))
+            sql = _claim_sql().format(rows=rows)
+            cursor.execute(sql, [*values, renew, renew, renew, before, at])
+            claimed += [key for key, out_now in cursor.fetchall() if out_now]
+    return claimed
+
+
+_CLAIM_ROWS = 1000
 
 
 @functools.cache
