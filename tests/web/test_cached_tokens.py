@@ -5,17 +5,19 @@ the row."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from tests.web.conftest import collector_client_for, count_cache_calls, report
+from tests.web.conftest import collector_client_for, count_cache_calls, keep_tasks_here, report
 from topoweb.fleet import cached_tokens
 from topoweb.fleet.access import create_api_token, revoke_collector_token
 from topoweb.fleet.models import ApiToken, AuditEvent, CollectorToken
@@ -207,3 +209,30 @@ def test_a_collector_token_revoked_or_deleted_is_refused_at_once() -> None:
     assert other.post(REPORTS, body, format="json").status_code == 200
     CollectorToken.objects.get(revoked_at__isnull=True).delete()
     assert other.post(REPORTS, body, format="json").status_code == 401
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_productions_cache_a_kept_collector_token_is_read_once_and_refused_once_revoked(
+    django_assert_max_num_queries: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same through django-redis on the real Redis, as production configures the cache
+    (the rest of the suite keeps it in process)."""
+    shared = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": settings.REDIS_URL,
+        "KEY_PREFIX": f"topoweb-token-test-{uuid.uuid4().hex[:8]}",
+        "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 1},
+    }
+    keep_tasks_here(monkeypatch)  # committed for real: the session's worker must not run them
+    with override_settings(CACHES={**settings.CACHES, "default": shared}):
+        client = collector_client_for("gpu-a01")
+        body = report("gpu-a01")
+        with django_assert_max_num_queries(40) as first:
+            assert client.post(REPORTS, body, format="json").status_code == 201
+        with django_assert_max_num_queries(1) as again:
+            assert client.post(REPORTS, body, format="json").status_code == 200
+        assert "fleet_collectortoken" in " ".join(q["sql"] for q in first.captured_queries)
+        assert "fleet_collectortoken" not in again.captured_queries[0]["sql"]
+        revoke_collector_token(CollectorToken.objects.get())
+        assert client.post(REPORTS, body, format="json").status_code == 401
+        cache.delete_pattern("*")  # this test's prefix only (clear() would empty the broker's db)
