@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from tests.web.conftest import add
+from tests.web.conftest import add, keep_tasks_here
 from topoweb.analysis import services as analysis_services
 from topoweb.analysis.models import Analysis
 from topoweb.fleet import work
@@ -28,14 +28,7 @@ H200 = "topo_01_h200-8gpu-12nic-numaid.txt"
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
     """What fleet.work hands the broker (nothing reaches a worker: none runs here)."""
-    out: list[tuple[str, tuple[Any, ...]]] = []
-
-    def record(task_name: str, *args: Any, **_: Any) -> bool:
-        out.append((task_name, args))
-        return True
-
-    monkeypatch.setattr(work, "enqueue", record)
-    return out
+    return keep_tasks_here(monkeypatch)
 
 
 def test_a_server_asked_for_again_and_again_has_one_evaluation_queued(
