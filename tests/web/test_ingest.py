@@ -37,13 +37,9 @@ from tests.web.conftest import (
 )
 from topoweb.analysis.models import Analysis
 from topoweb.fleet import work
+from topoweb.fleet.access import create_collector_token, revoke_collector_token
 from topoweb.fleet.models import Benchmark, CollectorToken, Server, Snapshot, Source, TopologyClass
-from topoweb.fleet.services import (
-    BenchmarkInput,
-    create_collector_token,
-    ingest_report,
-    revoke_collector_token,
-)
+from topoweb.fleet.services import BenchmarkInput, ingest_report
 
 pytestmark = pytest.mark.django_db
 
