@@ -131,3 +131,17 @@ def test_the_compare_page_names_one_part_per_side_with_the_reported_names_in_det
     }
     assert rows["GPU model"]["a"] == "6x GTX 1070 + 1x GTX 1080"
     assert rows["GPU model"]["detail"]["a"] == MIX
+
+
+def test_the_list_finds_a_mixed_server_by_any_of_its_gpu_models(reader: APIClient) -> None:
+    """The rig prices its GTX 1070s; asking for its one GTX 1080 finds it too."""
+    _report("gtx-rig-a01", [BenchmarkInput("p2p-bandwidth-latency", fixture_text(GTX_P2P))])
+
+    def listed(**wanted: str) -> list[str]:
+        results = reader.get("/api/v1/servers/", wanted).json()["results"]
+        return [row["hostname"] for row in results]
+
+    assert listed(gpu_model="gtx 1080") == ["gtx-rig-a01"]
+    assert listed(gpu_model="1070") == ["gtx-rig-a01"]
+    assert listed(search="GTX 1080") == ["gtx-rig-a01"]
+    assert listed(gpu_model="H200") == []

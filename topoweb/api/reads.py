@@ -45,7 +45,12 @@ from topoweb.health.documents import (
 
 class ServerFilterSerializer(serializers.Serializer):
     sku = serializers.CharField(required=False, default="")
-    gpu_model = serializers.CharField(required=False, default="")
+    gpu_model = serializers.CharField(
+        required=False,
+        default="",
+        help_text="Part of a GPU model's name: the server's priced model or, where its GPUs "
+        "differ, any of them",
+    )
     gpu_count = serializers.IntegerField(required=False, min_value=0, max_value=100000)
     has_nvlink = serializers.BooleanField(required=False, allow_null=True, default=None)
     health = serializers.ChoiceField(

@@ -149,11 +149,20 @@ def servers(filters: ServerFilters) -> QuerySet[Server]:
     return _filtered(Server.objects.all(), filters)
 
 
+def _named_model(term: str) -> Q:
+    """Servers whose GPUs include a model named like `term`: the priced one, or any part of a
+    mixed server (Snapshot.gpu_models' names, searched as the JSON text of that list: a term
+    of digits alone may also meet a count there)."""
+    return Q(latest_snapshot__gpu_model__icontains=term) | Q(
+        latest_snapshot__gpu_models__models__icontains=term
+    )
+
+
 def _filtered(qs: QuerySet[Server, Any], filters: ServerFilters) -> QuerySet[Server, Any]:
     if filters.sku:
         qs = qs.filter(sku_name__iexact=filters.sku)
     if filters.gpu_model:
-        qs = qs.filter(latest_snapshot__gpu_model__icontains=filters.gpu_model)
+        qs = qs.filter(_named_model(filters.gpu_model))
     if filters.gpu_count is not None:
         qs = qs.filter(latest_snapshot__gpu_count=filters.gpu_count)
     if filters.has_nvlink is not None:
@@ -161,9 +170,7 @@ def _filtered(qs: QuerySet[Server, Any], filters: ServerFilters) -> QuerySet[Ser
     if filters.search:
         term = filters.search
         qs = qs.filter(
-            Q(hostname__icontains=term)
-            | Q(sku_name__icontains=term)
-            | Q(latest_snapshot__gpu_model__icontains=term)
+            Q(hostname__icontains=term) | Q(sku_name__icontains=term) | _named_model(term)
         )
     return qs.order_by(*_order_by(filters.ordering))
 
