@@ -53,8 +53,10 @@ def fleet() -> None:
     add("v100-03", V100_OTHER_MESH, "DGX-1V")  # differs from its SKU
     add("rtx-01", RTX6000, "ESC8000A")
     evaluate_server(Server.objects.get(hostname="h200-01").pk)  # health checks ran on one
-    empty = Server.objects.create(hostname="empty-01", labels={"rack": "r9"})  # no report yet
-    servers_changed([empty.pk])  # as the services do for each server they write
+    Server.objects.create(hostname="empty-01", labels={"rack": "r9"})  # no report yet
+    # Every server's documents, as the health worker writes them after a new snapshot's
+    # evaluation (the ingest leaves them to it) and the services for each server they write.
+    servers_changed(Server.objects.values_list("pk", flat=True))
 
 
 def test_a_page_past_the_end_still_answers_404_and_an_empty_filter_an_empty_page(

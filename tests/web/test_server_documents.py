@@ -8,6 +8,7 @@ import importlib
 from datetime import timedelta
 from typing import Any
 
+import orjson
 import pytest
 from django.contrib import admin
 from django.test import RequestFactory
@@ -22,6 +23,7 @@ from topoweb.health.documents import (
     SNAPSHOT_TEXTS,
     ServerDetailSerializer,
     ServerSummarySerializer,
+    write_documents,
 )
 from topoweb.health.models import HealthFinding, ServerDocument
 from topoweb.health.selectors import server_findings
@@ -42,6 +44,13 @@ def detail(reader: APIClient, hostname: str) -> dict[str, Any]:
     assert response.status_code == 200
     body: dict[str, Any] = response.json()
     return body
+
+
+def assessed(ingested: Any) -> Any:
+    """What the health worker does after an ingest that stored a new snapshot (the suite's
+    transactions never commit, so it is not sent): its assessment and documents, stored."""
+    evaluate_server(ingested.server.pk)
+    return ingested
 
 
 def as_serialized(hostname: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -98,6 +107,24 @@ def test_a_new_snapshot_changes_the_servers_row_and_detail(reader: APIClient) ->
     assert (before["gpu_count"], after["gpu_count"]) == (8, 4)
     assert after["latest_snapshot_id"] != before["latest_snapshot_id"]
     assert (served["snapshot_count"], served["snapshot"]["gpu_count"]) == (2, 4)
+
+
+def test_a_new_snapshot_leaves_its_servers_documents_to_the_health_worker(
+    reader: APIClient,
+) -> None:
+    """The ingest drops the server's stored documents (the health evaluation it asks for
+    writes them); meanwhile the list and detail serve them built from what is stored."""
+    assessed(add("gpu-02", H200, "X"))
+    add("gpu-02", RTX6000, "X")
+    assert not ServerDocument.objects.filter(server__hostname="gpu-02").exists()
+    built = (row(reader, "gpu-02"), detail(reader, "gpu-02"))
+    assert not ServerDocument.objects.filter(server__hostname="gpu-02").exists()
+    assert (built[0]["gpu_count"], built[1]["snapshot_count"]) == (4, 2)
+
+    evaluate_server(Server.objects.get(hostname="gpu-02").pk)
+    stored = ServerDocument.objects.get(server__hostname="gpu-02")
+    assert orjson.loads(stored.summary)["gpu_count"] == 4
+    assert row(reader, "gpu-02")["latest_snapshot_id"] == built[0]["latest_snapshot_id"]
 
 
 def test_a_benchmark_changes_the_detail(reader: APIClient) -> None:
@@ -226,7 +253,7 @@ def test_pruned_snapshots_change_the_detail(reader: APIClient, settings: Any) ->
 def test_a_duplicate_report_moves_last_seen_without_writing_the_documents(
     reader: APIClient,
 ) -> None:
-    add("gpu-dup", H200, "X")
+    assessed(add("gpu-dup", H200, "X"))
     Server.objects.filter(hostname="gpu-dup").update(last_seen_at=timezone.now() - timedelta(1))
     written = ServerDocument.objects.get(server__hostname="gpu-dup").written_at
     before = row(reader, "gpu-dup")["last_seen_at"]
@@ -257,6 +284,7 @@ def test_the_migration_writes_the_documents_of_the_servers_already_stored(
     add(
         "rtx-01", RTX6000, "ESC8000A", benchmarks=[BenchmarkInput("nccl-tests", fixture_text(NCCL))]
     )
+    write_documents(Server.objects.values_list("pk", flat=True))
     stored = dict(ServerDocument.objects.values_list("server_id", "detail"))
     ServerDocument.objects.all().delete()
     migration = importlib.import_module("topoweb.health.migrations.0008_fill_server_documents")
@@ -310,7 +338,7 @@ def test_the_health_worker_locks_the_server_before_its_health_row_as_an_ingest_d
 def test_the_server_page_shows_the_row_the_list_serves(reader: APIClient) -> None:
     """The page's summary is the server's stored list row (one read path for one document):
     what the list serves, the page shows, counts beside it."""
-    add("gpu-a01", H200)
+    assessed(add("gpu-a01", H200))
     ServerDocument.objects.filter(server__hostname="gpu-a01").update(
         summary=ServerDocument.objects.get(server__hostname="gpu-a01").summary.replace(
             '"health":', '"sku_shown":"as stored","health":', 1

@@ -13,12 +13,16 @@ from topoweb.fleet.models import Server
 
 DocumentWriter = Callable[[list[int]], None]
 _WRITERS: list[DocumentWriter] = []
+_DROPPERS: list[DocumentWriter] = []
 
 
-def writes_documents(writer: DocumentWriter) -> None:
-    """Call `writer(server_ids)` whenever a write changed what these servers' documents show."""
+def writes_documents(writer: DocumentWriter, dropper: DocumentWriter) -> None:
+    """Call `writer(server_ids)` whenever a write changed what these servers' documents show,
+    and `dropper(server_ids)` when a worker will write them (servers_outdated)."""
     if writer not in _WRITERS:
         _WRITERS.append(writer)
+    if dropper not in _DROPPERS:
+        _DROPPERS.append(dropper)
 
 
 def servers_changed(server_ids: Iterable[int]) -> None:
@@ -30,6 +34,22 @@ def servers_changed(server_ids: Iterable[int]) -> None:
     for writer in _WRITERS:
         writer(ids)
     fleet_changed()  # reads kept whole (config.answers) are computed again
+
+
+def servers_outdated(server_ids: Iterable[int]) -> None:
+    """These servers' stored documents no longer hold, and the caller has asked for the work
+    that writes them again: the health evaluation a new snapshot requests ends by writing
+    them (health.services.evaluate_server). They are dropped now, inside the caller's
+    transaction, and until the worker writes them a read builds them from what is stored
+    (health.documents), so a reader never sees the change without its document. An ingest
+    then leaves the documents' build to the worker, which builds them anyway once its
+    assessment is stored, instead of building them twice."""
+    ids = sorted(set(server_ids))
+    if not ids:
+        return
+    for dropper in _DROPPERS:
+        dropper(ids)
+    fleet_changed()
 
 
 def lock_servers(server_ids: Iterable[int]) -> None:

@@ -306,7 +306,10 @@ def _store_report(report: _Report) -> Ingested:
         drifted = refresh_sku_drift(sku_name)
         for snapshot_hook in _AFTER_SNAPSHOT:
             snapshot_hook(server, snapshot)
-        changes.servers_changed([server.pk, *drifted])
+        # The server's documents are written by its health evaluation, which the hooks asked
+        # for; its SKU siblings' (a drift finding) are written now.
+        changes.servers_outdated([server.pk])
+        changes.servers_changed([pk for pk in drifted if pk != server.pk])
     return Ingested(server=server, created=True, snapshot=snapshot)
 
 

@@ -20,4 +20,4 @@ class HealthConfig(AppConfig):
         after_new_snapshot(services.on_new_report)
         after_new_benchmark(services.on_new_report)
         after_class_analysed(services.on_class_analysed)
-        writes_documents(documents.write_documents)
+        writes_documents(documents.write_documents, documents.drop_documents)

@@ -278,6 +278,12 @@ def write_documents(server_ids: Iterable[int]) -> None:
         )
 
 
+def drop_documents(server_ids: Iterable[int]) -> None:
+    """Delete these servers' documents (registered with fleet.changes, for servers_outdated):
+    reads build them from what is stored until write_documents runs again."""
+    ServerDocument.objects.filter(server_id__in=sorted(set(server_ids))).delete()
+
+
 # --- served ---------------------------------------------------------------------------------
 
 _SEEN = serializers.DateTimeField(allow_null=True)
