@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
-from django.db.models import F, Q, QuerySet, Subquery
+from django.db.models import Q, QuerySet, Subquery
 from django.utils import timezone
 
 from topoweb.config import limits
@@ -42,7 +42,7 @@ from topoweb.core.gpunames import count_models, models_from_text
 from topoweb.core.merge import merge_sources
 from topoweb.core.model import NcclRun, NvbandwidthRun, P2PResult, Topology
 from topoweb.core.steptime import priced_model
-from topoweb.fleet import changes
+from topoweb.fleet import changes, statements
 from topoweb.fleet.drift import refresh_sku_drift
 from topoweb.fleet.models import (
     Benchmark,
@@ -248,9 +248,8 @@ def _store_report(report: _Report) -> Ingested:
     now = timezone.now()
     with transaction.atomic():
         _one_ingest_per_host_at_a_time(report.hostname)
-        server = _server_to_store(report.hostname) or Server.objects.create(
-            hostname=report.hostname
-        )
+        found = statements.server_to_store(report.hostname, report.captured_at)
+        server, newest = found or (Server.objects.create(hostname=report.hostname), True)
         gpu_model, gpu_models = _gpu_model(
             report.facts, report.gpu_model_hint, report.parsed_benchmarks
         )
@@ -298,7 +297,7 @@ def _store_report(report: _Report) -> Ingested:
         server.last_seen_at = now
         server.sku_name = sku_name
         # Spooled reports can arrive late: the newest capture, not the newest arrival, is current.
-        if previous is None or report.captured_at >= previous.captured_at:
+        if newest:
             server.latest_snapshot = snapshot
             server.topology_class = topology_class
             update_fields += ["latest_snapshot", "topology_class"]
@@ -311,30 +310,6 @@ def _store_report(report: _Report) -> Ingested:
         changes.servers_outdated([server.pk])
         changes.servers_changed([pk for pk in drifted if pk != server.pk])
     return Ingested(server=server, created=True, snapshot=snapshot)
-
-
-# The server a report is stored on, with what the ingest reads of its previous snapshot: one
-# query of a few columns (not the previous snapshot's text and documents).
-_STORE_COLUMNS = ("hostname", "labels", "sku_name", "latest_snapshot__captured_at")
-
-
-def _server_to_store(hostname: str) -> Server | None:
-    """The server with its previous snapshot's columns the ingest reads, and that snapshot's
-    reader warnings as `previous_warnings` (stored_json.snapshot_document compares them)."""
-    return _SERVERS_TO_STORE.filter(hostname=hostname).first()
-
-
-_SERVERS_TO_STORE = (
-    Server.objects.select_related("latest_snapshot")
-    .only(
-        *_STORE_COLUMNS,
-        "latest_snapshot__gpu_count",
-        "latest_snapshot__gpu_model",
-        "latest_snapshot__gpu_models",
-        "latest_snapshot__wiring_sha256",
-    )
-    .annotate(previous_warnings=F("latest_snapshot__document__warnings"))
-)
 
 
 def _store_report_benchmarks(server: Server, snapshot: Snapshot, report: _Report) -> None:
@@ -371,43 +346,6 @@ def _duplicate(hostname: str, digest: str) -> tuple[Any, ...] | None:
     ).first()
 
 
-# `seen` is the server's row as the statement found it: its last_seen_at before this one.
-_DUPLICATE_SQL = f"""
-UPDATE {Server._meta.db_table} AS server SET last_seen_at = %s
-FROM {Snapshot._meta.db_table} AS snapshot, {Server._meta.db_table} AS seen
-WHERE server.hostname = %s AND snapshot.server_id = server.id AND snapshot.content_sha256 = %s
-  AND seen.id = server.id
-RETURNING server.id, snapshot.id, snapshot.document -> 'warnings', seen.last_seen_at{{lazy}}
-"""
-# The same, marking the collector token used too (whatever the report turns out to be): one
-# statement, and one commit to wait for, instead of two.
-_MARKING_TOKEN = f"""
-WITH token AS (UPDATE {CollectorToken._meta.db_table} SET last_used_at = %s WHERE id = %s{{lazy}})
-"""
-# The statement, run on its own (autocommit: it is its whole transaction), commits without
-# waiting for the disk: set_config(..., true) holds for this transaction only, set by whichever
-# of its updates writes a row (RETURNING runs per row written, a data-modifying WITH's too).
-# What it writes are marks, the server's last_seen_at and the token's last_used_at: a crash of
-# PostgreSQL (not of a client) can lose the last few hundred milliseconds of them (at most
-# 3 x wal_writer_delay), never data, never a corrupt row, and the next report marks them again.
-# The wait it saves, a WAL flush, is most of what a duplicate costs. A new report's own
-# transaction, and every later one on the connection, commits durably as before (and flushes
-# these marks with it); inside a caller's transaction the statement leaves the setting alone:
-# it would hold for everything the caller writes.
-_LAZY_COMMIT = "set_config('synchronous_commit', 'off', true)"
-
-
-def _duplicate_sql(marks_token: bool, lazy: bool) -> str:
-    marking = _MARKING_TOKEN.format(lazy=f" RETURNING {_LAZY_COMMIT}" if lazy else "")
-    found = _DUPLICATE_SQL.format(lazy=f", {_LAZY_COMMIT}" if lazy else "")
-    return (marking.strip() + "\n" if marks_token else "") + found.strip()
-
-
-_DUPLICATE_SQLS = {
-    (t, lazy): _duplicate_sql(t, lazy) for t in (False, True) for lazy in (False, True)
-}
-
-
 def _stored_duplicate(
     hostname: str, digest: str, token: CollectorToken | None = None
 ) -> Ingested | None:
@@ -418,26 +356,18 @@ def _stored_duplicate(
     if token is not None and not needs_mark(token, now):
         token = None
     if connection.vendor == "postgresql":
-        # Found and marked seen in one statement, by the (server, content) unique index.
-        sql = _DUPLICATE_SQLS[token is not None, connection.get_autocommit()]
-        with connection.cursor() as cursor:
-            if token is None:
-                cursor.execute(sql, [now, hostname, digest])
-            else:
-                cursor.execute(sql, [now, token.pk, now, hostname, digest])
-                token.last_used_at = now
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        server_id, snapshot_id, warnings, seen_before = row[:4]
-        if isinstance(warnings, str):
-            warnings = json.loads(warnings)
-    else:
-        mark_used(token)
-        found = _duplicate(hostname, digest)
+        found = statements.mark_duplicate(hostname, digest, now, token)
+        if token is not None:
+            token.last_used_at = now
         if found is None:
             return None
-        snapshot_id, server_id, warnings, seen_before = found
+        server_id, snapshot_id, warnings, seen_before = found
+    else:
+        mark_used(token)
+        row = _duplicate(hostname, digest)
+        if row is None:
+            return None
+        snapshot_id, server_id, warnings, seen_before = row
         Server.objects.filter(pk=server_id).update(last_seen_at=now)
     server_seen(seen_before, now)  # kept reads show its last_seen_at
     server = Server.from_db(
@@ -732,14 +662,6 @@ def _sku_name(server: Server, host: dict[str, Any] | None) -> str:
     return server.sku_name
 
 
-# A report's class, as the ingest reads it when it exists (most reports): the names it may
-# fill in, not the class's topology document.
-def _topology_class_names(fingerprint: str) -> TopologyClass | None:
-    return (
-        TopologyClass.objects.only("sku_name", "gpu_model").filter(fingerprint=fingerprint).first()
-    )
-
-
 def _topology_class(
     report: _Report, sku_name: str, gpu_model: str, summary: str
 ) -> tuple[TopologyClass, bool]:
@@ -747,7 +669,7 @@ def _topology_class(
     the caller copies the snapshot's into it, in the same transaction."""
     topology, document = report.topology, report.document
     fingerprint = fingerprint_of_wiring(topology, report.wiring)
-    found = _topology_class_names(fingerprint)
+    found = statements.topology_class_names(fingerprint)
     if found is not None:
         topology_class, created = found, False
     else:

@@ -1,0 +1,114 @@
+"""The report path's statements written out (fleet.statements) read what the ORM queries they
+replace read, on PostgreSQL here and on SQLite (the embedded default) in a process of its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from tests.web.conftest import H200, RTX6000, add
+from topoweb.fleet import statements
+from topoweb.fleet.models import Server, TopologyClass
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_server_to_store_is_the_orms_server_with_its_current_snapshots_columns() -> None:
+    add("gpu-01", H200, "HGX H200", "NVIDIA H200")
+    Server.objects.filter(hostname="gpu-01").update(labels={"rack": "r7", "sku": "lab"})
+    stored = Server.objects.select_related("latest_snapshot").get(hostname="gpu-01")
+    current = stored.latest_snapshot
+    assert current is not None
+
+    found = statements.server_to_store("gpu-01", current.captured_at + timedelta(seconds=1))
+    assert found is not None
+    server, newest = found
+    previous = server.latest_snapshot
+    assert previous is not None
+    assert (server.pk, server.hostname, server.labels, server.sku_name) == (
+        stored.pk,
+        "gpu-01",
+        {"rack": "r7", "sku": "lab"},
+        stored.sku_name,
+    )
+    assert [
+        getattr(previous, f)
+        for f in ("pk", "server_id", "gpu_count", "gpu_model", "gpu_models", "wiring_sha256")
+    ] == [
+        getattr(current, f)
+        for f in ("pk", "server_id", "gpu_count", "gpu_model", "gpu_models", "wiring_sha256")
+    ]
+    assert server.previous_warnings == current.document["warnings"]  # type: ignore[attr-defined]
+    assert newest
+    # A capture as old as the current one is still the newest; an earlier one is not.
+    assert statements.server_to_store("gpu-01", current.captured_at) == (server, True)
+    earlier = statements.server_to_store("gpu-01", current.captured_at - timedelta(seconds=1))
+    assert earlier is not None and not earlier[1]
+
+
+def test_a_server_without_a_snapshot_or_none_at_all() -> None:
+    Server.objects.create(hostname="empty-01")
+    found = statements.server_to_store("empty-01", timezone.now())
+    assert found is not None
+    server, newest = found
+    assert (server.latest_snapshot, newest, server.labels) == (None, True, {})
+    assert statements.server_to_store("nobody", timezone.now()) is None
+
+
+def test_a_class_is_read_with_the_names_the_orm_reads() -> None:
+    add("rtx-01", RTX6000, "ESC8000A")
+    stored = TopologyClass.objects.get()
+    found = statements.topology_class_names(stored.fingerprint)
+    assert found is not None
+    assert (found.pk, found.sku_name, found.gpu_model) == (
+        stored.pk,
+        stored.sku_name,
+        stored.gpu_model,
+    )
+    assert statements.topology_class_names("no such fingerprint") is None
+
+
+def test_on_sqlite_a_late_capture_is_stored_without_becoming_current(tmp_path: Path) -> None:
+    """The embedded default runs the same statements: a report, a newer one, then one captured
+    before both, on a SQLite database of its own."""
+    env: dict[str, Any] = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "DJANGO_SETTINGS_MODULE": "topoweb.config.settings",
+        "DEBUG": "1",
+    }
+    env.pop("REDIS_URL", None)
+    manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
+    subprocess.run([*manage, "migrate", "--noinput"], env=env, check=True, capture_output=True)
+    script = textwrap.dedent(
+        f"""
+        from datetime import datetime, timezone
+        from topoweb.fleet.models import Server
+        from topoweb.fleet.services import ingest_report
+        from topoweb.fleet.statements import server_to_store
+        text = open({str(Path(settings.BASE_DIR) / "tests/fixtures" / H200)!r}).read()
+        def at(hour):
+            return datetime(2026, 11, 29, hour, tzinfo=timezone.utc)
+        ids = [
+            ingest_report(hostname="gpu-01", topo_text=text, captured_at=at(hour),
+                          source="collector", host={{"kernel": str(hour)}}).snapshot.pk
+            for hour in (10, 12, 11)
+        ]
+        server, newest = server_to_store("gpu-01", at(9))
+        print(ids, Server.objects.get().latest_snapshot_id, server.latest_snapshot.pk, newest)
+        """
+    )
+    done = subprocess.run(
+        [*manage, "shell", "-c", script], env=env, check=True, capture_output=True, text=True
+    )
+    # Three snapshots; the second stays current, and a capture older than it is not newest.
+    assert done.stdout.splitlines()[-1] == "[1, 2, 3] 2 2 False"

@@ -1,0 +1,195 @@
+"""The report path's reads and marks, written out as SQL.
+
+A collector's report runs the same few statements every time. Building and compiling an ORM
+query (joins, deferred columns, annotations) costs a report more than running it, and the ORM
+does that on every call. So these statements are written out once, and their tables and
+columns are taken from the models. Only public APIs are used: a cursor, the models' `_meta`,
+`Model.from_db` and `connection.ops`. The SQL runs on PostgreSQL and SQLite alike; the
+duplicate's single statement is PostgreSQL's only. tests/web/test_statements.py checks each
+against the ORM query it replaces, so a model change that they miss fails there.
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import datetime
+from typing import Any, TypeVar
+
+import orjson
+from django.db import DEFAULT_DB_ALIAS, connection
+from django.db.models import Model
+
+from topoweb.fleet.models import CollectorToken, Server, Snapshot, TopologyClass
+
+M = TypeVar("M", bound=Model)
+
+
+def _json(text: Any) -> Any:
+    """A JSON column as the cursor gives it (text on both databases, without the ORM's
+    converters), decoded."""
+    return orjson.loads(text) if isinstance(text, str | bytes) else text
+
+
+def _loaded(model: type[M], values: dict[str, Any]) -> M:
+    """An instance of `model` with these columns (by attname) loaded, the rest deferred, as
+    the ORM loads a row (`from_db` takes them in the model's field order)."""
+    names = [f.attname for f in model._meta.concrete_fields if f.attname in values]
+    return model.from_db(DEFAULT_DB_ALIAS, names, [values[n] for n in names])
+
+
+def _table(model: Any) -> str:
+    return str(connection.ops.quote_name(model._meta.db_table))
+
+
+def _column(model: Any, field: str) -> str:
+    return str(connection.ops.quote_name(model._meta.get_field(field).column))
+
+
+# --- the server a new report is stored on ----------------------------------------------------
+
+
+@functools.cache
+def _server_to_store_sql(vendor: str) -> str:
+    server, snapshot = _table(Server), _table(Snapshot)
+    s = {f: _column(Server, f) for f in ("id", "hostname", "labels", "sku_name", "latest_snapshot")}
+    p = {
+        f: _column(Snapshot, f)
+        for f in ("id", "gpu_count", "gpu_model", "gpu_models", "wiring_sha256", "document")
+    }
+    captured = _column(Snapshot, "captured_at")
+    warnings = (
+        f"p.{p['document']} -> 'warnings'"
+        if vendor == "postgresql"
+        else (f"json_extract(p.{p['document']}, '$.warnings')")
+    )
+    return f"""
+SELECT s.{s["id"]}, s.{s["labels"]}, s.{s["sku_name"]}, p.{p["id"]}, p.{p["gpu_count"]},
+  p.{p["gpu_model"]}, p.{p["gpu_models"]}, p.{p["wiring_sha256"]}, {warnings},
+  p.{captured} <= %s
+FROM {server} s LEFT JOIN {snapshot} p ON p.{p["id"]} = s.{s["latest_snapshot"]}
+WHERE s.{s["hostname"]} = %s
+"""
+
+
+def server_to_store(hostname: str, captured_at: datetime) -> tuple[Server, bool] | None:
+    """The server a report of `hostname` is stored on, with what the ingest reads of its
+    current snapshot as `server.latest_snapshot` (id, GPU count and models, wiring digest;
+    its reader warnings as `server.previous_warnings`), and whether a report captured at
+    `captured_at` is the newest capture (it becomes the current snapshot); None without such
+    a server. One statement of a few columns, not the snapshot's texts and documents."""
+    at = connection.ops.adapt_datetimefield_value(captured_at)
+    with connection.cursor() as cursor:
+        cursor.execute(_server_to_store_sql(connection.vendor), [at, hostname])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    server_id, labels, sku_name, snapshot_id, gpu_count, model, models, wiring = row[:8]
+    warnings, newest = row[8:]
+    server = _loaded(
+        Server,
+        {
+            "id": server_id,
+            "hostname": hostname,
+            "labels": _json(labels),
+            "sku_name": sku_name,
+            "latest_snapshot_id": snapshot_id,
+        },
+    )
+    if snapshot_id is None:
+        server.latest_snapshot = None
+        return server, True
+    server.latest_snapshot = _loaded(
+        Snapshot,
+        {
+            "id": snapshot_id,
+            "server_id": server_id,
+            "gpu_count": gpu_count,
+            "gpu_model": model,
+            "gpu_models": _json(models),
+            "wiring_sha256": wiring,
+        },
+    )
+    server.previous_warnings = _json(warnings)  # type: ignore[attr-defined]
+    return server, bool(newest)
+
+
+# --- a class's names --------------------------------------------------------------------------
+
+
+@functools.cache
+def _class_names_sql() -> str:
+    columns = ", ".join(_column(TopologyClass, f) for f in ("id", "sku_name", "gpu_model"))
+    return (
+        f"SELECT {columns} FROM {_table(TopologyClass)} "
+        f"WHERE {_column(TopologyClass, 'fingerprint')} = %s"
+    )
+
+
+def topology_class_names(fingerprint: str) -> TopologyClass | None:
+    """The class of this fingerprint as a report reads it when it exists (most reports): the
+    names it may fill in, not its topology document."""
+    with connection.cursor() as cursor:
+        cursor.execute(_class_names_sql(), [fingerprint])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return _loaded(TopologyClass, dict(zip(("id", "sku_name", "gpu_model"), row, strict=True)))
+
+
+# --- a duplicate -----------------------------------------------------------------------------
+
+# `seen` is the server's row as the statement found it: its last_seen_at before this one.
+_DUPLICATE_SQL = f"""
+UPDATE {Server._meta.db_table} AS server SET last_seen_at = %s
+FROM {Snapshot._meta.db_table} AS snapshot, {Server._meta.db_table} AS seen
+WHERE server.hostname = %s AND snapshot.server_id = server.id AND snapshot.content_sha256 = %s
+  AND seen.id = server.id
+RETURNING server.id, snapshot.id, snapshot.document -> 'warnings', seen.last_seen_at{{lazy}}
+"""
+# The same, marking the collector token used too (whatever the report turns out to be): one
+# statement, and one commit to wait for, instead of two.
+_MARKING_TOKEN = f"""
+WITH token AS (UPDATE {CollectorToken._meta.db_table} SET last_used_at = %s WHERE id = %s{{lazy}})
+"""
+# The statement, run on its own (autocommit: it is its whole transaction), commits without
+# waiting for the disk: set_config(..., true) holds for this transaction only, set by whichever
+# of its updates writes a row (RETURNING runs per row written, a data-modifying WITH's too).
+# What it writes are marks, the server's last_seen_at and the token's last_used_at: a crash of
+# PostgreSQL (not of a client) can lose the last few hundred milliseconds of them (at most
+# 3 x wal_writer_delay), never data, never a corrupt row, and the next report marks them again.
+# The wait it saves, a WAL flush, is most of what a duplicate costs. A new report's own
+# transaction, and every later one on the connection, commits durably as before (and flushes
+# these marks with it); inside a caller's transaction the statement leaves the setting alone:
+# it would hold for everything the caller writes.
+_LAZY_COMMIT = "set_config('synchronous_commit', 'off', true)"
+
+
+def _duplicate_sql(marks_token: bool, lazy: bool) -> str:
+    marking = _MARKING_TOKEN.format(lazy=f" RETURNING {_LAZY_COMMIT}" if lazy else "")
+    found = _DUPLICATE_SQL.format(lazy=f", {_LAZY_COMMIT}" if lazy else "")
+    return (marking.strip() + "\n" if marks_token else "") + found.strip()
+
+
+_DUPLICATE_SQLS = {
+    (t, lazy): _duplicate_sql(t, lazy) for t in (False, True) for lazy in (False, True)
+}
+
+
+def mark_duplicate(
+    hostname: str, digest: str, now: datetime, token: CollectorToken | None
+) -> tuple[int, int, Any, datetime | None] | None:
+    """PostgreSQL: the stored snapshot with this content for this host, found by the
+    (server, content) unique index and its server marked seen at `now` (and `token` marked
+    used) in one statement: (server id, snapshot id, its reader warnings, the server's
+    last_seen_at before); None when the report is new."""
+    sql = _DUPLICATE_SQLS[token is not None, connection.get_autocommit()]
+    with connection.cursor() as cursor:
+        if token is None:
+            cursor.execute(sql, [now, hostname, digest])
+        else:
+            cursor.execute(sql, [now, token.pk, now, hostname, digest])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    server_id, snapshot_id, warnings, seen_before = row[:4]
+    return server_id, snapshot_id, _json(warnings), seen_before
