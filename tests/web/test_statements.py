@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from tests.web.conftest import H200, RTX6000, add
 from topoweb.fleet import statements
-from topoweb.fleet.models import Server, TopologyClass
+from topoweb.fleet.models import Server, Snapshot, TopologyClass
 
 pytestmark = pytest.mark.django_db
 
@@ -75,6 +75,60 @@ def test_a_class_is_read_with_the_names_the_orm_reads() -> None:
         stored.gpu_model,
     )
     assert statements.topology_class_names("no such fingerprint") is None
+
+
+def _row(model: Any, pk: int) -> dict[str, Any]:
+    return dict(model.objects.filter(pk=pk).values().get())
+
+
+def test_a_row_inserted_and_updated_is_the_row_save_writes() -> None:
+    """Every column the statement writes is the one `save()` writes (defaults, auto_now_add,
+    foreign keys, JSON): a field added to the model that the statements missed fails here."""
+    add("gpu-01", H200, "HGX H200")
+    server = Server.objects.select_related("latest_snapshot").get()
+    template = server.latest_snapshot
+    assert template is not None
+
+    def copy() -> Snapshot:
+        fields = {
+            f.attname: getattr(template, f.attname)
+            for f in Snapshot._meta.concrete_fields
+            if not f.primary_key and f.name not in ("received_at", "content_sha256")
+        }
+        return Snapshot(**fields | {"nvml": {"gpus": [{"name": "x"}]}, "gpu_models": {"a": 2}})
+
+    saved, written = copy(), copy()
+    saved.content_sha256, written.content_sha256 = "a" * 64, "b" * 64
+    saved.save()
+    statements.insert_row(written, {"document": statements.snapshot_document(
+        template.document, "", None, None)})  # fmt: skip
+    assert written.pk is not None and not written._state.adding
+    by_save, by_statement = _row(Snapshot, saved.pk), _row(Snapshot, written.pk)
+    for row in (by_save, by_statement):
+        del row["id"], row["content_sha256"], row["received_at"]
+    assert by_statement == by_save
+
+    server.last_seen_at = timezone.now()
+    server.sku_name = "HGX H200 (rev 2)"
+    server.latest_snapshot = written
+    statements.update_row(server, ["last_seen_at", "sku_name", "latest_snapshot"])
+    stored = _row(Server, server.pk)
+    assert (stored["last_seen_at"], stored["sku_name"], stored["latest_snapshot_id"]) == (
+        server.last_seen_at,
+        "HGX H200 (rev 2)",
+        written.pk,
+    )
+
+
+def test_a_re_reports_document_is_copied_from_the_current_snapshot_in_the_database() -> None:
+    add("gpu-01", H200)
+    current = Snapshot.objects.get()
+    sql, params = statements.snapshot_document(
+        current.document, current.wiring_sha256, current, current.document["warnings"]
+    )
+    assert params == [current.pk] and sql.startswith("(SELECT")
+    # Other warnings, or another wiring, send the document itself.
+    assert statements.snapshot_document(current.document, "other", current, None)[1] != [current.pk]
 
 
 def test_on_sqlite_a_late_capture_is_stored_without_becoming_current(tmp_path: Path) -> None:

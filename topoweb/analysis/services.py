@@ -5,6 +5,7 @@ What is computed is `topoweb.core.analysis.analyse`; this module only claims, ca
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -25,6 +26,7 @@ from topoweb.core.model import DocumentError
 from topoweb.fleet import services as fleet_services
 from topoweb.fleet import work
 from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
+from topoweb.fleet.statements import column_name, table_name
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +50,24 @@ def current_analysis_for(topology_class: TopologyClass) -> Analysis:
     return analysis
 
 
-# What every new snapshot asks of its class's analysis: three columns (not the row with its
-# result, the whole analysis document).
 def _current_status(class_id: int) -> list[tuple[int, str, str]]:
-    return list(
-        Analysis.objects.filter(
-            topology_class_id=class_id, cost_model_version=COST_MODEL_VERSION
-        ).values_list("id", "status", "benchmark_set")
+    """What every new snapshot asks of its class's analysis: three columns (not the row with
+    its result, the whole analysis document), in a statement written out once rather than a
+    query the ORM builds on every report."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute(_current_status_sql(), [class_id, COST_MODEL_VERSION])
+        return [(pk, status, seen) for pk, status, seen in cursor.fetchall()]
+
+
+@functools.cache
+def _current_status_sql() -> str:
+    id_, status, seen, class_id, version = (
+        column_name(Analysis, f)
+        for f in ("id", "status", "benchmark_set", "topology_class", "cost_model_version")
+    )
+    return (
+        f"SELECT {id_}, {status}, {seen} FROM {table_name(Analysis)} "
+        f"WHERE {class_id} = %s AND {version} = %s"
     )
 
 

@@ -57,7 +57,6 @@ from topoweb.fleet.selectors import (
     mark_used,
     needs_mark,
 )
-from topoweb.fleet.stored_json import snapshot_document
 
 BENCHMARK_KINDS = (
     Benchmark.Kind.NCCL.value,
@@ -261,15 +260,12 @@ def _store_report(report: _Report) -> Ingested:
         _one_ingest_per_sku_at_a_time(sku_name)
         summary = nvlink_summary(topology)
         topology_class, new_class = _topology_class(report, sku_name, gpu_model, summary)
-        snapshot = Snapshot.objects.create(
+        snapshot = Snapshot(
             server=server,
             content_sha256=report.digest,
             wiring_sha256=report.wiring,
             raw_text=report.topo_text,
             nccl_xml=report.nccl_xml,
-            document=snapshot_document(
-                report.document, report.wiring, previous, getattr(server, "previous_warnings", None)
-            ),
             source=report.source,
             uploaded_by=report.uploaded_by,
             collector_version=report.collector_version,
@@ -287,7 +283,11 @@ def _store_report(report: _Report) -> Ingested:
             nvlink_summary=summary,
             warning_count=len(topology.warnings),
         )
-        snapshot.document = report.document  # as read back, not the expression it was sent as
+        document = statements.snapshot_document(
+            report.document, report.wiring, previous, getattr(server, "previous_warnings", None)
+        )
+        statements.insert_row(snapshot, {"document": document})
+        snapshot.document = report.document  # as read back
         if new_class:  # its document is the snapshot's: copied in the database, not sent again
             TopologyClass.objects.filter(pk=topology_class.pk).update(
                 document=Subquery(Snapshot.objects.filter(pk=snapshot.pk).values("document"))
@@ -301,7 +301,7 @@ def _store_report(report: _Report) -> Ingested:
             server.latest_snapshot = snapshot
             server.topology_class = topology_class
             update_fields += ["latest_snapshot", "topology_class"]
-        server.save(update_fields=update_fields)
+        statements.update_row(server, update_fields)
         drifted = refresh_sku_drift(sku_name)
         for snapshot_hook in _AFTER_SNAPSHOT:
             snapshot_hook(server, snapshot)

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import orjson
 from django.db import DEFAULT_DB_ALIAS, connection
-from django.db.models import Model
+from django.db.models import Field, Model
 
 from topoweb.fleet.models import CollectorToken, Server, Snapshot, TopologyClass
 
@@ -37,11 +37,19 @@ def _loaded(model: type[M], values: dict[str, Any]) -> M:
     return model.from_db(DEFAULT_DB_ALIAS, names, [values[n] for n in names])
 
 
-def _table(model: Any) -> str:
+def _field(model: type[Model], name: str) -> Field[Any, Any]:
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field), name  # a column, not a relation's other side
+    return field
+
+
+def table_name(model: Any) -> str:
+    """A model's table, quoted for the connection's SQL."""
     return str(connection.ops.quote_name(model._meta.db_table))
 
 
-def _column(model: Any, field: str) -> str:
+def column_name(model: Any, field: str) -> str:
+    """A model field's column, quoted for the connection's SQL."""
     return str(connection.ops.quote_name(model._meta.get_field(field).column))
 
 
@@ -50,13 +58,16 @@ def _column(model: Any, field: str) -> str:
 
 @functools.cache
 def _server_to_store_sql(vendor: str) -> str:
-    server, snapshot = _table(Server), _table(Snapshot)
-    s = {f: _column(Server, f) for f in ("id", "hostname", "labels", "sku_name", "latest_snapshot")}
+    server, snapshot = table_name(Server), table_name(Snapshot)
+    s = {
+        f: column_name(Server, f)
+        for f in ("id", "hostname", "labels", "sku_name", "latest_snapshot")
+    }
     p = {
-        f: _column(Snapshot, f)
+        f: column_name(Snapshot, f)
         for f in ("id", "gpu_count", "gpu_model", "gpu_models", "wiring_sha256", "document")
     }
-    captured = _column(Snapshot, "captured_at")
+    captured = column_name(Snapshot, "captured_at")
     warnings = (
         f"p.{p['document']} -> 'warnings'"
         if vendor == "postgresql"
@@ -118,10 +129,10 @@ def server_to_store(hostname: str, captured_at: datetime) -> tuple[Server, bool]
 
 @functools.cache
 def _class_names_sql() -> str:
-    columns = ", ".join(_column(TopologyClass, f) for f in ("id", "sku_name", "gpu_model"))
+    columns = ", ".join(column_name(TopologyClass, f) for f in ("id", "sku_name", "gpu_model"))
     return (
-        f"SELECT {columns} FROM {_table(TopologyClass)} "
-        f"WHERE {_column(TopologyClass, 'fingerprint')} = %s"
+        f"SELECT {columns} FROM {table_name(TopologyClass)} "
+        f"WHERE {column_name(TopologyClass, 'fingerprint')} = %s"
     )
 
 
@@ -134,6 +145,90 @@ def topology_class_names(fingerprint: str) -> TopologyClass | None:
     if row is None:
         return None
     return _loaded(TopologyClass, dict(zip(("id", "sku_name", "gpu_model"), row, strict=True)))
+
+
+# --- rows written ---------------------------------------------------------------------------
+
+
+@functools.cache
+def _insert_sql(model: type[Model], vendor: str, given: tuple[tuple[str, str], ...]) -> str:
+    values = dict(given)
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    marks = ", ".join(values.get(f.name, "%s") for f in fields)
+    pk = connection.ops.quote_name(model._meta.pk.column)
+    return f"INSERT INTO {table_name(model)} ({columns}) VALUES ({marks}) RETURNING {pk}"
+
+
+def insert_row(obj: Model, given: dict[str, tuple[str, list[Any]]] | None = None) -> None:
+    """Insert `obj` as `obj.save()` would (each field's `pre_save` and `get_db_prep_save`, what
+    Django's own insert sends) and set its primary key; `given`: fields written by an SQL
+    expression of their own instead, (SQL, parameters). No model signals are sent (nothing
+    listens on the models written this way) and nothing is validated."""
+    given = given or {}
+    params: list[Any] = []
+    for field in type(obj)._meta.concrete_fields:
+        if field.primary_key:
+            continue
+        if field.name in given:
+            params += given[field.name][1]
+        else:
+            params.append(field.get_db_prep_save(field.pre_save(obj, True), connection))
+    shape = tuple(sorted((name, sql) for name, (sql, _) in given.items()))
+    with connection.cursor() as cursor:
+        cursor.execute(_insert_sql(type(obj), connection.vendor, shape), params)
+        (obj.pk,) = cursor.fetchone()
+    obj._state.adding, obj._state.db = False, DEFAULT_DB_ALIAS
+
+
+@functools.cache
+def _update_sql(model: type[Model], names: tuple[str, ...]) -> str:
+    sets = ", ".join(f"{connection.ops.quote_name(_field(model, n).column)} = %s" for n in names)
+    pk = connection.ops.quote_name(model._meta.pk.column)
+    return f"UPDATE {table_name(model)} SET {sets} WHERE {pk} = %s"
+
+
+def update_row(obj: Model, names: list[str]) -> None:
+    """`obj.save(update_fields=names)` of a row known to exist, as one statement."""
+    params = [
+        (field := _field(type(obj), n)).get_db_prep_save(field.pre_save(obj, False), connection)
+        for n in names
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_update_sql(type(obj), tuple(names)), [*params, obj.pk])
+
+
+# --- a new snapshot's document ---------------------------------------------------------------
+
+
+def snapshot_document(
+    document: dict[str, Any], wiring: str, previous: Snapshot | None, previous_warnings: Any
+) -> tuple[str, list[Any]]:
+    """How a new snapshot's `document` is written (for insert_row): a copy of `previous`'s,
+    made in the database, when that holds the very same document (its wiring digest covers
+    all but the reader's warnings, `previous_warnings`, compared here): most re-reports,
+    whose facts changed but not their matrix, and up to 10 MB of JSON for a 576-GPU domain
+    neither sent nor parsed again. Else orjson's text, much faster than json.dumps (the
+    document holds strings, integers, null, lists and objects only, so the JSON value stored
+    is the one json.dumps gives; SQLite, which keeps the text, keeps it spaced differently);
+    one orjson refuses (a lone surrogate) goes to the field's own encoding, which fails as it
+    always has. `previous`: the server's current snapshot, read with its wiring_sha256 (it is
+    pinned by the server, so it stays while the ingest's lock is held)."""
+    column = column_name(Snapshot, "document")
+    if (
+        previous is not None
+        and wiring
+        and previous.wiring_sha256 == wiring
+        and previous_warnings == document.get("warnings")
+    ):
+        pk = column_name(Snapshot, "id")
+        return f"(SELECT {column} FROM {table_name(Snapshot)} WHERE {pk} = %s)", [previous.pk]
+    try:
+        text = orjson.dumps(document).decode()
+    except orjson.JSONEncodeError:
+        field = Snapshot._meta.get_field("document")
+        return "%s", [field.get_db_prep_save(document, connection)]
+    return ("CAST(%s AS jsonb)" if connection.vendor == "postgresql" else "%s"), [text]
 
 
 # --- a duplicate -----------------------------------------------------------------------------

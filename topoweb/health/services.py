@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 import orjson
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
@@ -38,6 +38,7 @@ from topoweb.core.model import Topology
 from topoweb.fleet import changes, drawings, work
 from topoweb.fleet import selectors as fleet_selectors
 from topoweb.fleet.models import Benchmark, Server, Snapshot
+from topoweb.fleet.statements import column_name, table_name
 from topoweb.health import selectors
 from topoweb.health.assessment import assessment_document, bounded_acceptance
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
@@ -185,10 +186,30 @@ def request_assessments(server_ids: Sequence[int]) -> None:
     their evaluations their full tries again (fleet.work) and send each once the caller
     commits, unless one is already queued: one queued evaluation per server at most."""
     now = timezone.now()
-    ServerHealth.objects.filter(server_id__in=server_ids, requested_at__isnull=True).update(
-        requested_at=now
-    )
+    _mark_requested(server_ids, now)
     work.request(HEALTH, server_ids, HEALTH_TASK, renew=True)
+
+
+def _mark_requested(server_ids: Sequence[int], now: datetime) -> None:
+    """Their assessments' `requested_at` is `now` where none was: a statement written out,
+    since every new report runs it (the ORM builds its query anew each time), in parts of a
+    bounded number of parameters (a SKU's thousands of servers)."""
+    table = table_name(ServerHealth)
+    requested, server = (
+        column_name(ServerHealth, "requested_at"),
+        column_name(ServerHealth, "server"),
+    )
+    at = connection.ops.adapt_datetimefield_value(now)
+    ids = sorted(set(server_ids))
+    with connection.cursor() as cursor:
+        for start in range(0, len(ids), 1000):
+            part = ids[start : start + 1000]
+            marks = ", ".join(["%s"] * len(part))
+            cursor.execute(
+                f"UPDATE {table} SET {requested} = %s "
+                f"WHERE {requested} IS NULL AND {server} IN ({marks})",
+                [at, *part],
+            )
 
 
 def enqueue_health(server_id: int) -> bool:
