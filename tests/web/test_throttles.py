@@ -109,3 +109,24 @@ def test_a_cache_that_is_down_lets_requests_through(
 
     monkeypatch.setattr(SimpleRateThrottle.cache, "incr", down)
     assert all(IngestThrottle().allow_request(_request(5), None) for _ in range(3))
+
+
+def test_a_window_opens_in_two_round_trips_and_counts_in_one(
+    redis_cache: RedisCache, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A collector reporting less often than the window lasts opens one with most reports.
+    settings.TOPOWEB_INGEST_RATE = "5/min"
+    calls: list[str] = []
+    for name in ("get", "get_many", "add", "set", "incr", "touch"):
+        method = getattr(redis_cache, name)
+
+        def counted(*args: Any, _name: str = name, _method: Any = method, **kw: Any) -> Any:
+            calls.append(_name)
+            return _method(*args, **kw)
+
+        monkeypatch.setattr(redis_cache, name, counted)
+    assert IngestThrottle().allow_request(_request(12), None)
+    opened = list(calls)
+    calls.clear()
+    assert IngestThrottle().allow_request(_request(12), None)
+    assert (opened, calls) == (["incr", "add"], ["incr"])

@@ -42,8 +42,7 @@ class SettingRateThrottle(SimpleRateThrottle):
         try:
             count = self._count(key, duration)
             if count > limit:
-                opened = self.cache.get(f"{key}:opened")
-                self.remaining = duration - (self.timer() - opened) if opened else duration
+                self.remaining = self._left(key, duration)
         except Exception:
             # A cache that is down must not turn reports away: they are worth more than the
             # limit. The failure is logged; the budget applies again once the cache is back.
@@ -53,21 +52,29 @@ class SettingRateThrottle(SimpleRateThrottle):
 
     def _count(self, key: str, duration: int) -> int:
         """This request's number in the caller's window, which opens with its first request
-        and lasts `duration` seconds (the counter's expiry)."""
-        for _ in range(3):  # the window may close between add and incr: open a new one
+        and lasts `duration` seconds (the counter's expiry). A collector reporting less often
+        than the window lasts opens one with most of its reports: two round trips then (the
+        count that finds none, the add that opens it), one otherwise."""
+        for _ in range(3):  # the window may close between incr and add: count again
             try:
                 count = int(self.cache.incr(key))
-                break
-            except ValueError:  # no window open: open one
-                self.cache.add(key, 0, timeout=duration)
-        else:
-            raise RuntimeError(f"throttle window {key} could not be opened")
-        if count == 1:
-            # The window's first request. `touch` also gives an expiry to a counter left
-            # without one (incr keeps the expiry a counter has, and gives it none).
-            self.cache.touch(key, duration)
-            self.cache.set(f"{key}:opened", self.timer(), timeout=duration)
-        return count
+            except ValueError:  # no window open: open one, counting this request
+                if self.cache.add(key, 1, timeout=duration):
+                    return 1
+                continue
+            if count == 1:
+                # A counter left without an expiry (incr keeps the expiry a counter has, and
+                # gives it none): it gets one now.
+                self.cache.touch(key, duration)
+            return count
+        raise RuntimeError(f"throttle window {key} could not be opened")
+
+    def _left(self, key: str, duration: int) -> float:
+        """Seconds until the caller's window closes: the counter's time to live where the
+        cache tells it (django-redis's `ttl`, Redis in production), else the whole window."""
+        ttl = getattr(self.cache, "ttl", None)
+        left = ttl(key) if ttl is not None else None
+        return float(left) if isinstance(left, int) and left > 0 else float(duration)
 
     def wait(self) -> float | None:
         """Seconds until the caller's window closes (the Retry-After of a 429)."""
