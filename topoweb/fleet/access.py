@@ -24,6 +24,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from rest_framework.request import Request
 
+from topoweb.fleet import statements
 from topoweb.fleet.models import ApiToken, AuditEvent, CollectorToken
 from topoweb.fleet.selectors import hash_token
 
@@ -93,7 +94,7 @@ def record(
 ) -> AuditEvent:
     if forwarded_for:
         detail["forwarded_for"] = forwarded_for[:300]
-    return AuditEvent.objects.create(
+    event = AuditEvent(
         at=timezone.now(),
         kind=kind,
         actor=actor[:300],
@@ -102,6 +103,10 @@ def record(
         subject=subject[:300],
         detail=detail,
     )
+    # Written out (fleet.statements): a token's once-a-minute mark records one, and a new
+    # collector's first report pays it.
+    statements.insert_row(event)
+    return event
 
 
 def record_request(kind: str, request: AnyRequest, *, actor: str = "", **fields: Any) -> None:

@@ -248,7 +248,7 @@ def _store_report(report: _Report) -> Ingested:
     with transaction.atomic():
         _one_ingest_per_host_at_a_time(report.hostname)
         found = statements.server_to_store(report.hostname, report.captured_at)
-        server, newest = found or (Server.objects.create(hostname=report.hostname), True)
+        server, newest = found or (_new_server(report.hostname), True)
         gpu_model, gpu_models = _gpu_model(
             report.facts, report.gpu_model_hint, report.parsed_benchmarks
         )
@@ -310,6 +310,12 @@ def _store_report(report: _Report) -> Ingested:
         changes.servers_outdated([server.pk])
         changes.servers_changed([pk for pk in drifted if pk != server.pk])
     return Ingested(server=server, created=True, snapshot=snapshot)
+
+
+def _new_server(hostname: str) -> Server:
+    server = Server(hostname=hostname)
+    statements.insert_row(server)  # a new collector's first report: written out as the rest
+    return server
 
 
 def _store_report_benchmarks(server: Server, snapshot: Snapshot, report: _Report) -> None:
