@@ -166,3 +166,18 @@ def test_on_sqlite_a_late_capture_is_stored_without_becoming_current(tmp_path: P
     )
     # Three snapshots; the second stays current, and a capture older than it is not newest.
     assert done.stdout.splitlines()[-1] == "[1, 2, 3] 2 2 False"
+
+
+def test_a_statement_for_thousands_of_ids_runs_in_parts() -> None:
+    """More ids than one statement may take (PostgreSQL's 65,535 parameters): every part runs."""
+    first = Server.objects.create(hostname="a-01")
+    last = Server.objects.create(pk=10**6 + 80_000, hostname="z-01")  # in the last part
+    table, sku = statements.table_name(Server), statements.column_name(Server, "sku_name")
+    pk = statements.column_name(Server, "id")
+    others = range(10**6, 10**6 + 70_000)  # no such servers
+    statements.execute_for_ids(
+        f"UPDATE {table} SET {sku} = %s WHERE {pk} IN ({{ids}})",
+        [first.pk, *others, last.pk],
+        ["HGX"],
+    )
+    assert list(Server.objects.values_list("sku_name", flat=True)) == ["HGX", "HGX"]

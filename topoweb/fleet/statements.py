@@ -12,6 +12,7 @@ against the ORM query it replaces, so a model change that they miss fails there.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -51,6 +52,17 @@ def table_name(model: Any) -> str:
 def column_name(model: Any, field: str) -> str:
     """A model field's column, quoted for the connection's SQL."""
     return str(connection.ops.quote_name(model._meta.get_field(field).column))
+
+
+def execute_for_ids(sql: str, ids: Iterable[int], before: Sequence[Any] = ()) -> None:
+    """Run `sql`, whose `{ids}` is a list of placeholders, for these ids in one order, in
+    parts of a bounded number of parameters (a SKU's thousands of servers); `before`: the
+    parameters that come ahead of the ids."""
+    chosen = sorted(set(ids))
+    with connection.cursor() as cursor:
+        for start in range(0, len(chosen), 1000):
+            part = chosen[start : start + 1000]
+            cursor.execute(sql.format(ids=", ".join(["%s"] * len(part))), [*before, *part])
 
 
 # --- the server a new report is stored on ----------------------------------------------------

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, cast
 
 import orjson
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Count, F, OuterRef, QuerySet, Subquery, TextField
 from django.db.models.functions import Cast, Coalesce
 from drf_spectacular.utils import extend_schema_field
@@ -26,7 +26,7 @@ from topoweb.analysis.serializers import (
 from topoweb.core.gpunames import gpu_family
 from topoweb.core.health.groups import group_documents
 from topoweb.fleet.models import Benchmark, Server, Snapshot
-from topoweb.fleet.statements import column_name, table_name
+from topoweb.fleet.statements import column_name, execute_for_ids, table_name
 from topoweb.health import selectors
 from topoweb.health.models import HealthFinding, ServerDocument
 
@@ -284,13 +284,8 @@ def drop_documents(server_ids: Iterable[int]) -> None:
     reads build them from what is stored until write_documents runs again. A statement
     written out: every new report runs it, and the ORM's delete first collects what would
     cascade (nothing does) and builds its query anew each time."""
-    ids = sorted(set(server_ids))
     table, column = table_name(ServerDocument), column_name(ServerDocument, "server")
-    with connection.cursor() as cursor:
-        for start in range(0, len(ids), 1000):  # a bounded number of parameters each
-            part = ids[start : start + 1000]
-            marks = ", ".join(["%s"] * len(part))
-            cursor.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", part)
+    execute_for_ids(f"DELETE FROM {table} WHERE {column} IN ({{ids}})", server_ids)
 
 
 # --- served ---------------------------------------------------------------------------------

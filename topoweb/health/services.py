@@ -38,7 +38,7 @@ from topoweb.core.model import Topology
 from topoweb.fleet import changes, drawings, work
 from topoweb.fleet import selectors as fleet_selectors
 from topoweb.fleet.models import Benchmark, Server, Snapshot
-from topoweb.fleet.statements import column_name, table_name
+from topoweb.fleet.statements import column_name, execute_for_ids, table_name
 from topoweb.health import selectors
 from topoweb.health.assessment import assessment_document, bounded_acceptance
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
@@ -194,22 +194,14 @@ def _mark_requested(server_ids: Sequence[int], now: datetime) -> None:
     """Their assessments' `requested_at` is `now` where none was: a statement written out,
     since every new report runs it (the ORM builds its query anew each time), in parts of a
     bounded number of parameters (a SKU's thousands of servers)."""
-    table = table_name(ServerHealth)
-    requested, server = (
-        column_name(ServerHealth, "requested_at"),
-        column_name(ServerHealth, "server"),
+    requested = column_name(ServerHealth, "requested_at")
+    server = column_name(ServerHealth, "server")
+    execute_for_ids(
+        f"UPDATE {table_name(ServerHealth)} SET {requested} = %s "
+        f"WHERE {requested} IS NULL AND {server} IN ({{ids}})",
+        server_ids,
+        [connection.ops.adapt_datetimefield_value(now)],
     )
-    at = connection.ops.adapt_datetimefield_value(now)
-    ids = sorted(set(server_ids))
-    with connection.cursor() as cursor:
-        for start in range(0, len(ids), 1000):
-            part = ids[start : start + 1000]
-            marks = ", ".join(["%s"] * len(part))
-            cursor.execute(
-                f"UPDATE {table} SET {requested} = %s "
-                f"WHERE {requested} IS NULL AND {server} IN ({marks})",
-                [at, *part],
-            )
 
 
 def enqueue_health(server_id: int) -> bool:
