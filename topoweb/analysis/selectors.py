@@ -44,6 +44,7 @@ from topoweb.core.ledger import PRESETS
 from topoweb.core.model import NcclRun, Topology
 from topoweb.core.numbering import canonical_gpus, in_server_order
 from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
+from topoweb.fleet.statements import column_name, table_name
 
 log = logging.getLogger(__name__)
 
@@ -411,17 +412,13 @@ def _host_analyses() -> str:
     building and compiling this ORM query each time cost several times running it. Names come
     from the models' _meta, so a renamed table or column follows; tests/web/test_reads.py holds
     its answer to the ORM's for every server."""
-    analysis, server = Analysis._meta, Server._meta
-
-    def column(meta: Any, name: str) -> str:
-        return f'"{meta.get_field(name).column}"'
-
+    a, s = Analysis, Server
     return (
-        f"SELECT a.{column(analysis, 'id')}, a.{column(analysis, 'updated_at')}, "
-        f"a.{column(analysis, 'cost_model_version')} "
-        f'FROM "{analysis.db_table}" a JOIN "{server.db_table}" s '
-        f"ON s.{column(server, 'topology_class')} = a.{column(analysis, 'topology_class')} "
-        f"WHERE s.{column(server, 'hostname')} = %s"
+        f"SELECT a.{column_name(a, 'id')}, a.{column_name(a, 'updated_at')}, "
+        f"a.{column_name(a, 'cost_model_version')} "
+        f"FROM {table_name(a)} a JOIN {table_name(s)} s "
+        f"ON s.{column_name(s, 'topology_class')} = a.{column_name(a, 'topology_class')} "
+        f"WHERE s.{column_name(s, 'hostname')} = %s"
     )
 
 

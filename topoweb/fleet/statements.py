@@ -119,7 +119,6 @@ def server_to_store(hostname: str, captured_at: datetime) -> tuple[Server, bool]
         },
     )
     if snapshot_id is None:
-        server.latest_snapshot = None
         return server, True
     server.latest_snapshot = _loaded(
         Snapshot,

@@ -15,7 +15,6 @@ import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
@@ -25,6 +24,7 @@ from django.utils import timezone
 
 from topoweb.config.celery_app import enqueue
 from topoweb.fleet.models import QueuedWork
+from topoweb.fleet.statements import column_name, table_name
 
 GAVE_UP_DIED = "the worker stopped before finishing each time (killed, or past its time limit)"
 
@@ -97,11 +97,9 @@ _CLAIM_ROWS = 1000
 def _claim_sql() -> str:
     """The claim's statement (PostgreSQL and SQLite both have upserts with RETURNING), its
     names from the model. In DO UPDATE the table's columns are the row before the statement."""
-    name = connection.ops.quote_name
-    meta: Any = QueuedWork._meta
-    table = name(meta.db_table)
+    table = table_name(QueuedWork)
     kind, key, queued_at, attempts, gave_up, updated_at = (
-        name(meta.get_field(f).column)
+        column_name(QueuedWork, f)
         for f in ("kind", "key", "queued_at", "attempts", "gave_up", "updated_at")
     )
     return f"""
