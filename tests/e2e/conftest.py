@@ -31,6 +31,24 @@ def browser() -> Iterator[Browser]:
         browser.close()
 
 
+@pytest.fixture(autouse=True)
+def held_tasks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[object, ...]]]:
+    """The tasks the pages' requests ask for, held here instead of sent (the live server runs
+    in this process): each test runs what the workers would (`analyse_pending`) when it has
+    looked at the pending state. Sent, they could be taken by the session worker that
+    tests/web starts, which would finish them before a page could show what it waits for."""
+    from topoweb.fleet import work
+
+    held: list[tuple[str, tuple[object, ...]]] = []
+
+    def hold(task_name: str, *args: object, **_: object) -> bool:
+        held.append((task_name, args))
+        return True
+
+    monkeypatch.setattr(work, "enqueue", hold)
+    return held
+
+
 H200 = "e2e-h200-01"  # topo_01: 8x H200, NV18 all-to-all, 12 NICs, two NUMA nodes
 A100 = "e2e-a100-01"  # topo_26: DGX A100, NV12 all-to-all, 12 mlx5 NICs, nccl_06 attached
 DGX1 = "e2e-dgx1-01"  # topo_12: V100 hybrid cube mesh (NV1/NV2), for placement that matters

@@ -242,7 +242,8 @@ def test_a_glued_affinity_capture_shows_its_repair_and_pins_to_numa_node_0(page:
     expect(warnings.first).to_contain_text("read as CPUs 0-45,92-137 on NUMA node 0")
     page.click("#save-button")
     page.wait_for_url(re.compile(r"/servers/glued-h200-u01/$"))
-    # No worker here: the page says the assessment is pending and claims no findings.
+    # Its task held (conftest.held_tasks): the page says the assessment is pending and
+    # claims no findings.
     expect(page.locator("#assessment-pending")).to_be_visible()
     expect(page.locator("#findings")).to_contain_text("Checks pending")
     analyse_pending()  # what the workers do; the page asks again and reloads

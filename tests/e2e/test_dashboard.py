@@ -274,7 +274,8 @@ def test_uploading_a_good_file_creates_the_server_and_opens_its_page(
     expect(page.locator("#preview-summary")).to_contain_text("4 GPUs, 4 NICs")
     page.click("#save-button")
     page.wait_for_url(re.compile(r"/servers/e2e-uploaded-01/$"))
-    # No worker in e2e: the page waits for the assessment, and fills in once it is stored.
+    # The page waits for the assessment (its task held, conftest.held_tasks), and fills in
+    # once it is stored.
     expect(page.locator("#assessment-pending")).to_be_visible()
     analyse_pending()
     expect(page.locator("#assessment-pending")).to_be_hidden(timeout=15_000)

@@ -5,8 +5,6 @@ upload form making a new fabric."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, expect
@@ -80,18 +78,11 @@ def test_the_fabric_page_draws_ibnet_01(page: Page, ndr_fabric: None) -> None:
 
 
 def test_a_capture_uploaded_on_the_fabrics_page_opens_its_fabric(
-    page: Page, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    page: Page, held_tasks: list[tuple[str, tuple[object, ...]]]
 ) -> None:
-    from topoweb.fleet import fabric_services, work
+    from topoweb.fleet import fabric_services
     from topoweb.fleet.models import FabricCapture
 
-    # The analysis the upload asks for is held here (the live server runs in this process), not
-    # sent: a session worker started by an earlier test would otherwise finish it before the
-    # page could show that it waits for it.
-    held: list[tuple[str, tuple[object, ...]]] = []
-    monkeypatch.setattr(
-        work, "enqueue", lambda name, *args, **kw: held.append((name, args)) or True
-    )
     page.goto("/fabrics/")
     page.fill("#fabric-name", "lab-ndr")
     page.set_input_files("#fabric-file", str(IBNET_01))
@@ -101,7 +92,7 @@ def test_a_capture_uploaded_on_the_fabrics_page_opens_its_fabric(
     # The page says what it waits for, and draws once the analysis is stored.
     expect(page.locator("#fabric-summary")).to_contain_text("analysing")
     capture = FabricCapture.objects.get()
-    assert held == [(fabric_services.ANALYSE_TASK, (capture.pk,))]
+    assert held_tasks == [(fabric_services.ANALYSE_TASK, (capture.pk,))]
     fabric_services.analyse_capture(capture.pk)
     wait_for_flag(page, "fabric-ready")
     page.goto("/fabrics/")
