@@ -20,8 +20,9 @@ the client side while a figure is measured. Three kinds of report, each for a fi
 - duplicate: a known host reports what it reported before, as most of a fleet's reports are.
 
 201 and 200 answers are counted apart (a new-report run that ran out of fresh hosts answers
-200 for the rest; any other status is reported as failed). Ports: BENCH_PORT (topoweb) and
-BENCH_PORT + 1 (the bare app) when set, else free ones.
+200 for the rest; any other status is reported as failed). The bare app is measured before and
+after the reports, and each ratio is against their mean (as in bench/query.py). Ports:
+BENCH_PORT (topoweb) and BENCH_PORT + 1 (the bare app) when set, else free ones.
 """
 
 from __future__ import annotations
@@ -214,25 +215,6 @@ def main() -> int:
         fresh.create_tokens()
         _store_first_reports(known)
         url = base + "/api/v1/reports/"
-        # Warm-up: every worker has parsed, classified and stored before anything is timed.
-        wrk(url, known.script("changed", "warm", args.threads), 1, args)
-        runs = [
-            (
-                "new, changed facts",
-                201,
-                wrk(url, known.script("changed", "run", args.threads), args.duration, args),
-            ),
-            (
-                "new, first report",
-                201,
-                wrk(url, fresh.script("first", "", args.threads), args.duration, args),
-            ),
-            (
-                "duplicate",
-                200,
-                wrk(url, known.script("same", "", args.threads), args.duration, args),
-            ),
-        ]
         size = len(
             json.dumps(
                 {
@@ -245,24 +227,48 @@ def main() -> int:
         )
         bare_port = port + 1 if port else _free_port()
         bare = f"http://127.0.0.1:{bare_port}/bare"
+        body = {"pad": "x" * max(0, size - 11)}  # the same bytes on the wire
+        bare_script = BARE_LUA.format(body=lua_string(json.dumps(body)))
         with gunicorn(
             "bench.bare_drf:application", bare_port, args.workers, dict(os.environ), bare
         ):
-            body = {"pad": "x" * max(0, size - 11)}  # the same bytes on the wire
-            script = BARE_LUA.format(body=lua_string(json.dumps(body)))
-            wrk(bare, script, 1, args)
-            bare_run = wrk(bare, script, args.duration, args)
+            # Warm-up: every topoweb worker has parsed, classified and stored before anything
+            # is timed, and the bare app has answered.
+            wrk(url, known.script("changed", "warm", args.threads), 1, args)
+            wrk(bare, bare_script, 1, args)
+            # The bare app before and after the reports, as bench/query.py does: each ratio is
+            # against their mean, so that a machine drifting during the runs moves both sides.
+            baseline = [wrk(bare, bare_script, args.duration, args)]
+            runs = [
+                (
+                    "new, changed facts",
+                    201,
+                    wrk(url, known.script("changed", "run", args.threads), args.duration, args),
+                ),
+                (
+                    "new, first report",
+                    201,
+                    wrk(url, fresh.script("first", "", args.threads), args.duration, args),
+                ),
+                (
+                    "duplicate",
+                    200,
+                    wrk(url, known.script("same", "", args.threads), args.duration, args),
+                ),
+            ]
+            baseline.append(wrk(bare, bare_script, args.duration, args))
 
         print(
             f"{args.connections} connections (wrk, {args.threads} threads), {args.workers} "
             f"gunicorn sync workers, {args.duration} s per run, reports of {size} bytes and more"
         )
         print(f"{'run':<24} {'reports/s':>9} {'p50 ms':>7} {'p95 ms':>7} {'of bare':>8}  target")
-        bare_rps = bare_run.rate(200)
-        print(
-            f"{'bare DRF POST':<24} {bare_rps:9.0f} {bare_run.p50_ms:7.1f} "
-            f"{bare_run.p95_ms:7.1f} {'':>8}  (the framework's ceiling on this machine)"
-        )
+        for when, bare_run in zip(("before", "after"), baseline, strict=True):
+            print(
+                f"{'bare DRF POST ' + when:<24} {bare_run.rate(200):9.0f} {bare_run.p50_ms:7.1f} "
+                f"{bare_run.p95_ms:7.1f} {'':>8}  (the framework's ceiling on this machine)"
+            )
+        bare_rps = sum(b.rate(200) for b in baseline) / len(baseline)
         for label, status, run in runs:
             rate = run.rate(status)
             target = TARGET_NEW if status == 201 else TARGET_DUPLICATE
