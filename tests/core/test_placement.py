@@ -244,6 +244,9 @@ def test_k_gpu_selection_over_many_servers_ranks_the_nvswitch_box_first() -> Non
     assert best[0].gpus == (0, 3, 5, 6)
     with pytest.raises(ValueError, match="no server has 9 free GPUs"):
         select_gpus(servers, 9)
+    # No free list: all of the server's GPUs.
+    pcie = servers["pcie"][0]
+    assert select_gpus({"pcie": (pcie, None)}, 4) == select_gpus({"pcie": (pcie, range(8))}, 4)
 
 
 def test_servers_sharing_a_model_get_the_choices_their_own_models_would_give() -> None:

@@ -226,7 +226,7 @@ def _select(
     asked: list[tuple[str, selectors.ModelKey | str, Sequence[int] | None]], k: int, collective: str
 ) -> dict[str, Any]:
     skipped: list[dict[str, str]] = []
-    pools: dict[str, tuple[CostModel, Sequence[int]]] = {}
+    pools: dict[str, tuple[CostModel, Sequence[int] | None]] = {}
     for hostname, key, free in asked:
         if isinstance(key, str):
             skipped.append({"hostname": hostname, "reason": key})
@@ -239,7 +239,7 @@ def _select(
             log.exception("selection: the cost model of %s failed", hostname)
             skipped.append({"hostname": hostname, "reason": f"its cost model failed: {exc}"})
             continue
-        pools[hostname] = (model, sorted(model.gpu_ids) if free is None else free)
+        pools[hostname] = (model, free)  # None: all its GPUs
     shortlist = select_gpus(
         pools, k, top=SELECT_TOP * 4 if collective != "all_reduce" else SELECT_TOP
     )

@@ -3,11 +3,13 @@ bandwidth, fragmentation-aware, remembered per cost model."""
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, TypeVar
 
 from topoweb.core.costs import CostModel, collective_cost
@@ -43,41 +45,52 @@ LEFTOVER_CANDIDATES = 12
 
 
 def select_gpus(
-    servers: Mapping[str, tuple[CostModel, Sequence[int]]], k: int, top: int = 5
+    servers: Mapping[str, tuple[CostModel, Sequence[int] | None]], k: int, top: int = 5
 ) -> list[Selection]:
     """The best k free GPUs on any one server, ranked by predicted all_reduce bus bandwidth;
-    among equals, the choice that leaves the remaining free GPUs best connected wins."""
+    among equals, the choice that leaves the remaining free GPUs best connected wins. A
+    server's free GPUs None: all of them."""
     if k < 1:
         raise ValueError("k must be at least 1")
-    found: list[Selection] = []
+    # Each server's rows come ranked, with their rank, from its model's memo (_best_on), so a
+    # question over a fleet of few kinds of server ranks each kind once; only the `top` best
+    # over all of them become Selections.
+    found: list[tuple[tuple[Any, ...], str, _Row]] = []
     for name, (model, free) in servers.items():
-        free_t = tuple(sorted(model.check_gpus(free)))
+        free_t = _free_gpus(model, free)
         if len(free_t) < k:
             continue
-        for gpus, bw, left_bw, why in _best_on(model, free_t, k, top):
-            found.append(Selection(name, gpus, bw, left_bw, why))
+        for row in _best_on(model, free_t, k, top):
+            found.append(((*row.rank, name, row.gpus), name, row))
     if not found:
         raise ValueError(f"no server has {k} free GPUs")
-    found.sort(
-        key=lambda s: (
-            -round(s.busbw_gbps, 1),
-            -round(s.leftover_busbw_gbps, 1),
-            servers[s.server][0].sockets(s.gpus),
-            s.server,
-            s.gpus,
-        )
-    )
     out = []
-    for s in found[:top]:
+    for _, name, row in heapq.nsmallest(top, found, key=itemgetter(0)):
         left_note = (
-            f"; leaves GPUs that still reach {s.leftover_busbw_gbps:.0f} GB/s busbw"
-            if s.leftover_busbw_gbps
+            f"; leaves GPUs that still reach {row.leftover_busbw_gbps:.0f} GB/s busbw"
+            if row.leftover_busbw_gbps
             else ""
         )
         out.append(
-            Selection(s.server, s.gpus, s.busbw_gbps, s.leftover_busbw_gbps, s.reason + left_note)
+            Selection(
+                name, row.gpus, row.busbw_gbps, row.leftover_busbw_gbps, row.reason + left_note
+            )
         )
     return out
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One k-GPU choice on a server, with its place in select_gpus's order before the
+    server's name: rounded busbw and leftover busbw (higher first), then fewer sockets (a
+    group across sockets pays the socket link's latency at every step, which the rounded
+    busbw does not show)."""
+
+    gpus: tuple[int, ...]
+    busbw_gbps: float
+    leftover_busbw_gbps: float
+    reason: str
+    rank: tuple[float, float, int]
 
 
 # Per cost model: each GPU group's quality and each (free GPUs, k, top) question's best
@@ -108,15 +121,25 @@ def _remember(memo: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: _V)
     return value
 
 
-def _best_on(
-    model: CostModel, free: tuple[int, ...], k: int, top: int
-) -> tuple[tuple[tuple[int, ...], float, float, str], ...]:
-    """One server's `top` best k-GPU choices among `free` (sorted): (GPUs, busbw, leftover
-    busbw, reason), in select_gpus's order. Only these can be among the `top` best over
-    several servers, since a server's own choices keep their order there."""
+def _free_gpus(model: CostModel, free: Sequence[int] | None) -> tuple[int, ...]:
+    """The server's free GPUs, checked and sorted (all of them for None): remembered per
+    model, since a fleet's servers of one kind mostly ask with the same ones."""
+    key = ("free", None if free is None else tuple(free))
+    memo = _memo(model)
+    got: tuple[int, ...] | None = memo.get(key)
+    if got is None:
+        pool = model.gpu_ids if free is None else free
+        got = _remember(memo, key, tuple(sorted(model.check_gpus(pool))))
+    return got
+
+
+def _best_on(model: CostModel, free: tuple[int, ...], k: int, top: int) -> tuple[_Row, ...]:
+    """One server's `top` best k-GPU choices among `free` (sorted), in select_gpus's order.
+    Only these can be among the `top` best over several servers, since a server's own
+    choices keep their order there."""
     memo = _memo(model)
     key = ("best", free, k, top)
-    got: tuple[tuple[tuple[int, ...], float, float, str], ...] | None = memo.get(key)
+    got: tuple[_Row, ...] | None = memo.get(key)
     if got is not None:
         return got
     scored = [(subset, *quality(model, subset)) for subset in candidate_subsets(model, free, k)]
@@ -129,10 +152,9 @@ def _best_on(
             tied += 1
             left = tuple(g for g in free if g not in subset)
             left_bw = quality(model, left)[0] if len(left) >= 2 else 0.0
-        rows.append((subset, bw, left_bw, why))
-    # Among equals, GPUs of one socket: a group across sockets pays the socket link's latency
-    # at every step, which the rounded busbw does not show.
-    rows.sort(key=lambda r: (-round(r[1], 1), -round(r[2], 1), model.sockets(r[0]), r[0]))
+        rank = (-round(bw, 1), -round(left_bw, 1), model.sockets(subset))
+        rows.append(_Row(subset, bw, left_bw, why, rank))
+    rows.sort(key=lambda r: (r.rank, r.gpus))
     return _remember(memo, key, tuple(rows[:top]))
 
 
