@@ -37,16 +37,9 @@ def held_tasks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[object,
     in this process): each test runs what the workers would (`analyse_pending`) when it has
     looked at the pending state. Sent, they could be taken by the session worker that
     tests/web starts, which would finish them before a page could show what it waits for."""
-    from topoweb.fleet import work
+    from tests.web.conftest import keep_tasks_here
 
-    held: list[tuple[str, tuple[object, ...]]] = []
-
-    def hold(task_name: str, *args: object, **_: object) -> bool:
-        held.append((task_name, args))
-        return True
-
-    monkeypatch.setattr(work, "enqueue", hold)
-    return held
+    return keep_tasks_here(monkeypatch)
 
 
 H200 = "e2e-h200-01"  # topo_01: 8x H200, NV18 all-to-all, 12 NICs, two NUMA nodes
