@@ -244,19 +244,6 @@ def snapshot_document(
 
 # --- a duplicate -----------------------------------------------------------------------------
 
-# `seen` is the server's row as the statement found it: its last_seen_at before this one.
-_DUPLICATE_SQL = f"""
-UPDATE {Server._meta.db_table} AS server SET last_seen_at = %s
-FROM {Snapshot._meta.db_table} AS snapshot, {Server._meta.db_table} AS seen
-WHERE server.hostname = %s AND snapshot.server_id = server.id AND snapshot.content_sha256 = %s
-  AND seen.id = server.id
-RETURNING server.id, snapshot.id, snapshot.document -> 'warnings', seen.last_seen_at{{lazy}}
-"""
-# The same, marking the collector token used too (whatever the report turns out to be): one
-# statement, and one commit to wait for, instead of two.
-_MARKING_TOKEN = f"""
-WITH token AS (UPDATE {CollectorToken._meta.db_table} SET last_used_at = %s WHERE id = %s{{lazy}})
-"""
 # The statement, run on its own (autocommit: it is its whole transaction), commits without
 # waiting for the disk: set_config(..., true) holds for this transaction only, set by whichever
 # of its updates writes a row (RETURNING runs per row written, a data-modifying WITH's too).
@@ -270,15 +257,30 @@ WITH token AS (UPDATE {CollectorToken._meta.db_table} SET last_used_at = %s WHER
 _LAZY_COMMIT = "set_config('synchronous_commit', 'off', true)"
 
 
+@functools.cache
 def _duplicate_sql(marks_token: bool, lazy: bool) -> str:
-    marking = _MARKING_TOKEN.format(lazy=f" RETURNING {_LAZY_COMMIT}" if lazy else "")
-    found = _DUPLICATE_SQL.format(lazy=f", {_LAZY_COMMIT}" if lazy else "")
-    return (marking.strip() + "\n" if marks_token else "") + found.strip()
-
-
-_DUPLICATE_SQLS = {
-    (t, lazy): _duplicate_sql(t, lazy) for t in (False, True) for lazy in (False, True)
-}
+    server, snapshot = table_name(Server), table_name(Snapshot)
+    s = {f: column_name(Server, f) for f in ("id", "hostname", "last_seen_at")}
+    p = {f: column_name(Snapshot, f) for f in ("id", "server", "content_sha256", "document")}
+    # `seen` is the server's row as the statement found it: its last_seen_at before this one.
+    found = f"""
+UPDATE {server} AS server SET {s["last_seen_at"]} = %s
+FROM {snapshot} AS snapshot, {server} AS seen
+WHERE server.{s["hostname"]} = %s AND snapshot.{p["server"]} = server.{s["id"]}
+  AND snapshot.{p["content_sha256"]} = %s AND seen.{s["id"]} = server.{s["id"]}
+RETURNING server.{s["id"]}, snapshot.{p["id"]}, snapshot.{p["document"]} -> 'warnings',
+  seen.{s["last_seen_at"]}{", " + _LAZY_COMMIT if lazy else ""}
+"""
+    if not marks_token:
+        return found.strip()
+    # The same, marking the collector token used too (whatever the report turns out to be):
+    # one statement, and one commit to wait for, instead of two.
+    used, pk = column_name(CollectorToken, "last_used_at"), column_name(CollectorToken, "id")
+    marking = (
+        f"WITH token AS (UPDATE {table_name(CollectorToken)} SET {used} = %s WHERE {pk} = %s"
+        f"{' RETURNING ' + _LAZY_COMMIT if lazy else ''})"
+    )
+    return marking + "\n" + found.strip()
 
 
 def mark_duplicate(
@@ -288,7 +290,7 @@ def mark_duplicate(
     (server, content) unique index and its server marked seen at `now` (and `token` marked
     used) in one statement: (server id, snapshot id, its reader warnings, the server's
     last_seen_at before); None when the report is new."""
-    sql = _DUPLICATE_SQLS[token is not None, connection.get_autocommit()]
+    sql = _duplicate_sql(token is not None, connection.get_autocommit())
     with connection.cursor() as cursor:
         if token is None:
             cursor.execute(sql, [now, hostname, digest])
