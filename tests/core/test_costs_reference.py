@@ -49,8 +49,8 @@ class ReferenceRings(Rings):
 
     def channels(self, gpus: Sequence[int]) -> tuple[tuple[tuple[int, ...], float], ...]:
         key = tuple(sorted(gpus))
-        if key in self._ring_cache:
-            return self._ring_cache[key]
+        if key in self._channels_by_set:
+            return self._channels_by_set[key]
         if len(key) > EXACT_RING:
             return super().channels(gpus)
         for f in ((a, b) for a in key for b in key if a != b):
@@ -77,7 +77,7 @@ class ReferenceRings(Rings):
                 residual = self._residual(residual, nxt, got.gbps)
         total = sum(x for _, x in channels)
         result = tuple((o, x / total) for o, x in channels)
-        self._ring_cache[key] = result
+        self._channels_by_set[key] = result
         return result
 
     def _best_ring(

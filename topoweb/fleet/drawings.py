@@ -62,7 +62,7 @@ def topology_class_export(topology_class: TopologyClass, fmt: str) -> Export:
     it. `topology_class` may leave its document deferred: it is read only to draw."""
     _known_format(fmt)
     key = _class_export_key(topology_class, fmt)
-    found = _cached(key)
+    found = _kept_export(key)
     if found is not None:
         return found
     export = _draw_class(topology_class, topology_class.to_domain(), fmt)
@@ -72,7 +72,9 @@ def topology_class_export(topology_class: TopologyClass, fmt: str) -> Export:
 
 def warm_class_exports(topology_class: TopologyClass) -> int:
     """Draw the class's exports the cache lacks, from its document (worker side); how many."""
-    missing = [f for f in EXPORT_FORMATS if _cached(_class_export_key(topology_class, f)) is None]
+    missing = [
+        f for f in EXPORT_FORMATS if _kept_export(_class_export_key(topology_class, f)) is None
+    ]
     if not missing:
         return 0
     topology = topology_class.to_domain()
@@ -106,7 +108,7 @@ def _class_export_key(topology_class: TopologyClass, fmt: str) -> str:
     return f"class-export:{CORE_VERSION}:{topology_class.fingerprint}:{model}:{fmt}"
 
 
-def _cached(key: str) -> Export | None:
+def _kept_export(key: str) -> Export | None:
     try:
         found = cache.get(key)
     except Exception:  # noqa: BLE001 - a cache that is down costs a drawing, never an answer

@@ -46,7 +46,7 @@ class Rings:
     def __init__(self, model: CostModel) -> None:
         self.model = model
         self.routes = model.routes
-        self._ring_cache: dict[tuple[int, ...], Channels] = {}
+        self._channels_by_set: dict[tuple[int, ...], Channels] = {}
         self._pair_rates: dict[Flow, float] = {}  # solo rate of one GPU pair, for big rings
         self._shapes: dict[tuple[int, ...], RingShape] = {}  # see shape
         self._rate_bounds: dict[tuple[int, ...], float] = {}  # see rate_bound
@@ -131,13 +131,13 @@ class Rings:
         reverse ring, then other cycles), as NCCL builds several channels over a DGX-1 mesh:
         a fully connected NV1/NV2 quad gets 4 links' worth, not one ring's 2."""
         key = tuple(sorted(gpus))
-        if key in self._ring_cache:
-            return self._ring_cache[key]
+        if key in self._channels_by_set:
+            return self._channels_by_set[key]
         if len(key) < 2:
             raise ValueError("a collective needs at least two GPUs")
         if len(key) > EXACT_RING:
             big = self._bounded_channels(key)
-            self._ring_cache[key] = big
+            self._channels_by_set[key] = big
             return big
         for f in ((a, b) for a in key for b in key if a != b):
             self.routes.path(f)  # every resource exists before the search reads capacities
@@ -163,7 +163,7 @@ class Rings:
                 residual = self._residual(residual, nxt, got.gbps)
         total = sum(x for _, x in channels)
         result = tuple((o, x / total) for o, x in channels)
-        self._ring_cache[key] = result
+        self._channels_by_set[key] = result
         return result
 
     def _bounded_channels(self, key: tuple[int, ...]) -> Channels:

@@ -50,7 +50,7 @@ class OutOfTime(Exception):
     best_us: float = math.inf
 
 
-def exact_cached(
+def exact_remembered(
     objective: StepCost, gpus: Sequence[int], deadline: float | None = None
 ) -> tuple[tuple[int, ...], float]:
     """`exact`, remembered per cost model: the same question about a class answers at once

@@ -13,7 +13,7 @@ from typing import Any
 
 from topoweb.core.costs import CostModel
 from topoweb.core.ledger import Layout, LedgerEntry, ModelShape, price
-from topoweb.core.placement.exact import OutOfTime, exact_cached
+from topoweb.core.placement.exact import OutOfTime, exact_remembered
 from topoweb.core.placement.large import local_search
 from topoweb.core.placement.objective import (
     DEFAULT_SHAPE,
@@ -181,11 +181,11 @@ def place(
         best, best_us = naive, naive_us
         search = "exact (one NVSwitch domain: every mapping costs the same)"
     elif len(gpus) <= EXACT_LIMIT:
-        best, best_us = exact_cached(objective, gpus)
+        best, best_us = exact_remembered(objective, gpus)
         search = "exact"
     elif len(gpus) <= BOUNDED_LIMIT:
         try:
-            best, best_us = exact_cached(objective, gpus, time.perf_counter() + time_budget_s)
+            best, best_us = exact_remembered(objective, gpus, time.perf_counter() + time_budget_s)
             search = "exact"
         except OutOfTime as stop:
             best, best_us = stop.best, stop.best_us
@@ -266,7 +266,7 @@ def _choose_subset(
         if is_uniform(model, subset) or k == 1:
             us = objective(subset)
         elif k <= EXACT_LIMIT:
-            us = exact_cached(objective, subset)[1]
+            us = exact_remembered(objective, subset)[1]
         else:
             us = local_search(objective, model, list(subset), budget_s / 8, seed)[1]
         scored.append((us, subset))
