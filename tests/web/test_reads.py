@@ -453,12 +453,22 @@ def test_one_servers_question_keys_its_model_as_the_many_servers_question_does(
         benchmarks=[BenchmarkInput("p2p-bandwidth-latency", fixture_text(RTX6000_P2P))],
     )
     add("rtx-02", RTX6000, "ESC8000A")
+    names = ["rtx-01", "rtx-02", "h200-01", "v100-01"]
     many = {s.hostname: s for s in analysis_selectors.servers_for_questions(None)}
-    for hostname in ("rtx-01", "rtx-02", "h200-01", "v100-01"):
+    named = dict(zip(names, analysis_selectors.servers_for_questions(names), strict=True))
+    for hostname in names:
         one = analysis_selectors.server_for_questions(hostname)
-        assert one.calibration == many[hostname].calibration, hostname  # type: ignore[attr-defined]
-        assert analysis_selectors.model_key(one) == analysis_selectors.model_key(many[hostname])
-    assert analysis_selectors.server_for_questions("rtx-02").calibration  # type: ignore[attr-defined]
+        for other in (many[hostname], named[hostname]):
+            assert one.calibration == other.calibration, hostname  # type: ignore[attr-defined]
+            assert analysis_selectors.model_key(one) == analysis_selectors.model_key(other)
+    # rtx-02 is keyed on its class's runs, named as the database's own aggregate names them.
+    rtx_02 = analysis_selectors.server_for_questions("rtx-02")
+    assert rtx_02.topology_class_id is not None
+    assert rtx_02.calibration == analysis_selectors.class_benchmark_set(  # type: ignore[attr-defined]
+        rtx_02.topology_class_id
+    )
+    assert rtx_02.calibration  # type: ignore[attr-defined]
+    assert not many["h200-01"].calibration  # type: ignore[attr-defined]
 
 
 def test_a_server_without_benchmarks_is_keyed_on_its_classs(fleet: None) -> None:
@@ -600,7 +610,7 @@ def test_a_question_over_many_servers_loads_each_one_row_and_no_snapshot(
     fleet: None, django_assert_max_num_queries: Any
 ) -> None:
     names = ["h200-01", "v100-01", "v100-02", "v100-03", "rtx-01"]
-    with django_assert_max_num_queries(1):
+    with django_assert_max_num_queries(2):  # their rows, and their runs grouped
         servers = analysis_selectors.servers_for_questions(names)
     assert [s.hostname for s in servers] == names
     Server.objects.filter(hostname="v100-02").update(labels={"rail_group": "leaf-7"})

@@ -85,7 +85,7 @@ class ModelKey:
     topology_class_id: int | None
     wiring: str  # the snapshot's wiring_sha256 ("content:" + its content hash before it had one)
     gpu_model: str
-    benchmarks: str  # with_calibration's identity of the calibrating benchmarks
+    benchmarks: str  # benchmark_set_identity of the calibrating benchmarks (_calibrations)
     load: Callable[[], tuple[Topology, Calibration | None]] = field(
         compare=False, hash=False, repr=False
     )
@@ -176,18 +176,6 @@ def analyses_behind_their_runs() -> QuerySet[Analysis]:
     )
 
 
-def with_calibration(servers: QuerySet[Server]) -> QuerySet[Server]:
-    """Servers annotated with `calibration`: which benchmarks `server_benchmarks` would
-    calibrate each one's model with (its own, else its class's), without a query per server."""
-    own = Benchmark.objects.filter(server=OuterRef("pk")).values("server")
-    same_class = Benchmark.objects.filter(server__topology_class=OuterRef("topology_class")).values(
-        "server__topology_class"
-    )
-    return servers.annotate(
-        calibration=Coalesce(_benchmark_set(own), _benchmark_set(same_class), Value(""))
-    )
-
-
 _SERVER_FIELDS = ("id", "hostname", "topology_class_id", "latest_snapshot_id")
 _SNAPSHOT_FIELDS = (
     "id",
@@ -213,8 +201,9 @@ _QUESTION_COLUMNS = (
 
 
 def _runs_by(group: str) -> QuerySet[Benchmark, tuple[Any, ...]]:
-    """Benchmarks grouped by `group` (a server, or its class), as (own, count, sum and largest
-    id, fitted by the current model): benchmark_set_identity's parts, `own` 1 for a server's."""
+    """Benchmarks grouped by `group` (a server, or its class), as (own, the group's id, count,
+    sum and largest id, fitted by the current model): benchmark_set_identity's parts, `own` 1
+    for a server's."""
     runs = (
         Benchmark.objects.order_by()
         .values(group)
@@ -225,22 +214,42 @@ def _runs_by(group: str) -> QuerySet[Benchmark, tuple[Any, ...]]:
             last=Max("id"),
             fitted=Count("id", filter=_FITTED_NOW),
         )
-        .values_list("own", "n", "total", "last", "fitted")
+        .values_list("own", group, "n", "total", "last", "fitted")
     )
     return cast(QuerySet[Benchmark, tuple[Any, ...]], runs)
 
 
-# Built once: each question copies them with its server's filter (building the aggregates is
+# Built once: each question copies them with its servers' filter (building the aggregates is
 # most of what asking them costs).
 _QUESTION_ROWS = Server.objects.order_by().values_list(*_QUESTION_COLUMNS[:-1])
 _OWN_RUNS = _runs_by("server_id")
 _CLASS_RUNS = _runs_by("server__topology_class")
 
 
+def _calibrations(
+    rows: Sequence[Sequence[Any]], runs: Iterable[Sequence[Any]]
+) -> list[tuple[Any, ...]]:
+    """The rows (_QUESTION_COLUMNS but the last) with their `calibration` appended: the
+    benchmark_set_identity of the server's own runs, else of its class's ("" for none), from
+    `runs`, _OWN_RUNS and _CLASS_RUNS rows covering them. Grouped once per question rather
+    than asked per server: a class's runs, asked beside each of its servers, cost a pass over
+    the class's servers per server."""
+    own: dict[int, tuple[Any, ...]] = {}
+    by_class: dict[int, tuple[Any, ...]] = {}
+    for is_own, group, *figures in runs:
+        (own if is_own else by_class)[group] = tuple(figures)
+    found = []
+    for row in rows:
+        pk, _, class_id = row[:3]
+        figures = own.get(pk) or (by_class.get(class_id) if class_id is not None else None)
+        n, total, last, fitted = figures or (0, None, None, 0)
+        found.append((*row, f"{n}:{total}:{last}:{fitted}" if n else ""))
+    return found
+
+
 def _question_server(hostname: str) -> tuple[Any, ...] | None:
-    """A _QUESTION_COLUMNS row of one server. Its calibration is asked in a query of its own:
-    its runs' and its class's runs' figures in one union of plain aggregates, cheaper than
-    with_calibration's subqueries, which pay off over many servers, not one."""
+    """A _QUESTION_COLUMNS row of one server: its columns, then its runs' and its class's
+    runs' figures in one union of plain aggregates."""
     row = _QUESTION_ROWS.filter(hostname=hostname).first()
     if row is None:
         return None
@@ -248,10 +257,7 @@ def _question_server(hostname: str) -> tuple[Any, ...] | None:
     runs = _OWN_RUNS.filter(server_id=pk)
     if class_id is not None:
         runs = runs.union(_CLASS_RUNS.filter(server__topology_class=class_id), all=True)
-    found = {own: figures for own, *figures in runs}
-    # Its own benchmarks, else its class's: as with_calibration writes it ("" for none).
-    n, total, last, fitted = found.get(1) or found.get(0) or (0, None, None, 0)
-    return (*row, f"{n}:{total}:{last}:{fitted}" if n else "")
+    return _calibrations([row], runs)[0]
 
 
 def _question_server_from(row: Sequence[Any]) -> Server:
@@ -280,19 +286,29 @@ def servers_for_questions(hostnames: Sequence[str] | None, *, rails: bool = Fals
     """The named servers in that order (Http404 naming the first unknown one), or every
     server with a topology by hostname, each as `server_for_questions` gives it, and with
     `rails` what `rail_group` reads too (labels, the class's fingerprint): one query of a few
-    columns, so that a question over ten thousand servers neither loads their snapshots nor
-    builds three model objects a server."""
-    servers = with_calibration(Server.objects.all()).order_by("hostname")
+    columns and one of their runs grouped by server and by class, so that a question over ten
+    thousand servers neither loads their snapshots nor builds three model objects a server."""
+    servers = Server.objects.order_by("hostname")
     if hostnames is None:
         servers = servers.filter(latest_snapshot__isnull=False)
+        own, by_class = _OWN_RUNS, _CLASS_RUNS
     else:
         servers = servers.filter(hostname__in=hostnames)
+        own = _OWN_RUNS.filter(server__hostname__in=hostnames)
+        by_class = _CLASS_RUNS.filter(
+            server__topology_class__in=Server.objects.filter(hostname__in=hostnames).values(
+                "topology_class"
+            )
+        )
     extra = ("labels", "topology_class__fingerprint") if rails else ()
+    width = len(_QUESTION_COLUMNS) - 1
+    rows = list(servers.values_list(*_QUESTION_COLUMNS[:-1], *extra))
+    with_runs = _calibrations([row[:width] for row in rows], own.union(by_class, all=True))
     found = []
-    for row in servers.values_list(*_QUESTION_COLUMNS, *extra):
-        server = _question_server_from(row[: len(_QUESTION_COLUMNS)])
+    for row, question_row in zip(rows, with_runs, strict=True):
+        server = _question_server_from(question_row)
         if rails:
-            server.labels, fingerprint = row[len(_QUESTION_COLUMNS) :]
+            server.labels, fingerprint = row[width:]
             if server.topology_class_id is not None:
                 server.topology_class = TopologyClass.from_db(
                     DEFAULT_DB_ALIAS, ["id", "fingerprint"], [server.topology_class_id, fingerprint]
@@ -309,7 +325,7 @@ def servers_for_questions(hostnames: Sequence[str] | None, *, rails: bool = Fals
 
 def model_key(server: Server) -> ModelKey:
     """What identifies the server's cost model (see ModelKey). The benchmarks come from the
-    server's `calibration` annotation when it has one (`with_calibration`), else from a query.
+    server's `calibration` when it was read with it (`servers_for_questions`), else from a query.
     404 when the server has no topology yet."""
     snapshot: Snapshot | None = server.latest_snapshot
     if snapshot is None:
@@ -317,10 +333,8 @@ def model_key(server: Server) -> ModelKey:
     limits.check_query_gpus(server.hostname, snapshot.gpu_count)
     calibration = getattr(server, "calibration", None)
     if calibration is None:
-        calibration = with_calibration(Server.objects.filter(pk=server.pk)).values_list(
-            "calibration",  # type: ignore[misc]  # an annotation the plugin does not see
-            flat=True,
-        )[0]
+        found = _question_server(server.hostname)
+        calibration = found[-1] if found is not None else ""
 
     def load() -> tuple[Topology, Calibration | None]:
         return snapshot.to_domain(), stored_calibration(server_benchmarks(server))
