@@ -323,3 +323,45 @@ def test_a_table_with_only_its_column_header_is_detected_as_nccl_tests() -> None
     text = "\n".join(header + rows)
     assert detect_format(text) == "nccl-tests"
     assert len(nccl.parse(text).rows) == 30
+
+
+def test_it_reads_a_two_rank_run_whose_lines_mpirun_tagged() -> None:
+    run = run_of("nccl_16")  # mpirun --tag-output: "[1,0]<stdout>:" before every line
+    assert run.collective == "all_reduce"
+    assert (run.tests_version, run.nccl_version) == ("2.18.0", "2.29.7")
+    assert (run.n_threads, run.n_gpus) == (1, 1)
+    assert [(r.rank, r.pid, r.host, r.bus_id) for r in run.ranks] == [
+        (0, 2994447, "lab", "0000:02:00"),
+        (1, 2994448, "lab", "0000:02:00"),
+    ]
+    assert [r.bytes for r in run.rows] == [1048576 << i for i in range(8)]
+    assert row_at(run, 134217728).out_of_place == NcclMeasurement(58479.5, 2.30, 2.30, 0)
+    assert run.avg_busbw_gbps == 1.57614
+    assert run.errors == () and run.warnings == ()
+
+
+# How a run's lines reach someone who pastes them: tagged by the launcher that ran it (Open MPI's
+# --tag-output, Slurm's srun --label with task numbers right-aligned, MPICH's -prepend-rank),
+# indented as a markdown code block, or with every '#' taken by a page that renders markdown.
+VARIANTS = {
+    "mpirun --tag-output": lambda line: "[1,0]<stdout>:" + line,
+    "srun --label": lambda line: " 0: " + line,
+    "mpiexec -prepend-rank": lambda line: "[0] " + line,
+    "markdown indent": lambda line: "    " + line,
+    "rendered markdown": lambda line: line.lstrip().removeprefix("#"),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("prefix", ["nccl_01", "nccl_06", "nccl_15"])
+def test_a_run_reads_the_same_however_its_lines_were_tagged_or_pasted(
+    prefix: str, variant: str
+) -> None:
+    original = run_of(prefix)
+    text = "\n".join(VARIANTS[variant](line) for line in lines_of(prefix))
+    assert detect_format(text) == "nccl-tests"
+    read = nccl.parse(text)
+    assert read.rows == original.rows and read.avg_busbw_gbps == original.avg_busbw_gbps
+    assert read.ranks == original.ranks and read.collective == original.collective
+    assert (read.n_threads, read.n_gpus) == (original.n_threads, original.n_gpus)
+    assert read.errors == original.errors

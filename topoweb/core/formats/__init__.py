@@ -52,6 +52,8 @@ _NCCL_MARKERS: tuple[_Marker, ...] = (
         ),
     ),
     ("_perf", re.compile(r"_perf\b")),
+    # Its header line where a page that renders markdown took the '#'.
+    ("nThread", re.compile(r"^[ \t]*nThread\s+\d+\s+nGpus\s+\d+", re.M)),
     ("nccl-tests version", None),
     ("failure", re.compile(r"\bTest (CUDA |NCCL )?failure\b")),
 )

@@ -27,6 +27,11 @@ _FAILURE_RE = re.compile(r"\bTest (?:CUDA |NCCL )?failure\b")
 _BINARY_RE = re.compile(r"(?:^|[\s/=])([a-z][a-z0-9_]*?)_perf(?:_mpi)?(?=\s|$)")
 _PROMPT_RE = re.compile(r"^\s*(?:\S*@\S*?[$#]_?\s+|[$#>]\s+|Running:\s+)")
 _INFO_RE = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b")
+# What a launcher puts before each line of a job's output, saying where it came from: Open
+# MPI's `mpirun --tag-output` ("[1,0]<stdout>:"), Slurm's `srun --label` ("0: ", the task
+# numbers right-aligned) and MPICH's `-prepend-rank` ("[0] "). No line of nccl-tests' own
+# starts like any of them.
+_LAUNCHER_TAG_RE = re.compile(r"^(?:\[[0-9]+,[0-9]+\]<std(?:out|err)>:|[ \t]*[0-9]+: |\[[0-9]+\] )")
 
 _TYPE_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _INT_RE = re.compile(r"^-?[0-9]+$")
@@ -85,17 +90,18 @@ class _State:
 def parse(text: str) -> NcclRun:
     """Read one nccl-tests run. A run that failed comes back with `errors`; text that is not
     nccl-tests output raises ParseError."""
-    lines = text.split("\n")  # line numbers as editors count them
+    # Line numbers as editors count them; each line without a launcher's tag, and read
+    # without the indentation a paste into markdown gives every line.
+    lines = [_LAUNCHER_TAG_RE.sub("", raw, count=1) for raw in text.split("\n")]
     last = max((i for i, ln in enumerate(lines, 1) if ln.strip()), default=0)
     st = _State()
     for lineno, raw in enumerate(lines, 1):
-        line = raw.rstrip()
-        stripped = line.lstrip()
-        if not stripped:
+        line = raw.strip()
+        if not line:
             continue
         # Header, banner and summary lines start with '#' or a word: a line that starts with a
         # digit can only be a table row, unless it names the NCCL version.
-        if not stripped[0].isdigit() or "NCCL version" in line:
+        if not line[0].isdigit() or "NCCL version" in line:
             if _read_header_fact(st, line):
                 continue
             if _starts_new_run(st, line):
@@ -161,11 +167,9 @@ def _starts_new_run(st: _State, line: str) -> bool:
 
 
 def _column_header(line: str) -> list[str] | None:
-    """The column names of a `# size count type ...` line, or None for any other line."""
-    stripped = line.strip()
-    if not stripped.startswith("#"):
-        return None
-    tokens = stripped.lstrip("#").split()
+    """The column names of a `# size count type ...` line (a page that renders markdown may
+    have taken its '#'), or None for any other line."""
+    tokens = line.strip().lstrip("#").split()
     if len(tokens) < 3 or tokens[:2] != ["size", "count"] or "time" not in tokens:
         return None
     return tokens
