@@ -120,3 +120,43 @@ def test_calibration_takes_nvbandwidth_as_it_takes_p2p_results() -> None:
     six = nvbandwidth.to_p2p(run_of("nvbandwidth_01"))
     cal = calibrate_from_p2p(build_model(topo, "NVIDIA RTX 6000 Ada Generation"), six)
     assert cal.scale and all(0 < v < 2 for v in cal.scale.values())
+
+
+def _d2d_block(title: str) -> list[str]:
+    """nvbandwidth_02's device-to-device matrix (header and rows) under another title."""
+    lines = text_of("nvbandwidth_02").splitlines()
+    start = lines.index("memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)")
+    return [title, *lines[start + 1 : start + 4]]
+
+
+def test_a_bidirectional_testcase_keeps_each_direction_and_its_total() -> None:
+    # nvbandwidth v0.10 prints a bidirectional device-to-device testcase as Read1, Read2 and
+    # Total matrices, each with its own SUM line, the testcase's name suffixed.
+    name = "device_to_device_bidirectional_memcpy_read_ce"
+    text = [f"Running {name}."]
+    for part, total in (("Read1", "552.26"), ("Read2", "552.26"), ("Total", "1104.52")):
+        text += _d2d_block(f"memcpy CE GPU(row) <-> GPU(column) {part} bandwidth (GB/s)")
+        text += ["", f"SUM {name}_{part.lower()} {total}", ""]
+    run = nvbandwidth.parse("\n".join(text))
+    assert [(t.name, t.status, t.sum) for t in run.testcases] == [
+        (f"{name}_read1", "Passed", 552.26),
+        (f"{name}_read2", "Passed", 552.26),
+        (name, "Passed", 1104.52),
+    ]
+    assert run.testcase(name).description.endswith("Total bandwidth (GB/s)")  # type: ignore[union-attr]
+    assert run.testcases[0].matrix == ((None, 276.07), (276.19, None))
+    assert run.errors == () and run.warnings == ()
+
+
+def test_the_v0_10_latency_matrix_is_read_but_not_priced_as_a_copys_latency() -> None:
+    name = "device_to_device_latency_sm"
+    text = [f"Running {name}."]
+    text += _d2d_block("Device to Device Latency SM GPU(row) <-> GPU(column) (ns)")
+    text += ["", f"SUM {name} 552.26"]
+    run = nvbandwidth.parse("\n".join(text))
+    (latency,) = run.testcases
+    assert (latency.name, latency.status, latency.sum) == (name, "Passed", 552.26)
+    assert latency.matrix == ((None, 276.07), (276.19, None))
+    assert run.errors == ()
+    # A pointer chase's load latency, not a copy's fixed time: no latency matrix for calibration.
+    assert "latency_gpu_p2p_enabled_us" not in nvbandwidth.to_p2p(run).matrices

@@ -241,8 +241,8 @@ def _calibrations(
     found = []
     for row in rows:
         pk, _, class_id = row[:3]
-        figures = own.get(pk) or (by_class.get(class_id) if class_id is not None else None)
-        n, total, last, fitted = figures or (0, None, None, 0)
+        kept = own.get(pk) or (by_class.get(class_id) if class_id is not None else None)
+        n, total, last, fitted = kept or (0, None, None, 0)
         found.append((*row, f"{n}:{total}:{last}:{fitted}" if n else ""))
     return found
 

@@ -16,20 +16,21 @@ _HEADER = {
     "Driver Version:": "driver",
 }
 _RUNNING = re.compile(r"^Running (\w+)\.\s*$")
-_DESCRIPTION = re.compile(r"^(memcpy|memory latency) (CE|SM) .*\((row|column)\).*$")
+# A matrix's title: "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)", "memory latency SM
+# CPU(row) <-> GPU(column) (ns)" and, from v0.10, "Device to Device Latency SM ... (ns)".
+_DESCRIPTION = re.compile(r"^(memcpy|(?:[\w ]+ )?latency) (CE|SM) .*\((row|column)\).*$", re.I)
 _SUM = re.compile(r"^SUM (\w+) ([\d.]+)\s*$")
 _DEVICE = re.compile(r"^Device (\d+): (.+?)\s*$")
 _STATUS = re.compile(r"^(Waived|Error|Not Found|Passed):\s*(.*)$")
 _NUMBER_OR_NA = re.compile(r"^(N/A|-?\d+(\.\d+)?)$")
 
-# Testcases whose matrix is one GPU copying to another, best first, and the latency one.
+# Testcases whose matrix is one GPU copying to another, best first.
 _UNIDIRECTIONAL = (
     "device_to_device_memcpy_write_ce",
     "device_to_device_memcpy_read_ce",
     "device_to_device_memcpy_write_sm",
     "device_to_device_memcpy_read_sm",
 )
-_LATENCY = "device_to_device_latency_sm"
 
 
 def parse(text: str) -> NvbandwidthRun:
@@ -82,8 +83,15 @@ def _parse_text(text: str) -> NvbandwidthRun:
             if name is None and rows:
                 name = m.group(1)  # the "Running" line was cut from the paste
                 warnings.append(f"line {number}: no `Running {name}.` line; named from SUM")
-            if name == m.group(1):
+            if name == m.group(1) or m.group(1) == f"{name}_total":
                 finish(float(m.group(2)))
+            elif name is not None and m.group(1).startswith(f"{name}_") and rows:
+                # One direction of a bidirectional testcase (read1 and read2, write1 and
+                # write2), each summed before the Total that ends it: a testcase of its own.
+                cases.append(
+                    NvbTestcase(m.group(1), status, description, tuple(rows), float(m.group(2)))
+                )
+                description, rows, columns = "", [], None
         elif _DESCRIPTION.match(line):
             if name is None and rows:
                 finish()
@@ -203,8 +211,11 @@ def _gpu(i: int, label: str | None) -> P2PGpu:
 
 def to_p2p(run: NvbandwidthRun) -> P2PResult:
     """The p2pBandwidthLatencyTest view: the unidirectional P2P=Enabled matrix (N/A off the
-    diagonal means no peer access), GPU latency in us. Bidirectional testcases are left out:
-    nvbandwidth reports one direction of them where p2pBandwidthLatencyTest sums both."""
+    diagonal means no peer access). Bidirectional testcases are left out: nvbandwidth reports
+    one direction of them where p2pBandwidthLatencyTest sums both. So is its latency testcase:
+    device_to_device_latency_sm times a pointer chase (one load from a peer's memory), not the
+    fixed time of a copy that p2pBandwidthLatencyTest's latency matrix times and copies are
+    priced with; it stays in the stored run."""
     uni = next((t for n in _UNIDIRECTIONAL if (t := run.testcase(n))), None)
     n = len(uni.matrix) if uni else 0
     if not n:
@@ -222,9 +233,4 @@ def to_p2p(run: NvbandwidthRun) -> P2PResult:
         )
         access = tuple(tuple(i == j or m[i][j] is not None for j in range(n)) for i in range(n))
         warnings.append(f"unidirectional matrix from {uni.name}")
-    lat = run.testcase(_LATENCY)
-    if lat is not None and len(lat.matrix) == n and all(len(r) == n for r in lat.matrix):
-        matrices["latency_gpu_p2p_enabled_us"] = tuple(
-            tuple(0.0 if c is None else c / 1000 for c in r) for r in _source_first(lat)
-        )
     return P2PResult(gpus=gpus, p2p_access=access, matrices=matrices, warnings=tuple(warnings))
