@@ -489,3 +489,20 @@ def test_a_missing_numa_value_is_not_taken_for_a_glued_one() -> None:
         "0-31    0               N/A", "0-31                    N/A", 1
     )
     assert parse(text).gpu(0).cpu_affinity == "0-31"
+
+
+MATRIX_PCI_WARNING = (
+    "this is `nvidia-smi topo -mp` output (PCIe paths only): NVLinks between the GPUs, if any, "
+    "are not shown; upload `nvidia-smi topo -m` to see them"
+)
+
+
+def test_topo_mp_output_is_read_with_a_warning_that_nvlinks_are_not_shown() -> None:
+    # `nvidia-smi topo -mp` prints the PCIe paths only: the same matrix without NV# cells, and a
+    # legend without its NV# line. Told by that legend or by the command line above it.
+    text = fixture_text("topo_09")  # RTX 6000 Ada, PCIe only, legend with NV#
+    assert MATRIX_PCI_WARNING not in read("topo_09").warnings
+    no_nv_legend = "\n".join(ln for ln in text.splitlines() if "NV#" not in ln)
+    assert MATRIX_PCI_WARNING in parse(no_nv_legend).warnings
+    assert MATRIX_PCI_WARNING in parse("$ nvidia-smi topo -mp\n" + text).warnings
+    assert MATRIX_PCI_WARNING not in parse("$ nvidia-smi topo -m\n" + text).warnings

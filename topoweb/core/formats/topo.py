@@ -121,7 +121,31 @@ def _parse(text: str) -> Topology:
     rows, end_index, warnings = _read_rows(lines, header_index, blob, first_gpu.start(), columns)
     _check_square_and_symmetric(rows)
     nic_names = _read_nic_legend(lines, end_index)
+    if _pcie_paths_only(lines, header_index, end_index):
+        warnings.append(
+            "this is `nvidia-smi topo -mp` output (PCIe paths only): NVLinks between the GPUs, "
+            "if any, are not shown; upload `nvidia-smi topo -m` to see them"
+        )
     return _build(rows, columns, nic_names, warnings)
+
+
+_MATRIX_PCI_COMMAND = re.compile(r"\btopo\s+(?:-mp\b|--matrixpci\b)")
+
+
+def _pcie_paths_only(lines: list[str], header_index: int, end_index: int) -> bool:
+    """Whether the matrix is `nvidia-smi topo -mp`'s, which prints PCIe paths only: its command
+    line just above it says so, or its legend lists the PCIe classes without `NV#`."""
+    if any(
+        _MATRIX_PCI_COMMAND.search(line) for line in lines[max(0, header_index - 3) : header_index]
+    ):
+        return True
+    for index in range(end_index, min(len(lines), end_index + 8)):
+        if lines[index].strip() == "Legend:":
+            legend = [line.strip() for line in lines[index + 1 : index + 14]]
+            return any(line.startswith("PIX") for line in legend) and not any(
+                line.startswith("NV#") for line in legend
+            )
+    return False
 
 
 def _find_header(lines: list[str]) -> int:
