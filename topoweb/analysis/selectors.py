@@ -247,17 +247,22 @@ def _calibrations(
     return found
 
 
+def _runs_of(pk: int, class_id: int | None) -> QuerySet[Benchmark, tuple[Any, ...]]:
+    """One server's runs' and its class's runs' figures, as _calibrations reads them: one
+    union of plain aggregates."""
+    runs = _OWN_RUNS.filter(server_id=pk)
+    if class_id is not None:
+        runs = runs.union(_CLASS_RUNS.filter(server__topology_class=class_id), all=True)
+    return runs
+
+
 def _question_server(hostname: str) -> tuple[Any, ...] | None:
-    """A _QUESTION_COLUMNS row of one server: its columns, then its runs' and its class's
-    runs' figures in one union of plain aggregates."""
+    """A _QUESTION_COLUMNS row of one server: its columns, then its calibration."""
     row = _QUESTION_ROWS.filter(hostname=hostname).first()
     if row is None:
         return None
     pk, _, class_id = row[:3]
-    runs = _OWN_RUNS.filter(server_id=pk)
-    if class_id is not None:
-        runs = runs.union(_CLASS_RUNS.filter(server__topology_class=class_id), all=True)
-    return _calibrations([row], runs)[0]
+    return _calibrations([row], _runs_of(pk, class_id))[0]
 
 
 def _question_server_from(row: Sequence[Any]) -> Server:
@@ -333,8 +338,9 @@ def model_key(server: Server) -> ModelKey:
     limits.check_query_gpus(server.hostname, snapshot.gpu_count)
     calibration = getattr(server, "calibration", None)
     if calibration is None:
-        found = _question_server(server.hostname)
-        calibration = found[-1] if found is not None else ""
+        pk, class_id = server.pk, server.topology_class_id
+        (row,) = _calibrations([(pk, server.hostname, class_id)], _runs_of(pk, class_id))
+        calibration = row[-1]
 
     def load() -> tuple[Topology, Calibration | None]:
         return snapshot.to_domain(), stored_calibration(server_benchmarks(server))
