@@ -354,13 +354,24 @@ def test_a_server_wired_unlike_its_sku_siblings_is_a_finding(collector_client: A
     assert [s.hostname for s in differing] == ["v-03"]
 
 
-def test_ingest_is_throttled_per_token(collector_client: Any, settings: Any) -> None:
+def test_ingest_is_throttled_per_token_counting_new_reports_only(
+    collector_client: Any, settings: Any
+) -> None:
     cache.clear()
     settings.TOPOWEB_INGEST_RATE = "2/min"
     client = collector_client("gpu-a01")
-    codes = [post_report(client, report("gpu-a01", H200)).status_code for _ in range(3)]
+    kernels = ["6.8.0", "6.8.0", "6.8.0", "6.8.1", "6.8.1", "6.8.2"]
+    codes = [
+        post_report(client, report("gpu-a01", H200, host={"kernel": k})).status_code
+        for k in kernels
+    ]
 
-    assert codes == [201, 200, 429]
+    # Duplicates store nothing and are not counted; the third new report is over budget and
+    # is not stored.
+    assert codes == [201, 200, 200, 201, 200, 429]
+    assert Snapshot.objects.filter(server__hostname="gpu-a01").count() == 2
+    other = collector_client("gpu-a02")  # another token's budget is its own
+    assert post_report(other, report("gpu-a02", H200)).status_code == 201
     cache.clear()
 
 

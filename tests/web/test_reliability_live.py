@@ -67,17 +67,21 @@ def test_the_ingest_throttle_is_one_budget_for_both_workers(web: Any) -> None:
     base, _ = web
     forget_throttles()
     token = create_collector_token("gpu-a01")
-    body = report("gpu-a01", H200)
+    bodies = [report("gpu-a01", H200, host={"kernel": f"6.8.{i}"}) for i in range(41)]
 
     with ThreadPoolExecutor(8) as pool:
         codes = list(
-            pool.map(lambda _: live.call(f"{base}/api/v1/reports", token, body)[0], range(40))
+            pool.map(lambda b: live.call(f"{base}/api/v1/reports", token, b)[0], bodies[:40])
         )
 
     assert len(codes) == 40
-    assert sum(code != 429 for code in codes) == 10, codes
-    assert set(codes) <= {200, 201, 429}
-    status, _, headers = live.call(f"{base}/api/v1/reports", token, body)
+    assert sorted(codes) == [201] * 10 + [429] * 30, codes
+    assert Snapshot.objects.filter(server__hostname="gpu-a01").count() == 10
+    # Over budget, a report already stored is still answered (a duplicate is not counted)...
+    stored = bodies[codes.index(201)]
+    assert live.call(f"{base}/api/v1/reports", token, stored)[0] == 200
+    # ...and a new one is refused until the window closes.
+    status, _, headers = live.call(f"{base}/api/v1/reports", token, bodies[40])
     assert status == 429
     assert 0 < int(headers["Retry-After"]) <= 60  # until the caller's window closes
     forget_throttles()

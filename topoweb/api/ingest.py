@@ -219,7 +219,13 @@ def _ingested(result: services.Ingested) -> Response:
 
 
 class ReportApi(_CountedIngest):
-    """A collector's report: 201 with a new snapshot, 200 with the stored identical one."""
+    """A collector's report: 201 with a new snapshot, 200 with the stored identical one.
+
+    The ingest budget (TOPOWEB_INGEST_RATE) counts new reports only, once the report's first
+    statement has found it is not a duplicate: it bounds what a collector makes the service
+    parse, store and analyse. A duplicate, most of a fleet's reports, stores nothing but its
+    server's last-seen time in that one statement, which costs about what counting it in the
+    cache would."""
 
     authentication_classes = [CollectorTokenAuthentication]
     permission_classes = [HasCollectorToken]
@@ -228,7 +234,9 @@ class ReportApi(_CountedIngest):
 
     @extend_schema(
         operation_id="reports_create",
-        description="Only a collector token, and only for its own hostname (403 otherwise).",
+        description="Only a collector token, and only for its own hostname (403 otherwise). "
+        "New reports count against the token's TOPOWEB_INGEST_RATE (429 past it); a duplicate "
+        "of the stored report is answered 200 and not counted.",
         request=ReportInputSerializer,
         responses={200: IngestedSerializer, 201: IngestedSerializer, **ERRORS},
     )
@@ -254,8 +262,18 @@ class ReportApi(_CountedIngest):
                 services.BenchmarkInput(b["kind"], b["text"]) for b in payload.get("benchmarks", [])
             ],
             collector_token=token,
+            admit=lambda: self.count_against_budget(request),
         )
         return _ingested(result)
+
+    def check_throttles(self, request: Request) -> None:
+        """Not before the view runs (DRF's place for it): `post` counts a new report through
+        `count_against_budget`."""
+
+    def count_against_budget(self, request: Request) -> None:
+        """DRF's throttle check, raising Throttled (429 with Retry-After) when the token's
+        budget is spent."""
+        super().check_throttles(request)
 
     def perform_authentication(self, request: Request) -> None:
         super().perform_authentication(request)
@@ -263,8 +281,8 @@ class ReportApi(_CountedIngest):
 
     def handle_exception(self, exc: Exception) -> Response:
         # The token is marked used by the report's first statement (CollectorTokenAuthentication
-        # leaves it): a request refused before it (invalid, throttled, another host's) is marked
-        # here, unless the database itself failed.
+        # leaves it): a request refused before it (invalid, another host's) is marked here,
+        # unless the database itself failed. One refused after it (over budget) is marked.
         token = getattr(self, "collector_token", None)
         if token is not None and not isinstance(exc, DatabaseError):
             selectors.mark_used(token)

@@ -147,6 +147,7 @@ def ingest_report(
     gpu_model_hint: str = "",
     nccl_xml: str = "",
     collector_token: CollectorToken | None = None,
+    admit: Callable[[], None] | None = None,
 ) -> Ingested:
     """Store one topology report with its benchmarks, or find the identical one already stored.
 
@@ -156,12 +157,16 @@ def ingest_report(
     the core; for NVML facts, the place in them) with nothing stored. A report already stored
     (the same content for the same host) is recognised first, before any parsing: most of a
     fleet's reports are unchanged since the last one. The `collector_token` that sent it, when
-    it is due to be marked used, is marked by that same first statement."""
+    it is due to be marked used, is marked by that same first statement. `admit` is called
+    once the report is known to be new, before anything is parsed: a caller's budget (the
+    report endpoint's throttle) refuses it there by raising."""
     limits.check_benchmark_count(len(benchmarks))
     digest = content_sha256(topo_text, nvml, host, benchmarks, nccl_xml)
     stored = _stored_duplicate(hostname, digest, collector_token)
     if stored is not None:
         return stored
+    if admit is not None:
+        admit()
     limits.check_topology_text(topo_text)
     if nccl_xml:
         limits.check_topology_text(nccl_xml, where="nccl_xml: ")
