@@ -156,6 +156,20 @@ def test_a_log_line_that_starts_with_a_digit_still_gives_the_nccl_version() -> N
     assert nccl.parse(text).nccl_version == "2.25.1+cuda12.4"
 
 
+def test_a_forks_banner_gives_the_nccl_version_from_its_version_code() -> None:
+    # The line a fork of nccl-tests' common.cu prints before its header (a public capture,
+    # from host gdr116), in place of NCCL's own banner; its code 22602 is NCCL 2.26.2.
+    banner = (
+        "[gdr116] tid:21762, main(), common.cu:699, NCCL version: 22602, "
+        "CUDA Runtime Version: 12.0, CUDA Driver Version: 12.4"
+    )
+    plain = run_of("nccl_06")
+    run = nccl.parse(banner + "\n" + text_of("nccl_06"))
+    assert plain.nccl_version is None
+    assert run.nccl_version == "2.26.2"
+    assert run.rows == plain.rows and run.warnings == plain.warnings
+
+
 def test_it_reads_a_two_gpu_sweep_with_stripped_trailing_whitespace() -> None:
     run = run_of("nccl_11")
     assert run.n_gpus == 2 and len(run.ranks) == 2

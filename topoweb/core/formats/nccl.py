@@ -17,7 +17,11 @@ _RANK_RE = re.compile(
     r"device\s+([0-9]+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )
 _TESTS_VERSION_RE = re.compile(r"^#?\s*nccl-tests version\s+(\S+)(?:.*?nccl-library=([0-9]+))?")
-_NCCL_VERSION_RE = re.compile(r"\bNCCL version\s+([0-9]+\.[0-9]+\.[0-9]+\S*)")
+# NCCL's own banner ("NCCL version 2.21.5+cuda12.4"), or a harness that prints the version
+# code ("NCCL version: 22602", as some forks of nccl-tests' common.cu do).
+_NCCL_VERSION_RE = re.compile(
+    r"\bNCCL version(?:\s+([0-9]+\.[0-9]+\.[0-9]+\S*)|:\s*([0-9]{4,6})\b)"
+)
 _STARTING_RE = re.compile(r"^#?\s*Collective test starting:\s*(\S+)")
 _AVG_RE = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(\S*)")
 _OOB_RE = re.compile(r"^#?\s*Out of bounds values\s*:\s*([0-9]+)\s+(\w+)")
@@ -123,7 +127,8 @@ def parse(text: str) -> NcclRun:
 
 def _read_header_fact(st: _State, line: str) -> bool:
     if m := _NCCL_VERSION_RE.search(line):
-        st.nccl_version = st.nccl_version or m.group(1)
+        version = m.group(1) or _version_from_code(int(m.group(2)))
+        st.nccl_version = st.nccl_version or version
         return True
     if m := _TESTS_VERSION_RE.match(line):
         st.tests_version = m.group(1)
