@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from topoweb.core.formats import ParseError, detect_format, p2p
+from topoweb.core.formats import ParseError, detect_format, p2p, parse_text
 from topoweb.core.model import P2P_MATRIX_NAMES, P2PGpu, P2PResult
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -214,3 +214,43 @@ def test_a_paste_of_only_the_device_list_is_detected_and_read_without_matrices()
     assert result.p2p_access == ((True, False), (False, True))
     assert result.matrices == {}
     assert result.warnings == ("the output holds no bandwidth or latency matrix",)
+
+
+# Two tools' outputs in one paste: detection picks one reader (nvbandwidth, then p2p, then
+# nccl-tests), which skips the other's lines as commentary; the other is named, not lost.
+@pytest.mark.parametrize(
+    ("first", "second", "read_as", "unread"),
+    [
+        ("p2p_03", "nccl_06", "p2p_03", "nccl-tests"),
+        ("nccl_06", "p2p_05", "p2p_05", "nccl-tests"),
+        ("nvbandwidth_02", "p2p_03", "nvbandwidth_02", "p2pBandwidthLatencyTest"),
+        ("p2p_11", "topo_01", "p2p_11", "`nvidia-smi topo -m`"),
+    ],
+)
+def test_a_paste_of_two_tools_outputs_names_the_one_not_read_and_its_line(
+    first: str, second: str, read_as: str, unread: str
+) -> None:
+    def fixture(prefix: str) -> str:
+        (path,) = FIXTURES.glob(f"{prefix}_*")
+        return path.read_text()
+
+    paste = fixture(first) + "\n" + fixture(second)
+    alone = parse_text(fixture(read_as))
+    both = parse_text(paste)
+    assert type(both) is type(alone)
+    assert both.warnings[: len(alone.warnings)] == alone.warnings  # type: ignore[union-attr]
+    (extra,) = both.warnings[len(alone.warnings) :]  # type: ignore[union-attr]
+    assert extra.endswith(f"starts {unread} output, which was not read: upload it on its own")
+    line = int(extra.split()[1])
+    started = paste.split("\n")[line - 1]
+    second_at = fixture(first).count("\n") + 2
+    assert (line >= second_at) == (read_as == first), (line, started)
+    assert started.strip(), started
+
+
+def test_no_single_benchmark_fixture_is_said_to_hold_another_tools_output() -> None:
+    for path in sorted(FIXTURES.glob("*")):
+        if path.name.split("_")[0] not in ("p2p", "nccl", "nvbandwidth"):
+            continue
+        parsed = parse_text(path.read_text())
+        assert not [w for w in parsed.warnings if "which was not read" in w], path.name  # type: ignore[union-attr]

@@ -324,6 +324,26 @@ def test_a_benchmark_names_the_model_of_a_snapshot_that_had_none(person: APIClie
     assert TopologyClass.objects.get().gpu_model == "NVIDIA RTX 6000 Ada Generation"
 
 
+def test_a_benchmark_upload_answers_with_its_readers_warnings(person: APIClient) -> None:
+    person.post(
+        "/api/v1/uploads", {"hostname": "lab-r", "text": fixture_text(RTX6000), "create": True}
+    )
+    nccl = fixture_text("nccl_11_rtx2080ti-2gpu-allreduce-g2-trailing-ws-stripped.txt")
+    # A log holding a p2pBandwidthLatencyTest run and an nccl-tests run: the p2p one is read.
+    pasted = fixture_text(RTX6000_P2P) + "\n" + nccl
+    response = person.post("/api/v1/uploads", {"hostname": "lab-r", "text": pasted})
+
+    assert response.status_code == 201 and response.json()["kind"] == "p2p-bandwidth-latency"
+    line = (
+        fixture_text(RTX6000_P2P).count("\n")
+        + 2
+        + nccl.split("\n").index(next(ln for ln in nccl.split("\n") if "nThread" in ln))
+    )
+    assert response.json()["warnings"] == [
+        f"line {line} starts nccl-tests output, which was not read: upload it on its own"
+    ]
+
+
 def test_re_uploading_a_capture_keeps_the_gpu_model_nvml_gave(
     collector_client: Any, person: APIClient
 ) -> None:

@@ -184,8 +184,8 @@ class IngestedSerializer(serializers.Serializer):
     created = serializers.BooleanField()
     warnings = serializers.ListField(
         child=serializers.CharField(),
-        help_text="What the reader had to guess or repair in the stored topology "
-        "(empty for benchmarks)",
+        help_text="What the reader had to guess, repair or skip in what was stored (the "
+        "topology, or the benchmark)",
     )
 
 
@@ -200,7 +200,8 @@ class _CountedIngest(APIView):
 def _warnings(result: services.Ingested) -> list[str]:
     if result.warnings is not None:
         return list(result.warnings)
-    return list(result.snapshot.document.get("warnings", [])) if result.snapshot else []
+    stored = result.snapshot or result.benchmark
+    return list(stored.document.get("warnings", [])) if stored is not None else []
 
 
 def _ingested(result: services.Ingested) -> Response:

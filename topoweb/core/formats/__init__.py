@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 
 from topoweb.core.formats import ibnet, nccl, ncclxml, nvbandwidth, p2p, topo
 from topoweb.core.formats.errors import ParseError
 from topoweb.core.formats.ibnet import IbnetCapture
-from topoweb.core.model import Parsed
+from topoweb.core.model import NcclRun, NvbandwidthRun, P2PResult, Parsed
 
 __all__ = [
     "FORMATS",
@@ -122,7 +123,53 @@ def parse_text(text: str, expected: str | None = None) -> Parsed | IbnetCapture:
         "nvbandwidth": nvbandwidth.parse,
         "ibnetdiscover": ibnet.parse,
     }
-    return readers[kind](text)
+    parsed = readers[kind](text)
+    if isinstance(parsed, NcclRun | P2PResult | NvbandwidthRun):
+        unread = _other_outputs(text, kind)
+        if unread:
+            parsed = dataclasses.replace(parsed, warnings=(*parsed.warnings, *unread))
+    return parsed
+
+
+# Lines only a program's own output prints (not a command line naming it), for telling that a
+# benchmark's paste holds another program's output too: each reader skips what is not its own.
+_OUTPUT_STARTS: dict[str, tuple[str, re.Pattern[str]]] = {
+    "nccl-tests": (
+        "nccl-tests",
+        re.compile(
+            r"#\s*(?:nThread\s+\d+\s+nGpus|size\s+count\s+type\s)|^[ \t]*nThread\s+\d+\s+nGpus",
+            re.M,
+        ),
+    ),
+    "p2p-bandwidth-latency": (
+        "p2pBandwidthLatencyTest",
+        re.compile(
+            r"^\s*(?:P2P Connectivity Matrix|(?:Unidirectional|Bidirectional) P2P=(?:Enabled"
+            r"|Disabled) Bandwidth|Device: \d+, .*, pciBusID: )",
+            re.M,
+        ),
+    ),
+    "nvbandwidth": (
+        "nvbandwidth",
+        re.compile(
+            r"^(?:nvbandwidth Version:|Running \w+_(?:memcpy|latency)_\w*(?:ce|sm)\.$)", re.M
+        ),
+    ),
+    "topology": ("`nvidia-smi topo -m`", re.compile(r"^[ \t]*GPU0[ \t]+X\b", re.M)),
+}
+
+
+def _other_outputs(text: str, kind: str) -> list[str]:
+    """A warning for each other program's output in a benchmark's text (a log holding two
+    runs of different tools), naming the line it starts on: its reader read none of it."""
+    found: list[tuple[int, str]] = []
+    for other, (name, starts) in _OUTPUT_STARTS.items():
+        if other != kind and (m := starts.search(text)):
+            found.append((text.count("\n", 0, m.start()) + 1, name))
+    return [
+        f"line {line} starts {name} output, which was not read: upload it on its own"
+        for line, name in sorted(found)
+    ]
 
 
 # A GPU's row of the matrix: its name, then cells, one of them its own `X` (the header names
