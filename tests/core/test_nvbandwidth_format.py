@@ -160,3 +160,51 @@ def test_the_v0_10_latency_matrix_is_read_but_not_priced_as_a_copys_latency() ->
     assert run.errors == ()
     # A pointer chase's load latency, not a copy's fixed time: no latency matrix for calibration.
     assert "latency_gpu_p2p_enabled_us" not in nvbandwidth.to_p2p(run).matrices
+
+
+def test_runs_of_one_testcase_each_printed_one_after_another_read_as_one_run() -> None:
+    # As a script running `nvbandwidth -t N` per testcase logs them: each run with its own
+    # header, between separator lines.
+    lines = text_of("nvbandwidth_02").split("\n")
+    starts = [i for i, line in enumerate(lines) if line.startswith("Running ")]
+    chunks = ["\n".join(lines[a:b]) for a, b in zip(starts, [*starts[1:], len(lines)], strict=True)]
+    log = "".join(
+        f"##### nvbandwidth -t {n} #####\nnvbandwidth Version: v0.10\n\n{chunk}\n"
+        for n, chunk in enumerate(chunks)
+    )
+    plain, joined = run_of("nvbandwidth_02"), nvbandwidth.parse(log)
+    assert len(chunks) == 3
+    assert joined.testcases == plain.testcases
+    assert (joined.warnings, joined.errors) == (plain.warnings, plain.errors)
+    assert joined.version == "v0.10"
+
+
+def test_the_same_run_twice_keeps_one_device_list_and_each_testcases_first_result() -> None:
+    text = text_of("nvbandwidth_03")
+    plain, twice = run_of("nvbandwidth_03"), nvbandwidth.parse(text + "\n#####\n" + text)
+    assert twice.devices == plain.devices and len(plain.devices) == 8
+    assert twice.testcases == plain.testcases
+    second = text.count("\n") + 2  # the separator's line; the second run's lines follow it
+    (again,) = twice.warnings
+    assert again.endswith("device_to_device_memcpy_read_ce ran again; its first result was kept")
+    assert int(again.split()[1].rstrip(":")) > second
+
+
+def test_a_run_on_other_gpus_ends_the_reading_with_a_warning() -> None:
+    text = text_of("nvbandwidth_03")
+    other = text.replace("A100-SXM4-80GB", "H100 80GB HBM3")
+    assert other != text
+    plain, both = run_of("nvbandwidth_03"), nvbandwidth.parse(text + "\n#####\n" + other)
+    assert both.devices == plain.devices
+    assert both.testcases == plain.testcases and both.errors == plain.errors
+    second = text.count("\n") + 3  # the other run's version line
+    assert both.warnings == (
+        f"line {second} starts a run on other GPUs (8 x NVIDIA H100 80GB HBM3, where the first "
+        "run had 8 x NVIDIA A100-SXM4-80GB); only the runs before it were read",
+    )
+    # The same models at other bus ids: another server of the same kind.
+    moved = text.replace("(00000000:34:00)", "(00000000:44:00)")
+    assert nvbandwidth.parse(text + "\n" + moved).warnings == (
+        f"line {second - 1} starts a run on other GPUs (other bus ids); only the runs before it "
+        "were read",
+    )

@@ -46,9 +46,13 @@ def _cell(token: str) -> float | None:
 
 
 def _parse_text(text: str) -> NvbandwidthRun:
+    """One run, or several printed one after another (a script running one testcase per
+    invocation): their testcases are read as one run's while they list the same GPUs; a run
+    on other GPUs ends the reading, and a testcase run again keeps its first result."""
     lines = text.splitlines()
     header: dict[str, str] = {}
     devices: list[str] = []
+    later_run: tuple[int, list[str]] | None = None  # a later run's first line, its GPUs so far
     cases: list[NvbTestcase] = []
     errors: list[str] = []
     warnings: list[str] = []
@@ -58,43 +62,66 @@ def _parse_text(text: str) -> NvbandwidthRun:
     columns: int | None = None
     status = "Passed"
 
-    def finish(total: float | None = None) -> None:
+    def add(case: NvbTestcase, number: int) -> None:
+        if any(c.name == case.name for c in cases):
+            warnings.append(f"line {number}: {case.name} ran again; its first result was kept")
+        else:
+            cases.append(case)
+
+    def finish(number: int, total: float | None = None) -> None:
         nonlocal name, description, rows, columns, status
         if name is not None:
-            cases.append(NvbTestcase(name, status if rows or status != "Passed" else "Error",
-                                     description, tuple(rows), total))  # fmt: skip
+            add(NvbTestcase(name, status if rows or status != "Passed" else "Error",
+                            description, tuple(rows), total), number)  # fmt: skip
             if not rows and status == "Passed":
                 errors.append(f"{name}: no result was printed")
         name, description, rows, columns, status = None, "", [], None, "Passed"
+
+    def other_gpus() -> bool:
+        """Whether the later run being read lists GPUs other than the first run's."""
+        return later_run is not None and bool(devices) and later_run[1] not in ([], devices)
 
     for number, raw in enumerate(lines, start=1):
         line = raw.strip()
         if not line:
             continue
+        if line.startswith("nvbandwidth Version:") and (cases or name is not None or devices):
+            finish(number)
+            if other_gpus():
+                break
+            later_run = (number, [])
         for prefix, key in _HEADER.items():
             if line.startswith(prefix) and key not in header:
                 header[key] = line[len(prefix) :].strip()
         if (m := _DEVICE.match(line)) and name is None:
-            devices.append(m.group(2))
+            if m.group(1) == "0" and cases and (later_run is None or later_run[1]):
+                # A later run's device list with its header cut from the paste.
+                if other_gpus():
+                    break
+                later_run = (number, [])
+            (devices if later_run is None else later_run[1]).append(m.group(2))
         elif m := _RUNNING.match(line):
-            finish()
+            finish(number)
+            if other_gpus():
+                break
             name = m.group(1)
         elif m := _SUM.match(line):
             if name is None and rows:
                 name = m.group(1)  # the "Running" line was cut from the paste
                 warnings.append(f"line {number}: no `Running {name}.` line; named from SUM")
             if name == m.group(1) or m.group(1) == f"{name}_total":
-                finish(float(m.group(2)))
+                finish(number, float(m.group(2)))
             elif name is not None and m.group(1).startswith(f"{name}_") and rows:
                 # One direction of a bidirectional testcase (read1 and read2, write1 and
                 # write2), each summed before the Total that ends it: a testcase of its own.
-                cases.append(
-                    NvbTestcase(m.group(1), status, description, tuple(rows), float(m.group(2)))
+                add(
+                    NvbTestcase(m.group(1), status, description, tuple(rows), float(m.group(2))),
+                    number,
                 )
                 description, rows, columns = "", [], None
         elif _DESCRIPTION.match(line):
             if name is None and rows:
-                finish()
+                finish(number)
             description = line
             rows, columns = [], None
         elif description and columns is None and re.fullmatch(r"(\d+\s+)*\d+", line):
@@ -114,15 +141,22 @@ def _parse_text(text: str) -> NvbandwidthRun:
                 status = m.group(1)
                 if status == "Error":
                     errors.append(f"{name}: {m.group(2)}")
-                finish()
+                finish(number)
         elif line.startswith("ASSERT") or "ERROR" in line or line.startswith("Error"):
             errors.append(f"{name + ': ' if name else ''}{line[:300]}")
             if name is not None:
                 status = "Error"
-    if name is not None:
-        if rows and status == "Passed":
+    else:
+        if name is not None and rows and status == "Passed":
             warnings.append(f"{name}: no SUM line (the output may be cut)")
-        finish()
+        finish(len(lines))
+    if later_run is not None and other_gpus():
+        first, later = _listed(devices), _listed(later_run[1])
+        where = f"{later}, where the first run had {first}" if later != first else "other bus ids"
+        warnings.append(
+            f"line {later_run[0]} starts a run on other GPUs ({where}); "
+            "only the runs before it were read"
+        )
     if not cases and not header:
         raise ParseError("no nvbandwidth testcase or header found", line=1)
     if not cases:
@@ -136,6 +170,12 @@ def _parse_text(text: str) -> NvbandwidthRun:
         errors=tuple(errors),
         warnings=tuple(warnings),
     )
+
+
+def _listed(devices: list[str]) -> str:
+    """'8 x NVIDIA A100-SXM4-80GB': a device list by model, bus ids left out."""
+    models = [re.sub(r"\s*\([0-9A-Fa-f:.]+\)$", "", d) for d in devices]
+    return ", ".join(f"{models.count(m)} x {m}" for m in dict.fromkeys(models))
 
 
 def _parse_json(text: str, start: int) -> NvbandwidthRun:
