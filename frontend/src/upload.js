@@ -84,8 +84,12 @@ async function preview() {
     if (previewCy) previewCy.destroy();
     previewCy = null;
     clear($("preview-graph"));
+    // A topology is drawn, with its legend; a benchmark has no graph: its summary says it all.
+    const drawn = Boolean(res.elements && res.elements.length);
+    $("preview-graph").hidden = !drawn;
+    $("legend").hidden = !drawn;
     // Both NIC drawings arrive; the document says which one the positions are for.
-    if (res.elements && res.elements.length) previewCy = await drawGraph($("preview-graph"), { elements: res.elements, paths: {}, nic_groups: res.nic_groups });
+    if (drawn) previewCy = await drawGraph($("preview-graph"), { elements: res.elements, paths: {}, nic_groups: res.nic_groups });
     window.topowebPreviewCy = previewCy; // read by the e2e tests
     $("save-button").disabled = false;
     document.body.dataset.previewReady = "1";

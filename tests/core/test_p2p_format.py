@@ -254,3 +254,17 @@ def test_no_single_benchmark_fixture_is_said_to_hold_another_tools_output() -> N
             continue
         parsed = parse_text(path.read_text())
         assert not [w for w in parsed.warnings if "which was not read" in w], path.name  # type: ignore[union-attr]
+
+
+def test_a_second_run_pasted_after_the_first_is_named_and_not_read() -> None:
+    text = text_of("p2p_05")
+    twice = p2p.parse(text + "\n" + text.replace("26.32", "25.00"))
+    assert twice.matrices == result_of("p2p_05").matrices
+    second = text.count("\n") + 2
+    assert [w for w in twice.warnings if "second run" in w] == [
+        f"line {second + _first_device_line(text)} starts a second run; only the first run was read"
+    ]
+
+
+def _first_device_line(text: str) -> int:
+    return next(i for i, line in enumerate(text.split("\n")) if line.startswith("Device: 0"))

@@ -193,6 +193,33 @@ def test_uploading_a_good_file_previews_then_creates_the_server(page: Page) -> N
     assert Server.objects.get(hostname="esc8000a-ada-u01").latest_snapshot.gpu_count == 4
 
 
+def test_a_benchmark_preview_shows_what_was_read_without_an_empty_graph(page: Page) -> None:
+    page.goto("/upload/")
+    expect(page.locator("#preview-graph")).to_be_hidden()  # nothing parsed yet
+    page.fill("#upload-hostname", "esc8000a-ada-u02")
+    page.set_input_files(
+        "#upload-file", str(FIXTURES / "topo_09_rtx6000ada-4gpu-4nic-node-sys-numaid.txt")
+    )
+    page.click("#preview-button")
+    wait_for_flag(page, "preview-ready")
+    expect(page.locator("#preview-graph")).to_be_visible()
+    expect(page.locator("#legend")).to_be_visible()
+
+    # Then a log holding a p2p run and an nccl-tests run, pasted instead of the file.
+    p2p = (FIXTURES / "p2p_05_rtx6000ada-4gpu-p2pwrites-gpu-cpu-latency.txt").read_text()
+    nccl = (FIXTURES / "nccl_11_rtx2080ti-2gpu-allreduce-g2-trailing-ws-stripped.txt").read_text()
+    page.set_input_files("#upload-file", [])
+    page.fill("#upload-text", p2p + "\n" + nccl)
+    page.click("#preview-button")
+    # Set in the same task as the panels below, once the answer is read.
+    expect(page.locator("#preview-summary")).to_contain_text("p2pBandwidthLatencyTest")
+    expect(page.locator("#preview-graph")).to_be_hidden()
+    expect(page.locator("#legend")).to_be_hidden()
+    expect(page.locator("#preview-warning-list")).to_contain_text(
+        "starts nccl-tests output, which was not read: upload it on its own"
+    )
+
+
 def test_uploading_a_broken_file_shows_the_error_with_its_line(page: Page) -> None:
     lines = (FIXTURES / "topo_01_h200-8gpu-12nic-numaid.txt").read_text().splitlines()
     broken = "\n".join(lines[:5])  # the matrix stops after GPU2's row

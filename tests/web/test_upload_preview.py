@@ -72,6 +72,23 @@ def test_benchmark_outputs_preview_their_kind_without_a_graph(
     assert nothing_stored()
 
 
+@pytest.mark.parametrize("fixture", [RTX6000_P2P, NCCL_A100])
+def test_a_benchmark_preview_lists_its_readers_warnings(person: APIClient, fixture: str) -> None:
+    twice = fixture_text(fixture) + "\n" + fixture_text(fixture)  # a second run pasted after
+    alone = person.post(URL, {"text": fixture_text(fixture)}, format="json").json()
+    body = person.post(URL, {"text": twice}, format="json").json()
+
+    # Each reader reads the first run and says where the second starts.
+    assert alone["warnings"] == []
+    (warning,) = body["warnings"]
+    second = fixture_text(fixture).count("\n") + 2
+    assert warning.startswith("line ") and warning.endswith(
+        " starts a second run; only the first run was read"
+    )
+    assert int(warning.split()[1]) >= second
+    assert body["summary"] == alone["summary"]
+
+
 def test_a_truncated_matrix_answers_the_parse_error_with_its_line(person: APIClient) -> None:
     truncated = "".join(fixture_text(H200).splitlines(keepends=True)[:5])
 

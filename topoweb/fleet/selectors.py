@@ -438,7 +438,12 @@ def upload_preview(text: str, gpu_model: str = "") -> dict[str, Any]:
             summary += f", average bus bandwidth {parsed.avg_busbw_gbps:g} GB/s"
         if parsed.errors:
             summary += f", {len(parsed.errors)} error(s) reported"
-        return {"kind": "nccl-tests", "summary": summary, "warnings": [], "elements": []}
+        return {
+            "kind": "nccl-tests",
+            "summary": summary,
+            "warnings": list(parsed.warnings),
+            "elements": [],
+        }
     if isinstance(parsed, NvbandwidthRun):
         done = [t.name for t in parsed.testcases if t.matrix]
         summary = f"nvbandwidth {parsed.version or ''}: {len(done)} testcase(s) measured".replace(
@@ -455,7 +460,12 @@ def upload_preview(text: str, gpu_model: str = "") -> dict[str, Any]:
     summary = f"p2pBandwidthLatencyTest: {len(parsed.gpus)} GPUs, matrices: " + (
         ", ".join(sorted(parsed.matrices)) or "none"
     )
-    return {"kind": "p2p-bandwidth-latency", "summary": summary, "warnings": [], "elements": []}
+    return {
+        "kind": "p2p-bandwidth-latency",
+        "summary": summary,
+        "warnings": list(parsed.warnings),
+        "elements": [],
+    }
 
 
 def fleet_topology_conf() -> str:

@@ -66,12 +66,23 @@ def parse(text: str) -> P2PResult:
             continue
         if not line.strip() or _ELISION_RE.match(line):
             continue
+        if _starts_second_run(st, line):
+            st.warnings.append(f"line {lineno} starts a second run; only the first run was read")
+            break
         _read_line(st, line, lineno)
     if st.block is not None:
         _close(st, st.block, len(lines))  # the output ends inside the matrix
     if st.title is not None and st.title_unused:
         raise ParseError("the output ends before the matrix under this title", st.title[2])
     return _finish(st)
+
+
+def _starts_second_run(st: _State, line: str) -> bool:
+    """A device list starting again after matrices were read: the next run of a log."""
+    if st.connectivity is None and not st.matrices:
+        return False
+    m = _DEVICE_RE.match(line)
+    return m is not None and m.group(1) == "0"
 
 
 def _read_line(st: _State, line: str, lineno: int) -> None:
