@@ -228,6 +228,28 @@ def test_it_reads_the_old_format_with_an_error_column_and_no_root_or_group() -> 
     assert run.command is not None and run.command.startswith("CUDA_VISIBLE_DEVICES=1,2,6,7")
 
 
+def test_a_failure_printed_inside_the_first_row_reads_as_a_failed_run() -> None:
+    run = run_of("nccl_17")  # line 28: the row's leading columns, then the CUDA failure
+    assert run.failed
+    assert run.collective == "alltoall"
+    assert (run.tests_version, run.nccl_version) == ("2.17.6", "2.28.7+cuda13.0")
+    assert len(run.ranks) == 16
+    assert run.ranks[15] == NcclRank(15, 0, 36795, "node1", 7, "0000:db:00", "NVIDIA H800")
+    assert run.rows == ()
+    assert run.errors == (
+        "node0: Test CUDA failure common.cu:389 'an illegal memory access was encountered'",
+        *(
+            f".. node0 pid 62767: Test failure {where}"
+            for where in ("common.cu:519", "common.cu:532", "common.cu:704", "alltoall.cu:348",
+                          "common.cu:718", "common.cu:1368")
+        ),
+    )  # fmt: skip
+    assert run.warnings == (
+        "line 28: a failure message cuts off the table row before it; that row is not read",
+    )
+    assert run.avg_busbw_gbps is None
+
+
 # --- variants made from the real text ------------------------------------------------------
 
 
@@ -244,6 +266,18 @@ def test_a_run_that_died_mid_table_keeps_its_rows_and_reports_the_failure() -> N
     )
     assert len(run.rows) == 10 and run.rows[-1].bytes == 4096
     assert run.errors == (failure, ".. autodl pid 31706: Test failure common.cu:400")
+
+
+def test_a_failure_that_cuts_a_row_keeps_the_complete_rows_before_it() -> None:
+    lines = lines_of("nccl_11")
+    cut = lines[20][: lines[20].index("-1") + 2]  # the 8192-byte row up to its root column
+    failure = "autodl: Test NCCL failure common.cu:1005 'unhandled system error'"
+    run = nccl.parse("\n".join([*lines[:20], f"{cut} {failure}"]))
+    assert len(run.rows) == 10 and run.rows[-1].bytes == 4096
+    assert run.errors == (failure,)
+    assert run.warnings == (
+        "line 21: a failure message cuts off the table row before it; that row is not read",
+    )
 
 
 def test_a_log_cut_off_mid_table_without_a_message_is_reported_as_unfinished() -> None:

@@ -28,6 +28,9 @@ _OOB_RE = re.compile(r"^#?\s*Out of bounds values\s*:\s*([0-9]+)\s+(\w+)")
 # nccl-tests prints "<host>: Test CUDA failure file.cu:N 'why'", "... Test NCCL failure ..." and
 # " .. <host> pid N: Test failure file.cu:N" on its way out.
 _FAILURE_RE = re.compile(r"\bTest (?:CUDA |NCCL )?failure\b")
+# The first of those can cut a row short: a rank that fails mid-collective prints its message
+# after the leading columns the row had already printed, on the same line.
+_CUT_BY_FAILURE_RE = re.compile(r"\s(\S+:\s+Test (?:CUDA |NCCL )?failure\b.*)$")
 _BINARY_RE = re.compile(r"(?:^|[\s/=])([a-z][a-z0-9_]*?)_perf(?:_mpi)?(?=\s|$)")
 _PROMPT_RE = re.compile(r"^\s*(?:\S*@\S*?[$#]_?\s+|[$#>]\s+|Running:\s+)")
 _INFO_RE = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b")
@@ -74,7 +77,8 @@ class _State:
     n_threads: int | None = None
     n_gpus: int | None = None
     tests_version: str | None = None
-    nccl_version: str | None = None
+    nccl_version: str | None = None  # decoded from the header's nccl-library code
+    nccl_banner: str | None = None  # as NCCL printed it, with the CUDA it was built for
     collective: str | None = None
     command: str | None = None
     ranks: list[NcclRank] = field(default_factory=list)
@@ -115,20 +119,35 @@ def parse(text: str) -> NcclRun:
                 break
             if _read_table_line(st, line, lineno):
                 continue
-        if _read_row_line(st, line, lineno, truncated=lineno == last):
+        if _read_failure(st, line, lineno):
             continue
-        if _FAILURE_RE.search(line):
-            st.failures.append(line.strip())
+        if _read_row_line(st, line, lineno, truncated=lineno == last):
             continue
         if st.command is None and not _INFO_RE.search(line):
             _read_command(st, lines, lineno)
     return _finish(st)
 
 
+def _read_failure(st: _State, line: str, lineno: int) -> bool:
+    """A failure message, on its own line or after the start of the row it interrupted."""
+    if not _FAILURE_RE.search(line):
+        return False
+    m = _CUT_BY_FAILURE_RE.search(line)
+    if m and _is_row_start(line[: m.start()].split()):
+        st.failures.append(m.group(1).strip())
+        st.warnings.append(
+            f"line {lineno}: a failure message cuts off the table row before it; "
+            "that row is not read"
+        )
+    else:
+        st.failures.append(line)
+    return True
+
+
 def _read_header_fact(st: _State, line: str) -> bool:
     if m := _NCCL_VERSION_RE.search(line):
         version = m.group(1) or _version_from_code(int(m.group(2)))
-        st.nccl_version = st.nccl_version or version
+        st.nccl_banner = st.nccl_banner or version
         return True
     if m := _TESTS_VERSION_RE.match(line):
         st.tests_version = m.group(1)
@@ -356,7 +375,7 @@ def _finish(st: _State) -> NcclRun:
         rows=tuple(st.rows),
         avg_busbw_gbps=st.avg,
         errors=tuple(dict.fromkeys(errors)),
-        nccl_version=st.nccl_version,
+        nccl_version=st.nccl_banner or st.nccl_version,
         tests_version=st.tests_version,
         n_threads=st.n_threads,
         n_gpus=st.n_gpus,
