@@ -250,6 +250,24 @@ def test_a_failure_printed_inside_the_first_row_reads_as_a_failed_run() -> None:
     assert run.avg_busbw_gbps is None
 
 
+def test_it_reads_old_format_alltoall_rows_that_leave_the_redop_blank() -> None:
+    run = run_of("nccl_18")  # each row a column short of its header: no redop printed
+    assert run.n_gpus == 8
+    assert run.ranks[7] == NcclRank(7, None, 167261, "localhost", 7, "0x00", "A100-SXM4-40GB")
+    assert len(run.rows) == 34
+    assert [r.bytes for r in run.rows[:6]] == [0, 0, 0, 0, 0, 32]
+    assert all((r.type, r.redop, r.root) == ("float", None, None) for r in run.rows)
+    assert run.rows[0].out_of_place == NcclMeasurement(1.63, 0.0, 0.0, None, None)
+    assert row_at(run, 8388608).in_place == NcclMeasurement(120.6, 69.56, 60.87, None, None)
+    assert row_at(run, 8589934592).out_of_place == NcclMeasurement(
+        33508.0, 256.36, 224.31, None, None
+    )
+    assert run.avg_busbw_gbps == 58.6481
+    assert run.errors == ()
+    # busbw/algbw = 7/8 fits alltoall and all_gather alike, and no command line names it
+    assert run.collective is None
+
+
 # --- variants made from the real text ------------------------------------------------------
 
 
@@ -312,6 +330,15 @@ def test_it_rejects_a_row_with_a_missing_column_naming_the_line() -> None:
         nccl.parse("\n".join(lines))
     assert err.value.line == 13
     assert "12 columns, the header names 13" in err.value.message
+
+
+def test_an_old_format_row_short_of_another_column_than_the_redop_is_refused() -> None:
+    lines = lines_of("nccl_15")
+    lines[21] = lines[21].rsplit(maxsplit=1)[0]  # its in-place error dropped; redop "sum" kept
+    with pytest.raises(ParseError) as err:
+        nccl.parse("\n".join(lines))
+    assert err.value.line == 22
+    assert "11 columns, the header names 12" in err.value.message
 
 
 def test_wrong_elements_and_out_of_bounds_values_make_a_run_fail() -> None:
@@ -401,7 +428,7 @@ VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("prefix", ["nccl_01", "nccl_06", "nccl_15"])
+@pytest.mark.parametrize("prefix", ["nccl_01", "nccl_06", "nccl_15", "nccl_18"])
 def test_a_run_reads_the_same_however_its_lines_were_tagged_or_pasted(
     prefix: str, variant: str
 ) -> None:

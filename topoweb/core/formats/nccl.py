@@ -245,6 +245,7 @@ def _read_row_line(st: _State, line: str, lineno: int, truncated: bool) -> bool:
     ) and not (len(tokens) == layout.width and _INT_RE.match(tokens[0])):
         # A row of the table's width whose size is negative is read, to be refused.
         return False
+    tokens = _with_blank_redop(tokens, layout)
     try:
         if len(tokens) != layout.width:
             raise ParseError(
@@ -257,6 +258,18 @@ def _read_row_line(st: _State, line: str, lineno: int, truncated: bool) -> bool:
             raise
         st.errors.append(f"the output ends inside a table row (line {lineno})")
     return True
+
+
+def _with_blank_redop(tokens: list[str], layout: _Layout) -> list[str]:
+    """The old format prints the redop of a collective that reduces nothing (alltoall,
+    all_gather, broadcast) as blanks, so its rows are a column short: where the redop belongs
+    stands the time. An empty redop stands in for it; any other short row stays short."""
+    if layout.check != "error" or "redop" not in layout.leading:
+        return tokens
+    at = layout.leading.index("redop")
+    if len(tokens) != layout.width - 1 or not _FLOAT_RE.match(tokens[at]):
+        return tokens
+    return [*tokens[:at], "", *tokens[at:]]
 
 
 def _is_row_start(tokens: list[str]) -> bool:
@@ -274,7 +287,7 @@ def _row(tokens: list[str], layout: _Layout, lineno: int) -> NcclRow:
         bytes=_integer(lead["size"], "size", lineno),
         count=_integer(lead["count"], "count", lineno),
         type=type_,
-        redop=lead.get("redop"),
+        redop=lead.get("redop") or None,
         root=_integer(root, "root", lineno, minimum=-1) if root is not None else None,
         out_of_place=_measurement(tokens[n : n + 4], layout, "out-of-place", lineno),
         in_place=_measurement(tokens[n + 4 : n + 8], layout, "in-place", lineno),
