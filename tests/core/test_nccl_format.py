@@ -268,6 +268,28 @@ def test_it_reads_old_format_alltoall_rows_that_leave_the_redop_blank() -> None:
     assert run.collective is None
 
 
+def test_a_finished_run_without_its_average_and_with_an_elided_rank_list_warns() -> None:
+    run = run_of("nccl_19")  # ranks 0, 7, 8, 15 of 16 listed; the Avg line taken out
+    assert (run.tests_version, run.nccl_version) == ("2.17.9", "2.29.3+cuda13.1")
+    assert run.collective == "all_reduce"
+    assert [(r.rank, r.host[-1], r.device, r.bus_id) for r in run.ranks] == [
+        (0, "0", 0, "0000:0f:00"),
+        (7, "0", 7, "0000:da:00"),
+        (8, "1", 0, "0000:0f:00"),
+        (15, "1", 7, "0000:da:00"),
+    ]
+    assert [r.bytes for r in run.rows] == [1073741824 << i for i in range(4)]
+    assert run.rows[0].out_of_place == NcclMeasurement(10887.4, 98.62, 184.92, 0)
+    assert row_at(run, 8589934592).in_place == NcclMeasurement(84992.3, 101.07, 189.50, 0)
+    assert run.avg_busbw_gbps is None
+    assert run.errors == ()  # "# Collective test concluded" (line 27): the sweep finished
+    assert run.warnings == (
+        "lines 12-15: the rank list is elided: ranks are numbered up to 15 but 4 are listed",
+        "the `# Avg bus bandwidth` line is missing, though line 27 shows the run finished: "
+        "the average is unknown",
+    )
+
+
 # --- variants made from the real text ------------------------------------------------------
 
 
@@ -302,6 +324,27 @@ def test_a_log_cut_off_mid_table_without_a_message_is_reported_as_unfinished() -
     run = nccl.parse("\n".join(lines_of("nccl_06")[:22]))
     assert len(run.rows) == 5
     assert run.errors == ("the output ends before `# Avg bus bandwidth`: the run did not finish",)
+
+
+def test_a_run_whose_average_line_was_removed_finished_by_its_out_of_bounds_line() -> None:
+    lines = [ln for ln in lines_of("nccl_11") if "Avg bus bandwidth" not in ln]
+    run = nccl.parse("\n".join(lines))
+    assert len(run.rows) == 28 and run.avg_busbw_gbps is None
+    assert run.errors == ()
+    assert run.warnings == (
+        "the `# Avg bus bandwidth` line is missing, though line 39 shows the run finished: "
+        "the average is unknown",
+    )
+
+
+def test_a_rank_list_with_ranks_taken_out_is_named_as_elided() -> None:
+    lines = lines_of("nccl_06")
+    del lines[6:12]  # ranks 1 to 6, leaving 0 and 7
+    run = nccl.parse("\n".join(lines))
+    assert [r.rank for r in run.ranks] == [0, 7] and run.n_gpus == 8
+    assert run.warnings == (
+        "lines 6-7: the rank list is elided: ranks are numbered up to 7 but 2 are listed",
+    )
 
 
 def test_a_log_cut_inside_a_row_keeps_the_complete_rows() -> None:

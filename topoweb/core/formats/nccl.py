@@ -25,6 +25,7 @@ _NCCL_VERSION_RE = re.compile(
 _STARTING_RE = re.compile(r"^#?\s*Collective test starting:\s*(\S+)")
 _AVG_RE = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(\S*)")
 _OOB_RE = re.compile(r"^#?\s*Out of bounds values\s*:\s*([0-9]+)\s+(\w+)")
+_CONCLUDED_RE = re.compile(r"^#?\s*Collective test concluded\b")
 # nccl-tests prints "<host>: Test CUDA failure file.cu:N 'why'", "... Test NCCL failure ..." and
 # " .. <host> pid N: Test failure file.cu:N" on its way out.
 _FAILURE_RE = re.compile(r"\bTest (?:CUDA |NCCL )?failure\b")
@@ -86,6 +87,10 @@ class _State:
     rows: list[NcclRow] = field(default_factory=list)
     avg: float | None = None
     avg_seen: bool = False
+    # The line of the last closing line (out-of-bounds check, "Collective test concluded"):
+    # nccl-tests prints them only once the sweep is done.
+    closed_at: int | None = None
+    rank_lines: list[int] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -110,7 +115,7 @@ def parse(text: str) -> NcclRun:
         # Header, banner and summary lines start with '#' or a word: a line that starts with a
         # digit can only be a table row, unless it names the NCCL version.
         if not line[0].isdigit() or "NCCL version" in line:
-            if _read_header_fact(st, line):
+            if _read_header_fact(st, line, lineno):
                 continue
             if _starts_new_run(st, line):
                 st.warnings.append(
@@ -144,7 +149,7 @@ def _read_failure(st: _State, line: str, lineno: int) -> bool:
     return True
 
 
-def _read_header_fact(st: _State, line: str) -> bool:
+def _read_header_fact(st: _State, line: str, lineno: int) -> bool:
     if m := _NCCL_VERSION_RE.search(line):
         version = m.group(1) or _version_from_code(int(m.group(2)))
         st.nccl_banner = st.nccl_banner or version
@@ -173,6 +178,7 @@ def _read_header_fact(st: _State, line: str) -> bool:
                 name=name or None,
             )
         )
+        st.rank_lines.append(lineno)
         return True
     return False
 
@@ -226,6 +232,10 @@ def _read_table_line(st: _State, line: str, lineno: int) -> bool:
     if m := _OOB_RE.match(line):
         if m.group(2) != "OK":
             st.errors.append(f"out of bounds values: {m.group(1)} {m.group(2)}")
+        st.closed_at = lineno
+        return True
+    if _CONCLUDED_RE.match(line):
+        st.closed_at = lineno
         return True
     return line.lstrip().startswith("#")  # the out-of-place/in-place banner, units, bare '#'
 
@@ -359,6 +369,20 @@ def _read_command(st: _State, lines: list[str], lineno: int) -> None:
     st.collective = st.collective or m.group(1)
 
 
+def _warn_of_an_elided_rank_list(st: _State) -> None:
+    """nccl-tests lists every rank; a list with numbers missing was cut down by whoever
+    pasted it, so the ranks read are not all the run had."""
+    numbers = {r.rank for r in st.ranks}
+    if not numbers or len(numbers) > max(numbers):
+        return
+    first, last = st.rank_lines[0], st.rank_lines[-1]
+    where = f"line {first}" if first == last else f"lines {first}-{last}"
+    st.warnings.append(
+        f"{where}: the rank list is elided: ranks are numbered up to {max(numbers)} "
+        f"but {len(numbers)} are listed"
+    )
+
+
 def _finish(st: _State) -> NcclRun:
     seen_header = st.n_threads is not None or bool(st.ranks)
     seen_table = st.layout is not None or st.avg_seen
@@ -367,6 +391,7 @@ def _finish(st: _State) -> NcclRun:
             "not nccl-tests output: no `# nThread` header, rank list, results table or "
             "`# Avg bus bandwidth` line"
         )
+    _warn_of_an_elided_rank_list(st)
     errors = [*st.failures, *st.errors]
     for row in st.rows:
         for which, m in (("out-of-place", row.out_of_place), ("in-place", row.in_place)):
@@ -377,6 +402,12 @@ def _finish(st: _State) -> NcclRun:
             errors.append(
                 "no results: the output ends before the first table row "
                 "(the run hung or died after its header)"
+            )
+        elif not st.avg_seen and st.closed_at is not None:
+            # The sweep finished; the average was taken out of the paste, not never printed.
+            st.warnings.append(
+                f"the `# Avg bus bandwidth` line is missing, though line {st.closed_at} "
+                "shows the run finished: the average is unknown"
             )
         elif not st.avg_seen:
             errors.append("the output ends before `# Avg bus bandwidth`: the run did not finish")
