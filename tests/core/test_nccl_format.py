@@ -124,6 +124,8 @@ def test_it_reads_a_log_tail_with_debug_lines_and_na_wrong_as_a_broadcast() -> N
     assert run.errors == ()
     assert run.collective == "broadcast"
     assert run.warnings == (
+        "the start of the output is missing: no `# nThread` header or rank list comes "
+        "before the table (line 10), so the ranks and GPUs the run used are unknown",
         "the collective (broadcast) is inferred from the table's columns: "
         "no command line names the test binary",
     )
@@ -402,6 +404,26 @@ def test_a_table_pasted_without_any_header_is_still_read() -> None:
     assert len(run.rows) == 28
     assert run.collective == "all_reduce"  # busbw/algbw = 1.75 = 2(n-1)/n with n = 8
     assert run.errors == ("the output ends before `# Avg bus bandwidth`: the run did not finish",)
+    assert run.ranks == () and run.n_gpus is None
+    assert run.warnings[0] == (
+        "the start of the output is missing: no `# nThread` header or rank list comes "
+        "before the table (line 1), so the ranks and GPUs the run used are unknown"
+    )
+
+
+def test_a_log_tail_from_the_first_row_to_the_average_warns_its_start_is_missing() -> None:
+    # As kubectl logs --tail gives it: a debug line (one of nccl_08's), then the rows and the
+    # summary lines.
+    tail = [lines_of("nccl_08")[0], *lines_of("nccl_06")[17:]]
+    run = nccl.parse("\n".join(tail))
+    assert len(run.rows) == 28 and run.avg_busbw_gbps == 81.112
+    assert run.errors == ()
+    assert run.warnings == (
+        "the start of the output is missing: no `# nThread` header or rank list comes "
+        "before the table (line 2), so the ranks and GPUs the run used are unknown",
+        "the collective (all_reduce) is inferred from the table's columns: "
+        "no command line names the test binary",
+    )
 
 
 def test_only_the_first_of_two_concatenated_runs_is_read() -> None:

@@ -91,6 +91,7 @@ class _State:
     # nccl-tests prints them only once the sweep is done.
     closed_at: int | None = None
     rank_lines: list[int] = field(default_factory=list)
+    table_at: int | None = None  # the line of the column header, or of the first row
     failures: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -224,6 +225,7 @@ def _read_table_line(st: _State, line: str, lineno: int) -> bool:
     """A column header, summary or banner line (the lines of a table that are not rows)."""
     if (tokens := _column_header(line)) is not None:
         st.layout = _layout_of(tokens, lineno)
+        st.table_at = st.table_at or lineno
         return True
     if m := _AVG_RE.match(line):
         st.avg = _number(m.group(1), "average bus bandwidth", lineno)
@@ -262,6 +264,7 @@ def _read_row_line(st: _State, line: str, lineno: int, truncated: bool) -> bool:
                 f"table row has {len(tokens)} columns, the header names {layout.width}", lineno
             )
         st.rows.append(_row(tokens, layout, lineno))
+        st.table_at = st.table_at or lineno
     except ParseError:
         # A malformed last line is most likely a paste or log cut off mid-row.
         if not truncated:
@@ -392,6 +395,12 @@ def _finish(st: _State) -> NcclRun:
             "`# Avg bus bandwidth` line"
         )
     _warn_of_an_elided_rank_list(st)
+    if st.n_threads is None and not st.ranks and st.table_at is not None:
+        # A log tail or a table copied alone: nothing says how many ranks and GPUs ran it.
+        st.warnings.append(
+            "the start of the output is missing: no `# nThread` header or rank list comes "
+            f"before the table (line {st.table_at}), so the ranks and GPUs the run used are unknown"
+        )
     errors = [*st.failures, *st.errors]
     for row in st.rows:
         for which, m in (("out-of-place", row.out_of_place), ("in-place", row.in_place)):
