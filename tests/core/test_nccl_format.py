@@ -359,6 +359,12 @@ def test_a_log_cut_inside_a_row_keeps_the_complete_rows() -> None:
     assert "the output ends inside a table row (line 23)" in run.errors
 
 
+def test_a_command_quoted_in_markdown_is_read_without_its_quote_markers() -> None:
+    lines = lines_of("nccl_03")
+    lines[1:8] = ["> " + ln for ln in lines[1:8]]  # the mpirun command, quoted line by line
+    assert nccl.parse("\n".join(lines)).command == run_of("nccl_03").command
+
+
 def test_it_rejects_a_garbled_number_in_a_row_naming_the_line() -> None:
     lines = lines_of("nccl_11")
     lines[14] = lines[14].replace("11.69", "11.6x9")

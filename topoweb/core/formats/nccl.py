@@ -34,6 +34,8 @@ _FAILURE_RE = re.compile(r"\bTest (?:CUDA |NCCL )?failure\b")
 _CUT_BY_FAILURE_RE = re.compile(r"\s(\S+:\s+Test (?:CUDA |NCCL )?failure\b.*)$")
 _BINARY_RE = re.compile(r"(?:^|[\s/=])([a-z][a-z0-9_]*?)_perf(?:_mpi)?(?=\s|$)")
 _PROMPT_RE = re.compile(r"^\s*(?:\S*@\S*?[$#]_?\s+|[$#>]\s+|Running:\s+)")
+# A command quoted in markdown carries "> " on every line it is continued on, too.
+_QUOTE_RE = re.compile(r"^>\s+")
 _INFO_RE = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b")
 # What a launcher puts before each line of a job's output, saying where it came from: Open
 # MPI's `mpirun --tag-output` ("[1,0]<stdout>:"), Slurm's `srun --label` ("0: ", the task
@@ -366,7 +368,10 @@ def _read_command(st: _State, lines: list[str], lineno: int) -> None:
     first = lineno - 1
     while first > 0 and lines[first - 1].rstrip().endswith("\\"):
         first -= 1
-    parts = [ln.strip().removesuffix("\\").strip() for ln in lines[first:lineno]]
+    parts = [
+        _QUOTE_RE.sub("", ln.strip(), count=1).removesuffix("\\").strip()
+        for ln in lines[first:lineno]
+    ]
     parts[0] = _PROMPT_RE.sub("", parts[0], count=1).strip()
     st.command = " ".join(p for p in parts if p)
     st.collective = st.collective or m.group(1)
