@@ -122,6 +122,25 @@ def test_it_reads_a_container_without_peer_access_in_the_new_wording() -> None:
     assert result.matrices["unidirectional_p2p_enabled_gbps"] == ((538.62, 5.72), (5.72, 532.54))
 
 
+def test_a_p2p_read_run_keeps_its_writes_matrices_and_names_the_reads_ones_not_kept() -> None:
+    # --p2p_read prints a (P2P Reads) bandwidth and latency title after each (P2P Writes) one.
+    result = result_of("p2p_12")
+    assert len(result.gpus) == 12
+    assert result.gpus[11] == P2PGpu(11, "Tesla V100-SXM3-32GB", "e7", "0", "0")
+    assert result.p2p_access == ((True,) * 12,) * 12
+    assert tuple(result.matrices) == P2P_MATRIX_NAMES
+    writes = result.matrices["unidirectional_p2p_enabled_gbps"]
+    assert writes[0][:3] == (848.29, 145.57, 145.57) and writes[11][11] == 850.57
+    assert result.matrices["latency_gpu_p2p_enabled_us"][0][:2] == (4.00, 2.90)
+    assert result.matrices["latency_cpu_p2p_enabled_us"][11][10:] == (3.18, 3.74)
+    assert result.matrices["bidirectional_p2p_enabled_gbps"][3][11] == 273.56
+    assert result.warnings == tuple(
+        f"line {n}: the P2P Reads figures under this title were not kept: the P2P Writes ones "
+        "printed before them were (a --p2p_read run prints both)"
+        for n in (194, 292)
+    )
+
+
 # --- variants made from the real text ------------------------------------------------------
 
 
@@ -268,3 +287,43 @@ def test_a_second_run_pasted_after_the_first_is_named_and_not_read() -> None:
 
 def _first_device_line(text: str) -> int:
     return next(i for i, line in enumerate(text.split("\n")) if line.startswith("Device: 0"))
+
+
+def _without_lines(lines: list[str], first: int, last: int) -> list[str]:
+    """`lines` less lines first..last (numbered from 1, both kept out)."""
+    return lines[: first - 1] + lines[last:]
+
+
+def test_a_reads_matrix_is_kept_where_the_paste_has_no_writes_one() -> None:
+    lines = lines_of("p2p_12")
+    assert lines[179].startswith("Unidirectional P2P=Enabled Bandwidth (P2P Writes)")
+    reads_only = _without_lines(lines, 180, 193)  # the Writes bandwidth matrix cut out
+    result = p2p.parse("\n".join(reads_only))
+    assert result.matrices["unidirectional_p2p_enabled_gbps"][0][:2] == (850.59, 145.50)
+    assert result.matrices["latency_gpu_p2p_enabled_us"][0][:2] == (4.00, 2.90)  # Writes
+    assert result.warnings == (
+        "line 278: the P2P Reads figures under this title were not kept: the P2P Writes ones "
+        "printed before them were (a --p2p_read run prints both)",
+        "line 180: the P2P=Enabled figures under this title were measured with P2P reads "
+        "(--p2p_read): the paste holds no P2P Writes ones",
+    )
+
+
+def test_a_writes_matrix_after_a_kept_reads_one_takes_its_place() -> None:
+    lines = lines_of("p2p_12")
+    writes, reads = lines[179:193], lines[193:207]
+    swapped = lines[:179] + reads + writes + lines[207:]
+    result = p2p.parse("\n".join(swapped))
+    assert result.matrices == result_of("p2p_12").matrices
+    assert result.warnings[0] == (
+        "line 180: the P2P Reads figures under this title were not kept: the P2P Writes ones "
+        "at line 194 were"
+    )
+
+
+def test_a_second_writes_matrix_is_refused_with_its_line() -> None:
+    lines = lines_of("p2p_12")
+    twice = lines[:207] + lines[179:193] + lines[207:]
+    err = parse_error("\n".join(twice))
+    assert err.line == 209
+    assert err.message == "a second unidirectional_p2p_enabled_gbps matrix"

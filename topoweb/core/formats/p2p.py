@@ -34,11 +34,25 @@ _ELISION_RE = re.compile(r"^\s*(\.\.\.|…)\s*$")
 
 
 @dataclass
+class _Title:
+    """A matrix title: its family (unidirectional, bidirectional, latency or connectivity),
+    P2P state, line, and whether it names P2P reads."""
+
+    family: str
+    state: str
+    line: int
+    reads: bool = False
+
+
+@dataclass
 class _Block:
-    """A matrix being read: its document key (None for the connectivity matrix)."""
+    """A matrix being read: its document key (None for the connectivity matrix); `keep` is
+    False for a P2P Reads matrix whose P2P Writes one was already read."""
 
     key: str | None
     title: str
+    under: _Title
+    keep: bool = True
     rows: list[tuple[float, ...]] = field(default_factory=list)
 
 
@@ -51,9 +65,10 @@ class _State:
     matrices: dict[str, Matrix] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     n: int | None = None  # device count: from the device list, else the first matrix header
-    title: tuple[str, str, int] | None = None  # (family, state, line) of the last matrix title
+    title: _Title | None = None  # the last matrix title
     title_unused: bool = False  # a title whose matrix has not started yet
     block: _Block | None = None
+    reads: dict[str, int] = field(default_factory=dict)  # key -> title line of a kept Reads one
 
 
 def parse(text: str) -> P2PResult:
@@ -73,7 +88,7 @@ def parse(text: str) -> P2PResult:
     if st.block is not None:
         _close(st, st.block, len(lines))  # the output ends inside the matrix
     if st.title is not None and st.title_unused:
-        raise ParseError("the output ends before the matrix under this title", st.title[2])
+        raise ParseError("the output ends before the matrix under this title", st.title.line)
     return _finish(st)
 
 
@@ -100,18 +115,16 @@ def _read_line(st: _State, line: str, lineno: int) -> None:
         st.access_line_no[pair] = lineno
         return
     if _CONNECTIVITY_RE.match(line):
-        st.title = ("connectivity", "", lineno)
+        st.title = _Title("connectivity", "", lineno)
         st.title_unused = True
         return
     if m := _BANDWIDTH_RE.match(line):
-        st.title = (m.group(1).lower(), m.group(2).lower(), lineno)
+        st.title = _Title(m.group(1).lower(), m.group(2).lower(), lineno, m.group(3) == "Reads")
         st.title_unused = True
-        _note_reads(st, m.group(3))
         return
     if m := _LATENCY_RE.match(line):
-        st.title = ("latency", m.group(1).lower(), lineno)
+        st.title = _Title("latency", m.group(1).lower(), lineno, m.group(2) == "Reads")
         st.title_unused = True
-        _note_reads(st, m.group(2))
         return
     if m := _HEADER_RE.match(line):
         st.block = _open(st, m.group(1), m.group(2).split(), lineno)
@@ -121,17 +134,10 @@ def _read_line(st: _State, line: str, lineno: int) -> None:
     # Anything else is prompt, notes or commentary around the output.
 
 
-def _note_reads(st: _State, mode: str | None) -> None:
-    if mode == "Reads":
-        warning = "the P2P=Enabled figures were measured with P2P reads (--p2p_read)"
-        if warning not in st.warnings:
-            st.warnings.append(warning)
-
-
 def _open(st: _State, label: str, columns: list[str], lineno: int) -> _Block:
     if st.title is None:
         raise ParseError(f"a matrix header ({label}) with no matrix title above it", lineno)
-    family, state, _ = st.title
+    family, state = st.title.family, st.title.state
     if family == "connectivity" and label != "D\\D":
         raise ParseError(f"the connectivity matrix cannot have a {label} header", lineno)
     if family == "latency":
@@ -151,10 +157,40 @@ def _open(st: _State, label: str, columns: list[str], lineno: int) -> _Block:
             f"expected 0..{st.n - 1} for {st.n} devices",
             lineno,
         )
-    if (key is None and st.connectivity is not None) or (key is not None and key in st.matrices):
+    if key is None and st.connectivity is not None:
         raise ParseError(f"a second {name} matrix", lineno)
+    keep = key is None or _is_kept(st, key, st.title, lineno)
     st.title_unused = False
-    return _Block(key, name)
+    return _Block(key, name, st.title, keep)
+
+
+def _is_kept(st: _State, key: str, title: _Title, lineno: int) -> bool:
+    """Whether a matrix is kept under its key. A --p2p_read run prints a P2P Reads matrix after
+    each P2P Writes one: the Writes one stays, as every run prints it, so that the figures
+    health and calibration take mean the same in every run; a Reads one is kept only where the
+    paste has no Writes one, and gives way to a Writes one read after it."""
+    if key not in st.matrices:
+        return True
+    if title.reads and key not in st.reads:
+        _drop_reads(st, title)
+        return False
+    if not title.reads and key in st.reads:
+        return True
+    raise ParseError(f"a second {key} matrix", lineno)
+
+
+def _drop_reads(st: _State, title: _Title) -> None:
+    """One warning per Reads title (a latency title covers a GPU and a CPU matrix)."""
+    _warn_once(
+        st,
+        f"line {title.line}: the P2P Reads figures under this title were not kept: the P2P "
+        "Writes ones printed before them were (a --p2p_read run prints both)",
+    )
+
+
+def _warn_once(st: _State, warning: str) -> None:
+    if warning not in st.warnings:
+        st.warnings.append(warning)
 
 
 def _read_row(st: _State, block: _Block, line: str, lineno: int) -> bool:
@@ -202,10 +238,23 @@ def _close(st: _State, block: _Block, lineno: int) -> None:
         st.connectivity = matrix
         st.title = None
     else:
-        st.matrices[block.key] = matrix
+        if block.keep:
+            _store(st, block.key, block.under, matrix)
         if not block.key.startswith("latency"):
             st.title = None  # a latency title covers its GPU and CPU sub-blocks
     st.block = None
+
+
+def _store(st: _State, key: str, title: _Title, matrix: Matrix) -> None:
+    if title.reads:
+        st.reads[key] = title.line
+    elif key in st.reads:
+        _warn_once(
+            st,
+            f"line {st.reads.pop(key)}: the P2P Reads figures under this title were not kept: "
+            f"the P2P Writes ones at line {title.line} were",
+        )
+    st.matrices[key] = matrix
 
 
 def _finish(st: _State) -> P2PResult:
@@ -220,6 +269,11 @@ def _finish(st: _State) -> P2PResult:
         st.warnings.append("the device list is missing (elided paste): GPU names are unknown")
     if not st.matrices:
         st.warnings.append("the output holds no bandwidth or latency matrix")
+    for line in sorted(set(st.reads.values())):
+        st.warnings.append(
+            f"line {line}: the P2P=Enabled figures under this title were measured with P2P "
+            "reads (--p2p_read): the paste holds no P2P Writes ones"
+        )
     ordered = {k: st.matrices[k] for k in P2P_MATRIX_NAMES if k in st.matrices}
     return P2PResult(
         gpus=tuple(st.gpus), p2p_access=access, matrices=ordered, warnings=tuple(st.warnings)
