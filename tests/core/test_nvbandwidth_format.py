@@ -208,3 +208,50 @@ def test_a_run_on_other_gpus_ends_the_reading_with_a_warning() -> None:
         f"line {second - 1} starts a run on other GPUs (other bus ids); only the runs before it "
         "were read",
     )
+
+
+def test_a_multinode_run_indented_as_a_code_block_lists_one_gpu_per_process() -> None:
+    text = text_of("nvbandwidth_05")  # every line indented 6 spaces, as an rst page shows it
+    assert detect_format(text) == "nvbandwidth"
+    run = nvbandwidth.parse(text)
+    assert (run.version, run.cuda_runtime_version, run.driver_version) == (
+        "v0.7",
+        "12080",
+        "570.124.06",
+    )
+    assert len(run.devices) == 8
+    assert run.devices[0] == "HGX GB200 (00000008:01:00): (nvbandwidth-test-worker-0)"
+    assert run.devices[7] == "HGX GB200 (00000019:01:00): (nvbandwidth-test-worker-1)"
+    (case,) = run.testcases
+    assert (case.name, case.status, case.sum) == (
+        "multinode_device_to_device_memcpy_read_ce",
+        "Passed",
+        44685.29,
+    )
+    assert case.matrix[0][:3] == (None, 798.02, 798.25) and case.matrix[7][7] is None
+    assert run.errors == () and run.warnings == ()
+    gpus = nvbandwidth.to_p2p(run).gpus
+    assert [(g.index, g.name, g.pci_bus_id) for g in gpus[3:5]] == [
+        (3, "HGX GB200", "00000019:01:00"),
+        (4, "HGX GB200", "00000008:01:00"),
+    ]
+
+
+def test_an_indented_run_reads_as_the_plain_one() -> None:
+    text = text_of("nvbandwidth_03")
+    indented = "\n".join("    " + line if line else line for line in text.split("\n"))
+    assert detect_format(indented) == "nvbandwidth"
+    assert nvbandwidth.parse(indented) == run_of("nvbandwidth_03")
+
+
+def test_a_multinode_run_on_other_hosts_ends_the_reading_naming_its_gpus() -> None:
+    text = text_of("nvbandwidth_05")
+    other = text.replace("worker-1", "worker-2")
+    both = nvbandwidth.parse(text + "\n" + other)
+    assert both.testcases == run_of("nvbandwidth_05").testcases
+    # The other run's version line: past the first run's lines and the joining newline.
+    second = text.count("\n") + 2 + text.split("\n").index("      nvbandwidth Version: v0.7")
+    assert both.warnings == (
+        f"line {second} starts a run on other GPUs (other bus "
+        "ids or hosts); only the runs before it were read",
+    )

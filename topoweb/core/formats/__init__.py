@@ -58,12 +58,14 @@ _NCCL_MARKERS: tuple[_Marker, ...] = (
     ("nccl-tests version", None),
     ("failure", re.compile(r"\bTest (CUDA |NCCL )?failure\b")),
 )
+# Anchored at a line's start after any indent: a page can show the output as an indented code
+# block (reStructuredText, markdown), as the p2p and nccl-tests markers allow.
 _NVBANDWIDTH_MARKERS: tuple[_Marker, ...] = (
-    ("nvbandwidth Version:", re.compile(r"^nvbandwidth Version:", re.M)),
-    ("SUM ", re.compile(r"^SUM \w+_(ce|sm) [\d.]+", re.M)),
-    ("Running ", re.compile(r"^Running \w+_(memcpy|latency)_\w*(ce|sm)\.$", re.M)),
+    ("nvbandwidth Version:", re.compile(r"^[ \t]*nvbandwidth Version:", re.M)),
+    ("SUM ", re.compile(r"^[ \t]*SUM \w+_(ce|sm) [\d.]+", re.M)),
+    ("Running ", re.compile(r"^[ \t]*Running \w+_(memcpy|latency)_\w*(ce|sm)\.$", re.M)),
     ('"nvbandwidth"', re.compile(r'"nvbandwidth"\s*:\s*\{')),
-    ("memcpy ", re.compile(r"^memcpy (CE|SM) (CPU|GPU)\(row\)", re.M)),
+    ("memcpy ", re.compile(r"^[ \t]*memcpy (CE|SM) (CPU|GPU)\(row\)", re.M)),
 )
 
 
@@ -152,7 +154,8 @@ _OUTPUT_STARTS: dict[str, tuple[str, re.Pattern[str]]] = {
     "nvbandwidth": (
         "nvbandwidth",
         re.compile(
-            r"^(?:nvbandwidth Version:|Running \w+_(?:memcpy|latency)_\w*(?:ce|sm)\.$)", re.M
+            r"^[ \t]*(?:nvbandwidth Version:|Running \w+_(?:memcpy|latency)_\w*(?:ce|sm)\.$)",
+            re.M,
         ),
     ),
     "topology": ("`nvidia-smi topo -m`", re.compile(r"^[ \t]*GPU0[ \t]+X\b", re.M)),

@@ -21,6 +21,9 @@ _RUNNING = re.compile(r"^Running (\w+)\.\s*$")
 _DESCRIPTION = re.compile(r"^(memcpy|(?:[\w ]+ )?latency) (CE|SM) .*\((row|column)\).*$", re.I)
 _SUM = re.compile(r"^SUM (\w+) ([\d.]+)\s*$")
 _DEVICE = re.compile(r"^Device (\d+): (.+?)\s*$")
+# A multinode (MPI) build lists one GPU per process, the process id padded to the widest:
+# "Process  3 (node-a): device 3: NVIDIA GB200 (00000019:01:00)".
+_PROCESS_DEVICE = re.compile(r"^Process\s+(\d+) \((.*)\): device \d+: (.+?)\s*$")
 _STATUS = re.compile(r"^(Waived|Error|Not Found|Passed):\s*(.*)$")
 _NUMBER_OR_NA = re.compile(r"^(N/A|-?\d+(\.\d+)?)$")
 
@@ -93,13 +96,13 @@ def _parse_text(text: str) -> NvbandwidthRun:
         for prefix, key in _HEADER.items():
             if line.startswith(prefix) and key not in header:
                 header[key] = line[len(prefix) :].strip()
-        if (m := _DEVICE.match(line)) and name is None:
-            if m.group(1) == "0" and cases and (later_run is None or later_run[1]):
+        if (device := _device_of(line)) and name is None:
+            if device[0] == 0 and cases and (later_run is None or later_run[1]):
                 # A later run's device list with its header cut from the paste.
                 if other_gpus():
                     break
                 later_run = (number, [])
-            (devices if later_run is None else later_run[1]).append(m.group(2))
+            (devices if later_run is None else later_run[1]).append(device[1])
         elif m := _RUNNING.match(line):
             finish(number)
             if other_gpus():
@@ -152,7 +155,9 @@ def _parse_text(text: str) -> NvbandwidthRun:
         finish(len(lines))
     if later_run is not None and other_gpus():
         first, later = _listed(devices), _listed(later_run[1])
-        where = f"{later}, where the first run had {first}" if later != first else "other bus ids"
+        hosts = any("): (" in d for d in devices)  # a multinode run names each GPU's host
+        same = "other bus ids or hosts" if hosts else "other bus ids"
+        where = f"{later}, where the first run had {first}" if later != first else same
         warnings.append(
             f"line {later_run[0]} starts a run on other GPUs ({where}); "
             "only the runs before it were read"
@@ -172,9 +177,19 @@ def _parse_text(text: str) -> NvbandwidthRun:
     )
 
 
+def _device_of(line: str) -> tuple[int, str] | None:
+    """(index, device) from a device list line. A multinode run's GPU is its process's, the
+    host kept as nvbandwidth's JSON keeps it: its processes' GPUs share bus ids across hosts."""
+    if m := _DEVICE.match(line):
+        return int(m.group(1)), m.group(2)
+    if m := _PROCESS_DEVICE.match(line):
+        return int(m.group(1)), f"{m.group(3)}: ({m.group(2)})"
+    return None
+
+
 def _listed(devices: list[str]) -> str:
-    """'8 x NVIDIA A100-SXM4-80GB': a device list by model, bus ids left out."""
-    models = [re.sub(r"\s*\([0-9A-Fa-f:.]+\)$", "", d) for d in devices]
+    """'8 x NVIDIA A100-SXM4-80GB': a device list by model, bus ids and hosts left out."""
+    models = [re.sub(r"\s*\([0-9A-Fa-f:.]+\)(: \(.*\))?$", "", d) for d in devices]
     return ", ".join(f"{models.count(m)} x {m}" for m in dict.fromkeys(models))
 
 
