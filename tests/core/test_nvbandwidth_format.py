@@ -255,3 +255,25 @@ def test_a_multinode_run_on_other_hosts_ends_the_reading_naming_its_gpus() -> No
         f"line {second} starts a run on other GPUs (other bus "
         "ids or hosts); only the runs before it were read",
     )
+
+
+def test_the_oldest_style_zero_diagonal_of_a_gpu_to_gpu_matrix_reads_as_unmeasured() -> None:
+    # nvbandwidth before v0.2 printed 0.00 where it measured nothing (a GPU to itself).
+    run = run_of("nvbandwidth_06")
+    (case,) = run.testcases
+    assert case.name == "device_to_device_memcpy_write_ce" and case.sum is None
+    assert case.matrix[0] == (None, 276.07, 276.36, 276.14, 276.29, 276.48, 276.55, 276.33)
+    assert all(case.matrix[i][i] is None for i in range(8))
+    assert case.matrix[6][0] == 274.89
+    assert run.warnings == (
+        "device_to_device_memcpy_write_ce: no SUM line (the output may be cut)",
+    )
+    p2p = nvbandwidth.to_p2p(run)  # GPU(row) <- GPU(column): source first is the column
+    assert p2p.matrices["unidirectional_p2p_enabled_gbps"][0][6] == 274.89
+    assert p2p.p2p_access == ((True,) * 8,) * 8
+
+
+def test_a_zero_in_a_host_matrix_is_kept_as_printed() -> None:
+    # A CPU-to-GPU row's first cell is GPU 0's measurement, not a diagonal.
+    text = text_of("nvbandwidth_02").replace("26.03", "0.00", 1)
+    assert nvbandwidth.parse(text).testcases[0].matrix == ((0.0, 25.94),)

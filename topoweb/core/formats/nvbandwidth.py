@@ -4,6 +4,7 @@ p2pBandwidthLatencyTest run would (unidirectional GPU->GPU copies, GPU latency).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -69,7 +70,7 @@ def _parse_text(text: str) -> NvbandwidthRun:
         if any(c.name == case.name for c in cases):
             warnings.append(f"line {number}: {case.name} ran again; its first result was kept")
         else:
-            cases.append(case)
+            cases.append(_unmeasured_diagonal(case))
 
     def finish(number: int, total: float | None = None) -> None:
         nonlocal name, description, rows, columns, status
@@ -175,6 +176,20 @@ def _parse_text(text: str) -> NvbandwidthRun:
         errors=tuple(errors),
         warnings=tuple(warnings),
     )
+
+
+def _unmeasured_diagonal(case: NvbTestcase) -> NvbTestcase:
+    """A GPU-to-GPU matrix's diagonal as N/A: no GPU copies to itself there, but before v0.2
+    nvbandwidth printed the cell it never measured as 0.00 where later versions print N/A."""
+    m = case.matrix
+    gpus = re.search(r"GPU\(row\).*GPU\(column\)", case.description)
+    if gpus is None or any(len(row) != len(m) for row in m):
+        return case
+    cells = tuple(
+        tuple(None if i == j and c == 0.0 else c for j, c in enumerate(row))
+        for i, row in enumerate(m)
+    )
+    return case if cells == m else dataclasses.replace(case, matrix=cells)
 
 
 def _device_of(line: str) -> tuple[int, str] | None:
