@@ -365,3 +365,20 @@ def test_a_testcase_waived_by_name_as_up_to_v0_4_is_recorded_as_waived() -> None
         ("device_to_device_memcpy_read_ce", "Passed"),
     ]
     assert run.warnings == () and run.errors == ()
+
+
+def test_the_v0_10_header_keeps_the_cuda_runtime_as_printed() -> None:
+    # v0.10 prints the runtime as "13.2 (13020)" and adds a "CUDA Driver Version (API)" line.
+    header = (
+        "nvbandwidth Version: v0.10.0\nBuilt from Git version: v0.10.0\n\n"
+        "CUDA Runtime Version: 13.2 (13020)\nCUDA Driver Version (API): 13.2 (13020)\n"
+        "Driver Version: 595.71.05\n\n"
+    )
+    run = nvbandwidth.parse(header + text_of("nvbandwidth_02"))
+    assert (run.version, run.cuda_runtime_version, run.driver_version) == (
+        "v0.10.0",
+        "13.2 (13020)",
+        "595.71.05",
+    )
+    assert run.testcases == run_of("nvbandwidth_02").testcases
+    assert run_of("nvbandwidth_01").cuda_runtime_version == "13000"  # v0.8: the number alone

@@ -11,6 +11,8 @@ import re
 from topoweb.core.formats.errors import ParseError
 from topoweb.core.model import NvbandwidthRun, NvbTestcase, P2PGpu, P2PResult
 
+# Kept as printed: v0.10 prints the CUDA runtime as "13.2 (13020)" where earlier versions print
+# the number alone ("12040"); nothing compares it, and the printed text is what a reader knows.
 _HEADER = {
     "nvbandwidth Version:": "version",
     "CUDA Runtime Version:": "cuda",
