@@ -29,7 +29,7 @@ _DEVICE = re.compile(r"^Device (\d+): (.+?)\s*$")
 _PROCESS_DEVICE = re.compile(r"^Process\s+(\d+) \((.*)\): device \d+: (.+?)\s*$")
 _STATUS = re.compile(r"^(Waived|Error|Not Found|Passed):\s*(.*)$")
 # Up to v0.4 a testcase that cannot run on these GPUs is named ("Waiving X."); from v0.5 the
-# text prints a bare "Waived: " where it would have run (the JSON names it).
+# text prints a bare "Waived: " where it would have run, and only the JSON (-j) names it.
 _WAIVING = re.compile(r"^Waiving (\w+)\.\s*$")
 _NUMBER_OR_NA = re.compile(r"^(N/A|-?\d+(\.\d+)?)$")
 
@@ -40,44 +40,6 @@ _UNIDIRECTIONAL = (
     "device_to_device_memcpy_write_sm",
     "device_to_device_memcpy_read_sm",
 )
-
-
-def _copies(engine: str, host_bidirectional: bool) -> tuple[str, ...]:
-    """One engine's copy testcases in the order nvbandwidth runs them."""
-    host = ("host_to_device_memcpy", "device_to_host_memcpy")
-    both_ways = ("host_to_device_bidirectional_memcpy", "device_to_host_bidirectional_memcpy")
-    peers = (
-        "device_to_device_memcpy_read", "device_to_device_memcpy_write",
-        "device_to_device_bidirectional_memcpy_read",
-        "device_to_device_bidirectional_memcpy_write",
-        "all_to_host_memcpy", "all_to_host_bidirectional_memcpy",
-        "host_to_all_memcpy", "host_to_all_bidirectional_memcpy",
-        "all_to_one_write", "all_to_one_read", "one_to_all_write", "one_to_all_read",
-    )  # fmt: skip
-    names = (*host, *both_ways, *peers) if host_bidirectional else (*host, *peers)
-    return tuple(f"{n}_{engine}" for n in names)
-
-
-_LATENCY = ("host_device_latency_sm", "device_to_device_latency_sm")
-_TMA = (
-    "device_to_device_memcpy_read_tma", "device_to_device_memcpy_write_tma",
-    "device_to_device_bidirectional_memcpy_read_tma",
-    "device_to_device_bidirectional_memcpy_write_tma",
-)  # fmt: skip
-_LOCAL = (
-    "device_local_copy", "device_local_copy_sm", "device_local_read_sm", "device_local_write_sm",
-    "device_to_device_latency_tma", "device_local_copy_tma",
-)  # fmt: skip
-# The testcases a run without -t goes through, in order, by (major, minor) version, to name
-# the bare `Waived:` lines by: from nvbandwidth's createTestcases (v0.5 to v0.8, a single-node
-# build's) and a v0.10.0 build's --list; v0.9's is not known.
-_ORDER: dict[tuple[int, int], tuple[str, ...]] = {
-    (0, 5): (*_copies("ce", True), *_copies("sm", False), *_LATENCY),
-    (0, 6): (*_copies("ce", True), *_copies("sm", False), *_LATENCY),
-    (0, 7): (*_copies("ce", True), *_copies("sm", True), *_LATENCY, "device_local_copy"),
-    (0, 8): (*_copies("ce", True), *_copies("sm", True), *_LATENCY, "device_local_copy"),
-    (0, 10): (*_copies("ce", True), *_copies("sm", True), *_LATENCY, *_TMA, *_LOCAL),
-}
 
 
 def parse(text: str) -> NvbandwidthRun:
@@ -100,6 +62,7 @@ def _parse_text(text: str) -> NvbandwidthRun:
     header: dict[str, str] = {}
     devices: list[str] = []
     later_run: tuple[int, list[str]] | None = None  # a later run's first line, its GPUs so far
+    unnamed_waived: list[int] = []  # the lines of bare `Waived:` (no testcase named)
     cases: list[NvbTestcase] = []
     errors: list[str] = []
     warnings: list[str] = []
@@ -108,10 +71,6 @@ def _parse_text(text: str) -> NvbandwidthRun:
     rows: list[tuple[float | None, ...]] = []
     columns: int | None = None
     status = "Passed"
-    last_ran: str | None = None  # the testcase the run went through last, for bare `Waived:`
-    waived: list[int] = []  # the lines of bare `Waived:` since, their names not yet known
-    named: list[int] = []  # those named from the version's order of testcases
-    unnamed = 0
 
     def add(case: NvbTestcase, number: int) -> None:
         if any(c.name == case.name for c in cases):
@@ -128,28 +87,6 @@ def _parse_text(text: str) -> NvbandwidthRun:
                 errors.append(f"{name}: no result was printed")
         name, description, rows, columns, status = None, "", [], None, "Passed"
 
-    def place_waived(after: str | None) -> None:
-        """Record the bare `Waived:` lines before testcase `after` (None: the run's end)."""
-        nonlocal unnamed
-        if not waived:
-            return
-        version = header.get("version")
-        names = _waived_names(version, last_ran, after, len(waived))
-        if names is None:
-            names = [f"waived_{k}" for k in range(unnamed + 1, unnamed + len(waived) + 1)]
-            unnamed += len(waived)
-            shown = names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"
-            warnings.append(
-                f"line {waived[0]}: {len(waived)} bare `Waived:` line(s) that nvbandwidth "
-                f"{version or '(version not printed)'}'s order of testcases does not place "
-                f"(the text names none): read as {shown}"
-            )
-        else:
-            named.extend(waived)
-        for waived_name, number in zip(names, waived, strict=True):
-            add(NvbTestcase(waived_name, "Waived"), number)
-        waived.clear()
-
     def other_gpus() -> bool:
         """Whether the later run being read lists GPUs other than the first run's."""
         return later_run is not None and bool(devices) and later_run[1] not in ([], devices)
@@ -158,12 +95,11 @@ def _parse_text(text: str) -> NvbandwidthRun:
         line = raw.strip()
         if not line:
             continue
-        if line.startswith("nvbandwidth Version:") and (cases or name or devices or waived):
+        if line.startswith("nvbandwidth Version:") and (cases or name is not None or devices):
             finish(number)
             if other_gpus():
                 break
-            place_waived(None)
-            later_run, last_ran = (number, []), None
+            later_run = (number, [])
         for prefix, key in _HEADER.items():
             if line.startswith(prefix) and key not in header:
                 header[key] = line[len(prefix) :].strip()
@@ -172,22 +108,13 @@ def _parse_text(text: str) -> NvbandwidthRun:
                 # A later run's device list with its header cut from the paste.
                 if other_gpus():
                     break
-                place_waived(None)
-                later_run, last_ran = (number, []), None
+                later_run = (number, [])
             (devices if later_run is None else later_run[1]).append(device[1])
         elif m := _RUNNING.match(line):
             finish(number)
             if other_gpus():
                 break
-            place_waived(m.group(1))
-            name = last_ran = m.group(1)
-        elif m := _WAIVING.match(line):
-            finish(number)
-            if other_gpus():
-                break
-            place_waived(m.group(1))
-            add(NvbTestcase(m.group(1), "Waived"), number)
-            last_ran = m.group(1)
+            name = m.group(1)
         elif m := _SUM.match(line):
             if name is None and rows:
                 name = m.group(1)  # the "Running" line was cut from the paste
@@ -219,6 +146,9 @@ def _parse_text(text: str) -> NvbandwidthRun:
                         line=number,
                     )
                 rows.append(tuple(_cell(t) for t in tokens[1:]))
+        elif m := _WAIVING.match(line):
+            finish(number)
+            add(NvbTestcase(m.group(1), "Waived"), number)
         elif m := _STATUS.match(line):
             if name is not None:
                 status = m.group(1)
@@ -226,7 +156,7 @@ def _parse_text(text: str) -> NvbandwidthRun:
                     errors.append(f"{name}: {m.group(2)}")
                 finish(number)
             elif m.group(1) == "Waived":
-                waived.append(number)  # printed where the testcase would have run
+                unnamed_waived.append(number)
         elif line.startswith("ASSERT") or "ERROR" in line or line.startswith("Error"):
             errors.append(f"{name + ': ' if name else ''}{line[:300]}")
             if name is not None:
@@ -235,13 +165,11 @@ def _parse_text(text: str) -> NvbandwidthRun:
         if name is not None and rows and status == "Passed":
             warnings.append(f"{name}: no SUM line (the output may be cut)")
         finish(len(lines))
-        if not other_gpus():
-            place_waived(None)
-    if named:
+    if unnamed_waived:
+        count = len(unnamed_waived)
         warnings.append(
-            f"line {named[0]}: {len(named)} bare `Waived:` line(s) named from nvbandwidth "
-            f"{header.get('version')}'s order of testcases (the text names none), each by the "
-            "testcases that ran around it"
+            f"line {unnamed_waived[0]}: {count} testcase{'s' if count > 1 else ''} waived "
+            "(cannot run on these GPUs); the text does not name them (nvbandwidth -j does)"
         )
     if later_run is not None and other_gpus():
         first, later = _listed(devices), _listed(later_run[1])
@@ -279,22 +207,6 @@ def _unmeasured_diagonal(case: NvbTestcase) -> NvbTestcase:
         for i, row in enumerate(m)
     )
     return case if cells == m else dataclasses.replace(case, matrix=cells)
-
-
-def _waived_names(
-    version: str | None, before: str | None, after: str | None, count: int
-) -> list[str] | None:
-    """The testcases `count` bare `Waived:` lines stand for: those the version's order puts
-    between the testcase run before them and the one run after (None: the run's start, its
-    end), where there are as many. A run of chosen testcases (-t) seldom fits: None."""
-    m = re.match(r"v?(\d+)\.(\d+)", version or "")
-    order = _ORDER.get((int(m.group(1)), int(m.group(2)))) if m else None
-    if order is None or any(n is not None and n not in order for n in (before, after)):
-        return None
-    start = 0 if before is None else order.index(before) + 1
-    end = len(order) if after is None else order.index(after)
-    gap = order[start:end]
-    return list(gap) if len(gap) == count else None
 
 
 def _device_of(line: str) -> tuple[int, str] | None:
