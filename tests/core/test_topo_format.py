@@ -342,6 +342,35 @@ def test_a_header_on_the_same_line_as_the_nvidia_topology_prefix_reads() -> None
     assert ids(parse(text)) == ["GPU0", "NIC0"]
 
 
+def spaced_rows(prefix: str, rows: int) -> str:
+    """A sample's text as a markdown paste spaces it: a line of two spaces after the header
+    and a blank line after every row of the matrix (heldout Tencent/PatrickStar style)."""
+    lines = fixture_text(prefix).splitlines()
+    header = next(i for i, line in enumerate(lines) if "GPU1" in line)
+    spaced = lines[: header + 1] + ["  "]
+    for line in lines[header + 1 : header + 1 + rows]:
+        spaced += [line, ""]
+    return "\n".join(spaced + lines[header + 1 + rows :]) + "\n"
+
+
+def test_blank_lines_between_the_rows_of_a_markdown_paste_are_skipped() -> None:
+    text = spaced_rows("topo_12", 9)
+    topo = parse(text)
+    assert topo == read("topo_12")
+    assert topo.warnings == ()
+    # Rows keep their own lines: the asymmetric GPU5 row is named on its line in the paste.
+    exc = error(text.replace("  GPU5    NODE    NV2 ", "  GPU5    NODE    PIX ", 1))
+    assert exc.line == 14
+    assert "GPU1-GPU5 is NV2 on line 6" in exc.message
+
+
+def test_a_matrix_cut_after_blank_lines_is_truncated_where_the_blank_lines_start() -> None:
+    lines = spaced_rows("topo_10", 2).splitlines()
+    exc = error("\n".join(lines[:7] + ["", "Legend:"]))  # GPU0 and GPU1 rows, no NIC rows
+    assert exc.line == 7
+    assert "NIC0 NIC1" in exc.message and "the matrix ends" in exc.message
+
+
 # --- errors ------------------------------------------------------------------------------
 
 

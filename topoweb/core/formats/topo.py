@@ -3,8 +3,9 @@
 How a real output is read, and why:
 - The matrix is found, not assumed: prompts, banners, timestamps and scheduler noise come
   before it and legends or a second command's output after it. The header is the line naming
-  `GPU<n>` that is directly followed by a row whose label the header starts with and whose
-  next token is a link class.
+  `GPU<n>` that is followed by a row whose label the header starts with and whose next token
+  is a link class. Blank lines between the header and the rows, or between rows, are skipped
+  (a markdown paste puts one after every line).
 - Device ids come from the row labels, checked against the header with whitespace removed, so
   a glued header (`GPU0GPU1...GPU7mlx5_0`) reads like a tab-separated one and any NIC naming
   (`NIC3`, `mlx5_bond_0`, `mlx4_0`) works without a list of known names.
@@ -157,13 +158,14 @@ def _find_header(lines: list[str]) -> int:
         if match is None:
             continue
         blob = "".join(line[match.start() :].split())
-        following = lines[index + 1].split() if index + 1 < len(lines) else []
+        first_row = _next_filled(lines, index + 1)
+        following = lines[first_row].split() if first_row < len(lines) else []
         if len(following) >= 2 and blob.startswith(following[0]):
             pieces, _ = _split_cells(following[1])
             if pieces:
                 return index
             if following[1] in _P2P_STATUS and p2p_status is None:
-                p2p_status = (index + 2, following[1])
+                p2p_status = (first_row + 1, following[1])
         if lone_header is None and (
             _COLUMN_LABEL.search(line) or len(_HEADER_GPU.findall(line)) >= 2
         ):
@@ -185,6 +187,14 @@ def _find_header(lines: list[str]) -> int:
         "followed by rows of link classes (X, NV#, PIX, PXB, PHB, NODE, SYS)",
         line=1,
     )
+
+
+def _next_filled(lines: list[str], index: int) -> int:
+    """The index of the first line from `index` on that is not blank (len(lines) if none):
+    a matrix pasted into markdown may have a blank line between its header and every row."""
+    while index < len(lines) and not lines[index].strip():
+        index += 1
+    return index
 
 
 def _split_cells(token: str) -> tuple[tuple[str, ...], str]:
@@ -222,16 +232,21 @@ def _read_rows(
     """Rows under the header until the header's devices are all used; the index after them."""
     labels: list[str] = []
     row_tokens: list[list[str]] = []
+    row_indexes: list[int] = []
     offset = 0
     index = header_index + 1
     while offset < len(blob) and index < len(lines):
-        tokens = lines[index].split()
+        # Blank lines are skipped only when the next row follows them: otherwise the matrix
+        # ends (or is truncated) where the first of them is.
+        row_index = _next_filled(lines, index)
+        tokens = lines[row_index].split() if row_index < len(lines) else []
         if not tokens or not blob.startswith(tokens[0], offset):
             break
         labels.append(tokens[0])
         row_tokens.append(tokens)
+        row_indexes.append(row_index)
         offset += len(tokens[0])
-        index += 1
+        index = row_index + 1
     if offset < len(blob):
         missing = " ".join(_DEVICE_NAME.findall(blob[offset:]))
         seen = lines[index].strip() if index < len(lines) else ""
@@ -248,7 +263,7 @@ def _read_rows(
     rows: list[_Row] = []
     none_values = (None,) * count
     for number, label in enumerate(labels):
-        line_index = header_index + 1 + number
+        line_index = row_indexes[number]
         # Fast path, the common rows: known single cells, then one value per column, none of
         # them link classes, or no value at all (a NIC's row). What it returns is what the
         # general path below would.
