@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.core.topo_fixtures import FIXTURES, TOPO_FILES, fixture_text, glued_h200
@@ -369,6 +371,69 @@ def test_a_matrix_cut_after_blank_lines_is_truncated_where_the_blank_lines_start
     exc = error("\n".join(lines[:7] + ["", "Legend:"]))  # GPU0 and GPU1 rows, no NIC rows
     assert exc.line == 7
     assert "NIC0 NIC1" in exc.message and "the matrix ends" in exc.message
+
+
+def as_table(prefix: str, rows: int, grid: bool = False) -> str:
+    """A sample's matrix retyped as a markdown table (NV# cells in bold, as a blog post has
+    them) or as an RST grid table, under a heading line."""
+    lines = fixture_text(prefix).splitlines()
+    header = next(i for i, line in enumerate(lines) if "GPU1" in line)
+    labels = [""] + re.split(r"\t|\s{2,}", lines[header].strip())
+    table = [labels] + [lines[i].split() for i in range(header + 1, header + 1 + rows)]
+    table = [[f"**{c}**" if c.startswith("NV") else c for c in row] for row in table]
+    table = [row + [""] * (len(labels) - len(row)) for row in table]
+    border = "+" + "+".join("-" * 8 for _ in labels) + "+"
+    out = ["A-5 `nvidia-smi topo -m`", border if grid else ""]
+    for n, row in enumerate(table):
+        out.append("| " + " | ".join(row) + " |")
+        out.append(border if grid else "|---" * len(labels) + "|" if n == 0 else None)
+    return "\n".join(line for line in out if line is not None) + "\n"
+
+
+def test_a_markdown_table_of_the_matrix_reads_from_its_cells_with_a_warning() -> None:
+    text = as_table("topo_17", 2)
+    assert "| GPU0 | X | **NV4** | 0-23 | 0 | N/A |" in text
+    assert detect_format(text) == "topology"
+    topo = parse(text)
+    assert topo.devices == read("topo_17").devices
+    assert topo.link_class("GPU0", "GPU1") == "NV4"
+    assert topo.warnings == (
+        "line 3: the matrix is a markdown table (a retyped `topo -m` output), read from its "
+        "cells without their borders and bold markers: check it against the command's plain "
+        "output",
+    )
+
+
+def test_a_table_heading_numa_for_numa_affinity_reads_it_as_numa_affinity() -> None:
+    text = as_table("topo_10", 4).replace("| NUMA Affinity |", "| NUMA |")
+    topo = parse(text)
+    assert topo.gpu(1).numa_affinity == "0"
+    assert [d.nic_name for d in topo.nics] == [None, None]  # no legend in the table
+
+
+def test_an_rst_grid_table_whose_rows_repeat_labels_is_refused_at_the_repeated_row() -> None:
+    text = as_table("topo_12", 9, grid=True)
+    for n in range(4):  # the NCSA Delta table's slip: GPU4..GPU7's rows labelled GPU0..GPU3
+        text = re.sub(rf"^\| GPU{n + 4} \|", f"| GPU{n} |", text, flags=re.M)
+    assert detect_format(text) == "topology"
+    exc = error(text)
+    assert exc.line == 13  # the relabelled GPU4 row, the first row after GPU0..GPU3
+    assert exc.message.startswith("device GPU0 has two rows (lines 5 and 13)")
+    assert "GPU4 GPU5 GPU6 GPU7 mlx5_0" in exc.message
+    assert "in an RST grid table of `topo -m` output from line 3" in exc.message
+
+
+def test_a_table_with_an_empty_link_cell_is_refused_naming_the_table() -> None:
+    text = as_table("topo_17", 2).replace("| **NV4** | X |", "|  | X |")
+    exc = error(text)
+    assert exc.line == 6
+    assert "no cell for GPU0" in exc.message and "markdown table" in exc.message
+
+
+def test_text_of_no_known_format_is_refused_from_its_first_line() -> None:
+    with pytest.raises(ParseError) as info:
+        detect_format("Our GPUs are fast.\n| a | b |\n")
+    assert info.value.line == 1
 
 
 # --- errors ------------------------------------------------------------------------------

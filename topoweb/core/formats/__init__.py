@@ -81,7 +81,10 @@ _IBNET_MARKERS: tuple[_Marker, ...] = (
     ("guid=0x", re.compile(r'^(Switch|Ca|Rt)\s+\d+\s+"[SHR]-[0-9a-fA-F]+"', re.M)),
 )
 _XML_START = re.compile(r"^\s*<(\?xml|system)\b")
-_TOPO_MARKERS = re.compile(r"GPU0\s*(GPU1|mlx|NIC|CPU|X\b)|\bGPU0\s+X\b|Legend:\s*$", re.M)
+# The last alternative is a matrix retyped as a markdown or RST table: a `| GPU0 |` cell.
+_TOPO_MARKERS = re.compile(
+    r"GPU0\s*(GPU1|mlx|NIC|CPU|X\b)|\bGPU0\s+X\b|Legend:\s*$|\|\s*(\*\*)?GPU0(\*\*)?\s*\|", re.M
+)
 
 
 def detect_format(text: str) -> str:
@@ -106,7 +109,8 @@ def detect_format(text: str) -> str:
         return "topology"
     raise ParseError(
         "not a recognised format: expected `nvidia-smi topo -m`, an NCCL topology XML, "
-        "nccl-tests, p2pBandwidthLatencyTest, nvbandwidth or ibnetdiscover output"
+        "nccl-tests, p2pBandwidthLatencyTest, nvbandwidth or ibnetdiscover output",
+        line=1,  # nothing in the text is any of them: the whole text, from its first line
     )
 
 
@@ -177,7 +181,10 @@ def _other_outputs(text: str, kind: str) -> list[str]:
 
 # A GPU's row of the matrix: its name, then cells, one of them its own `X` (the header names
 # GPU0 too, but holds no X). Distinct names are counted: a capture may print a second matrix.
-_GPU_ROW = re.compile(r"^[ \t]*(GPU\d+)[ \t][^\n]*?(?<![\w-])X(?![\w-])", re.M)
+# A retyped table's row starts with a `|` border and may have its label in bold.
+_GPU_ROW = re.compile(
+    r"^[ \t]*(?:\|[ \t]*)?(?:\*\*)?(GPU\d+)(?:\*\*)?[ \t|][^\n]*?(?<![\w-])X(?![\w-])", re.M
+)
 _XML_GPU = re.compile(r"<gpu\b")
 _XML_GPU_PCI = re.compile(r"<pci\b[^>]*\bclass=\"0x03")  # a GPU's slot, or a bare <pci> GPU
 _XML_NET = re.compile(r"<net\b")
@@ -195,5 +202,6 @@ def device_counts(text: str) -> tuple[int, int]:
         return gpus, gpus + len(_XML_NET.findall(text))
     gpus = len(set(_GPU_ROW.findall(text)))
     header = re.search(r"^.*\bGPU0\b.*$", text, re.M)
-    columns = len(header.group(0).split()) - _NON_DEVICE_COLUMNS if header else 0
+    # A retyped table's `|` borders are not columns.
+    columns = len(header.group(0).replace("|", " ").split()) - _NON_DEVICE_COLUMNS if header else 0
     return gpus, max(gpus, columns)

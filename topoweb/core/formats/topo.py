@@ -36,6 +36,7 @@ from typing import cast
 
 from topoweb.core.bulk import collector_paused
 from topoweb.core.formats.errors import ParseError
+from topoweb.core.formats.topo_table import Table, find_table
 from topoweb.core.model import (
     DEVICE_NAME,
     MAX_CPU_ID,
@@ -106,7 +107,23 @@ def _parse(text: str) -> Topology:
     lines = text.splitlines()
     if not any(line.strip() for line in lines):
         raise ParseError("the input is empty", line=1)
+    table = find_table(lines) if "|" in text else None
+    if table is None:
+        return _read_matrix(lines, None)
+    try:
+        return _read_matrix(table.lines, table)
+    except ParseError as exc:
+        if exc.line is None or exc.line < table.line:
+            raise
+        raise ParseError(
+            f"{exc.message} (in {table.kind} of `topo -m` output from line {table.line}: "
+            "paste the command's plain output)",
+            line=exc.line,
+        ) from exc
 
+
+def _read_matrix(lines: list[str], table: Table | None) -> Topology:
+    """The first matrix in `lines`; `table` is the retyped table they were made from."""
     header_index = _find_header(lines)
     header = lines[header_index].expandtabs(8)
     first_gpu = _HEADER_GPU.search(header)
@@ -120,6 +137,13 @@ def _parse(text: str) -> Topology:
     blob = "".join(device_region.split())
 
     rows, end_index, warnings = _read_rows(lines, header_index, blob, first_gpu.start(), columns)
+    if table is not None and table.line == header_index + 1:
+        warnings.insert(
+            0,
+            f"line {table.line}: the matrix is {table.kind} (a retyped `topo -m` output), "
+            "read from its cells without their borders and bold markers: check it against "
+            "the command's plain output",
+        )
     _check_square_and_symmetric(rows)
     nic_names = _read_nic_legend(lines, end_index)
     if _pcie_paths_only(lines, header_index, end_index):
@@ -249,6 +273,7 @@ def _read_rows(
         index = row_index + 1
     if offset < len(blob):
         missing = " ".join(_DEVICE_NAME.findall(blob[offset:]))
+        _check_relabelled(lines, index, labels, row_indexes, missing)
         seen = lines[index].strip() if index < len(lines) else ""
         what = f"found {seen[:40]!r}" if seen else "the matrix ends"
         raise ParseError(
@@ -289,6 +314,22 @@ def _read_rows(
         rows.append(_Row(label, line_index + 1, cells, values, short))
     assert len(rows) == size
     return _repair_glued_affinity(rows, columns, warnings), index, warnings
+
+
+def _check_relabelled(
+    lines: list[str], index: int, labels: list[str], row_indexes: list[int], missing: str
+) -> None:
+    """Refuse a row, after any blank lines at `index`, whose label an earlier row has: a
+    retyped matrix whose later rows repeat the first labels (GPU0.. again for GPU4..)."""
+    row_index = _next_filled(lines, index)
+    tokens = lines[row_index].split() if row_index < len(lines) else []
+    if tokens and tokens[0] in labels:
+        first = row_indexes[labels.index(tokens[0])] + 1
+        raise ParseError(
+            f"device {tokens[0]} has two rows (lines {first} and {row_index + 1}) where the "
+            f"header names {missing} next: the rows are mislabelled",
+            line=row_index + 1,
+        )
 
 
 def _row_cells(
