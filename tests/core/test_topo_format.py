@@ -600,3 +600,10 @@ def test_topo_mp_output_is_read_with_a_warning_that_nvlinks_are_not_shown() -> N
     assert MATRIX_PCI_WARNING in parse(no_nv_legend).warnings
     assert MATRIX_PCI_WARNING in parse("$ nvidia-smi topo -mp\n" + text).warnings
     assert MATRIX_PCI_WARNING not in parse("$ nvidia-smi topo -m\n" + text).warnings
+
+
+def test_a_legend_clipped_before_its_nv_line_does_not_call_a_matrix_with_nvlinks_topo_mp() -> None:
+    # topo_12's legend cut before `NV# = ...`, its last line: its NV1/NV2 cells say it is -m.
+    text = "\n".join(ln for ln in fixture_text("topo_12").splitlines() if "NV#" not in ln)
+    assert "Legend:" in text and "PIX  =" in text
+    assert parse(text).warnings == ()

@@ -146,7 +146,7 @@ def _read_matrix(lines: list[str], table: Table | None) -> Topology:
         )
     _check_square_and_symmetric(rows)
     nic_names = _read_nic_legend(lines, end_index)
-    if _pcie_paths_only(lines, header_index, end_index):
+    if _pcie_paths_only(lines, header_index, end_index, rows):
         warnings.append(
             "this is `nvidia-smi topo -mp` output (PCIe paths only): NVLinks between the GPUs, "
             "if any, are not shown; upload `nvidia-smi topo -m` to see them"
@@ -157,9 +157,12 @@ def _read_matrix(lines: list[str], table: Table | None) -> Topology:
 _MATRIX_PCI_COMMAND = re.compile(r"\btopo\s+(?:-mp\b|--matrixpci\b)")
 
 
-def _pcie_paths_only(lines: list[str], header_index: int, end_index: int) -> bool:
+def _pcie_paths_only(lines: list[str], header_index: int, end_index: int, rows: list[_Row]) -> bool:
     """Whether the matrix is `nvidia-smi topo -mp`'s, which prints PCIe paths only: its command
-    line just above it says so, or its legend lists the PCIe classes without `NV#`."""
+    line just above it says so, or its legend lists the PCIe classes without `NV#` (a legend
+    clipped before its last line, `NV#`, does too: an NV# cell proves it is `-m` output)."""
+    if any(cell[:2] == "NV" for row in rows for cell in row.cells):
+        return False
     if any(
         _MATRIX_PCI_COMMAND.search(line) for line in lines[max(0, header_index - 3) : header_index]
     ):
