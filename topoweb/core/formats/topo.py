@@ -36,11 +36,17 @@ from typing import cast
 
 from topoweb.core.bulk import collector_paused
 from topoweb.core.formats.errors import ParseError
+from topoweb.core.formats.topo_affinity import (
+    MAX_READINGS,
+    Reading,
+    check_name,
+    check_row,
+    consistent,
+    cpu_intervals,
+    readings,
+)
 from topoweb.core.formats.topo_table import Table, find_table
 from topoweb.core.model import (
-    DEVICE_NAME,
-    MAX_CPU_ID,
-    MAX_NUMA_NODE,
     Device,
     Link,
     Topology,
@@ -474,70 +480,6 @@ def _place_values(
     return tuple(values)
 
 
-_MAX_CPU = MAX_CPU_ID
-_MAX_NODE = MAX_NUMA_NODE
-_NODE_LIST = re.compile(
-    r"(0|[1-9]\d{0,3})(-(0|[1-9]\d{0,3}))?(,(0|[1-9]\d{0,3})(-(0|[1-9]\d{0,3}))?)*\Z"
-)
-_CPU_ITEM = re.compile(r"(0|[1-9]\d*)(?:-(0|[1-9]\d*))?\Z")
-_NODE_ID = re.compile(r"(0|[1-9]\d*|N/A)\Z")
-# Past this many joint readings the repair gives up (and withholds) rather than search.
-_MAX_READINGS = 4096
-
-Interval = tuple[int, int]
-
-
-def _cpu_intervals(text: str) -> tuple[Interval, ...] | None:
-    """A cpulist (`0-45,92-137`) as ascending disjoint intervals, or None if it is not one."""
-    out: list[Interval] = []
-    for item in text.split(","):
-        match = _CPU_ITEM.match(item)
-        if match is None:
-            return None
-        low = int(match.group(1))
-        high = int(match.group(2)) if match.group(2) is not None else low
-        if high < low or high > _MAX_CPU or (out and low <= out[-1][1]):
-            return None
-        out.append((low, high))
-    return tuple(out)
-
-
-def _overlap(a: tuple[Interval, ...], b: tuple[Interval, ...]) -> bool:
-    return any(x0 <= y1 and y0 <= x1 for x0, x1 in a for y0, y1 in b)
-
-
-# One reading of a short row's CPU value: (cpu list, NUMA node or None when left missing).
-_Reading = tuple[str, str | None]
-
-
-def _readings(token: str) -> list[_Reading]:
-    """The token as it stands (NUMA value missing) and every split into CPUs + node."""
-    out: list[_Reading] = []
-    if _cpu_intervals(token) is not None:
-        out.append((token, None))
-    for cut in range(1, len(token)):
-        cpus, node = token[:cut], token[cut:]
-        if _NODE_ID.match(node) and _cpu_intervals(cpus) is not None:
-            if node == "N/A" or int(node) <= _MAX_NODE:
-                out.append((cpus, node))
-    return out
-
-
-def _consistent(pairs: list[_Reading]) -> bool:
-    """Every two CPU lists equal or disjoint, and one list tied to at most one node."""
-    nodes: dict[str, str] = {}
-    lists = {}
-    for cpus, node in pairs:
-        if node not in (None, "N/A"):
-            if nodes.setdefault(cpus, node) != node:
-                return False
-        intervals = _cpu_intervals(cpus)
-        assert intervals is not None  # readings hold only well-formed lists
-        lists[cpus] = intervals
-    items = list(lists.values())
-    return not any(_overlap(a, b) for i, a in enumerate(items) for b in items[i + 1 :])
-
-
 def _repair_glued_affinity(
     rows: list[_Row], columns: tuple[_Column, ...], warnings: list[str]
 ) -> list[_Row]:
@@ -552,21 +494,21 @@ def _repair_glued_affinity(
         if row.short and row.values[cpu_at] is not None and row.values[node_at] is None
     ]
     tokens = sorted({cast(str, rows[i].values[cpu_at]) for i in suspects})
-    options = {t: _readings(t) for t in tokens}
+    options = {t: readings(t) for t in tokens}
     if not any(any(node is not None for _, node in options[t]) for t in tokens):
         return rows  # nothing could be glued: the values are only missing
-    intact: list[_Reading] = []
+    intact: list[Reading] = []
     for row in rows:
         cpus = row.values[cpu_at]
-        if not row.short and cpus is not None and _cpu_intervals(cpus) is not None:
+        if not row.short and cpus is not None and cpu_intervals(cpus) is not None:
             intact.append((cpus, row.values[node_at]))
-    fitting: list[tuple[_Reading, ...]] = []
+    fitting: list[tuple[Reading, ...]] = []
     count = 1
     for t in tokens:
         count *= max(1, len(options[t]))
-    if count <= _MAX_READINGS:
+    if count <= MAX_READINGS:
         for choice in itertools.product(*(options[t] for t in tokens)):
-            if _consistent(intact + list(choice)):
+            if consistent(intact + list(choice)):
                 fitting.append(choice)
     # The header promises a NUMA value on every row: prefer the readings that leave fewest out.
     if fitting:
@@ -657,47 +599,9 @@ def _read_nic_legend(lines: list[str], start: int) -> dict[str, str]:
             break
         match = _NIC_LEGEND_ENTRY.match(line) if "NIC" in line else None
         if match:
-            _check_name(match.group(2), f"the NIC legend's name for {match.group(1)}", number)
+            check_name(match.group(2), f"the NIC legend's name for {match.group(1)}", number)
             names.setdefault(match.group(1), match.group(2))
     return names
-
-
-def _check_name(name: str, what: str, line: int) -> None:
-    if not DEVICE_NAME.match(name):
-        shown = name if len(name) <= 40 else name[:40] + "..."
-        raise ParseError(
-            f"{what} {shown!r} ({len(name)} characters) is not a device name: letters, "
-            "digits, `_ . : -`, at most 64 characters",
-            line=line,
-        )
-
-
-def _check_row(row: _Row, cpu: str | None, numa: str | None, gpu_numa: str | None) -> None:
-    """A row's label and affinity values as a machine can print them: a later export
-    (gres.conf, the NCCL XML) expands the CPU list and writes every name."""
-    _check_name(row.label, "device", row.line)
-    if cpu is not None and _cpu_intervals(cpu) is None:
-        raise ParseError(
-            f"row {row.label}, CPU Affinity: {cpu[:40]!r} is not a list of CPUs "
-            f"(ascending, 0-{MAX_CPU_ID})",
-            line=row.line,
-        )
-    if numa is not None and not (
-        _NODE_LIST.match(numa) and all(int(n) <= MAX_NUMA_NODE for n in re.split("[,-]", numa))
-    ):
-        raise ParseError(
-            f"row {row.label}, NUMA Affinity: {numa[:40]!r} is not a list of NUMA nodes "
-            f"(0-{MAX_NUMA_NODE})",
-            line=row.line,
-        )
-    if gpu_numa is not None and not (
-        _NODE_ID.match(gpu_numa) and (gpu_numa == "N/A" or int(gpu_numa) <= MAX_NUMA_NODE)
-    ):
-        raise ParseError(
-            f"row {row.label}, GPU NUMA ID: {gpu_numa[:40]!r} is not a NUMA node "
-            f"(0-{MAX_NUMA_NODE})",
-            line=row.line,
-        )
 
 
 # Links are immutable and a fleet repeats the same few matrices: one object per distinct link.
@@ -736,7 +640,7 @@ def _build(
         cpu = None if cpu_at is None else values[cpu_at]
         numa = None if numa_at is None else values[numa_at]
         gpu_numa = None if gpu_numa_at is None else values[gpu_numa_at]
-        _check_row(row, cpu, numa, gpu_numa)
+        check_row(row.label, row.line, cpu, numa, gpu_numa)
         # `GPU<n>` (what the regex GPU(\d+)\Z matched: \d is isdecimal), for a fifth of its cost.
         if row.label[:3] == "GPU" and row.label[3:].isdecimal():
             device = _device(row.label, "gpu", int(row.label[3:]), cpu, numa, gpu_numa, None)
