@@ -3,6 +3,7 @@ truncated and bare), refused where it is not XML, and written back in NCCL's own
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -146,7 +147,9 @@ def test_an_exported_xml_reads_back_to_the_same_wiring(name: str) -> None:
 def test_an_exported_xml_reads_back_to_the_identical_topology(prefix: str) -> None:
     topo = parse_text(fixture_text(prefix))
     back = ncclxml.parse(ncclxml.to_nccl_xml(topo)[0])
-    assert back == topo  # same ids, affinities, NUMA nodes and every pair's class
+    # Same ids, affinities, NUMA nodes and every pair's class; a reader's warnings are about
+    # the text it read (topo_38's cells run together), which the XML does not carry.
+    assert back == replace(topo, warnings=())
 
 
 def test_the_export_is_in_the_shape_nccls_reader_takes() -> None:

@@ -295,9 +295,12 @@ def _read_rows(
     count = len(columns)
     warnings: list[str] = []
     rows: list[_Row] = []
+    glued: list[_Glued] = []
     none_values = (None,) * count
     for number, label in enumerate(labels):
         line_index = row_indexes[number]
+        if spaced := _lost_tab(lines[line_index], label):
+            glued.append((line_index + 1, label, spaced))
         # Fast path, the common rows: known single cells, then one value per column, none of
         # them link classes, or no value at all (a NIC's row). What it returns is what the
         # general path below would.
@@ -317,12 +320,35 @@ def _read_rows(
                 rows.append(_Row(label, line_index + 1, cells, values))
                 continue
         line = lines[line_index]
-        cells, found = _row_cells(row_tokens[number], label, labels, line_index + 1)
+        cells, found = _row_cells(row_tokens[number], label, labels, line_index + 1, glued)
         values = _place_values(found, line, columns, header_start, label, line_index + 1, warnings)
         short = len(found) < len(columns) and bool(found)
         rows.append(_Row(label, line_index + 1, cells, values, short))
     assert len(rows) == size
+    warnings.extend(_glued_warnings(glued))
     return _repair_glued_affinity(rows, columns, warnings), index, warnings
+
+
+# A token a paste ran cells together in: (line number, row label, the token).
+_Glued = tuple[int, str, str]
+
+
+def _glued_warnings(glued: list[_Glued]) -> list[str]:
+    """One warning per row with cells run together, or one for them all when a paste ran the
+    same columns together on many rows (tab expansion does): a line each would drown the rest."""
+    lines = sorted({(line, label) for line, label, _ in glued})
+    if len(lines) > 2:
+        examples = ", ".join(repr(t) for t in sorted({t for _, _, t in glued})[:3])
+        (first, label), last = lines[0], lines[-1][0]
+        return [
+            f"line {first}: {label} and {len(lines) - 1} more rows to line {last} have cells "
+            f"run together in the paste (such as {examples}): read apart as link classes"
+        ]
+    return [
+        f"line {line}: {label}: cells run together in the paste "
+        f"({', '.join(repr(t) for n, _, t in glued if n == line)}): read apart as link classes"
+        for line, label in lines
+    ]
 
 
 def _check_relabelled(
@@ -341,11 +367,22 @@ def _check_relabelled(
         )
 
 
+# In a tab-separated row, two tokens with only spaces between them: a paste lost a tab.
+_SPACE_GAP = re.compile(r"\S+ +\S+")
+
+
+def _lost_tab(line: str, label: str) -> str | None:
+    """Cells a paste ran together with spaces (` X NODE`) in a tab-separated row: they read
+    apart by whitespace, but the row was damaged and is warned of like a glued run."""
+    gap = _SPACE_GAP.search(line, line.find(label) + len(label)) if "\t" in line else None
+    return gap.group(0) if gap else None
+
+
 def _row_cells(
-    tokens: list[str], label: str, labels: list[str], line_number: int
+    tokens: list[str], label: str, labels: list[str], line_number: int, glued: list[_Glued]
 ) -> tuple[tuple[str, ...], list[_Found]]:
     """The row's link cells (canonical) and the values that follow them; `tokens` is the
-    row's line split on whitespace, its label first."""
+    row's line split on whitespace, its label first. Tokens it splits go to `glued`."""
     size = len(labels)
     # Fast path, the common case: one known cell per token (a KeyError leaves it).
     try:
@@ -357,12 +394,15 @@ def _row_cells(
             return quick, [(n, 0, tokens[n]) for n in range(size + 1, len(tokens))]
     cells: list[str] = []
     found: list[_Found] = []
+    run_together: set[str] = set()  # tokens holding more than one cell, or a cell and a value
     for number in range(1, len(tokens)):
         token = tokens[number]
         if len(cells) == size:
             found.append((number, 0, token))
             continue
         pieces, rest = _split_cells(token)
+        if len(pieces) > 1 or (pieces and rest):
+            run_together.add(token)
         if not pieces:
             column = labels[len(cells)]
             if token in _P2P_STATUS:
@@ -404,6 +444,7 @@ def _row_cells(
             f"(no cell for {labels[len(cells)]}): the row is truncated",
             line=line_number,
         )
+    glued.extend((line_number, label, token) for token in tokens[1:] if token in run_together)
     return tuple(cells), found
 
 
