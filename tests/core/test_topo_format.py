@@ -629,3 +629,23 @@ def test_a_legend_clipped_before_its_nv_line_does_not_call_a_matrix_with_nvlinks
     text = "\n".join(ln for ln in fixture_text("topo_12").splitlines() if "NV#" not in ln)
     assert "Legend:" in text and "PIX  =" in text
     assert parse(text).warnings == ()
+
+
+def test_a_last_cell_cut_short_into_the_cpu_affinity_reads_as_its_only_class() -> None:
+    # heldout A100 VM report: `PH0-115` for `PHB<TAB>0-115` on every GPU row; here topo_10's
+    # GPU0 row loses `DE` and the spaces of its last cell, NODE under NIC1.
+    text = fixture_text("topo_10").replace("NODE    0-23", "NO0-23", 1)
+    topo = parse(text)
+    assert topo.link_class("GPU0", "NIC1") == "NODE"
+    assert topo.gpu(0).cpu_affinity is None
+    assert topo.gpu(0).numa_affinity == "0"
+    assert topo.warnings == (
+        "line 3: GPU0: 'NO0-23' is the last link cell cut short and run into the value after "
+        "it: read as NODE, and that value is left out (what was lost may include its start)",
+    )
+    # The class is checked against the other row: NIC1's says NODE, so `PI` (PIX) is refused.
+    exc = error(fixture_text("topo_10").replace("NODE    0-23", "PI0-23", 1))
+    assert exc.line == 6 and "not symmetric" in exc.message
+    # `P` starts PHB, PXB and PIX: which one is not readable.
+    exc = error(fixture_text("topo_10").replace("NODE    0-23", "P0-23", 1))
+    assert exc.line == 3 and "'P0-23' is not a link class" in exc.message

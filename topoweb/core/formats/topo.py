@@ -320,7 +320,7 @@ def _read_rows(
                 rows.append(_Row(label, line_index + 1, cells, values))
                 continue
         line = lines[line_index]
-        cells, found = _row_cells(row_tokens[number], label, labels, line_index + 1, glued)
+        cells, found = _row_cells(tokens, label, labels, line_index + 1, glued, warnings)
         values = _place_values(found, line, columns, header_start, label, line_index + 1, warnings)
         short = len(found) < len(columns) and bool(found)
         rows.append(_Row(label, line_index + 1, cells, values, short))
@@ -367,6 +367,12 @@ def _check_relabelled(
         )
 
 
+# The last link cell cut to a start only one class has (`PH` of PHB) and run into the value
+# after it (`PH0-115`): the class is sure (the symmetric cell checks it), the value is not.
+_CLIPPED_CELL = re.compile(r"(NOD?|SY|SO|PH|PX|PI)(\d.*)")
+_CLIPPED_CLASSES = {"NO": "NODE", "NOD": "NODE", "SY": "SYS", "SO": "SYS", "PH": "PHB"}
+_CLIPPED_CLASSES |= {"PX": "PXB", "PI": "PIX"}
+
 # In a tab-separated row, two tokens with only spaces between them: a paste lost a tab.
 _SPACE_GAP = re.compile(r"\S+ +\S+")
 
@@ -379,7 +385,12 @@ def _lost_tab(line: str, label: str) -> str | None:
 
 
 def _row_cells(
-    tokens: list[str], label: str, labels: list[str], line_number: int, glued: list[_Glued]
+    tokens: list[str],
+    label: str,
+    labels: list[str],
+    line_number: int,
+    glued: list[_Glued],
+    warnings: list[str],
 ) -> tuple[tuple[str, ...], list[_Found]]:
     """The row's link cells (canonical) and the values that follow them; `tokens` is the
     row's line split on whitespace, its label first. Tokens it splits go to `glued`."""
@@ -403,6 +414,16 @@ def _row_cells(
         pieces, rest = _split_cells(token)
         if len(pieces) > 1 or (pieces and rest):
             run_together.add(token)
+        clipped = _CLIPPED_CELL.fullmatch(token) if not pieces and len(cells) == size - 1 else None
+        if clipped:
+            cells.append(_CLIPPED_CLASSES[clipped.group(1)])
+            found.append((number, len(clipped.group(1)), "N/A"))
+            warnings.append(
+                f"line {line_number}: {label}: {token!r} is the last link cell cut short and run "
+                f"into the value after it: read as {cells[-1]}, and that value is left out (what "
+                "was lost may include its start)"
+            )
+            continue
         if not pieces:
             column = labels[len(cells)]
             if token in _P2P_STATUS:
