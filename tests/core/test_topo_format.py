@@ -649,3 +649,20 @@ def test_a_last_cell_cut_short_into_the_cpu_affinity_reads_as_its_only_class() -
     # `P` starts PHB, PXB and PIX: which one is not readable.
     exc = error(fixture_text("topo_10").replace("NODE    0-23", "P0-23", 1))
     assert exc.line == 3 and "'P0-23' is not a link class" in exc.message
+
+
+def test_a_note_typed_after_a_row_s_values_is_ignored_with_a_warning() -> None:
+    # heldout devlog: `GPU0  X  NV2   <- 034 의 NODE(PCIe) -> NV2 로 복구` under a header with no
+    # value columns; here after topo_41's values, in the same words.
+    lines = fixture_text("topo_41").splitlines()
+    lines[2] += "       ← 034 의 NODE(PCIe) → PHB 로 복구"
+    topo = parse("\n".join(lines))
+    assert topo.devices == read("topo_41").devices
+    assert topo.warnings == (
+        "line 3: GPU1: the text after its 3 values ('← 034 의 NODE(PCIe) → PHB 로 복구') is "
+        "a note typed after the row, not part of the matrix: ignored",
+    )
+    # A surplus that reads like a value is no note: the header is missing a column.
+    lines[2] = lines[2].split("←")[0] + "0-63"
+    exc = error("\n".join(lines))
+    assert exc.line == 3 and "has 4 values after its link cells" in exc.message

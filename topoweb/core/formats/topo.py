@@ -373,8 +373,13 @@ _CLIPPED_CELL = re.compile(r"(NOD?|SY|SO|PH|PX|PI)(\d.*)")
 _CLIPPED_CLASSES = {"NO": "NODE", "NOD": "NODE", "SY": "SYS", "SO": "SYS", "PH": "PHB"}
 _CLIPPED_CLASSES |= {"PX": "PXB", "PI": "PIX"}
 
-# In a tab-separated row, two tokens with only spaces between them: a paste lost a tab.
-_SPACE_GAP = re.compile(r"\S+ +\S+")
+# What a value nvidia-smi prints is made of (`0-23`, `N/A`, `mlx5_0`). A surplus token with
+# anything else in it (`<-`, `#`, a word in another script) starts a note typed after the row.
+_VALUE_LIKE = re.compile(r"[A-Za-z0-9_/,.-]+\Z")
+
+# In a tab-separated row, two cells with only spaces between them: a paste lost a tab.
+_CELL = r"(?:X|NV\d+|NODE|SYS|SOC|PHB|PXB|PIX)"
+_SPACE_GAP = re.compile(rf"(?<!\S){_CELL} +{_CELL}(?!\S)")
 
 
 def _lost_tab(line: str, label: str) -> str | None:
@@ -496,6 +501,14 @@ def _place_values(
 ) -> tuple[str | None, ...]:
     """One value per header column: in order when all are there, else by position."""
     count = len(columns)
+    if len(found) > count and not _VALUE_LIKE.match(found[count][2]):
+        note = " ".join(token for _, _, token in found[count:])
+        warnings.append(
+            f"line {line_number}: {label}: the text after its "
+            f"{f'{count} values' if count else 'cells'} ({note[:60]!r}) is a note typed after "
+            "the row, not part of the matrix: ignored"
+        )
+        found = found[:count]
     for _, _, token in found:
         pieces, rest = _split_cells(token)
         if pieces and not rest:
