@@ -666,3 +666,22 @@ def test_a_note_typed_after_a_row_s_values_is_ignored_with_a_warning() -> None:
     lines[2] = lines[2].split("←")[0] + "0-63"
     exc = error("\n".join(lines))
     assert exc.line == 3 and "has 4 values after its link cells" in exc.message
+
+
+@pytest.mark.parametrize("escape", ["\x1b[4m", "[4m"])
+def test_empty_affinity_cells_under_an_underlined_header_keep_their_columns(escape: str) -> None:
+    # heldout sglang check_env: the header wrapped in an underline escape (or its `[4m`
+    # remnant) and every GPU row ending `<TAB><TAB><TAB><TAB>N/A`: CPU and NUMA affinity empty.
+    lines = fixture_text("topo_41").splitlines()
+    lines[0] = lines[0].replace("\tGPU0", f"\t{escape}GPU0") + escape.replace("4", "0")
+    lines[1] = "GPU0\t X \tPHB\t\t\t\t1"
+    lines[2] = "GPU1\tPHB\t X \t\t\t\tN/A"
+    topo = parse("\n".join(lines))
+    assert [(d.cpu_affinity, d.numa_affinity, d.gpu_numa_id) for d in topo.devices] == [
+        (None, None, "1"),
+        (None, None, None),
+    ]
+    assert topo.warnings == (
+        "line 2: GPU0 has 1 values for 3 columns; placed by position (GPU NUMA ID=1)",
+        "line 3: GPU1 has 1 values for 3 columns; placed by position (GPU NUMA ID=N/A)",
+    )

@@ -57,6 +57,7 @@ from topoweb.core.model import (
 # `NODEPIX` splits as NODE+PIX. `X` is the diagonal.
 _CELL_PIECE = re.compile(r"NODE|SYS|SOC|PHB|PXB|PIX|NV[1-9]\d?(?!\d)|X")
 _HEADER_GPU = re.compile(r"GPU\d+")
+_TERMINAL_STYLE = re.compile(r"\x1b?\[[0-9;]*m")
 _COLUMN_LABEL = re.compile(r"CPU\s+Affinity|NUMA\s+Affinity|GPU\s+NUMA\s+ID")
 _NIC_LEGEND_ENTRY = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 _TOKEN = re.compile(r"\S+")
@@ -131,7 +132,10 @@ def _parse(text: str) -> Topology:
 def _read_matrix(lines: list[str], table: Table | None) -> Topology:
     """The first matrix in `lines`; `table` is the retyped table they were made from."""
     header_index = _find_header(lines)
-    header = lines[header_index].expandtabs(8)
+    # An underline escape around the header (`\x1b[4m`, or `[4m` where a paste lost the ESC)
+    # takes no room on a terminal: left in, it moves every label a tab stop right of its
+    # values, and a row with empty cells would have its values placed a column early.
+    header = _TERMINAL_STYLE.sub("", lines[header_index]).expandtabs(8)
     first_gpu = _HEADER_GPU.search(header)
     assert first_gpu is not None  # _find_header only returns lines naming a GPU
     region = header[first_gpu.start() :]
@@ -536,6 +540,7 @@ def _place_values(
     first_cell, tokens = _with_columns(line, found)
     shift = max(0, first_cell - header_start)
     previous = -1
+    placed: list[str] = []  # as printed, N/A too: where it went is what the warning tells
     for k, (start, token) in enumerate(tokens):
         room = count - (len(tokens) - k)
         chosen = room
@@ -544,13 +549,11 @@ def _place_values(
                 chosen = i
                 break
         values[chosen] = None if token in _MISSING else token
+        placed.append(f"{columns[chosen].name}={token}")
         previous = chosen
-    placed = ", ".join(
-        f"{c.name}={v}" for c, v in zip(columns, values, strict=True) if v is not None
-    )
     warnings.append(
         f"line {line_number}: {label} has {len(tokens)} values for {count} columns; "
-        f"placed by position ({placed})"
+        f"placed by position ({', '.join(placed)})"
     )
     return tuple(values)
 
