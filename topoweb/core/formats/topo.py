@@ -301,9 +301,10 @@ def _read_rows(
     rows: list[_Row] = []
     glued: list[_Glued] = []
     none_values = (None,) * count
+    lost_tabs = _may_have_lost_tabs([lines[i] for i in row_indexes])
     for number, label in enumerate(labels):
         line_index = row_indexes[number]
-        if spaced := _lost_tab(lines[line_index], label):
+        if lost_tabs and (spaced := _lost_tab(lines[line_index], label)):
             glued.append((line_index + 1, label, spaced))
         # Fast path, the common rows: known single cells, then one value per column, none of
         # them link classes, or no value at all (a NIC's row). What it returns is what the
@@ -384,6 +385,17 @@ _VALUE_LIKE = re.compile(r"[A-Za-z0-9_/,.-]+\Z")
 # In a tab-separated row, two cells with only spaces between them: a paste lost a tab.
 _CELL = r"(?:X|NV\d+|NODE|SYS|SOC|PHB|PXB|PIX)"
 _SPACE_GAP = re.compile(rf"(?<!\S){_CELL} +{_CELL}(?!\S)")
+_INNER_SPACE = re.compile(r"\S +\S")
+
+
+def _may_have_lost_tabs(rows: list[str]) -> bool:
+    """Whether any tab-separated row has a space between two cells' characters. No cell holds
+    a space, and nvidia-smi pads only its own `X` with them, so a row with no other space
+    lost no tab: told with string operations, before any search."""
+    return any(
+        "\t" in row and " " in row.replace("\t X \t", "\tX\t").strip() and _INNER_SPACE.search(row)
+        for row in rows
+    )
 
 
 def _lost_tab(line: str, label: str) -> str | None:
