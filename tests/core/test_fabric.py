@@ -128,6 +128,14 @@ def test_parse_detects_ibnetdiscover_and_reads_every_node_and_link() -> None:
     )
 
 
+def test_a_capture_indented_as_a_block_reads_as_printed() -> None:
+    # As a man page or a docs code block shows one (rdma-core's ibnetdiscover.8 indents 3).
+    text = IBNET_01.read_text()
+    indented = "\n".join("   " + line if line else line for line in text.split("\n"))
+    assert detect_format(indented) == "ibnetdiscover"
+    assert parse_text(indented) == parse_text(text)
+
+
 def test_document_round_trip() -> None:
     capture = parse(IBNET_01.read_text())
     again = IbnetCapture.from_document(json.loads(json.dumps(capture.to_document())))

@@ -216,3 +216,35 @@ def test_gpus_and_devices_are_counted_on_the_raw_text_as_the_readers_find_them()
         assert isinstance(topo, Topology)
         gpus, devices = device_counts(path.read_text())
         assert gpus <= len(topo.gpus) and devices <= len(topo.devices), path.name
+
+
+def test_a_topology_file_that_opens_with_comments_is_detected_and_read() -> None:
+    # As AWS's hand-written topology files open: a licence and notes before <system>.
+    header = "<!--\n  Copyright: example\n  Notes on this instance type\n-->\n<!-- one more -->\n"
+    text = header + xml_of("ncclxml_02")
+    assert detect_format(text) == "nccl-topology-xml"
+    plain, commented = read("ncclxml_02"), ncclxml.parse(text)
+    assert (commented.devices, commented.links) == (plain.devices, plain.links)
+
+
+def test_nvlinks_that_name_their_own_gpu_are_left_out_with_a_warning() -> None:
+    # A revision of Azure's NCv4 file has every GPU's <nvlink> target its own bus id.
+    text = xml_of("ncclxml_01").replace(
+        '<nvlink target="0002:00:00.0"', '<nvlink target="0001:00:00.0"', 1
+    )
+    plain, topology = read("ncclxml_01"), ncclxml.parse(text)
+    assert topology.warnings == (
+        *plain.warnings,
+        "line 5: 1 <nvlink> element(s) name their own GPU's bus id as the target: those links "
+        "are left out",
+    )
+
+
+def test_two_gpus_on_one_bus_id_are_refused_naming_both_lines() -> None:
+    # A dump of two hosts' trays in one file repeats each host's bus ids.
+    text = xml_of("ncclxml_01").replace('busid="0002:00:00.0"', 'busid="0001:00:00.0"', 1)
+    err = refusal(text)
+    assert err.line == 14  # the second <gpu>
+    assert err.message == (
+        "two GPUs share PCI bus id 0001:00:00.0 (lines 4 and 14): one host's topology per file"
+    )

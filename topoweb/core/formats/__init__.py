@@ -78,9 +78,10 @@ def _has_marker(text: str, markers: tuple[_Marker, ...]) -> bool:
 
 # An ibnetdiscover node header: `switchguid=0x...` / `caguid=0x...` then `Switch 65 "S-..."`.
 _IBNET_MARKERS: tuple[_Marker, ...] = (
-    ("guid=0x", re.compile(r'^(Switch|Ca|Rt)\s+\d+\s+"[SHR]-[0-9a-fA-F]+"', re.M)),
+    ("guid=0x", re.compile(r'^[ \t]*(Switch|Ca|Rt)\s+\d+\s+"[SHR]-[0-9a-fA-F]+"', re.M)),
 )
-_XML_START = re.compile(r"^\s*<(\?xml|system)\b")
+# An XML declaration or <system>, after any comments a hand-written topology file opens with.
+_XML_START = re.compile(r"^\s*(?:<!--.*?-->\s*)*<(\?xml|system)\b", re.S)
 # The last alternative is a matrix retyped as a markdown or RST table: a `| GPU0 |` cell.
 _TOPO_MARKERS = re.compile(
     r"GPU0\s*(GPU1|mlx|NIC|CPU|X\b)|\bGPU0\s+X\b|Legend:\s*$|\|\s*(\*\*)?GPU0(\*\*)?\s*\|", re.M

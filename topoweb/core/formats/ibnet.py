@@ -9,6 +9,7 @@ goes, with a warning naming the line; a file with no switch at all is refused.""
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -184,6 +185,11 @@ def _rate_of(comment: str) -> tuple[int, str] | None:
 
 
 def parse(text: str) -> IbnetCapture:
+    if text.lstrip("\r\n")[:1] in (" ", "\t"):
+        # A capture indented as a block (a man page, a code block in docs): its lines read as
+        # printed once the indent they share is gone. Checked on the first line only, so that
+        # a fabric's tens of megabytes are not scanned for it.
+        text = textwrap.dedent(text)
     nodes: dict[str, IbNode] = {}
     # Peers not printed yet: (kind letter, first line naming them, that line's comment).
     named_by_peer: dict[str, tuple[str, int, str]] = {}

@@ -379,8 +379,16 @@ def parse(text: str) -> Topology:
             e.name or "",
         ),
     )
-    if len({g.busid for g in gpus}) != len(gpus):
-        raise ParseError("two GPUs share one PCI bus id", line=gpus[0].node.line)
+    seen: dict[str | None, _Endpoint] = {}
+    for gpu in gpus:
+        if (first := seen.setdefault(gpu.busid, gpu)) is not gpu:
+            # NCCL dumps one host's topology; two hosts' in one file (a multi-node NVLink
+            # domain's dump) repeat their bus ids, which this reader cannot tell apart.
+            raise ParseError(
+                f"two GPUs share PCI bus id {gpu.busid} (lines {first.node.line} and "
+                f"{gpu.node.line}): one host's topology per file",
+                line=gpu.node.line,
+            )
 
     for ep in nics:
         name = ep.name or ep.busid
@@ -447,20 +455,30 @@ def parse(text: str) -> Topology:
 
 
 def _check_targets(gpus: list[_Endpoint], warnings: list[str]) -> None:
+    """NVLinks whose target GPU is not listed, or is the GPU itself (seen in a hand-written
+    topology file): both link to nothing, and are left out with a warning."""
     known = {g.busid for g in gpus}
-    missing = sorted(
-        {
-            normalise_busid(n.attrs.get("target", ""))
-            for g in gpus
-            for n in _nvlinks(g)
-            if n.attrs.get("tclass", "").startswith("0x03")
-            and normalise_busid(n.attrs.get("target", "")) not in known
-        }
-    )
-    if missing:
+    missing: set[str | None] = set()
+    to_itself: list[int] = []
+    for g in gpus:
+        for n in _nvlinks(g):
+            if not n.attrs.get("tclass", "").startswith("0x03"):
+                continue
+            target = normalise_busid(n.attrs.get("target", ""))
+            if target == g.busid:
+                to_itself.append(n.line)
+            elif target not in known:
+                missing.add(target)
+    if to_itself:
         warnings.append(
-            f"NVLinks lead to {len(missing)} GPU(s) the XML does not list ({', '.join(missing[:4])}"
-            f"{', ...' if len(missing) > 4 else ''}): those links are left out"
+            f"line {to_itself[0]}: {len(to_itself)} <nvlink> element(s) name their own GPU's "
+            "bus id as the target: those links are left out"
+        )
+    if missing:
+        shown = sorted(str(m) for m in missing)
+        warnings.append(
+            f"NVLinks lead to {len(shown)} GPU(s) the XML does not list ({', '.join(shown[:4])}"
+            f"{', ...' if len(shown) > 4 else ''}): those links are left out"
         )
 
 
