@@ -163,7 +163,8 @@ def _parse_text(text: str) -> NvbandwidthRun:
                 status = "Error"
     else:
         if name is not None and rows and status == "Passed":
-            warnings.append(f"{name}: no SUM line (the output may be cut)")
+            last = max((n for n, ln in enumerate(lines, 1) if ln.strip()), default=len(lines))
+            warnings.append(f"line {last}: {name}: the output ends with no SUM line (cut?)")
         finish(len(lines))
     if unnamed_waived:
         count = len(unnamed_waived)
