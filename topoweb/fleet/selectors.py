@@ -28,7 +28,7 @@ from topoweb.core.export import graph_document
 from topoweb.core.formats import TOPOLOGY_FORMATS, ParseError, detect_format, parse_text
 from topoweb.core.formats.ibnet import IbnetCapture
 from topoweb.core.formats.nvml import NvmlFactsError, read_nvml
-from topoweb.core.model import NcclRun, NvbandwidthRun, Topology
+from topoweb.core.model import NcclRun, NvbandwidthRun, P2PResult, Topology
 from topoweb.core.scheduling import nvlink_domain_of, topology_conf
 from topoweb.core.steptime import mixed_models_note
 from topoweb.fleet import cached_tokens, work
@@ -432,18 +432,19 @@ def upload_preview(text: str, gpu_model: str = "") -> dict[str, Any]:
             "(the Fabrics page or POST /api/v1/fabrics/)"
         )
     limits.check_benchmark(parsed)
+    kind, summary = _benchmark_summary(parsed)
+    return {"kind": kind, "summary": summary, "warnings": list(parsed.warnings), "elements": []}
+
+
+def _benchmark_summary(parsed: NcclRun | NvbandwidthRun | P2PResult) -> tuple[str, str]:
+    """A benchmark's kind and the one line the upload preview says of what was read."""
     if isinstance(parsed, NcclRun):
         summary = f"nccl-tests {parsed.collective or ''}: {len(parsed.rows)} sizes"
         if parsed.avg_busbw_gbps is not None:
             summary += f", average bus bandwidth {parsed.avg_busbw_gbps:g} GB/s"
         if parsed.errors:
             summary += f", {len(parsed.errors)} error(s) reported"
-        return {
-            "kind": "nccl-tests",
-            "summary": summary,
-            "warnings": list(parsed.warnings),
-            "elements": [],
-        }
+        return "nccl-tests", summary
     if isinstance(parsed, NvbandwidthRun):
         done = [t.name for t in parsed.testcases if t.matrix]
         summary = f"nvbandwidth {parsed.version or ''}: {len(done)} testcase(s) measured".replace(
@@ -451,21 +452,11 @@ def upload_preview(text: str, gpu_model: str = "") -> dict[str, Any]:
         )
         if parsed.errors:
             summary += f", {len(parsed.errors)} error(s) reported"
-        return {
-            "kind": "nvbandwidth",
-            "summary": summary,
-            "warnings": list(parsed.warnings),
-            "elements": [],
-        }
+        return "nvbandwidth", summary
     summary = f"p2pBandwidthLatencyTest: {len(parsed.gpus)} GPUs, matrices: " + (
         ", ".join(sorted(parsed.matrices)) or "none"
     )
-    return {
-        "kind": "p2p-bandwidth-latency",
-        "summary": summary,
-        "warnings": list(parsed.warnings),
-        "elements": [],
-    }
+    return "p2p-bandwidth-latency", summary
 
 
 def fleet_topology_conf() -> str:
