@@ -44,6 +44,14 @@ _P2P_MARKERS: tuple[_Marker, ...] = (
     ("Device=", re.compile(r"^Device=\d+ CAN(NOT)? Access Peer Device=\d+", re.M)),
     ("Device: ", re.compile(r"^Device: \d+, .*, pciBusID: ", re.M)),
 )
+# Lines only a program's own output prints (not a command naming it), shared by detection and
+# by _OUTPUT_STARTS; anchored at a line's start after any indent, as a page that shows output
+# as an indented code block (reStructuredText, markdown) leaves it. The first: nccl-tests'
+# header line where a page that renders markdown took the '#'.
+_NCCL_BARE_HEADER = re.compile(r"^[ \t]*nThread\s+\d+\s+nGpus\s+\d+", re.M)
+_NVB_VERSION = re.compile(r"^[ \t]*nvbandwidth Version:", re.M)
+_NVB_RUNNING = re.compile(r"^[ \t]*Running \w+_(memcpy|latency)_\w*(ce|sm)\.$", re.M)
+
 _NCCL_MARKERS: tuple[_Marker, ...] = (
     (
         "#",
@@ -53,17 +61,14 @@ _NCCL_MARKERS: tuple[_Marker, ...] = (
         ),
     ),
     ("_perf", re.compile(r"_perf\b")),
-    # Its header line where a page that renders markdown took the '#'.
-    ("nThread", re.compile(r"^[ \t]*nThread\s+\d+\s+nGpus\s+\d+", re.M)),
+    ("nThread", _NCCL_BARE_HEADER),
     ("nccl-tests version", None),
     ("failure", re.compile(r"\bTest (CUDA |NCCL )?failure\b")),
 )
-# Anchored at a line's start after any indent: a page can show the output as an indented code
-# block (reStructuredText, markdown), as the p2p and nccl-tests markers allow.
 _NVBANDWIDTH_MARKERS: tuple[_Marker, ...] = (
-    ("nvbandwidth Version:", re.compile(r"^[ \t]*nvbandwidth Version:", re.M)),
+    ("nvbandwidth Version:", _NVB_VERSION),
     ("SUM ", re.compile(r"^[ \t]*SUM \w+_(ce|sm) [\d.]+", re.M)),
-    ("Running ", re.compile(r"^[ \t]*Running \w+_(memcpy|latency)_\w*(ce|sm)\.$", re.M)),
+    ("Running ", _NVB_RUNNING),
     ('"nvbandwidth"', re.compile(r'"nvbandwidth"\s*:\s*\{')),
     ("memcpy ", re.compile(r"^[ \t]*memcpy (CE|SM) (CPU|GPU)\(row\)", re.M)),
 )
@@ -138,32 +143,25 @@ def parse_text(text: str, expected: str | None = None) -> Parsed | IbnetCapture:
     return parsed
 
 
-# Lines only a program's own output prints (not a command line naming it), for telling that a
-# benchmark's paste holds another program's output too: each reader skips what is not its own.
-_OUTPUT_STARTS: dict[str, tuple[str, re.Pattern[str]]] = {
+# Where each program's output starts, for telling that a benchmark's paste holds another
+# program's output too: each reader skips what is not its own.
+_OUTPUT_STARTS: dict[str, tuple[str, tuple[re.Pattern[str], ...]]] = {
     "nccl-tests": (
         "nccl-tests",
-        re.compile(
-            r"#\s*(?:nThread\s+\d+\s+nGpus|size\s+count\s+type\s)|^[ \t]*nThread\s+\d+\s+nGpus",
-            re.M,
-        ),
+        (re.compile(r"#\s*(?:nThread\s+\d+\s+nGpus|size\s+count\s+type\s)"), _NCCL_BARE_HEADER),
     ),
     "p2p-bandwidth-latency": (
         "p2pBandwidthLatencyTest",
-        re.compile(
-            r"^\s*(?:P2P Connectivity Matrix|(?:Unidirectional|Bidirectional) P2P=(?:Enabled"
-            r"|Disabled) Bandwidth|Device: \d+, .*, pciBusID: )",
-            re.M,
+        (
+            re.compile(
+                r"^\s*(?:P2P Connectivity Matrix|(?:Unidirectional|Bidirectional) P2P=(?:Enabled"
+                r"|Disabled) Bandwidth|Device: \d+, .*, pciBusID: )",
+                re.M,
+            ),
         ),
     ),
-    "nvbandwidth": (
-        "nvbandwidth",
-        re.compile(
-            r"^[ \t]*(?:nvbandwidth Version:|Running \w+_(?:memcpy|latency)_\w*(?:ce|sm)\.$)",
-            re.M,
-        ),
-    ),
-    "topology": ("`nvidia-smi topo -m`", re.compile(r"^[ \t]*GPU0[ \t]+X\b", re.M)),
+    "nvbandwidth": ("nvbandwidth", (_NVB_VERSION, _NVB_RUNNING)),
+    "topology": ("`nvidia-smi topo -m`", (re.compile(r"^[ \t]*GPU0[ \t]+X\b", re.M),)),
 }
 
 
@@ -171,9 +169,12 @@ def _other_outputs(text: str, kind: str) -> list[str]:
     """A warning for each other program's output in a benchmark's text (a log holding two
     runs of different tools), naming the line it starts on: its reader read none of it."""
     found: list[tuple[int, str]] = []
-    for other, (name, starts) in _OUTPUT_STARTS.items():
-        if other != kind and (m := starts.search(text)):
-            found.append((text.count("\n", 0, m.start()) + 1, name))
+    for other, (name, patterns) in _OUTPUT_STARTS.items():
+        if other == kind:
+            continue
+        starts = [m.start() for p in patterns if (m := p.search(text))]
+        if starts:
+            found.append((text.count("\n", 0, min(starts)) + 1, name))
     return [
         f"line {line} starts {name} output, which was not read: upload it on its own"
         for line, name in sorted(found)
