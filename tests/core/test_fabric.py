@@ -136,6 +136,19 @@ def test_a_capture_indented_as_a_block_reads_as_printed() -> None:
     assert parse_text(indented) == parse_text(text)
 
 
+def test_full_output_reads_as_the_plain_one() -> None:
+    # `ibnetdiscover --full` follows each port's rate with its raw fields, ` s=%d w=%d v=%d`
+    # and ` e=%d` where extended speeds are on; Xsigo gear adds ` slot %d` or ` (scp)`
+    # (rdma-core's ibnetdiscover.c). NDR is extended speed 8 on a 4x (w=2) port.
+    text = IBNET_01.read_text()
+    lines = text.split("\n")
+    full = [line + " s=4 w=2 v=4 e=8" if line.startswith("[") else line for line in lines]
+    ports = [i for i, line in enumerate(full) if line.startswith("[")]
+    full[ports[0]] += " (scp)"
+    full[ports[1]] += " slot 3"
+    assert parse_text("\n".join(full)) == parse_text(text)
+
+
 def test_document_round_trip() -> None:
     capture = parse(IBNET_01.read_text())
     again = IbnetCapture.from_document(json.loads(json.dumps(capture.to_document())))

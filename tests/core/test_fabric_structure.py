@@ -181,3 +181,28 @@ def test_one_hostname_on_two_hosts_is_found_with_both_places(ibnet_01: dict[str,
         for n, rail in (("1", "01"), ("2", "02"), ("6", "04"))
     }
     assert "HCA-1 on A09-P1-IBLEAF-01-01 port 10, A09-P1-IBLEAF-01-03 port 1" in shared["message"]
+
+
+def test_a_switch_whose_block_is_missing_gets_no_tier_it_cannot_have() -> None:
+    """A switch named only by its peers' lines: touching a leaf it is a spine, as trees are
+    cabled; touching only spines it may be a core or a leaf whose hosts went with its block,
+    so it gets no tier (a cut-off EDR capture read its two leaves as cores)."""
+    blocks = three_tiers().split("\n\n")
+    without = {
+        name: "\n\n".join(b for b in blocks if f"{name}:MQM9700" not in b.split("\n")[1])
+        for name in ("SPINE-0", "LEAF-1", "CORE-3")
+    }
+    tiers = {}
+    for name, text in without.items():
+        doc = fabric_doc(text)
+        tiers[name] = {s["name"]: s["tier"] for s in doc["switches"]}[name]
+        warnings = "\n".join(doc["warnings"])
+        assert "block is missing" in warnings
+        if name == "SPINE-0":
+            assert (
+                "1 switch(es) whose own block is missing, seen only from spines, left " in warnings
+            )
+            assert "SPINE-0" in warnings.rsplit("\n", 1)[-1]
+    # The core is seen only from the spines; a spine from its leaves; a leaf from its hosts'
+    # own blocks, which name it.
+    assert tiers == {"SPINE-0": "unknown", "LEAF-1": "spine", "CORE-3": "leaf"}

@@ -60,7 +60,10 @@ class FabricSummarySerializer(serializers.Serializer):
 class FabricSwitchSerializer(serializers.Serializer):
     name = serializers.CharField()
     guid = serializers.CharField()
-    tier = serializers.CharField(help_text="leaf, spine, core, tier-N, or unreached")
+    tier = serializers.CharField(
+        help_text="leaf, spine, core, tier-N, unreached (no host reaches it), or unknown (its "
+        "own block is missing and only spines name it)"
+    )
     ports = serializers.IntegerField(allow_null=True)
 
 

@@ -47,10 +47,12 @@ class Switch:
     name: str
     description: str
     ports: int | None
-    tier: int | None  # 1 leaf, 2 spine, 3 core; None when no host reaches it
+    tier: int | None  # 1 leaf, 2 spine, 3 core; None: no host reaches it, or see _tiers
 
     @property
     def tier_name(self) -> str:
+        if self.tier is None and self.ports is None:
+            return "unknown"  # its own block is missing: see _tiers
         return tier_name(self.tier)
 
 
@@ -164,9 +166,15 @@ def _switch_names(switches: list[IbNode]) -> dict[str, str]:
 
 
 def _tiers(
-    switch_guids: set[str], leaves: set[str], neighbours: Mapping[str, set[str]]
+    switch_guids: set[str],
+    leaves: set[str],
+    neighbours: Mapping[str, set[str]],
+    blockless: set[str],
 ) -> dict[str, int]:
-    """Breadth-first from the leaves: a switch's tier is one above the lowest it touches."""
+    """Breadth-first from the leaves: a switch's tier is one above the lowest it touches.
+    A switch whose own block is missing (`blockless`: only its peers' lines name it) gets a
+    tier only up to spine: touching a leaf, it is a spine, as trees are cabled; touching only
+    spines, it may be a core or a leaf whose hosts were cut off with its block."""
     tier = dict.fromkeys(leaves, 1)
     frontier = sorted(leaves)
     level = 1
@@ -175,6 +183,8 @@ def _tiers(
         nxt = []
         for guid in frontier:
             for peer in neighbours.get(guid, ()):
+                if peer in blockless and level > 2:
+                    continue
                 if peer in switch_guids and peer not in tier:
                     tier[peer] = level
                     nxt.append(peer)
@@ -265,16 +275,25 @@ def build_fabric(
     rail_of_device = _rails(devices_by_host)
 
     leaves = {hca_port[g][0] for g in named if g in hca_port}
-    tiers = _tiers(switch_guids, leaves, neighbours)
+    blockless = {n.guid for n in switch_nodes if n.ports is None}
+    tiers = _tiers(switch_guids, leaves, neighbours, blockless)
     switches = {
         n.guid: Switch(n.guid, names[n.guid], n.description, n.ports, tiers.get(n.guid))
         for n in switch_nodes
     }
-    unreached = [s.name for s in switches.values() if s.tier is None]
+    untiered = [s for s in switches.values() if s.tier is None]
+    unreached = [s.name for s in untiered if s.guid not in blockless]
     if unreached:
         warnings.append(
             f"{len(unreached)} switch(es) no host reaches, left without a tier: "
             + ", ".join(unreached[:10])
+        )
+    unknown = [s.name for s in untiered if s.guid in blockless]
+    if unknown:
+        warnings.append(
+            f"{len(unknown)} switch(es) whose own block is missing, seen only from spines, "
+            "left without a tier (a core, or a leaf whose hosts were cut off with it): "
+            + ", ".join(unknown[:10])
         )
 
     # Each leaf's rail: the one most of its named HCAs belong to.

@@ -494,8 +494,9 @@ def _shared_hostnames(fabric: Fabric) -> list[FabricFinding]:
     return out
 
 
-# 2: the service adds each server's place; 3: shared_hostname findings.
-FABRIC_ANALYSIS_VERSION = 3
+# 2: the service adds each server's place; 3: shared_hostname findings; 4: a switch whose own
+# block is missing gets no tier above spine.
+FABRIC_ANALYSIS_VERSION = 4
 
 
 def fabric_analysis(fabric: Fabric, skus: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -44,7 +44,10 @@ _PORT = re.compile(
     r"(?:\([0-9a-fA-F]+\))?(?:\[ext \d+\])?\s*#(.*)$"
 )
 _HEADERS = ("vendid=", "devid=", "sysimgguid=", "switchguid=", "caguid=", "rtguid=")
-_RATE = re.compile(r"\b(\d+)x([A-Z]+\d*)\s*$")
+# The rate ends the line, unless `ibnetdiscover --full` follows it with the port's raw fields
+# (` s=4 w=2 v=4`, and ` e=4` where extended speeds are on) or Xsigo gear with ` slot N` or
+# ` (scp)`: what rdma-core's ibnetdiscover.c prints after it.
+_RATE = re.compile(r"\b(\d+)x([A-Z]+\d*)(?:\s+[swve]=\d+)*(?:\s+slot \d+|\s+\(scp\))?\s*$")
 _DESC = re.compile(r'"(.*?)"')
 _LID = re.compile(r"\blid (\d+)")
 
@@ -223,13 +226,14 @@ def parse(text: str) -> IbnetCapture:
             if seen is not None:
                 current_ports += 1
                 token = raw.rsplit(None, 1)[-1]
-                if token != seen.rate:
+                if token != seen.rate:  # or the rate is followed by --full's fields
                     rate = _rate_of(raw)
                     shown = f"{rate[0]}x{rate[1]}" if rate else token
-                    warnings.append(
-                        f"line {number}: the two ends of the link of line {seen.line} disagree "
-                        f"({seen.rate} there, {shown} here); the first is kept"
-                    )
+                    if shown != seen.rate:
+                        warnings.append(
+                            f"line {number}: the two ends of the link of line {seen.line} "
+                            f"disagree ({seen.rate} there, {shown} here); the first is kept"
+                        )
                 continue
             fields = _port_line(raw)
             if fields is None:
