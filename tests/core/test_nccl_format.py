@@ -349,6 +349,23 @@ def test_a_rank_list_with_ranks_taken_out_is_named_as_elided() -> None:
     )
 
 
+def test_a_rank_list_condensed_into_ranges_is_named() -> None:
+    # As a cluster's docs print a run's rank list (`#  Rank  0 .. Rank  7 on host  GPU`):
+    # which hosts ran how many ranks, not each rank's GPU and bus id.
+    lines = lines_of("nccl_06")
+    lines[5:13] = [
+        "#  Rank  0 .. Rank  3 on inst-ks8ls-comp  NVIDIA A100-SXM4-40GB",
+        "#  Rank  4 .. Rank  7 on inst-ks8ls-comp  NVIDIA A100-SXM4-40GB",
+    ]
+    run = nccl.parse("\n".join(lines))
+    assert run.ranks == () and run.n_gpus == 8
+    assert run.rows == run_of("nccl_06").rows
+    assert run.warnings == (
+        "lines 6-7: the rank list is condensed into ranges (8 ranks on 1 host(s)), not a line "
+        "per rank as nccl-tests prints it: each rank's GPU and bus id are unknown",
+    )
+
+
 def test_a_log_cut_inside_a_row_keeps_the_complete_rows() -> None:
     text = (
         "\n".join(lines_of("nccl_06")[:22])

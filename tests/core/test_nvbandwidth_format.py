@@ -344,3 +344,20 @@ def test_bare_waived_lines_are_counted_in_a_warning_naming_the_first() -> None:
         f"line {first}: 17 testcases waived (cannot run on these GPUs); the text does not name "
         "them (nvbandwidth -j does)",
     )
+
+
+def test_a_fork_that_labels_other_accelerators_is_read_with_a_warning() -> None:
+    # T-Head's sailbandwidth prints nvbandwidth's output with `PPU(row) <- PPU(column)`.
+    text = text_of("nvbandwidth_06")
+    forked = text.replace("GPU(row) <- GPU(column)", "PPU(row) <- PPU(column)")
+    assert forked != text
+    run = nvbandwidth.parse(forked)
+    assert [(t.name, t.matrix) for t in run.testcases] == [
+        (t.name, t.matrix) for t in run_of("nvbandwidth_06").testcases
+    ]
+    line = 1 + text.split("\n").index(next(ln for ln in text.split("\n") if "GPU(row)" in ln))
+    assert (
+        f"line {line}: the matrix is labelled PPU, not GPU and CPU: another accelerator's fork "
+        "of nvbandwidth, read as GPUs" in run.warnings
+    )
+    assert not any("labelled" in w for w in run_of("nvbandwidth_06").warnings)

@@ -16,6 +16,8 @@ _RANK_RE = re.compile(
     r"^#?\s*Rank\s+([0-9]+)\s+(?:Group\s+([0-9]+)\s+)?Pid\s+([0-9]+)\s+on\s+(\S+)\s+"
     r"device\s+([0-9]+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )
+# A rank list condensed by whoever ran or pasted it: `#  Rank  0 .. Rank  7 on host  GPU name`.
+_RANK_RANGE_RE = re.compile(r"^#?\s*Rank\s+([0-9]+)\s*\.\.\s*Rank\s+([0-9]+)\s+on\s+(\S+)")
 _TESTS_VERSION_RE = re.compile(r"^#?\s*nccl-tests version\s+(\S+)(?:.*?nccl-library=([0-9]+))?")
 # NCCL's own banner ("NCCL version 2.21.5+cuda12.4"), or a harness that prints the version
 # code ("NCCL version: 22602", as some forks of nccl-tests' common.cu do).
@@ -93,6 +95,7 @@ class _State:
     # nccl-tests prints them only once the sweep is done.
     closed_at: int | None = None
     rank_lines: list[int] = field(default_factory=list)
+    rank_ranges: list[tuple[int, int, str, int]] = field(default_factory=list)  # lo, hi, host, line
     table_at: int | None = None  # the line of the column header, or of the first row
     failures: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -182,6 +185,9 @@ def _read_header_fact(st: _State, line: str, lineno: int) -> bool:
             )
         )
         st.rank_lines.append(lineno)
+        return True
+    if m := _RANK_RANGE_RE.match(line):
+        st.rank_ranges.append((int(m.group(1)), int(m.group(2)), m.group(3), lineno))
         return True
     return False
 
@@ -391,6 +397,21 @@ def _warn_of_an_elided_rank_list(st: _State) -> None:
     )
 
 
+def _warn_of_a_condensed_rank_list(st: _State) -> None:
+    """Rank ranges instead of nccl-tests' line per rank: how many ranks ran on which hosts is
+    known, not each rank's GPU and bus id, so no rank is read from them."""
+    if not st.rank_ranges or st.ranks:
+        return
+    first, last = st.rank_ranges[0][3], st.rank_ranges[-1][3]
+    where = f"line {first}" if first == last else f"lines {first}-{last}"
+    count = sum(hi - lo + 1 for lo, hi, _, _ in st.rank_ranges)
+    hosts = len({host for _, _, host, _ in st.rank_ranges})
+    st.warnings.append(
+        f"{where}: the rank list is condensed into ranges ({count} ranks on {hosts} host(s)), "
+        "not a line per rank as nccl-tests prints it: each rank's GPU and bus id are unknown"
+    )
+
+
 def _finish(st: _State) -> NcclRun:
     seen_header = st.n_threads is not None or bool(st.ranks)
     seen_table = st.layout is not None or st.avg_seen
@@ -400,6 +421,7 @@ def _finish(st: _State) -> NcclRun:
             "`# Avg bus bandwidth` line"
         )
     _warn_of_an_elided_rank_list(st)
+    _warn_of_a_condensed_rank_list(st)
     if st.n_threads is None and not st.ranks and st.table_at is not None:
         # A log tail or a table copied alone: nothing says how many ranks and GPUs ran it.
         st.warnings.append(

@@ -133,6 +133,13 @@ def _parse_text(text: str) -> NvbandwidthRun:
             if name is None and rows:
                 finish(number)
             description = line
+            labels = set(re.findall(r"(\w+)\((?:row|column)\)", line)) - {"GPU", "CPU"}
+            if labels and not any("not GPU and CPU" in w for w in warnings):
+                # A fork for another vendor's accelerators (T-Head's sailbandwidth: PPU).
+                warnings.append(
+                    f"line {number}: the matrix is labelled {', '.join(sorted(labels))}, not "
+                    "GPU and CPU: another accelerator's fork of nvbandwidth, read as GPUs"
+                )
             rows, columns = [], None
         elif description and columns is None and re.fullmatch(r"(\d+\s+)*\d+", line):
             columns = len(line.split())
@@ -200,8 +207,8 @@ def _unmeasured_diagonal(case: NvbTestcase) -> NvbTestcase:
     """A GPU-to-GPU matrix's diagonal as N/A: no GPU copies to itself there, but before v0.2
     nvbandwidth printed the cell it never measured as 0.00 where later versions print N/A."""
     m = case.matrix
-    gpus = re.search(r"GPU\(row\).*GPU\(column\)", case.description)
-    if gpus is None or any(len(row) != len(m) for row in m):
+    ends = re.search(r"(\w+)\(row\).*?(\w+)\(column\)", case.description)  # GPU, or a fork's
+    if ends is None or "CPU" in ends.groups() or any(len(row) != len(m) for row in m):
         return case
     cells = tuple(
         tuple(None if i == j and c == 0.0 else c for j, c in enumerate(row))
