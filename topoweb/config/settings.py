@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_prometheus",
+    "rest_framework_api_key",  # the fleet's collector and API tokens are its keys
     "topoweb.fleet",
     "topoweb.analysis",
     "topoweb.health",
