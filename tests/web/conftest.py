@@ -204,8 +204,8 @@ def collector_tokens_last_used(when: datetime) -> None:
     from topoweb.fleet.models import CollectorToken
 
     CollectorToken.objects.update(last_used_at=when)
-    digests = CollectorToken.objects.values_list("token_sha256", flat=True)
-    cache.delete_many([f"collector-token:marked:{digest}" for digest in digests])
+    prefixes = CollectorToken.objects.values_list("prefix", flat=True)
+    cache.delete_many([f"collector-token:marked:{prefix}" for prefix in prefixes])
 
 
 def keep_tasks_here(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:

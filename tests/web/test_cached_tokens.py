@@ -5,6 +5,7 @@ the row."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -21,7 +22,7 @@ from tests.web.conftest import collector_client_for, count_cache_calls, keep_tas
 from topoweb.fleet import cached_tokens
 from topoweb.fleet.access import create_api_token, revoke_collector_token
 from topoweb.fleet.models import ApiToken, AuditEvent, CollectorToken
-from topoweb.fleet.selectors import hash_token
+from topoweb.fleet.selectors import active_api_token, active_collector_token
 
 LIST = "/api/v1/servers/"
 
@@ -61,9 +62,9 @@ def test_a_kept_token_is_still_marked_used_once_a_minute() -> None:
 
     # A minute later (the gate's key expired): the kept copy's old mark says so; marked again.
     ApiToken.objects.update(last_used_at=marked - timedelta(minutes=2))  # the kept copy's
-    cached_tokens.forget(ApiToken, [hash_token(secret)])
+    cached_tokens.forget(ApiToken, [cached_tokens.prefix_of(secret)])
     assert client.get(LIST).status_code == 200  # read again, with the old mark, and kept
-    cache.delete(f"api-token:marked:{hash_token(secret)}")
+    cache.delete(f"api-token:marked:{cached_tokens.prefix_of(secret)}")
     assert client.get(LIST).status_code == 200
     assert AuditEvent.objects.filter(kind="token_used").count() == 2
     again = ApiToken.objects.get().last_used_at
@@ -86,7 +87,7 @@ def test_a_token_revoked_or_its_user_deactivated_or_deleted_is_refused_at_once()
     assert client.get(LIST).status_code == 200
 
     token = ApiToken.objects.get()
-    token.revoked_at = timezone.now()
+    token.revoked = True
     token.save()
     assert client.get(LIST).status_code == 401
 
@@ -101,32 +102,30 @@ def test_a_copy_read_while_a_revocation_commits_is_never_used() -> None:
     """The request read the row before the revocation committed and stores its copy after the
     revocation forgot the token: the copy carries the old stamp and the next lookup reads
     the database."""
-    create_api_token("sched")
+    key = create_api_token("sched")
     token = ApiToken.objects.select_related("user").get()
-    digest = token.token_sha256
 
     def read_then_revoked() -> ApiToken | None:
-        cached_tokens.forget(ApiToken, [digest])  # the revocation commits during this read
+        cached_tokens.forget(ApiToken, [token.prefix])  # the revocation commits during this read
         return token
 
-    assert cached_tokens.active_token(ApiToken, digest, read_then_revoked) is token
+    assert cached_tokens.active_token(ApiToken, key, read_then_revoked) is token
     reads: list[int] = []
 
     def read_revoked() -> ApiToken | None:
         reads.append(1)
         return None
 
-    assert cached_tokens.active_token(ApiToken, digest, read_revoked) is None
+    assert cached_tokens.active_token(ApiToken, key, read_revoked) is None
     assert reads == [1]
 
 
 @pytest.mark.django_db
 def test_a_kept_copy_is_used_while_nothing_changed() -> None:
-    create_api_token("sched")
+    key = create_api_token("sched")
     token = ApiToken.objects.select_related("user").get()
-    digest = token.token_sha256
-    assert cached_tokens.active_token(ApiToken, digest, lambda: token) is token
-    kept = cached_tokens.active_token(ApiToken, digest, lambda: None)  # not read: the copy holds
+    assert cached_tokens.active_token(ApiToken, key, lambda: token) is token
+    kept = cached_tokens.active_token(ApiToken, key, lambda: None)  # not read: the copy holds
     assert kept is not None and kept.pk == token.pk and kept.user.username == "sched"
 
 
@@ -144,7 +143,7 @@ def test_a_cache_that_is_down_costs_the_database_read_only() -> None:
         }
     ):
         found = cached_tokens.active_token(
-            ApiToken, hash_token(secret), lambda: ApiToken.objects.select_related("user").get()
+            ApiToken, secret, lambda: ApiToken.objects.select_related("user").get()
         )
     assert found is not None and found.user.username == "sched"
 
@@ -159,7 +158,7 @@ def test_a_read_with_a_kept_token_marked_lately_makes_one_trip_to_the_cache(
     assert client.get(LIST).status_code == 200  # read, kept and marked
     # The kept copy's mark is old: only the gate's time says it was marked just now.
     ApiToken.objects.update(last_used_at=timezone.now() - timedelta(minutes=5))
-    cached_tokens.forget(ApiToken, [ApiToken.objects.get().token_sha256])
+    cached_tokens.forget(ApiToken, [ApiToken.objects.get().prefix])
     assert client.get(LIST).status_code == 200  # read again with the old mark, and kept
     trips = count_cache_calls(monkeypatch)
     assert client.get(LIST).status_code == 200
@@ -207,7 +206,7 @@ def test_a_collector_token_revoked_or_deleted_is_refused_at_once() -> None:
 
     other = collector_client_for("gpu-a01")
     assert other.post(REPORTS, body, format="json").status_code == 200
-    CollectorToken.objects.get(revoked_at__isnull=True).delete()
+    CollectorToken.objects.get(revoked=False).delete()
     assert other.post(REPORTS, body, format="json").status_code == 401
 
 
@@ -236,3 +235,68 @@ def test_on_productions_cache_a_kept_collector_token_is_read_once_and_refused_on
         revoke_collector_token(CollectorToken.objects.get())
         assert client.post(REPORTS, body, format="json").status_code == 401
         cache.delete_pattern("*")  # this test's prefix only (clear() would empty the broker's db)
+
+
+# --- what this layer takes from djangorestframework-api-key -----------------------------------
+# The cache keeps rows by the package's prefix and verifies every presented key with the
+# package's own `AbstractAPIKey.is_valid`; the database read is its manager's `get_from_key`.
+# These fail if the package's key format, lookup or verification moves under us.
+
+
+def _wrong_secret(key: str) -> str:
+    prefix, _, secret = key.partition(".")
+    return f"{prefix}.{secret[::-1]}"
+
+
+@pytest.mark.django_db
+def test_a_key_made_by_the_packages_manager_is_found_and_verified_through_our_path(
+    django_user_model: Any,
+) -> None:
+    user = django_user_model.objects.create(username="sched")
+    api, api_key = ApiToken.objects.create_key(user=user, name="sched")
+    collector, collector_key = CollectorToken.objects.create_key(hostname="gpu-a01", name="a01")
+
+    assert cached_tokens.prefix_of(api_key) == api.prefix
+    for _ in range(2):  # read from the database and kept, then from the kept copy
+        found = active_api_token(api_key, mark=False)
+        assert found is not None and found.pk == api.pk and found.user.username == "sched"
+        found_collector = active_collector_token(collector_key, mark=False)
+        assert found_collector is not None and found_collector.hostname == "gpu-a01"
+    assert bearer(api_key).get(LIST).status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_wrong_secret_with_the_right_prefix_is_refused_read_or_kept(
+    django_assert_max_num_queries: Any,
+) -> None:
+    key = create_api_token("sched")
+    wrong = _wrong_secret(key)
+    assert ApiToken.objects.is_valid(key) and not ApiToken.objects.is_valid(wrong)
+
+    assert active_api_token(wrong, mark=False) is None  # not kept: read and refused
+    assert active_api_token(key, mark=False) is not None  # read and kept
+    with django_assert_max_num_queries(0):
+        assert active_api_token(wrong, mark=False) is None  # the kept copy refuses it
+    assert bearer(wrong).get(LIST).status_code == 401
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_expired_token_is_refused_at_once_kept_or_not(
+    django_assert_max_num_queries: Any,
+) -> None:
+    key = create_api_token("sched")
+    client = bearer(key)
+    token = ApiToken.objects.get()
+    token.expiry_date = timezone.now() + timedelta(seconds=1)
+    token.save()  # as the admin saves it
+    assert client.get(LIST).status_code == 200  # read and kept, with its expiry
+    time.sleep(1.1)
+    with django_assert_max_num_queries(0):  # the kept copy says it expired
+        assert active_api_token(key, mark=False) is None
+    assert client.get(LIST).status_code == 401
+
+    other = create_api_token("sched2")
+    token = ApiToken.objects.get(user__username="sched2")
+    token.expiry_date = timezone.now() - timedelta(seconds=1)
+    token.save()
+    assert bearer(other).get(LIST).status_code == 401

@@ -150,7 +150,8 @@ def test_a_revoked_token_answers_401_and_the_token_records_its_last_use() -> Non
     assert post_report(client, report("gpu-a01", H200)).status_code == 201
     stored = CollectorToken.objects.get()
     assert stored.last_used_at is not None
-    assert stored.token_sha256 != token and token not in stored.prefix + stored.token_sha256
+    secret = token.partition(".")[2]  # the package's key: "<prefix>.<secret>"
+    assert secret and secret not in stored.pk + stored.hashed_key
 
     revoke_collector_token(stored)
     response = post_report(client, report("gpu-a01", V100))

@@ -500,7 +500,7 @@ def test_a_revoked_token_or_a_deactivated_user_is_refused_at_once(fleet: None) -
     user.save()
     assert client.get("/api/v1/servers/").status_code == 200
     token = ApiToken.objects.get()
-    token.revoked_at = timezone.now()
+    token.revoked = True
     token.save()
     assert client.get("/api/v1/servers/").status_code == 401
 

@@ -5,15 +5,16 @@ staff grant, and the OpenAPI schema says which scheme each endpoint takes."""
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 import pytest
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from tests.web.conftest import fixture_text, report, uploader
+from tests.web.conftest import fixture_text, keep_tasks_here, report, uploader
 from topoweb.fleet.access import create_api_token
-from topoweb.fleet.models import Server, Snapshot
+from topoweb.fleet.models import CollectorToken, Server, Snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -118,3 +119,37 @@ def test_the_schema_names_the_scheme_of_each_endpoint(reader: APIClient) -> None
     schemes = schema["components"]["securitySchemes"]
     assert "one host" in schemes["collectorToken"]["description"]
     assert "--scope upload" in schemes["apiToken"]["description"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_staff_make_a_collector_token_in_the_admin_see_it_once_and_revoke_it(
+    django_user_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The package's admin page of keys, with the fleet's columns (committed for real, as the
+    admin commits: the kept copy is forgotten after commit)."""
+    keep_tasks_here(monkeypatch)
+    staff = APIClient()
+    staff.force_login(django_user_model.objects.create_superuser("op", password="pw"))
+
+    made = staff.post(
+        "/admin/fleet/collectortoken/add/",
+        {"name": "gpu-a01", "hostname": "gpu-a01", "revoked": "", "_save": "Save"},
+        follow=True,
+    )
+
+    token = CollectorToken.objects.get()
+    shown = " ".join(str(m.message) for m in made.context["messages"])
+    found = re.search(re.escape(token.prefix) + r"\.\w+", shown)  # shown once, here
+    assert found is not None and "not be able to see it again" in shown
+    client = bearer(found.group())
+    assert client.post("/api/v1/reports", report("gpu-a01", H200), format="json").status_code == 201
+    listed = staff.get("/admin/fleet/collectortoken/")
+    assert token.prefix.encode() in listed.content and b"gpu-a01" in listed.content
+
+    staff.post(
+        f"/admin/fleet/collectortoken/{token.pk}/change/",
+        {"name": "gpu-a01", "hostname": "gpu-a01", "revoked": "on", "_save": "Save"},
+    )
+    assert CollectorToken.objects.get().revoked
+    refused = client.post("/api/v1/reports", report("gpu-a01", V100), format="json")
+    assert refused.status_code == 401

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextvars
 import json
-import secrets
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
@@ -26,23 +25,19 @@ from rest_framework.request import Request
 
 from topoweb.fleet import statements
 from topoweb.fleet.models import ApiToken, AuditEvent, CollectorToken
-from topoweb.fleet.selectors import hash_token
 
 # --- tokens ---------------------------------------------------------------------------------
 
 
 def create_collector_token(hostname: str) -> str:
     """A new token for one host's collector; the plain text exists only in the return value."""
-    token = "twc_" + secrets.token_urlsafe(32)
-    CollectorToken.objects.create(
-        hostname=hostname, token_sha256=hash_token(token), prefix=token[:12]
-    )
-    return token
+    _, key = CollectorToken.objects.create_key(hostname=hostname, name=hostname[:50])
+    return key
 
 
 def revoke_collector_token(token: CollectorToken) -> None:
-    token.revoked_at = timezone.now()
-    token.save(update_fields=["revoked_at"])
+    token.revoked = True
+    token.save(update_fields=["revoked"])
 
 
 def create_api_token(username: str, scope: str = ApiToken.Scope.READ) -> str:
@@ -54,11 +49,8 @@ def create_api_token(username: str, scope: str = ApiToken.Scope.READ) -> str:
     if created:
         user.set_unusable_password()
         user.save(update_fields=["password"])
-    token = "twa_" + secrets.token_urlsafe(32)
-    ApiToken.objects.create(
-        user=user, token_sha256=hash_token(token), prefix=token[:12], scope=scope
-    )
-    return token
+    _, key = ApiToken.objects.create_key(user=user, scope=scope, name=username[:50])
+    return key
 
 
 # --- the audit trail --------------------------------------------------------------------------
@@ -184,9 +176,9 @@ class AuditContextMiddleware:
 
 def enroll_collector(request: AnyRequest, hostname: str) -> str | None:
     """A collector token for a host on its first contact (the caller checked the fleet's
-    enrollment secret); None when the host already holds a live token: a second enrollment
-    would let whoever has the secret write as an enrolled host, so staff revoke the old token
-    in the admin first."""
+    enrollment secret); None when the host already holds a live (unrevoked, unexpired) token:
+    a second enrollment would let whoever has the secret write as an enrolled host, so staff
+    revoke the old token in the admin first."""
     reset = _current.set(("enrollment", None, *_peer(request)))
     try:
         with transaction.atomic():
@@ -195,7 +187,8 @@ def enroll_collector(request: AnyRequest, hostname: str) -> str | None:
                     cursor.execute(
                         "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"host:{hostname}"]
                     )
-            if CollectorToken.objects.filter(hostname=hostname, revoked_at__isnull=True).exists():
+            live = CollectorToken.objects.get_usable_keys().filter(hostname=hostname)
+            if live.exclude(expiry_date__lte=timezone.now()).exists():
                 return None
             return create_collector_token(hostname)
     finally:

@@ -1,10 +1,12 @@
-"""Admin pages of the fleet, for operators (token revocation, labels)."""
+"""Admin pages of the fleet, for operators (tokens made and revoked, labels)."""
 
 from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
 from django.contrib import admin
+from rest_framework_api_key.admin import APIKeyModelAdmin
+from rest_framework_api_key.models import APIKey
 
 from topoweb.fleet import changes, retention
 from topoweb.fleet.models import (
@@ -108,13 +110,29 @@ class TopologyClassAdmin(DocumentsFollow):
     list_display = ("fingerprint", "sku_name", "gpu_model", "gpu_count", "nvlink_summary")
 
 
+# The package's own APIKey model is not used here: its page would make keys nothing accepts.
+admin.site.unregister(APIKey)
+
+
+# The package types its admin's tuples by their length: ours are longer (type: ignore).
+class _TokenAdmin(APIKeyModelAdmin):
+    """The package's page of keys (made here, the plain key shown once; revoked or given an
+    expiry here), with the fleet's columns."""
+
+    list_filter = ("revoked", "created")  # type: ignore[assignment]
+
+    def get_readonly_fields(self, request: Any, obj: Any = None) -> tuple[str, ...]:
+        return (*super().get_readonly_fields(request, obj), "created", "last_used_at")
+
+
 @admin.register(CollectorToken)
-class CollectorTokenAdmin(admin.ModelAdmin):
-    list_display = ("prefix", "hostname", "created_at", "last_used_at", "revoked_at")
-    readonly_fields = ("token_sha256", "prefix", "created_at", "last_used_at")
+class CollectorTokenAdmin(_TokenAdmin):
+    list_display = ("prefix", "hostname", "created", "last_used_at", "expiry_date", "revoked")
+    search_fields = ("prefix", "hostname", "name")  # type: ignore[assignment]
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ("prefix", "user", "scope", "created_at", "last_used_at", "revoked_at")
-    readonly_fields = ("token_sha256", "prefix", "created_at", "last_used_at")
+class ApiTokenAdmin(_TokenAdmin):
+    list_display = ("prefix", "user", "scope", "created", "last_used_at", "expiry_date", "revoked")  # type: ignore[assignment]
+    search_fields = ("prefix", "user__username", "name")  # type: ignore[assignment]
+    raw_id_fields = ("user",)

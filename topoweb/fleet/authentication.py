@@ -1,14 +1,14 @@
 """DRF authentication and permissions by Bearer token: collector tokens (write one host's
-reports) and API tokens (read as a user; upload too when made with the upload scope), looked up
-on every request (through the cache, fleet.cached_tokens; a revoked token is refused at
-once), and the upload rule. The read rule
-itself is config.permissions.may_read."""
+reports) and API tokens (read as a user; upload too when made with the upload scope), both
+djangorestframework-api-key keys, looked up and verified on every request by the package's
+manager (through the cache, fleet.cached_tokens; a revoked or expired token is refused at
+once), and the upload rule. The read rule itself is config.permissions.may_read."""
 
 from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
 from django.utils import timezone
@@ -22,8 +22,6 @@ from topoweb.fleet.models import ApiToken, CollectorToken
 UPLOAD_PERMISSION = "fleet.upload_files"
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T", CollectorToken, ApiToken)
 
 
 def _bearer(request: Request) -> str | None:
@@ -44,7 +42,7 @@ def _first_mark(token: CollectorToken | ApiToken, now: datetime) -> bool:
     """Whether this request marks the token used (once a minute, whichever worker serves it:
     a token may come from the cache, its `last_used_at` then no later than its last mark)."""
     seconds = selectors.LAST_USED_RESOLUTION.total_seconds()
-    return cached_tokens.first_mark(type(token), token.token_sha256, seconds, now)
+    return cached_tokens.first_mark(type(token), token.prefix, seconds, now)
 
 
 class CollectorTokenAuthentication(authentication.BaseAuthentication):

@@ -2,6 +2,10 @@
 that a request does not go to PostgreSQL for its token: API tokens (with their users) and
 collector tokens alike. A revoked token or a deactivated user is still refused at once.
 
+A kept copy is keyed by the token's prefix (unique per kind, and known to a save or delete,
+which never sees the secret), and the presented key is verified against it on every request
+with the package's own `AbstractAPIKey.is_valid`: a wrong secret with a right prefix is refused.
+
 Each kept token is stored with the stamp its token's stamp key held when the row was read. A
 save or delete of the token (or of an API token's user) gives the stamp key a new value after
 the transaction commits (and drops the kept copy). A lookup takes both keys in one round trip and
@@ -10,7 +14,7 @@ revocation committed may still store its copy, but that copy carries the old sta
 never used. Only `Model.save()` and `delete()` are seen (the admin, services, signals):
 `QuerySet.update()` sends no signal, so nothing revokes a token or deactivates a user that way.
 
-Unknown tokens are not kept: a token made later has a digest nobody asked for before.
+Unknown tokens are not kept: a token made later has a prefix nobody asked for before.
 """
 
 from __future__ import annotations
@@ -37,26 +41,33 @@ T = TypeVar("T", ApiToken, CollectorToken)
 # stamp does that), it only bounds what a cache holds for tokens no longer used.
 KEEP_FOR_S = 600
 
-# Each kind's keys apart: the two tables' digests never meet, but a key names what it holds.
-_PREFIX: dict[type[Token], str] = {ApiToken: "api-token", CollectorToken: "collector-token"}
+# Each kind's keys apart: the two tables' prefixes may meet.
+_KIND: dict[type[Token], str] = {ApiToken: "api-token", CollectorToken: "collector-token"}
 
 
-def _keys(kind: type[Token], digest: str) -> tuple[str, str]:
-    return f"{_PREFIX[kind]}:stamp:{digest}", f"{_PREFIX[kind]}:row:{digest}"
+def _keys(kind: type[Token], prefix: str) -> tuple[str, str]:
+    return f"{_KIND[kind]}:stamp:{prefix}", f"{_KIND[kind]}:row:{prefix}"
 
 
-def _mark_key(kind: type[Token], digest: str) -> str:
-    return f"{_PREFIX[kind]}:marked:{digest}"
+def _mark_key(kind: type[Token], prefix: str) -> str:
+    return f"{_KIND[kind]}:marked:{prefix}"
 
 
-def active_token(kind: type[T], digest: str, read: Callable[[], T | None]) -> T | None:
-    """The token of this kind and digest (an API token with its user), from the cache when its
-    stamp still holds, else `read()` from the database and kept. A cache that cannot be
-    reached costs only the database read. The time of the token's last mark (first_mark),
-    read in the same round trip, is its `last_used_at` when later than the copy's: a copy
-    kept before the mark still says it is not due for another (selectors.needs_mark)."""
-    stamp_key, row_key = _keys(kind, digest)
-    mark_key = _mark_key(kind, digest)
+def prefix_of(key: str) -> str:
+    """The prefix a key is looked up by, as the package's `get_from_key` splits it."""
+    return key.partition(".")[0]
+
+
+def active_token(kind: type[T], key: str, read: Callable[[], T | None]) -> T | None:
+    """The token of this kind that `key` opens (an API token with its user): the copy kept in
+    the cache when its stamp still holds and the key verifies against it, else `read()` from
+    the database (which verifies the key) and kept. A cache that cannot be reached costs only
+    the database read. The time of the token's last mark (first_mark), read in the same round
+    trip, is its `last_used_at` when later than the copy's: a copy kept before the mark still
+    says it is not due for another (selectors.needs_mark)."""
+    prefix = prefix_of(key)
+    stamp_key, row_key = _keys(kind, prefix)
+    mark_key = _mark_key(kind, prefix)
     try:
         got = cache.get_many([stamp_key, row_key, mark_key])
     except Exception:  # a cache that is down must not refuse tokens
@@ -65,7 +76,7 @@ def active_token(kind: type[T], digest: str, read: Callable[[], T | None]) -> T 
     stamp = got.get(stamp_key)
     kept = got.get(row_key)
     if kept is not None and kept[0] == stamp and isinstance(kept[1], kind):
-        return _marked(kept[1], got.get(mark_key))
+        return _marked(kept[1], got.get(mark_key)) if kept[1].is_valid(key) else None
     found = read()
     if found is not None:
         try:
@@ -85,12 +96,13 @@ def _marked(token: T | None, marked_at: Any) -> T | None:
     return token
 
 
-def forget(kind: type[Token], digests: Iterable[str]) -> None:
-    """New stamps for these tokens (copies kept before are never used again), now."""
+def forget(kind: type[Token], prefixes: Iterable[str]) -> None:
+    """New stamps for the tokens of these prefixes (copies kept before are never used again),
+    now."""
     stamps: dict[str, Any] = {}
     rows: list[str] = []
-    for digest in digests:
-        stamp_key, row_key = _keys(kind, digest)
+    for prefix in prefixes:
+        stamp_key, row_key = _keys(kind, prefix)
         stamps[stamp_key] = uuid.uuid4().hex
         rows.append(row_key)
     if not stamps:
@@ -101,12 +113,12 @@ def forget(kind: type[Token], digests: Iterable[str]) -> None:
     cache.delete_many(rows)
 
 
-def forget_after_commit(kind: type[Token], digests: Iterable[str]) -> None:
+def forget_after_commit(kind: type[Token], prefixes: Iterable[str]) -> None:
     """`forget` once the transaction that changed the rows commits (at once outside one): a
     lookup before the commit still reads the old row, and its copy gets a stamp the commit
     replaces. Inside a transaction the copies go at once too, so that the transaction itself
     (a test's, a migration's) already sees the change."""
-    chosen = list(digests)
+    chosen = list(prefixes)
     if not chosen:
         return
     if not transaction.get_autocommit():
@@ -114,13 +126,13 @@ def forget_after_commit(kind: type[Token], digests: Iterable[str]) -> None:
     transaction.on_commit(lambda: forget(kind, chosen))
 
 
-def first_mark(kind: type[Token], digest: str, seconds: float, now: datetime) -> bool:
+def first_mark(kind: type[Token], prefix: str, seconds: float, now: datetime) -> bool:
     """Whether this request is the first to mark the token used in `seconds`, across every
     worker (the kept copy's `last_used_at` is not refreshed by a mark: the mark's time, kept
     for `seconds`, is read with the token instead). A cache that cannot be reached lets the
     request mark it."""
     try:
-        return bool(cache.add(_mark_key(kind, digest), now, seconds))
+        return bool(cache.add(_mark_key(kind, prefix), now, seconds))
     except Exception:
         log.warning("token cache unreachable; marking the token used", exc_info=True)
         return True
@@ -129,14 +141,14 @@ def first_mark(kind: type[Token], digest: str, seconds: float, now: datetime) ->
 def _token_changed(sender: type[Token], instance: Token, **kwargs: Any) -> None:
     if kwargs.get("update_fields") == frozenset({"last_used_at"}):
         return  # a mark changes nothing a request is let in by
-    forget_after_commit(sender, [instance.token_sha256])
+    forget_after_commit(sender, [instance.prefix])
 
 
 def _user_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
     # A user deleted takes its tokens along, each sending its own post_delete.
     forget_after_commit(
         ApiToken,
-        ApiToken.objects.filter(user_id=instance.pk).values_list("token_sha256", flat=True),
+        ApiToken.objects.filter(user_id=instance.pk).values_list("prefix", flat=True),
     )
 
 
@@ -144,7 +156,7 @@ def connect() -> None:
     """Forget a token whenever it (or an API token's user) is saved or deleted (called by
     FleetConfig)."""
     for kind in (ApiToken, CollectorToken):
-        name = _PREFIX[kind]
+        name = _KIND[kind]
         post_save.connect(_token_changed, sender=kind, dispatch_uid=f"cached_tokens.{name}_saved")
         post_delete.connect(_token_changed, sender=kind, dispatch_uid=f"cached_tokens.{name}_gone")
     user_model = get_user_model()

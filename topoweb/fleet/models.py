@@ -3,8 +3,14 @@ the parsed topology stays a JSON document that `to_domain()` turns back into cor
 
 from __future__ import annotations
 
+import hashlib
+from typing import ClassVar
+
 from django.conf import settings
 from django.db import models
+from django.utils.crypto import constant_time_compare
+from rest_framework_api_key.crypto import KeyGenerator
+from rest_framework_api_key.models import AbstractAPIKey, APIKeyManager
 
 from topoweb.core.formats.nvbandwidth import to_p2p
 from topoweb.core.model import NcclRun, NvbandwidthRun, P2PResult, Topology, from_document
@@ -207,21 +213,68 @@ class Benchmark(models.Model):
         return to_p2p(parsed) if isinstance(parsed, NvbandwidthRun) else parsed
 
 
-class CollectorToken(models.Model):
+# --- tokens ----------------------------------------------------------------------------------
+# Both kinds are djangorestframework-api-key keys ("<prefix>.<secret>", SHA-512 of the whole key
+# kept, looked up by the unique prefix): the package's manager makes and verifies them,
+# fleet.selectors looks them up (through fleet.cached_tokens), fleet.authentication reads the
+# Bearer header.
+
+# Tokens issued before the package ("twc_" / "twa_" + 43 urlsafe characters, no ".") are
+# configured on collectors and schedulers in the field, and only their SHA-256 was kept.
+# Migration 0015 carried each over with its characters 5 to 12 as its prefix and
+# "sha256$$<hex>" as its hashed key; such a token is presented to the package as
+# "<prefix>.<token>" (legacy_key) and verified against that digest. Nothing else about them
+# differs, and no new token is made so.
+LEGACY_HASH = "sha256$$"
+
+
+def legacy_key(key: str) -> str:
+    """The key as the package reads it: a token of the old format prefixed with the prefix its
+    row was given; any other key as it is."""
+    return key if "." in key else f"{key[4:12]}.{key}"
+
+
+class _KeyGenerator(KeyGenerator):
+    def verify(self, key: str, hashed_key: str) -> bool:
+        if hashed_key.startswith(LEGACY_HASH):
+            digest = hashlib.sha256(key.partition(".")[2].encode()).hexdigest()
+            return constant_time_compare(hashed_key, LEGACY_HASH + digest)
+        return super().verify(key, hashed_key)
+
+    def using_preferred_hasher(self, hashed_key: str) -> bool:
+        # Not upgraded on use: AbstractAPIKey.is_valid would save the whole row from the
+        # request (from a copy kept in the cache, stale columns and all). A SHA-256 of 256
+        # random bits needs no stronger hash.
+        return hashed_key.startswith(LEGACY_HASH) or super().using_preferred_hasher(hashed_key)
+
+
+class TokenManager(APIKeyManager):
+    key_generator = _KeyGenerator()
+
+
+class ApiTokenManager(TokenManager):
+    def get_usable_keys(self) -> models.QuerySet[ApiToken]:
+        # The user comes with the token, and only an active user's token is usable.
+        return super().get_usable_keys().select_related("user").filter(user__is_active=True)
+
+
+class CollectorToken(AbstractAPIKey):
     """A secret that lets one collector write reports for one hostname; only its hash is kept."""
 
     hostname = models.CharField(max_length=253, db_index=True)
-    token_sha256 = models.CharField(max_length=64, unique=True)
-    prefix = models.CharField(max_length=12)  # shown in the admin so a token can be recognised
-    created_at = models.DateTimeField(auto_now_add=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+
+    objects: ClassVar[TokenManager] = TokenManager()
+
+    class Meta(AbstractAPIKey.Meta):
+        verbose_name = "collector token"
+        verbose_name_plural = "collector tokens"
 
     def __str__(self) -> str:
         return f"{self.prefix}... for {self.hostname}"
 
 
-class ApiToken(models.Model):
+class ApiToken(AbstractAPIKey):
     """A secret with which a scheduler or script reads the API as one user; hash only. A token
     made with the upload scope also uploads files, as a person with the upload permission."""
 
@@ -233,11 +286,13 @@ class ApiToken(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
     )
     scope = models.CharField(max_length=16, choices=Scope.choices, default=Scope.READ)
-    token_sha256 = models.CharField(max_length=64, unique=True)
-    prefix = models.CharField(max_length=12)
-    created_at = models.DateTimeField(auto_now_add=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+
+    objects: ClassVar[ApiTokenManager] = ApiTokenManager()
+
+    class Meta(AbstractAPIKey.Meta):
+        verbose_name = "API token"
+        verbose_name_plural = "API tokens"
 
     def __str__(self) -> str:
         return f"{self.prefix}... for {self.user_id}"

@@ -8,7 +8,7 @@ import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from django.core.cache import cache
 from django.db.models import (
@@ -40,7 +40,10 @@ from topoweb.fleet.models import (
     Server,
     Snapshot,
     TopologyClass,
+    legacy_key,
 )
+
+T = TypeVar("T", CollectorToken, ApiToken)
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
@@ -55,42 +58,40 @@ HEALTH_DOCUMENTS = (
 )
 
 
-def hash_token(token: str) -> str:
-    """What is stored of a token: its SHA-256 (a token is random, so no salt is needed)."""
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 def _fields(model: type[Model]) -> list[str]:
     return [f.attname for f in model._meta.concrete_fields]
 
 
+def _active(kind: type[T], token: str) -> T | None:
+    """The token of this kind that the presented `token` opens, found and verified by the
+    package's manager (`get_from_key`: usable keys only, by prefix; an API token with its
+    active user), through the cache (fleet.cached_tokens); None when it opens none or has
+    expired."""
+    key = legacy_key(token)
+
+    def read() -> T | None:
+        try:
+            return cast(T, kind.objects.get_from_key(key))
+        except kind.DoesNotExist:
+            return None
+
+    found = cached_tokens.active_token(kind, key, read)
+    return None if found is None or found.has_expired else found
+
+
 def active_collector_token(token: str, mark: bool = True) -> CollectorToken | None:
-    """The token (kept in the cache, see fleet.cached_tokens; else one query); marked used
-    unless `mark` is False (the caller then marks it, with `needs_mark` and `mark_used`)."""
-    digest = hash_token(token)
-
-    def read() -> CollectorToken | None:
-        return CollectorToken.objects.filter(token_sha256=digest, revoked_at__isnull=True).first()
-
-    found = cached_tokens.active_token(CollectorToken, digest, read)
+    """The collector token (kept in the cache; else one query); marked used unless `mark` is
+    False (the caller then marks it, with `needs_mark` and `mark_used`)."""
+    found = _active(CollectorToken, token)
     if mark:
         mark_used(found)
     return found
 
 
 def active_api_token(token: str, mark: bool = True) -> ApiToken | None:
-    """The token with its user (kept in the cache, see fleet.cached_tokens; else one query);
-    marked used unless `mark` is False."""
-    digest = hash_token(token)
-
-    def read() -> ApiToken | None:
-        return (
-            ApiToken.objects.select_related("user")
-            .filter(token_sha256=digest, revoked_at__isnull=True, user__is_active=True)
-            .first()
-        )
-
-    found = cached_tokens.active_token(ApiToken, digest, read)
+    """The API token with its user (kept in the cache; else one query); marked used unless
+    `mark` is False."""
+    found = _active(ApiToken, token)
     if mark:
         mark_used(found)
     return found
