@@ -54,11 +54,12 @@ TARGET_DUPLICATE = 0.35
 TARGET_READ_P95_MS = 100.0  # server detail and the fleet page's list, 10,000 servers stored
 
 # wrk's Lua side. Thread k of n sends requests k, k + n, k + 2n, ...; request i goes to host
-# i mod COUNT (its token is "twc_" SALT hostname), with the host's fixture matrix, and for
-# changed facts a kernel no earlier request named. `done` sums the threads' answer counts.
+# h = i mod COUNT (its token is Hosts' key: TAG h "." SALT hostname), with the host's fixture
+# matrix, and for changed facts a kernel no earlier request named. `done` sums the threads'
+# answer counts.
 LUA = r"""
 local TEXTS = {texts}
-local MODE, PREFIX, COUNT, SALT = {mode}, {prefix}, {count}, {salt}
+local MODE, PREFIX, TAG, COUNT, SALT = {mode}, {prefix}, {tag}, {count}, {salt}
 local RUN, NTHREADS = {run}, {threads}
 local threads, started = {{}}, 0
 function setup(thread)
@@ -74,13 +75,14 @@ function request()
   nxt = nxt + NTHREADS
   local h = i % COUNT
   local host = string.format("%s%05d", PREFIX, h)
+  local key = string.format("%s%07d", TAG, h) .. "." .. SALT .. host
   local body = '{{"hostname":"' .. host .. '","captured_at":"{captured_at}",'
     .. '"collector_version":"bench","topo_text":' .. TEXTS[h % #TEXTS + 1]
   if MODE == "changed" then
     body = body .. ',"host":{{"kernel":"' .. RUN .. "-" .. i .. '"}}'
   end
   return wrk.format("POST", "/api/v1/reports/",
-    {{["Authorization"] = "Bearer twc_" .. SALT .. host, ["Content-Type"] = "application/json"}},
+    {{["Authorization"] = "Bearer " .. key, ["Content-Type"] = "application/json"}},
     body .. "}}")
 end
 function response(status, headers, body)
@@ -143,9 +145,11 @@ def wrk(url: str, script: str, seconds: int, args: argparse.Namespace) -> Run:
 
 @dataclass(frozen=True)
 class Hosts:
-    """Hosts PREFIX00000 ... with tokens "twc_" + salt + hostname, reporting texts[n % len]."""
+    """Hosts PREFIX00000 ... reporting texts[n % len], with collector tokens in the package's
+    format: "<tag><n, 7 digits>.<salt><hostname>" (a tag letter per set: prefixes are unique)."""
 
     prefix: str
+    tag: str
     count: int
     salt: str
     texts: list[str]
@@ -158,6 +162,7 @@ class Hosts:
             texts="{" + ", ".join(lua_string(json.dumps(t)) for t in self.texts) + "}",
             mode=lua_string(mode),
             prefix=lua_string(self.prefix),
+            tag=lua_string(self.tag),
             count=self.count,
             salt=lua_string(self.salt),
             run=lua_string(run),
@@ -166,17 +171,25 @@ class Hosts:
         )
 
     def create_tokens(self) -> None:
-        from topoweb.fleet.models import CollectorToken
-        from topoweb.fleet.selectors import hash_token
+        from rest_framework_api_key.crypto import concatenate
 
-        tokens = ["twc_" + self.salt + self.name(n) for n in range(self.count)]
-        CollectorToken.objects.bulk_create(
-            [
-                CollectorToken(hostname=self.name(n), token_sha256=hash_token(t), prefix=t[:12])
-                for n, t in enumerate(tokens)
-            ],
-            batch_size=1000,
-        )
+        from topoweb.fleet.models import CollectorToken
+
+        hash_key = CollectorToken.objects.key_generator.hash  # the package's, as create_key's
+        rows = []
+        for n in range(self.count):
+            host, prefix = self.name(n), f"{self.tag}{n:07d}"
+            hashed = hash_key(concatenate(prefix, self.salt + host))
+            rows.append(
+                CollectorToken(
+                    id=concatenate(prefix, hashed),
+                    prefix=prefix,
+                    hashed_key=hashed,
+                    name=host,
+                    hostname=host,
+                )
+            )
+        CollectorToken.objects.bulk_create(rows, batch_size=1000)
 
 
 def main() -> int:
@@ -209,8 +222,8 @@ def main() -> int:
             profile(texts, args.profile)
             return 0
         salt = secrets.token_hex(8)
-        known = Hosts("bench-", args.hosts, salt, _readable(texts))
-        fresh = Hosts("fresh-", args.fresh, salt, known.texts)
+        known = Hosts("bench-", "b", args.hosts, salt, _readable(texts))
+        fresh = Hosts("fresh-", "f", args.fresh, salt, known.texts)
         known.create_tokens()
         fresh.create_tokens()
         _store_first_reports(known)
