@@ -34,7 +34,8 @@ CHROMIUM_FLAGS = [
 
 @contextmanager
 def live_server(workers: int = 4, port: int | None = None, **settings: str) -> Iterator[str]:
-    """Yield the base URL of a fresh server; SystemExit(2) when DATABASE_URL is not postgres.
+    """Yield the base URL of a fresh server, on a database made anew and an emptied cache (the
+    Redis database in REDIS_URL); SystemExit(2) when DATABASE_URL is not postgres.
     `settings` are extra environment variables for the server (e.g. TOPOWEB_INGEST_RATE). The
     port is `port`, else BENCH_PORT, else any free one; TOPOWEB_TEST_DB_SUFFIX, as the test
     settings read it, keeps several checkouts' bench databases apart."""
@@ -69,6 +70,11 @@ def live_server(workers: int = 4, port: int | None = None, **settings: str) -> I
     import django
 
     django.setup()
+    from django.core.cache import cache
+
+    # The cache goes with the database it kept rows of: a token kept by an earlier run under
+    # the same prefix (the scripts make them deterministically) would refuse this run's key.
+    cache.clear()
     port = port or int(os.environ.get("BENCH_PORT", "0")) or _free_port()
     base = f"http://127.0.0.1:{port}"
     try:
