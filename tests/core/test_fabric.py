@@ -174,7 +174,20 @@ def test_widths_speeds_and_disagreeing_ends_warn_with_lines() -> None:
     assert rates == {(1, "2xNDR", 200.0), (2, "4xHDR", 200.0), (7, "4xNDR", 400.0)}
     text = "\n".join(capture.warnings)
     # node01's two ends disagree (2xNDR on the leaf's line, 4xNDR on the CA's).
-    assert "line 9: the two ends of the link of line 3 disagree (2xNDR there, 4xNDR here)" in text
+    assert (
+        "line 9: the two ends of the link of line 3 disagree (2xNDR there, 4xNDR here); "
+        "2xNDR is kept" in text
+    )
+    # The slower end is kept whichever prints first: the link runs no faster than either.
+    slower_second = parse(
+        SMALL.replace("lid 10 2xNDR", "lid 10 4xNDR").replace("1 4xNDR", "1 1xNDR")
+    )
+    assert {(lk.a_port, lk.rate) for lk in slower_second.links} == {
+        (1, "1xNDR"),
+        (2, "4xHDR"),
+        (7, "4xNDR"),
+    }
+    assert "(4xNDR there, 1xNDR here); 1xNDR is kept" in "\n".join(slower_second.warnings)
     # The spine and node02 are named only by the leaf: their blocks were cut off.
     assert "line 5: switch 'MF0;SPINE-A:MQM9700/U1'" in text
     assert "line 4: ca 'node02 mlx5_0'" in text
@@ -511,3 +524,19 @@ def test_siblings_are_the_sku_s_hosts_where_the_service_knows_the_servers() -> N
     assert set(ufm) == {"B11-P1-CUFM-02", "ubuntu"}
     assert ufm["ubuntu"].evidence["missing"] == ["mlx5_4", "mlx5_5"]
     assert "ubuntu has 2 HCAs where most of its 18 siblings have 4" in ufm["ubuntu"].message
+
+
+def test_grouping_lines_are_read_past() -> None:
+    # `ibnetdiscover -g` titles chassis and the nodes in none (rdma-core's dump_topology).
+    grouped = SMALL.replace(
+        "switchguid=0x1(1)",
+        "Chassis 1 (guid 0x8f104004126d)\nHostname: xsigo-01\n\nNon-Chassis Nodes\n\n"
+        "switchguid=0x1(1)",
+    )
+    capture = parse(grouped)
+
+    def ends(c: IbnetCapture) -> set[tuple[str, int, str, int, str]]:
+        return {(lk.a, lk.a_port, lk.b, lk.b_port, lk.rate) for lk in c.links}
+
+    assert ends(capture) == ends(parse(SMALL)) and len(capture.links) == 3
+    assert not any("not an ibnetdiscover line" in w for w in capture.warnings)

@@ -1,8 +1,9 @@
 """`ibnetdiscover` output (the plain report) into an IbnetCapture: every switch and CA with its
 GUID, description and port count, and every cabled link once, with both ports, width and speed.
 
-The report prints each link twice, once in each end's block; the first sighting is kept and a
-second that disagrees on width or speed becomes a warning. A block the capture cut off (a
+The report prints each link twice, once in each end's block; where the two disagree on width
+or speed, the slower is kept (a link runs no faster than either end) with a warning. `--full`
+fields after a rate and `-g`'s chassis lines are read past. A block the capture cut off (a
 node named by its peers but never printed, or a node with no port line) is read as far as it
 goes, with a warning naming the line; a file with no switch at all is refused."""
 
@@ -44,6 +45,9 @@ _PORT = re.compile(
     r"(?:\([0-9a-fA-F]+\))?(?:\[ext \d+\])?\s*#(.*)$"
 )
 _HEADERS = ("vendid=", "devid=", "sysimgguid=", "switchguid=", "caguid=", "rtguid=")
+# What `ibnetdiscover -g` (grouping) prints between blocks: a chassis's title, an Xsigo
+# chassis's host, and the title of the nodes in no chassis (rdma-core's dump_topology).
+_GROUPING = ("Chassis ", "Non-Chassis Nodes", "Hostname: ")
 # The rate ends the line, unless `ibnetdiscover --full` follows it with the port's raw fields
 # (` s=4 w=2 v=4`, and ` e=4` where extended speeds are on) or Xsigo gear with ` slot N` or
 # ` (scp)`: what rdma-core's ibnetdiscover.c prints after it.
@@ -198,6 +202,7 @@ def parse(text: str) -> IbnetCapture:
     named_by_peer: dict[str, tuple[str, int, str]] = {}
     links: dict[tuple[str, int], IbLink] = {}  # keyed by both ends
     ordered: list[IbLink] = []
+    order: dict[int, int] = {}  # a link's line -> its place in `ordered`
     warnings: list[str] = []
     current: IbNode | None = None
     current_ports = 0
@@ -230,10 +235,16 @@ def parse(text: str) -> IbnetCapture:
                     rate = _rate_of(raw)
                     shown = f"{rate[0]}x{rate[1]}" if rate else token
                     if shown != seen.rate:
+                        # A link runs no faster than either end says (one caught retraining).
+                        this_end = seen._replace(width=rate[0], speed=rate[1]) if rate else seen
+                        kept = this_end if this_end.gbps < seen.gbps else seen
                         warnings.append(
                             f"line {number}: the two ends of the link of line {seen.line} "
-                            f"disagree ({seen.rate} there, {shown} here); the first is kept"
+                            f"disagree ({seen.rate} there, {shown} here); {kept.rate} is kept"
                         )
+                        if kept is this_end:
+                            links[(seen.a, seen.a_port)] = links[(seen.b, seen.b_port)] = kept
+                            ordered[order[seen.line]] = kept
                 continue
             fields = _port_line(raw)
             if fields is None:
@@ -252,6 +263,7 @@ def parse(text: str) -> IbnetCapture:
             link = IbLink(current.guid, port, peer, peer_port, rate[0], rate[1], number)
             links[here] = link
             links[(peer, peer_port)] = link
+            order[number] = len(ordered)
             ordered.append(link)
             continue
         if first in "SCR":
@@ -276,7 +288,7 @@ def parse(text: str) -> IbnetCapture:
                 nodes[guid] = current
                 named_by_peer.pop(guid, None)
                 continue
-        if raw.isspace() or raw.startswith(_HEADERS):
+        if raw.isspace() or raw.startswith(_HEADERS) or raw.startswith(_GROUPING):
             continue
         warnings.append(f"line {number}: not an ibnetdiscover line, skipped: {raw[:60]!r}")
     close_block()
