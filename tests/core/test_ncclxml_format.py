@@ -248,3 +248,17 @@ def test_two_gpus_on_one_bus_id_are_refused_naming_both_lines() -> None:
     assert err.message == (
         "two GPUs share PCI bus id 0001:00:00.0 (lines 4 and 14): one host's topology per file"
     )
+
+
+def test_a_second_hosts_dump_after_the_first_is_named_in_the_warning() -> None:
+    # As a cluster's docs show two hosts' dumps, each under its file name.
+    first = xml_of("ncclxml_01").rstrip("\n")
+    text = first + "\n\ntopology_10.0.0.2.xml\n\n" + xml_of("ncclxml_02")
+    after = first.count("\n") + 3  # the file name's line
+    plain, topology = read("ncclxml_01"), ncclxml.parse(text)
+    assert (topology.devices, topology.links) == (plain.devices, plain.links)
+    assert topology.warnings == (
+        f"ignored text after </system> from line {after}: another host's <system> (line "
+        f"{after + 2}) is not read; upload each host's dump apart",
+        *plain.warnings,
+    )

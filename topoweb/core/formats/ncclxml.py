@@ -159,7 +159,13 @@ def _read_tree(text: str) -> tuple[_Node, list[str]]:
                 f"{open_.line}): read what came before it"
             )
         elif exc.code == _JUNK_AFTER and roots and roots[0].closed:
-            warnings.append(f"ignored text after </{roots[0].tag}> from line {where}")
+            rest = body.split("\n")[int(exc.lineno) - 1 :]
+            again = next((n for n, ln in enumerate(rest) if f"<{roots[0].tag}" in ln), None)
+            warnings.append(
+                f"ignored text after </{roots[0].tag}> from line {where}"
+                + ("" if again is None else f": another host's <{roots[0].tag}> (line "
+                   f"{where + again}) is not read; upload each host's dump apart")
+            )  # fmt: skip
         else:
             raise ParseError(
                 f"not well-formed XML: {expat.errors.messages[exc.code]}", line=where
