@@ -327,3 +327,19 @@ def test_a_second_writes_matrix_is_refused_with_its_line() -> None:
     err = parse_error("\n".join(twice))
     assert err.line == 209
     assert err.message == "a second unidirectional_p2p_enabled_gbps matrix"
+
+
+def test_titles_retyped_as_a_readme_author_sets_them_read_the_same() -> None:
+    # A driver patch's README: each title a markdown heading over a fenced block, a note after
+    # the connectivity title, and "(μs)" for "(us)".
+    text = text_of("p2p_01")
+    retyped: list[str] = []
+    for line in text.split("\n"):
+        if line.endswith("Matrix (GB/s)") or line.endswith("Matrix (us)"):
+            retyped += ["```", "", "### " + line.replace("(us)", "(μs)"), "", "```"]
+        elif line == "P2P Connectivity Matrix":
+            retyped.append("P2P Connectivity Matrix (1 = P2P enabled)")
+        else:
+            retyped.append(line)
+    assert "### P2P=Enabled Latency Matrix (μs)" in retyped
+    assert p2p.parse("\n".join(retyped)).to_document() == p2p.parse(text).to_document()

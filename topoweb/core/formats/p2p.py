@@ -13,7 +13,10 @@ _DEVICE_RE = re.compile(
     r"pciDeviceID:\s*([0-9A-Fa-f]+),\s*pciDomainID:\s*([0-9A-Fa-f]+)\s*$"
 )
 _ACCESS_RE = re.compile(r"^\s*Device=([0-9]+)\s+(CAN|CANNOT)\s+Access Peer Device=([0-9]+)\s*$")
-_CONNECTIVITY_RE = re.compile(r"^\s*P2P Connectivity Matrix\s*$")
+# A note after it ("(1 = P2P enabled)") is a README author's, as is a title set as a markdown
+# heading (`### Unidirectional P2P=Enabled Bandwidth Matrix (GB/s)`) or "(μs)" for "(us)".
+_CONNECTIVITY_RE = re.compile(r"^\s*P2P Connectivity Matrix(?:\s*\([^()]*\))?\s*$")
+_HEADING_RE = re.compile(r"^\s*#{1,6}\s+(.*)$")
 # Old samples say "P2P=Enabled Bandwidth Matrix", new ones add "(P2P Writes)" (or "(P2P Reads)"
 # when run with --p2p_read); the same words name the latency matrices.
 _BANDWIDTH_RE = re.compile(
@@ -21,7 +24,7 @@ _BANDWIDTH_RE = re.compile(
     r"(?: \(P2P (Writes|Reads)\))? Matrix \(GB/s\)\s*$"
 )
 _LATENCY_RE = re.compile(
-    r"^\s*P2P=(Enabled|Disabled) Latency(?: \(P2P (Writes|Reads)\))? Matrix \(us\)\s*$"
+    r"^\s*P2P=(Enabled|Disabled) Latency(?: \(P2P (Writes|Reads)\))? Matrix \((?:us|μs|µs)\)\s*$"
 )
 # The column header: "D\D" in bandwidth and old latency matrices, "GPU"/"CPU" in new latency ones.
 _HEADER_RE = re.compile(r"^\s*(D\\D|GPU|CPU)((?:\s+[0-9]+)+)\s*$")
@@ -81,6 +84,8 @@ def parse(text: str) -> P2PResult:
             continue
         if not line.strip() or _ELISION_RE.match(line):
             continue
+        if (heading := _HEADING_RE.match(line)) and _is_title(heading.group(1)):
+            line = heading.group(1)
         if _starts_second_run(st, line):
             st.warnings.append(f"line {lineno} starts a second run; only the first run was read")
             break
@@ -90,6 +95,10 @@ def parse(text: str) -> P2PResult:
     if st.title is not None and st.title_unused:
         raise ParseError("the output ends before the matrix under this title", st.title.line)
     return _finish(st)
+
+
+def _is_title(line: str) -> bool:
+    return any(r.match(line) for r in (_CONNECTIVITY_RE, _BANDWIDTH_RE, _LATENCY_RE))
 
 
 def _starts_second_run(st: _State, line: str) -> bool:
