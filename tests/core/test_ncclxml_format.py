@@ -262,3 +262,12 @@ def test_a_second_hosts_dump_after_the_first_is_named_in_the_warning() -> None:
         f"{after + 2}) is not read; upload each host's dump apart",
         *plain.warnings,
     )
+
+
+def test_an_nccl_graph_file_is_refused_as_what_it_is() -> None:
+    text = (
+        '<graphs version="1">\n  <graph id="0" pattern="4" nchannels="2">\n  </graph>\n</graphs>\n'
+    )
+    with pytest.raises(ParseError) as err:
+        parse_text(text)
+    assert err.value.line == 1 and err.value.message.startswith("this is an NCCL graph file")

@@ -685,3 +685,20 @@ def test_empty_affinity_cells_under_an_underlined_header_keep_their_columns(esca
         "line 2: GPU0 has 1 values for 3 columns; placed by position (GPU NUMA ID=1)",
         "line 3: GPU1 has 1 values for 3 columns; placed by position (GPU NUMA ID=N/A)",
     )
+
+
+def test_amds_topology_table_is_refused_as_what_it_is() -> None:
+    # `rocm-smi --showtopo` titles each table and labels its GPU0.. columns as topo -m does.
+    text = (
+        f"{' ROCm System Management Interface ':=^90}\n"
+        f"{' Weight between two GPUs ':=^90}\n"
+        "       GPU0         GPU1\n"
+        "GPU0   0            15\n"
+        "GPU1   15           0\n"
+    )
+    with pytest.raises(ParseError) as err:
+        parse_text(text)
+    assert err.value.line == 1
+    assert err.value.message == (
+        "this is `rocm-smi --showtopo` output (AMD GPUs), not `nvidia-smi topo -m`"
+    )

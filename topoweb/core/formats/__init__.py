@@ -93,6 +93,21 @@ _TOPO_MARKERS = re.compile(
 )
 
 
+# Outputs taken for one of ours, refused with what they are: AMD's topology table (its GPU0
+# columns look like a matrix) and NCCL's search result (XML, but the rings found, not the wiring).
+_LOOKALIKES = (
+    (
+        re.compile(r"ROCm System Management Interface|Weight between two GPUs"),
+        "this is `rocm-smi --showtopo` output (AMD GPUs), not `nvidia-smi topo -m`",
+    ),
+    (
+        re.compile(r"^\s*(?:<!--.*?-->\s*)*<graphs\b", re.S),
+        "this is an NCCL graph file (NCCL_GRAPH_DUMP_FILE: the rings and trees NCCL chose), "
+        "not its topology dump (NCCL_TOPO_DUMP_FILE)",
+    ),
+)
+
+
 def detect_format(text: str) -> str:
     """Which of FORMATS the text looks like; ParseError when it is none of them."""
     # Neither test copies the text (a capture with an emoji is stored 4 bytes a character).
@@ -111,6 +126,9 @@ def detect_format(text: str) -> str:
         return "p2p-bandwidth-latency"
     if _has_marker(text, _NCCL_MARKERS):
         return "nccl-tests"
+    for pattern, what in _LOOKALIKES:
+        if found := pattern.search(text, 0, 4096):
+            raise ParseError(what, line=text.count("\n", 0, found.start()) + 1)
     if _TOPO_MARKERS.search(text):
         return "topology"
     raise ParseError(
