@@ -271,3 +271,27 @@ def test_an_nccl_graph_file_is_refused_as_what_it_is() -> None:
     with pytest.raises(ParseError) as err:
         parse_text(text)
     assert err.value.line == 1 and err.value.message.startswith("this is an NCCL graph file")
+
+
+def test_two_functions_of_one_card_are_pix_as_nvidia_smi_shows_its_two_ports() -> None:
+    # A dual-port NIC listed as one <pci> per function, straight under its CPU (a Dell host's
+    # Broadcom eno1np0/eno2np1 at 0000:18:00.0 and .1): PIX, not NODE.
+    ports = "".join(
+        f'    <pci busid="0000:18:00.{f}" class="0x020000" link_speed="8 GT/s" link_width="8">\n'
+        f'      <nic><net name="eno{f + 1}" dev="{8 + f}" speed="25000" port="1"/></nic>\n'
+        "    </pci>\n"
+        for f in (0, 1)
+    )
+    text = xml_of("ncclxml_02").replace(
+        "    </pci>\n  </cpu>", "    </pci>\n" + ports + "  </cpu>", 1
+    )
+    topology = ncclxml.parse(text)
+    names = {d.nic_name: d.id for d in topology.nics}
+    (link,) = [lk for lk in topology.links if {lk.a, lk.b} == {names["eno1"], names["eno2"]}]
+    assert link.link_class == "PIX"
+    # Two cards side by side under the same CPU stay NODE.
+    apart = text.replace('busid="0000:18:00.1"', 'busid="0000:19:00.0"')
+    topology = ncclxml.parse(apart)
+    names = {d.nic_name: d.id for d in topology.nics}
+    (link,) = [lk for lk in topology.links if {lk.a, lk.b} == {names["eno1"], names["eno2"]}]
+    assert link.link_class == "NODE"

@@ -314,11 +314,15 @@ def _nvlinks(ep: _Endpoint) -> list[_Node]:
     return [n for n in ep.node.children if n.tag == "nvlink"] if ep.node.tag == "gpu" else []
 
 
+def _card(busid: str) -> str:
+    return busid.rpartition(".")[0] or busid  # 0000:18:00.1 -> 0000:18:00, the function gone
+
+
 def _pcie_class(a: _Endpoint, b: _Endpoint, cpus: list[_Node]) -> str:
     if a.cpu != b.cpu:
         return "SYS"
-    if a.busid is not None and a.busid == b.busid:
-        return "PIX"  # two ports of one card
+    if a.busid is not None and b.busid is not None and _card(a.busid) == _card(b.busid):
+        return "PIX"  # two ports of one card: one <pci>, or one function each
     k = 0
     while k < min(len(a.chain), len(b.chain)) and a.chain[k] is b.chain[k]:
         k += 1
