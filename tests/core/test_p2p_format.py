@@ -343,3 +343,16 @@ def test_titles_retyped_as_a_readme_author_sets_them_read_the_same() -> None:
             retyped.append(line)
     assert "### P2P=Enabled Latency Matrix (μs)" in retyped
     assert p2p.parse("\n".join(retyped)).to_document() == p2p.parse(text).to_document()
+
+
+def test_a_run_kept_as_a_scripts_comment_reads_with_a_warning() -> None:
+    text = text_of("p2p_01")
+    commented = "\n".join("# " + line if line else "#" for line in text.split("\n"))
+    run = p2p.parse(commented)
+    plain = p2p.parse(text)
+    assert run.warnings == (
+        "every line is commented out with `#`: read as if it were not",
+        *plain.warnings,
+    )
+    assert run.to_document()["matrices"] == plain.to_document()["matrices"]
+    assert run.gpus == plain.gpus

@@ -78,6 +78,10 @@ def parse(text: str) -> P2PResult:
     """Read one p2pBandwidthLatencyTest run; ParseError names the line of anything malformed."""
     st = _State()
     lines = text.split("\n")  # line numbers as editors count them
+    if all(line.lstrip().startswith("#") for line in lines if line.strip()):
+        # Kept as a script's comment: the program itself prints no line starting with "#".
+        lines = [re.sub(r"^(\s*)# ?", r"\1", line) for line in lines]
+        st.warnings.append("every line is commented out with `#`: read as if it were not")
     for lineno, raw in enumerate(lines, 1):
         line = raw.rstrip()
         if st.block is not None and _read_row(st, st.block, line, lineno):
