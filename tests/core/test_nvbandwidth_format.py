@@ -361,3 +361,21 @@ def test_a_fork_that_labels_other_accelerators_is_read_with_a_warning() -> None:
         "of nvbandwidth, read as GPUs" in run.warnings
     )
     assert not any("labelled" in w for w in run_of("nvbandwidth_06").warnings)
+
+
+def test_output_filtered_to_its_sum_lines_reads_each_total_with_a_warning() -> None:
+    # `./nvbandwidth | grep SUM`, as a cloud's docs show a run.
+    text = text_of("nvbandwidth_02")
+    sums = [line for line in text.split("\n") if line.startswith("SUM ")]
+    assert len(sums) > 1
+    run = nvbandwidth.parse("\n".join(sums))
+    full = run_of("nvbandwidth_02")
+    assert [(t.name, t.sum, t.matrix) for t in run.testcases] == [
+        (t.name, t.sum, ()) for t in full.testcases if t.sum is not None
+    ]
+    assert run.errors == ()
+    assert run.warnings == (
+        f"lines 1-{len(sums)}: {len(sums)} SUM line(s) without their testcase's output "
+        "(filtered, as by `| grep SUM`): totals only, no matrices",
+    )
+    assert not any("SUM line(s)" in w for w in full.warnings)

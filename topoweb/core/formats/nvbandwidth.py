@@ -63,6 +63,7 @@ def _parse_text(text: str) -> NvbandwidthRun:
     devices: list[str] = []
     later_run: tuple[int, list[str]] | None = None  # a later run's first line, its GPUs so far
     unnamed_waived: list[int] = []  # the lines of bare `Waived:` (no testcase named)
+    sums_alone: list[int] = []  # the lines of SUM lines printed without their testcase
     cases: list[NvbTestcase] = []
     errors: list[str] = []
     warnings: list[str] = []
@@ -119,6 +120,11 @@ def _parse_text(text: str) -> NvbandwidthRun:
             if name is None and rows:
                 name = m.group(1)  # the "Running" line was cut from the paste
                 warnings.append(f"line {number}: no `Running {name}.` line; named from SUM")
+            elif name is None and not description:
+                # A SUM line alone: output filtered down to its totals (`| grep SUM`).
+                add(NvbTestcase(m.group(1), "Passed", sum=float(m.group(2))), number)
+                sums_alone.append(number)
+                continue
             if name == m.group(1) or m.group(1) == f"{name}_total":
                 finish(number, float(m.group(2)))
             elif name is not None and m.group(1).startswith(f"{name}_") and rows:
@@ -178,6 +184,13 @@ def _parse_text(text: str) -> NvbandwidthRun:
         warnings.append(
             f"line {unnamed_waived[0]}: {count} testcase{'s' if count > 1 else ''} waived "
             "(cannot run on these GPUs); the text does not name them (nvbandwidth -j does)"
+        )
+    if sums_alone:
+        first, last = sums_alone[0], sums_alone[-1]
+        where = f"line {first}" if first == last else f"lines {first}-{last}"
+        warnings.append(
+            f"{where}: {len(sums_alone)} SUM line(s) without their "
+            "testcase's output (filtered, as by `| grep SUM`): totals only, no matrices"
         )
     if later_run is not None and other_gpus():
         first, later = _listed(devices), _listed(later_run[1])
