@@ -225,6 +225,9 @@ def test_a_topology_file_that_opens_with_comments_is_detected_and_read() -> None
     assert detect_format(text) == "nccl-topology-xml"
     plain, commented = read("ncclxml_02"), ncclxml.parse(text)
     assert (commented.devices, commented.links) == (plain.devices, plain.links)
+    assert commented.warnings == plain.warnings  # comments are XML, not text left out
+    worded = ncclxml.parse("Here is our file:\n" + text)
+    assert worded.warnings == ("ignored 6 line(s) of text before the XML", *plain.warnings)
 
 
 def test_nvlinks_that_name_their_own_gpu_are_left_out_with_a_warning() -> None:

@@ -101,7 +101,7 @@ def _read_tree(text: str) -> tuple[_Node, list[str]]:
     if start is None:
         raise ParseError("no <system> element: not an NCCL topology XML", line=1)
     offset = text.count("\n", 0, start.start())
-    if text[: start.start()].strip():
+    if re.sub(r"<!--.*?-->", "", text[: start.start()], flags=re.S).strip():  # not comments
         warnings.append(f"ignored {offset} line(s) of text before the XML")
     body = text[start.start() :]
     parser = expat.ParserCreate()
