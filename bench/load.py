@@ -93,10 +93,16 @@ def celery_worker() -> Iterator[None]:
     try:
         yield
     finally:
+        # SIGTERM is Celery's warm shutdown: it finishes the task at hand, and a class analysis
+        # can run for minutes. What is left after the load is not measured: killed past 10 s.
         for worker in workers:
             worker.terminate()
         for worker in workers:
-            worker.wait(timeout=60)
+            try:
+                worker.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
 
 
 def poison(base: str) -> list[str]:
