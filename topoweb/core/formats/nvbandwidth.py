@@ -186,11 +186,11 @@ def _parse_text(text: str) -> NvbandwidthRun:
             "(cannot run on these GPUs); the text does not name them (nvbandwidth -j does)"
         )
     if sums_alone:
-        first, last = sums_alone[0], sums_alone[-1]
-        where = f"line {first}" if first == last else f"lines {first}-{last}"
+        span = sorted({sums_alone[0], sums_alone[-1]})
         warnings.append(
-            f"{where}: {len(sums_alone)} SUM line(s) without their "
-            "testcase's output (filtered, as by `| grep SUM`): totals only, no matrices"
+            f"line{'s' if len(span) > 1 else ''} {'-'.join(map(str, span))}: {len(sums_alone)} "
+            "SUM line(s) without their testcase's output (filtered, as by `| grep SUM`): "
+            "totals only, no matrices"
         )
     if later_run is not None and other_gpus():
         first, later = _listed(devices), _listed(later_run[1])
