@@ -38,7 +38,8 @@ def test_every_sample_is_detected_as_a_topology_and_reads_square_and_symmetric(
     n = len(topo.devices)
     assert len(topo.links) == n * (n - 1) // 2
     # A mangled paste's repairs are warned of (each checked in its sample's own test).
-    assert topo.warnings == () or "MANGLED" in name
+    # Only a mangled capture, or one with another command's matrix after it, warns.
+    assert topo.warnings == () or "MANGLED" in name or "plus-topo-p2p" in name
     for link in topo.links:
         assert topo.link_class(link.b, link.a) == link.link_class != "X"
         assert link.link_class != "SOC"
@@ -271,6 +272,13 @@ def test_trailing_p2p_status_matrix_is_not_read_as_topology() -> None:
     assert ids(topo) == gpus(2)
     assert topo.link_class("GPU0", "GPU1") == "PIX"
     assert topo.gpu(0).cpu_affinity == "24-47,72-95"
+    # Named at its command line, the one above its header (a bare header is named too).
+    assert topo.warnings == ("line 16: another matrix starts; only the first is read",)
+    bare = fixture_text("topo_32").replace(
+        "root@autodl-container-xxxxx:~# nvidia-smi topo -p2p p\n", ""
+    )
+    assert parse(bare).warnings == ("line 16: another matrix starts; only the first is read",)
+    assert read("topo_01").warnings == ()
 
 
 def test_banners_around_an_all_node_matrix() -> None:

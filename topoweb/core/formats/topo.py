@@ -155,7 +155,7 @@ def _read_matrix(lines: list[str], table: Table | None) -> Topology:
             "the command's plain output",
         )
     _check_square_and_symmetric(rows)
-    nic_names = _read_nic_legend(lines, end_index)
+    nic_names = _read_nic_legend(lines, end_index, warnings)
     if _pcie_paths_only(lines, header_index, end_index, rows):
         warnings.append(
             "this is `nvidia-smi topo -mp` output (PCIe paths only): NVLinks between the GPUs, "
@@ -680,12 +680,17 @@ def _check_square_and_symmetric(rows: list[_Row]) -> None:
                 )
 
 
-def _read_nic_legend(lines: list[str], start: int) -> dict[str, str]:
-    """`NIC<n>: mlx5_<m>` entries after the matrix, up to the next command's output."""
+def _read_nic_legend(lines: list[str], start: int, warnings: list[str]) -> dict[str, str]:
+    """`NIC<n>: mlx5_<m>` entries after the matrix, up to the next command's output (a second
+    matrix, `topo -p2p r` pasted after `topo -m`, is named in `warnings`)."""
     names: dict[str, str] = {}
     # The substring tests spare a regex on lines that cannot match it (most of them).
     for number, line in enumerate(lines[start:], start + 1):
-        if "nvidia-smi" in line or ("GPU" in line and _HEADER_GPU.search(line)):
+        command = "nvidia-smi" in line
+        if command or ("GPU" in line and _HEADER_GPU.search(line)):
+            after = lines[number - 1 : number + 6] if command else [line]  # its banner, header
+            if any("GPU" in ln and _HEADER_GPU.search(ln) for ln in after):
+                warnings.append(f"line {number}: another matrix starts; only the first is read")
             break
         match = _NIC_LEGEND_ENTRY.match(line) if "NIC" in line else None
         if match:
