@@ -379,3 +379,22 @@ def test_output_filtered_to_its_sum_lines_reads_each_total_with_a_warning() -> N
         "(filtered, as by `| grep SUM`): totals only, no matrices",
     )
     assert not any("SUM line(s)" in w for w in full.warnings)
+
+
+def test_a_matrix_wider_than_the_device_list_is_named() -> None:
+    # nvbandwidth prints one row or column per listed GPU; more is an edited file (a test
+    # suite's data had a 2 x 3 host-to-device matrix under one GH200).
+    text = text_of("nvbandwidth_06")
+
+    def listed(n: int) -> str:
+        return "".join(
+            f"Device {i}: NVIDIA H100 80GB HBM3 (00000000:{i + 1:02x}:00)\n" for i in range(n)
+        )
+
+    assert not any("GPUs along" in w for w in nvbandwidth.parse(listed(8) + "\n" + text).warnings)
+    run = nvbandwidth.parse(listed(2) + "\n" + text)
+    (warning,) = [w for w in run.warnings if "GPUs along" in w]
+    assert warning.endswith(
+        "device_to_device_memcpy_write_ce's matrix has 8 GPUs along one side but the device "
+        "list names 2: not as nvbandwidth prints it (edited?)"
+    )

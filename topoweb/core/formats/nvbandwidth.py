@@ -76,8 +76,14 @@ def _parse_text(text: str) -> NvbandwidthRun:
     def add(case: NvbTestcase, number: int) -> None:
         if any(c.name == case.name for c in cases):
             warnings.append(f"line {number}: {case.name} ran again; its first result was kept")
-        else:
-            cases.append(_unmeasured_diagonal(case))
+            return
+        cases.append(_unmeasured_diagonal(case))
+        gpus = _gpu_axis(case)
+        if devices and later_run is None and gpus > len(devices):
+            warnings.append(
+                f"line {number}: {case.name}'s matrix has {gpus} GPUs along one side but the "
+                f"device list names {len(devices)}: not as nvbandwidth prints it (edited?)"
+            )
 
     def finish(number: int, total: float | None = None) -> None:
         nonlocal name, description, rows, columns, status
@@ -214,6 +220,16 @@ def _parse_text(text: str) -> NvbandwidthRun:
         errors=tuple(errors),
         warnings=tuple(warnings),
     )
+
+
+def _gpu_axis(case: NvbTestcase) -> int:
+    """How many GPUs the matrix lists along its GPU side (rows or columns, as its title labels
+    them); 0 when neither side is labelled GPU."""
+    m = re.search(r"(\w+)\(row\).*?(\w+)\(column\)", case.description)
+    if m is None or not case.matrix:
+        return 0
+    rows, columns = len(case.matrix), max(len(row) for row in case.matrix)
+    return max(rows if m.group(1) == "GPU" else 0, columns if m.group(2) == "GPU" else 0)
 
 
 def _unmeasured_diagonal(case: NvbTestcase) -> NvbTestcase:
