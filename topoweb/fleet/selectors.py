@@ -440,17 +440,18 @@ def upload_preview(text: str, gpu_model: str = "") -> dict[str, Any]:
 def _benchmark_summary(parsed: NcclRun | NvbandwidthRun | P2PResult) -> tuple[str, str]:
     """A benchmark's kind and the one line the upload preview says of what was read."""
     if isinstance(parsed, NcclRun):
-        summary = f"nccl-tests {parsed.collective or ''}: {len(parsed.rows)} sizes"
+        name = " ".join(filter(None, ("nccl-tests", parsed.collective)))
+        summary = f"{name}: {len(parsed.rows)} sizes"
         if parsed.avg_busbw_gbps is not None:
             summary += f", average bus bandwidth {parsed.avg_busbw_gbps:g} GB/s"
         if parsed.errors:
             summary += f", {len(parsed.errors)} error(s) reported"
         return "nccl-tests", summary
     if isinstance(parsed, NvbandwidthRun):
-        done = [t.name for t in parsed.testcases if t.matrix]
-        summary = f"nvbandwidth {parsed.version or ''}: {len(done)} testcase(s) measured".replace(
-            "  ", " "
-        )
+        # A testcase filtered down to its SUM line (`| grep SUM`) was measured too.
+        done = [t.name for t in parsed.testcases if t.matrix or t.sum is not None]
+        name = " ".join(filter(None, ("nvbandwidth", parsed.version)))
+        summary = f"{name}: {len(done)} testcase(s) measured"
         if parsed.errors:
             summary += f", {len(parsed.errors)} error(s) reported"
         return "nvbandwidth", summary
