@@ -1,5 +1,6 @@
-"""The one error every reader raises (re-exported as topoweb.core.formats.ParseError): its own
-module so that the readers and the package that dispatches to them import it one way."""
+"""The one error every reader raises (re-exported as topoweb.core.formats.ParseError), and how
+a reader's warnings name the lines they are about: their own module so that the readers and
+the package that dispatches to them import them one way."""
 
 from __future__ import annotations
 
@@ -11,3 +12,8 @@ class ParseError(ValueError):
         self.message = message
         self.line = line
         super().__init__(f"line {line}: {message}" if line is not None else message)
+
+
+def lines_named(first: int, last: int) -> str:
+    """`line 5`, or `lines 5-6` for a span: how a warning about several lines names them."""
+    return f"line {first}" if first == last else f"lines {first}-{last}"

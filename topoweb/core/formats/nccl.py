@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from topoweb.core.formats.errors import ParseError
+from topoweb.core.formats.errors import ParseError, lines_named
 from topoweb.core.model import NcclMeasurement, NcclRank, NcclRow, NcclRun
 
 # Header lines. Pasted into markdown the leading "# " often loses its space ("#nThread"), so
@@ -389,8 +389,7 @@ def _warn_of_an_elided_rank_list(st: _State) -> None:
     numbers = {r.rank for r in st.ranks}
     if not numbers or len(numbers) > max(numbers):
         return
-    first, last = st.rank_lines[0], st.rank_lines[-1]
-    where = f"line {first}" if first == last else f"lines {first}-{last}"
+    where = lines_named(st.rank_lines[0], st.rank_lines[-1])
     st.warnings.append(
         f"{where}: the rank list is elided: ranks are numbered up to {max(numbers)} "
         f"but {len(numbers)} are listed"
@@ -402,8 +401,7 @@ def _warn_of_a_condensed_rank_list(st: _State) -> None:
     known, not each rank's GPU and bus id, so no rank is read from them."""
     if not st.rank_ranges or st.ranks:
         return
-    first, last = st.rank_ranges[0][3], st.rank_ranges[-1][3]
-    where = f"line {first}" if first == last else f"lines {first}-{last}"
+    where = lines_named(st.rank_ranges[0][3], st.rank_ranges[-1][3])
     count = sum(hi - lo + 1 for lo, hi, _, _ in st.rank_ranges)
     hosts = len({host for _, _, host, _ in st.rank_ranges})
     st.warnings.append(

@@ -8,7 +8,7 @@ import dataclasses
 import json
 import re
 
-from topoweb.core.formats.errors import ParseError
+from topoweb.core.formats.errors import ParseError, lines_named
 from topoweb.core.model import NvbandwidthRun, NvbTestcase, P2PGpu, P2PResult
 
 # Kept as printed: v0.10 prints the CUDA runtime as "13.2 (13020)" where earlier versions print
@@ -192,11 +192,10 @@ def _parse_text(text: str) -> NvbandwidthRun:
             "(cannot run on these GPUs); the text does not name them (nvbandwidth -j does)"
         )
     if sums_alone:
-        span = sorted({sums_alone[0], sums_alone[-1]})
         warnings.append(
-            f"line{'s' if len(span) > 1 else ''} {'-'.join(map(str, span))}: {len(sums_alone)} "
-            "SUM line(s) without their testcase's output (filtered, as by `| grep SUM`): "
-            "totals only, no matrices"
+            f"{lines_named(sums_alone[0], sums_alone[-1])}: {len(sums_alone)} SUM line(s) "
+            "without their testcase's output (filtered, as by `| grep SUM`): totals only, "
+            "no matrices"
         )
     if later_run is not None and other_gpus():
         first, later = _listed(devices), _listed(later_run[1])
