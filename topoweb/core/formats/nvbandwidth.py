@@ -22,6 +22,8 @@ _RUNNING = re.compile(r"^Running (\w+)\.\s*$")
 # A matrix's title: "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)", "memory latency SM
 # CPU(row) <-> GPU(column) (ns)" and, from v0.10, "Device to Device Latency SM ... (ns)".
 _DESCRIPTION = re.compile(r"^(memcpy|(?:[\w ]+ )?latency) (CE|SM) .*\((row|column)\).*$", re.I)
+# What its rows and its columns are: GPU or CPU, or a fork's own word (sailbandwidth: PPU).
+_ENDS = re.compile(r"(\w+)\(row\).*?(\w+)\(column\)")
 _SUM = re.compile(r"^SUM (\w+) ([\d.]+)\s*$")
 _DEVICE = re.compile(r"^Device (\d+): (.+?)\s*$")
 # A multinode (MPI) build lists one GPU per process, the process id padded to the widest:
@@ -64,6 +66,7 @@ def _parse_text(text: str) -> NvbandwidthRun:
     later_run: tuple[int, list[str]] | None = None  # a later run's first line, its GPUs so far
     unnamed_waived: list[int] = []  # the lines of bare `Waived:` (no testcase named)
     sums_alone: list[int] = []  # the lines of SUM lines printed without their testcase
+    fork_named = False  # whether a matrix labelled neither GPU nor CPU was warned of
     cases: list[NvbTestcase] = []
     errors: list[str] = []
     warnings: list[str] = []
@@ -145,8 +148,9 @@ def _parse_text(text: str) -> NvbandwidthRun:
             if name is None and rows:
                 finish(number)
             description = line
-            labels = set(re.findall(r"(\w+)\((?:row|column)\)", line)) - {"GPU", "CPU"}
-            if labels and not any("not GPU and CPU" in w for w in warnings):
+            labels = set(_ends(line) or ()) - {"GPU", "CPU"}
+            if labels and not fork_named:
+                fork_named = True
                 # A fork for another vendor's accelerators (T-Head's sailbandwidth: PPU).
                 warnings.append(
                     f"line {number}: the matrix is labelled {', '.join(sorted(labels))}, not "
@@ -221,22 +225,29 @@ def _parse_text(text: str) -> NvbandwidthRun:
     )
 
 
+def _ends(description: str) -> tuple[str, str] | None:
+    """(rows, columns) as a matrix's title labels them: ("CPU", "GPU") for `CPU(row) <-
+    GPU(column)`; None for a title that labels neither."""
+    m = _ENDS.search(description)
+    return (m.group(1), m.group(2)) if m else None
+
+
 def _gpu_axis(case: NvbTestcase) -> int:
     """How many GPUs the matrix lists along its GPU side (rows or columns, as its title labels
     them); 0 when neither side is labelled GPU."""
-    m = re.search(r"(\w+)\(row\).*?(\w+)\(column\)", case.description)
-    if m is None or not case.matrix:
+    ends = _ends(case.description)
+    if ends is None or not case.matrix:
         return 0
     rows, columns = len(case.matrix), max(len(row) for row in case.matrix)
-    return max(rows if m.group(1) == "GPU" else 0, columns if m.group(2) == "GPU" else 0)
+    return max(rows if ends[0] == "GPU" else 0, columns if ends[1] == "GPU" else 0)
 
 
 def _unmeasured_diagonal(case: NvbTestcase) -> NvbTestcase:
     """A GPU-to-GPU matrix's diagonal as N/A: no GPU copies to itself there, but before v0.2
     nvbandwidth printed the cell it never measured as 0.00 where later versions print N/A."""
     m = case.matrix
-    ends = re.search(r"(\w+)\(row\).*?(\w+)\(column\)", case.description)  # GPU, or a fork's
-    if ends is None or "CPU" in ends.groups() or any(len(row) != len(m) for row in m):
+    ends = _ends(case.description)  # GPU, or a fork's word for its accelerators
+    if ends is None or "CPU" in ends or any(len(row) != len(m) for row in m):
         return case
     cells = tuple(
         tuple(None if i == j and c == 0.0 else c for j, c in enumerate(row))
