@@ -29,6 +29,7 @@ from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
+from rest_framework_api_key.crypto import split
 
 from topoweb.fleet.models import ApiToken, CollectorToken
 
@@ -55,7 +56,7 @@ def _mark_key(kind: type[Token], prefix: str) -> str:
 
 def prefix_of(key: str) -> str:
     """The prefix a key is looked up by, as the package's `get_from_key` splits it."""
-    return key.partition(".")[0]
+    return split(key)[0]
 
 
 def active_token(kind: type[T], key: str, read: Callable[[], T | None]) -> T | None:

@@ -9,7 +9,7 @@ from typing import ClassVar
 from django.conf import settings
 from django.db import models
 from django.utils.crypto import constant_time_compare
-from rest_framework_api_key.crypto import KeyGenerator
+from rest_framework_api_key.crypto import KeyGenerator, concatenate, split
 from rest_framework_api_key.models import AbstractAPIKey, APIKeyManager
 
 from topoweb.core.formats.nvbandwidth import to_p2p
@@ -231,13 +231,13 @@ LEGACY_HASH = "sha256$$"
 def legacy_key(key: str) -> str:
     """The key as the package reads it: a token of the old format prefixed with the prefix its
     row was given; any other key as it is."""
-    return key if "." in key else f"{key[4:12]}.{key}"
+    return key if "." in key else concatenate(key[4:12], key)
 
 
 class _KeyGenerator(KeyGenerator):
     def verify(self, key: str, hashed_key: str) -> bool:
         if hashed_key.startswith(LEGACY_HASH):
-            digest = hashlib.sha256(key.partition(".")[2].encode()).hexdigest()
+            digest = hashlib.sha256(split(key)[1].encode()).hexdigest()
             return constant_time_compare(hashed_key, LEGACY_HASH + digest)
         return super().verify(key, hashed_key)
 
