@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from tests.web.conftest import FIXTURES, collector_client_for, report, wait_for
+from tests.web.conftest import FIXTURES, collector_client_for, keep_tasks_here, report, wait_for
 from topoweb.fleet import fabric_services
 from topoweb.fleet.access import create_api_token
 from topoweb.fleet.models import Fabric, FabricCapture
@@ -316,15 +316,21 @@ def test_a_large_fabric_page_comes_folded_and_hands_out_hosts_per_unit(
     assert len(every["hosts"]) == 400
 
 
-def test_one_message_out_per_capture_and_none_for_a_capture_given_up(uploading: APIClient) -> None:
+def test_one_message_out_per_capture_and_none_for_a_capture_given_up(
+    uploading: APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Uploads go through fleet.work like every task kind: a capture whose analysis is queued
     is not sent again (sweep or new request), one given up is left alone by the sweep."""
     from topoweb.fleet.models import QueuedWork
 
+    # The message stays out: the session's worker, started by an earlier test, would consume
+    # it (and clear the claim) between the upload and the second send.
+    sent = keep_tasks_here(monkeypatch)
     response = uploading.post("/api/v1/fabrics/", {"name": "q", "text": IBNET_01}, format="json")
     capture = response.json()["capture"]
     queued = QueuedWork.objects.get(kind=fabric_services.FABRIC_WORK, key=capture)
     assert queued.queued_at is not None  # sent after commit; no worker consumes it here
+    assert sent == [(fabric_services.ANALYSE_TASK, (capture,))]
     assert fabric_services.send_analysis(capture) is False
     assert capture in fabric_services.stale_captures()  # still pending: the sweep would try
     QueuedWork.objects.filter(pk=queued.pk).update(gave_up="gave up after 3 attempts: test")
