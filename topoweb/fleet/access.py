@@ -58,8 +58,11 @@ def create_api_token(username: str, scope: str = ApiToken.Scope.READ) -> str:
 # A Django request, or DRF's wrapping one (it passes META and headers through).
 AnyRequest = HttpRequest | Request
 
-# (actor, user, address, forwarded-for) of the request being served, for the receivers.
-_current: contextvars.ContextVar[tuple[str, Any, str | None, str] | None] = contextvars.ContextVar(
+# The (actor, user, address, forwarded-for) of the request being served, for the receivers:
+# worked out only when one records an event (rarely), since reading a request's user asks the
+# session store for it, which an API request otherwise never does.
+_Context = Callable[[], tuple[str, Any, str | None, str]]
+_current: contextvars.ContextVar[_Context | None] = contextvars.ContextVar(
     "topoweb_audit_request", default=None
 )
 
@@ -124,7 +127,8 @@ def _token_created(sender: type, instance: CollectorToken | ApiToken, created: b
                    **_: Any) -> None:  # fmt: skip
     if not created:
         return
-    actor, user, address, forwarded = _current.get() or ("system", None, None, "")
+    context = _current.get()
+    actor, user, address, forwarded = context() if context else ("system", None, None, "")
     detail: dict[str, Any]
     if isinstance(instance, CollectorToken):
         detail = {"token": "collector", "hostname": instance.hostname}
@@ -166,8 +170,7 @@ class AuditContextMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        name, user = _actor(getattr(request, "user", None))
-        reset = _current.set((name, user, *_peer(request)))
+        reset = _current.set(lambda: (*_actor(getattr(request, "user", None)), *_peer(request)))
         try:
             return self.get_response(request)
         finally:
@@ -179,7 +182,7 @@ def enroll_collector(request: AnyRequest, hostname: str) -> str | None:
     enrollment secret); None when the host already holds a live (unrevoked, unexpired) token:
     a second enrollment would let whoever has the secret write as an enrolled host, so staff
     revoke the old token in the admin first."""
-    reset = _current.set(("enrollment", None, *_peer(request)))
+    reset = _current.set(lambda: ("enrollment", None, *_peer(request)))
     try:
         with transaction.atomic():
             if connection.vendor == "postgresql":  # two first contacts at once: one token
