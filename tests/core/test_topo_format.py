@@ -710,3 +710,57 @@ def test_amds_topology_table_is_refused_as_what_it_is() -> None:
     assert err.value.message == (
         "this is `rocm-smi --showtopo` output (AMD GPUs), not `nvidia-smi topo -m`"
     )
+
+
+# Modelled on a blog's retyped H200 capture (weiziyang.wiki, "GPU communication (1)"): a dashed
+# rule under the header and the last two labels shortened.
+RETYPED_WITH_RULE = """\
+      GPU0  GPU1  NIC0  NIC1  CPU Affinity   NUMA  GPU NUMA
+------------------------------------------------------------
+GPU0   X    NV18  PIX   SYS   0,2-47,96-143  0     N/A
+GPU1  NV18   X    SYS   PIX   48-95,144-191  1     N/A
+NIC0  PIX   SYS    X    SYS
+NIC1  SYS   PIX   SYS    X
+
+NIC Legend:
+
+  NIC0: mlx5_0
+  NIC1: mlx5_bond_0
+"""
+
+
+def test_a_rule_under_the_header_is_skipped_and_shortened_labels_are_read_as_named() -> None:
+    topo = parse(RETYPED_WITH_RULE)
+    assert ids(topo) == ["GPU0", "GPU1", "NIC0", "NIC1"]
+    assert topo.link_class("GPU0", "GPU1") == "NV18"
+    assert topo.link_class("GPU1", "NIC1") == "PIX"
+    assert (topo.gpu(1).cpu_affinity, topo.gpu(1).numa_affinity) == ("48-95,144-191", "1")
+    assert [d.nic_name for d in topo.nics] == ["mlx5_0", "mlx5_bond_0"]
+    assert topo.warnings == (
+        "line 1: the header's 'NUMA', 'GPU NUMA' read as NUMA Affinity, GPU NUMA ID "
+        "(a retyped header: nvidia-smi prints the full labels)",
+    )
+    # A rule between two rows is skipped as a blank line is.
+    ruled_rows = RETYPED_WITH_RULE.replace("NIC0  PIX", "=====\nNIC0  PIX")
+    assert parse(ruled_rows).link_class("NIC0", "NIC1") == "SYS"
+
+
+def test_a_header_ending_in_a_bare_numa_label_is_not_read_as_a_device() -> None:
+    # Modelled on a plan's 8 x H100 PCIe capture with bridges on pairs: only a NUMA column.
+    text = "\tGPU0\tGPU1\tGPU2\tNUMA\nGPU0\t X \tNODE\tNV12\t0\nGPU1\tNODE\t X \tSYS\t0\n"
+    text += "GPU2\tNV12\tSYS\t X \t1\n"
+    topo = parse(text)
+    assert ids(topo) == gpus(3)
+    assert [g.numa_affinity for g in topo.gpus] == ["0", "0", "1"]
+    assert topo.link_class("GPU0", "GPU2") == "NV12"
+
+
+def test_a_sentence_naming_gpus_after_the_matrix_is_neither_a_matrix_nor_the_legend_s_end() -> None:
+    # Modelled on a README that describes its matrix under it, before the NIC legend.
+    text = RETYPED_WITH_RULE.replace(
+        "\nNIC Legend:",
+        "GPU0 <-> GPU1 via NVLink (18 links); GPU0 and GPU1 share NIC1.\nNIC Legend:",
+    )
+    topo = parse(text)
+    assert [d.nic_name for d in topo.nics] == ["mlx5_0", "mlx5_bond_0"]
+    assert not any("another matrix" in w for w in topo.warnings)

@@ -45,7 +45,7 @@ from topoweb.core.formats.topo_affinity import (
     cpu_intervals,
     readings,
 )
-from topoweb.core.formats.topo_table import Table, find_table
+from topoweb.core.formats.topo_table import SHORT_LABELS, Table, find_table
 from topoweb.core.model import (
     Device,
     Link,
@@ -58,7 +58,10 @@ from topoweb.core.model import (
 _CELL_PIECE = re.compile(r"NODE|SYS|SOC|PHB|PXB|PIX|NV[1-9]\d?(?!\d)|X")
 _HEADER_GPU = re.compile(r"GPU\d+")
 _TERMINAL_STYLE = re.compile(r"\x1b?\[[0-9;]*m")
-_COLUMN_LABEL = re.compile(r"CPU\s+Affinity|NUMA\s+Affinity|GPU\s+NUMA\s+ID")
+# The labels nvidia-smi prints, and the shortened ones a retyped header has (SHORT_LABELS).
+_COLUMN_LABEL = re.compile(
+    r"CPU\s+Affinity|NUMA\s+Affinity|GPU\s+NUMA\s+ID|\b(?:GPU\s+NUMA|NUMA|CPU)(?![\w-])"
+)
 _NIC_LEGEND_ENTRY = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 _TOKEN = re.compile(r"\S+")
 _DEVICE_NAME = re.compile(r"(?:GPU|NIC)\d+|[A-Za-z][A-Za-z0-9]*?_(?:bond_)?\d+|\S+")
@@ -141,12 +144,18 @@ def _read_matrix(lines: list[str], table: Table | None) -> Topology:
     region = header[first_gpu.start() :]
     labels = list(_COLUMN_LABEL.finditer(region))
     device_region = region[: labels[0].start()] if labels else region
+    names = [" ".join(m.group(0).split()) for m in labels]
     columns = tuple(
-        _Column(" ".join(m.group(0).split()), first_gpu.start() + m.start()) for m in labels
+        _Column(SHORT_LABELS.get(name, name), first_gpu.start() + m.start())
+        for name, m in zip(names, labels, strict=True)
     )
     blob = "".join(device_region.split())
 
     rows, end_index, warnings = _read_rows(lines, header_index, blob, first_gpu.start(), columns)
+    if table is None and (short := [n for n in names if n in SHORT_LABELS]):
+        warnings.insert(0, f"line {header_index + 1}: the header's " + ", ".join(
+            f"{n!r}" for n in short) + " read as " + ", ".join(SHORT_LABELS[n] for n in short)
+            + " (a retyped header: nvidia-smi prints the full labels)")  # fmt: skip
     if table is not None and table.line == header_index + 1:
         warnings.insert(
             0,
@@ -194,15 +203,13 @@ def _find_header(lines: list[str]) -> int:
         match = _HEADER_GPU.search(line)
         if match is None:
             continue
-        blob = "".join(line[match.start() :].split())
-        first_row = _next_filled(lines, index + 1)
-        following = lines[first_row].split() if first_row < len(lines) else []
-        if len(following) >= 2 and blob.startswith(following[0]):
+        following = _row_under(lines, index, match.start())
+        if following:
             pieces, _ = _split_cells(following[1])
             if pieces:
                 return index
             if following[1] in _P2P_STATUS and p2p_status is None:
-                p2p_status = (first_row + 1, following[1])
+                p2p_status = (_next_filled(lines, index + 1) + 1, following[1])
         if lone_header is None and (
             _COLUMN_LABEL.search(line) or len(_HEADER_GPU.findall(line)) >= 2
         ):
@@ -226,12 +233,35 @@ def _find_header(lines: list[str]) -> int:
     )
 
 
+# A line drawn to set the header off (`-----`, `=====`, box drawing): a retyped matrix has one.
+_RULE = re.compile(r"[\s\-=+|_~\u2500-\u257f]*\Z")
+
+
 def _next_filled(lines: list[str], index: int) -> int:
-    """The index of the first line from `index` on that is not blank (len(lines) if none):
-    a matrix pasted into markdown may have a blank line between its header and every row."""
-    while index < len(lines) and not lines[index].strip():
+    """The index of the first line from `index` on that is neither blank nor a rule
+    (len(lines) if none): a matrix pasted into markdown may have a blank line between its
+    header and every row, and a retyped one a dashed line under its header."""
+    while index < len(lines) and _RULE.match(lines[index]):
         index += 1
     return index
+
+
+def _row_under(lines: list[str], index: int, first_gpu: int) -> list[str]:
+    """The tokens of the row under the line at `index` (after blank lines and rules) when its
+    label is the first device the line names from column `first_gpu` on; [] if not."""
+    blob = "".join(lines[index][first_gpu:].split())
+    first_row = _next_filled(lines, index + 1)
+    following = lines[first_row].split() if first_row < len(lines) else []
+    return following if len(following) >= 2 and blob.startswith(following[0]) else []
+
+
+def _starts_matrix(line: str, lines: list[str], index: int) -> bool:
+    """Whether `line` (lines[index]) is a matrix's header: it names a GPU and the row under
+    it starts with that device and a link class or a `topo -p2p` status (not a sentence that
+    names GPUs)."""
+    match = _HEADER_GPU.search(line) if "GPU" in line else None
+    following = _row_under(lines, index, match.start()) if match else []
+    return bool(following) and (bool(_split_cells(following[1])[0]) or following[1] in _P2P_STATUS)
 
 
 def _split_cells(token: str) -> tuple[tuple[str, ...], str]:
@@ -687,9 +717,9 @@ def _read_nic_legend(lines: list[str], start: int, warnings: list[str]) -> dict[
     # The substring tests spare a regex on lines that cannot match it (most of them).
     for number, line in enumerate(lines[start:], start + 1):
         command = "nvidia-smi" in line
-        if command or ("GPU" in line and _HEADER_GPU.search(line)):
-            after = lines[number - 1 : number + 6] if command else [line]  # its banner, header
-            if any("GPU" in ln and _HEADER_GPU.search(ln) for ln in after):
+        if command or _starts_matrix(line, lines, number - 1):
+            after = range(number - 1, min(len(lines), number + 6)) if command else [number - 1]
+            if any(_starts_matrix(lines[i], lines, i) for i in after):  # its banner, header
                 warnings.append(f"line {number}: another matrix starts; only the first is read")
             break
         match = _NIC_LEGEND_ENTRY.match(line) if "NIC" in line else None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 # A markdown separator (`|---|:--:|`) or an RST grid border (`+------+====+`).
 _BORDER = re.compile(r"\s*(?:\+[-=+]*\+|\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)*\|?)\s*\Z")
 # A column heading a transcriber shortened -> the label nvidia-smi prints.
-_SHORT_LABELS = {"NUMA": "NUMA Affinity", "CPU": "CPU Affinity"}
+SHORT_LABELS = {"NUMA": "NUMA Affinity", "CPU": "CPU Affinity", "GPU NUMA": "GPU NUMA ID"}
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def find_table(lines: list[str]) -> Table | None:
         kind = "an RST grid table" if above.startswith("+") else "a markdown table"
         plain = list(lines)
         # The corner cell is empty; the others are device names and column labels.
-        plain[index] = "\t" + "\t".join(_SHORT_LABELS.get(c, c) for c in header if c)
+        plain[index] = "\t" + "\t".join(SHORT_LABELS.get(c, c) for c in header if c)
         for row in range(index + 1, len(lines)):
             if _BORDER.match(lines[row]):
                 plain[row] = ""
