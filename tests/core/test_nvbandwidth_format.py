@@ -398,3 +398,36 @@ def test_a_matrix_wider_than_the_device_list_is_named() -> None:
         "device_to_device_memcpy_write_ce's matrix has 8 GPUs along one side but the device "
         "list names 2: not as nvbandwidth prints it (edited?)"
     )
+
+
+# As a v0.8 run on one laptop GPU printed it (a public capture): device_local_copy's title
+# names no CE or SM, and its one row holds each GPU's copy within its own memory.
+LOCAL_COPY = """\
+Running device_local_copy.
+memcpy local GPU(column) bandwidth (GB/s)
+           0         1
+ 0     84.33     85.10
+
+SUM device_local_copy 169.43
+"""
+
+
+def test_device_local_copy_is_read_as_its_one_row_of_gpus() -> None:
+    assert detect_format(LOCAL_COPY) == "nvbandwidth"
+    run = nvbandwidth.parse(LOCAL_COPY)
+    (case,) = run.testcases
+    assert (case.name, case.status, case.matrix, case.sum) == (
+        "device_local_copy",
+        "Passed",
+        ((84.33, 85.10),),
+        169.43,
+    )
+    assert run.errors == ()
+
+
+def test_a_matrix_pasted_without_its_testcase_is_refused_naming_its_title() -> None:
+    text = "$ ./nvbandwidth -t device_local_copy\n" + LOCAL_COPY.split("\n", 1)[1].split("\nSUM")[0]
+    with pytest.raises(ParseError) as raised:
+        parse_text(text)
+    assert raised.value.line == 2
+    assert "'memcpy local GPU(column) bandwidth (GB/s)' has no testcase name" in str(raised.value)

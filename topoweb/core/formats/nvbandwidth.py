@@ -20,8 +20,11 @@ _HEADER = {
 }
 _RUNNING = re.compile(r"^Running (\w+)\.\s*$")
 # A matrix's title: "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)", "memory latency SM
-# CPU(row) <-> GPU(column) (ns)" and, from v0.10, "Device to Device Latency SM ... (ns)".
-_DESCRIPTION = re.compile(r"^(memcpy|(?:[\w ]+ )?latency) (CE|SM) .*\((row|column)\).*$", re.I)
+# CPU(row) <-> GPU(column) (ns)", from v0.10 "Device to Device Latency SM ... (ns)", and
+# device_local_copy's "memcpy local GPU(column) bandwidth (GB/s)" (one row: each GPU's own).
+_DESCRIPTION = re.compile(
+    r"^(?:(?:memcpy|(?:[\w ]+ )?latency) (?:CE|SM)|memcpy local) .*\((?:row|column)\).*$", re.I
+)
 # What its rows and its columns are: GPU or CPU, or a fork's own word (sailbandwidth: PPU).
 _ENDS = re.compile(r"(\w+)\(row\).*?(\w+)\(column\)")
 _SUM = re.compile(r"^SUM (\w+) ([\d.]+)\s*$")
@@ -188,6 +191,7 @@ def _parse_text(text: str) -> NvbandwidthRun:
         if name is not None and rows and status == "Passed":
             last = max((n for n, ln in enumerate(lines, 1) if ln.strip()), default=len(lines))
             warnings.append(f"line {last}: {name}: the output ends with no SUM line (cut?)")
+        unnamed = description if name is None and rows else ""  # a matrix pasted alone
         finish(len(lines))
     if unnamed_waived:
         count = len(unnamed_waived)
@@ -211,6 +215,12 @@ def _parse_text(text: str) -> NvbandwidthRun:
             "only the runs before it were read"
         )
     if not cases and not header:
+        if unnamed:
+            raise ParseError(
+                f"the matrix {unnamed!r} has no testcase name: paste nvbandwidth's output "
+                "from its `Running <testcase>.` line to the testcase's SUM line",
+                line=_line_of(lines, unnamed),
+            )
         raise ParseError("no nvbandwidth testcase or header found", line=1)
     if not cases:
         errors.append("no testcase ran")
@@ -223,6 +233,11 @@ def _parse_text(text: str) -> NvbandwidthRun:
         errors=tuple(errors),
         warnings=tuple(warnings),
     )
+
+
+def _line_of(lines: list[str], text: str) -> int:
+    """The 1-based number of the first line that is `text` (stripped)."""
+    return next(n for n, line in enumerate(lines, 1) if line.strip() == text)
 
 
 def _ends(description: str) -> tuple[str, str] | None:
