@@ -331,6 +331,34 @@ def test_not_a_fabric_is_refused() -> None:
     assert "expected ibnetdiscover output but this looks like topology output" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "named"),
+    [
+        # As a QDR cluster's iblinkinfo printed it (a public capture).
+        (
+            "CA: ip-160 HCA-1:\n      0x0002c903000d7aad      5    1[  ] ==( 4X          10.0 Gbps "
+            'Active/  LinkUp)==>       2   33[  ] "Infiniscale-IV Mellanox Technologies" ( )\n',
+            2,
+            "`iblinkinfo` output",
+        ),
+        # As an EDR cluster's `ibnetdiscover -p` printed it (a public capture).
+        (
+            "CA   134  1 0x7cfe9003003b4bde 4x EDR - SW  1719 10 0x7cfe9003009ce5b0 "
+            "( 'o0001 HCA-1' - 'ib-i1l1s01' )\n",
+            1,
+            "`ibnetdiscover -p` output",
+        ),
+    ],
+)
+def test_the_other_infiniband_reports_are_refused_as_what_they_are(
+    text: str, line: int, named: str
+) -> None:
+    with pytest.raises(ParseError) as raised:
+        detect_format(text)
+    assert raised.value.line == line
+    assert named in raised.value.message
+
+
 # --- planted faults --------------------------------------------------------------------------
 
 

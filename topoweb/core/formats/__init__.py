@@ -70,7 +70,10 @@ _NVBANDWIDTH_MARKERS: tuple[_Marker, ...] = (
     ("SUM ", re.compile(r"^[ \t]*SUM \w+_(ce|sm) [\d.]+", re.M)),
     ("Running ", _NVB_RUNNING),
     ('"nvbandwidth"', re.compile(r'"nvbandwidth"\s*:\s*\{')),
-    ("memcpy ", re.compile(r"^[ \t]*memcpy (CE|SM) (CPU|GPU)\(row\)", re.M)),
+    (
+        "memcpy ",
+        re.compile(r"^[ \t]*memcpy (?:(CE|SM) (CPU|GPU)\(row\)|local GPU\(column\))", re.M),
+    ),
 )
 
 
@@ -94,7 +97,8 @@ _TOPO_MARKERS = re.compile(
 
 
 # Outputs taken for one of ours, refused with what they are: AMD's topology table (its GPU0
-# columns look like a matrix) and NCCL's search result (XML, but the rings found, not the wiring).
+# columns look like a matrix), NCCL's search result (XML, but the rings found, not the wiring)
+# and the InfiniBand tools' reports other than ibnetdiscover's plain one.
 _LOOKALIKES = (
     (
         re.compile(r"ROCm System Management Interface|Weight between two GPUs"),
@@ -104,6 +108,17 @@ _LOOKALIKES = (
         re.compile(r"^\s*(?:<!--.*?-->\s*)*<graphs\b", re.S),
         "this is an NCCL graph file (NCCL_GRAPH_DUMP_FILE: the rings and trees NCCL chose), "
         "not its topology dump (NCCL_TOPO_DUMP_FILE)",
+    ),
+    # The fabric's other reports: each port's state, and the one-line-per-port listing.
+    (
+        re.compile(r"^\s*0x[0-9a-f]+\s+\d+\s+\d+\[[^\]\n]*\]\s*==\(", re.M),
+        "this is `iblinkinfo` output (each port's state), not `ibnetdiscover`: upload the "
+        "plain `ibnetdiscover` report for the fabric",
+    ),
+    (
+        re.compile(r"^(?:CA|SW)\s+\d+\s+\d+\s+0x[0-9a-f]{16}\s+\d+x\s", re.M),
+        "this is `ibnetdiscover -p` output (one line per port), not the plain `ibnetdiscover` "
+        "report the fabric is read from: run it without -p",
     ),
 )
 
