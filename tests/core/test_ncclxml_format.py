@@ -10,7 +10,14 @@ import pytest
 
 from tests import synthetic
 from topoweb.core.fingerprint import topology_fingerprint
-from topoweb.core.formats import ParseError, detect_format, device_counts, ncclxml, parse_text
+from topoweb.core.formats import (
+    ParseError,
+    detect_format,
+    device_counts,
+    ncclxml,
+    ncclxml_tree,
+    parse_text,
+)
 from topoweb.core.formats.ncclxml import HostFacts, cpulist_from_mask, mask_from_cpulist
 from topoweb.core.model import Topology
 
@@ -124,7 +131,7 @@ def test_it_refuses_what_is_not_an_nccl_topology_with_the_line(
 
 
 def test_it_refuses_huge_input_before_parsing_it() -> None:
-    err = refusal("<system>" + " " * (ncclxml.MAX_XML_CHARS + 1))
+    err = refusal("<system>" + " " * (ncclxml_tree.MAX_XML_CHARS + 1))
     assert "refused" in err.message
 
 
@@ -187,7 +194,7 @@ def test_each_gpus_nvlinks_are_walked_a_bounded_number_of_times_not_once_per_pai
     walked = 0
     real = ncclxml._nvlinks
 
-    def counting(ep: ncclxml._Endpoint) -> list[ncclxml._Node]:
+    def counting(ep: ncclxml._Endpoint) -> list[ncclxml_tree.Node]:
         nonlocal walked
         walked += 1
         return real(ep)

@@ -4,7 +4,7 @@ In: the `<system>` tree becomes a Topology whose classes follow nvidia-smi's (NV
 PHB, NODE, SYS) and whose `details` keep what the matrix cannot say: PCIe speed and width per
 hop, NIC speeds and ports, NVLink targets (GPU, NVSwitch, CPU), C2C links, CPU placement.
 Truncated files are read up to where they stop, with a warning; anything else that is not
-well-formed XML is refused with its line number. Entities and DTDs are refused outright.
+well-formed XML is refused with its line number (the text to a tree: ncclxml_tree.py).
 
 Out: an `NCCL_TOPO_FILE` in the shape NCCL's own loader reads (src/graph/xml.cc: spaces, no XML
 declaration, `<system version="1">` > `<cpu>` > nested `<pci>` > `<gpu>`/`<nic><net>`; the
@@ -17,13 +17,13 @@ file reads back to the same matrix."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from xml.parsers import expat
 
 from topoweb.core.catalogue import infer_generation
 from topoweb.core.formats.errors import ParseError
+from topoweb.core.formats.ncclxml_tree import UNWRITABLE, Node, read_tree, writable
 from topoweb.core.hierarchy import recover_hierarchy
 from topoweb.core.model import (
     DEVICE_NAME,
@@ -35,9 +35,6 @@ from topoweb.core.model import (
     nvlink_count,
 )
 
-MAX_XML_CHARS = 4 * 2**20  # a 64-GPU dump is ~100 kB; NCCL itself stops at a few thousand nodes
-MAX_XML_NODES = 20_000
-
 GPU_CLASS = "0x030200"
 NVSWITCH_CLASS = "0x068000"  # NCCL's PCI_NVSWITCH_CLASS
 CPU_NVLINK_CLASS = "0x068001"  # an NVLink whose far end is the CPU (Grace C2C as NVLink)
@@ -45,137 +42,8 @@ BRIDGE_CLASS = "0x060400"
 IB_CLASS = "0x020700"
 ETH_CLASS = "0x020000"
 
-_TRUNCATED = {
-    expat.errors.codes[expat.errors.XML_ERROR_NO_ELEMENTS],
-    expat.errors.codes[expat.errors.XML_ERROR_UNCLOSED_TOKEN],
-    expat.errors.codes[expat.errors.XML_ERROR_PARTIAL_CHAR],
-    expat.errors.codes[expat.errors.XML_ERROR_UNCLOSED_CDATA_SECTION],
-}
-_JUNK_AFTER = expat.errors.codes[expat.errors.XML_ERROR_JUNK_AFTER_DOC_ELEMENT]
-_START = re.compile(r"<(\?xml|system)\b")
-
 
 # --- reading -----------------------------------------------------------------------------------
-
-
-@dataclass
-class _Node:
-    tag: str
-    attrs: dict[str, str]
-    line: int
-    parent: _Node | None = None
-    children: list[_Node] = field(default_factory=list)
-    closed: bool = False
-
-    def walk(self) -> Iterator[_Node]:
-        yield self
-        for c in self.children:
-            yield from c.walk()
-
-    def to_document(self) -> dict[str, Any]:
-        # Pairs, not an object: a JSONB column reorders object keys, and the file written back
-        # should read like the one that came in.
-        doc: dict[str, Any] = {"tag": self.tag, "attrs": [[k, v] for k, v in self.attrs.items()]}
-        if self.children:
-            doc["children"] = [c.to_document() for c in self.children]
-        return doc
-
-
-class _Refused(Exception):
-    def __init__(self, message: str, line: int) -> None:
-        self.message = message
-        self.line = line
-
-
-def looks_like_ncclxml(text: str) -> bool:
-    """A `<system>` element near the top: what every NCCL topology file starts with."""
-    head = text.lstrip()[:4096]
-    return head.startswith("<") and _START.search(head) is not None
-
-
-def _read_tree(text: str) -> tuple[_Node, list[str]]:
-    if len(text) > MAX_XML_CHARS:
-        raise ParseError(f"the XML is {len(text)} characters; more than {MAX_XML_CHARS} is refused")
-    warnings: list[str] = []
-    start = _START.search(text)
-    if start is None:
-        raise ParseError("no <system> element: not an NCCL topology XML", line=1)
-    offset = text.count("\n", 0, start.start())
-    if re.sub(r"<!--.*?-->", "", text[: start.start()], flags=re.S).strip():  # not comments
-        warnings.append(f"ignored {offset} line(s) of text before the XML")
-    body = text[start.start() :]
-    parser = expat.ParserCreate()
-    stack: list[_Node] = []
-    roots: list[_Node] = []
-    count = 0
-
-    def line() -> int:
-        return int(parser.CurrentLineNumber) + offset
-
-    def on_start(tag: str, attrs: dict[str, str]) -> None:
-        nonlocal count
-        count += 1
-        if count > MAX_XML_NODES:
-            raise _Refused(f"more than {MAX_XML_NODES} elements", line())
-        for key, value in attrs.items():
-            if not writable(value):
-                shown = value if len(value) <= 40 else value[:40] + "..."
-                raise _Refused(
-                    f"<{tag}> attribute {key}={shown!r} ({len(value)} characters): NCCL's "
-                    'reader takes no `" < > &` or newline and at most 255 characters',
-                    line(),
-                )
-        node = _Node(tag, dict(attrs), line(), stack[-1] if stack else None)
-        if stack:
-            stack[-1].children.append(node)
-        else:
-            roots.append(node)
-        stack.append(node)
-
-    def on_end(tag: str) -> None:
-        stack.pop().closed = True
-
-    def refuse_dtd(*_: Any) -> None:
-        raise _Refused("a DOCTYPE or entity declaration is not allowed here", line())
-
-    parser.StartElementHandler = on_start
-    parser.EndElementHandler = on_end
-    parser.StartDoctypeDeclHandler = refuse_dtd
-    parser.EntityDeclHandler = refuse_dtd
-    parser.ExternalEntityRefHandler = refuse_dtd  # type: ignore[assignment]
-    try:
-        parser.Parse(body, True)
-    except _Refused as exc:
-        raise ParseError(exc.message, line=exc.line) from None
-    except expat.ExpatError as exc:
-        where = int(exc.lineno) + offset
-        if exc.code in _TRUNCATED and stack:
-            open_ = stack[-1]
-            what = f"<{open_.tag}" + (
-                f" busid={open_.attrs['busid']!r}" if "busid" in open_.attrs else ""
-            )
-            warnings.append(
-                f"the XML is truncated at line {where} inside {what}> (opened at line "
-                f"{open_.line}): read what came before it"
-            )
-        elif exc.code == _JUNK_AFTER and roots and roots[0].closed:
-            rest = body.split("\n")[int(exc.lineno) - 1 :]
-            again = next((n for n, ln in enumerate(rest) if f"<{roots[0].tag}" in ln), None)
-            warnings.append(
-                f"ignored text after </{roots[0].tag}> from line {where}"
-                + ("" if again is None else f": another host's <{roots[0].tag}> (line "
-                   f"{where + again}) is not read; upload each host's dump apart")
-            )  # fmt: skip
-        else:
-            raise ParseError(
-                f"not well-formed XML: {expat.errors.messages[exc.code]}", line=where
-            ) from None
-    if not roots:
-        raise ParseError("no XML element found", line=1 + offset)
-    root = roots[0]
-    if root.tag != "system":
-        raise ParseError(f"expected <system> as the top element, got <{root.tag}>", line=root.line)
-    return root, warnings
 
 
 @dataclass
@@ -185,8 +53,8 @@ class _Endpoint:
     kind: str
     busid: str | None
     cpu: int  # position of its <cpu> among the system's
-    chain: tuple[_Node, ...]  # <pci> ancestors, top-level first, its own <pci> last
-    node: _Node  # the <gpu>, <net>, or the bare <pci> for a pci-only file
+    chain: tuple[Node, ...]  # <pci> ancestors, top-level first, its own <pci> last
+    node: Node  # the <gpu>, <net>, or the bare <pci> for a pci-only file
     name: str | None = None
     order: tuple[Any, ...] = ()
 
@@ -263,13 +131,13 @@ def mask_from_cpulist(cpulist: str) -> str | None:
     return ",".join(f"{(value >> (32 * w)) & 0xFFFFFFFF:08x}" for w in reversed(range(words)))
 
 
-def _endpoints(root: _Node, warnings: list[str]) -> tuple[list[_Endpoint], list[_Node]]:
+def _endpoints(root: Node, warnings: list[str]) -> tuple[list[_Endpoint], list[Node]]:
     cpus = [c for c in root.children if c.tag == "cpu"]
     found: list[_Endpoint] = []
     bare: list[str] = []
     for ci, cpu in enumerate(cpus):
 
-        def visit(node: _Node, chain: tuple[_Node, ...], ci: int = ci) -> None:
+        def visit(node: Node, chain: tuple[Node, ...], ci: int = ci) -> None:
             for child in node.children:
                 if child.tag == "pci":
                     here = (*chain, child)
@@ -310,7 +178,7 @@ def _endpoints(root: _Node, warnings: list[str]) -> tuple[list[_Endpoint], list[
     return found, cpus
 
 
-def _nvlinks(ep: _Endpoint) -> list[_Node]:
+def _nvlinks(ep: _Endpoint) -> list[Node]:
     return [n for n in ep.node.children if n.tag == "nvlink"] if ep.node.tag == "gpu" else []
 
 
@@ -318,7 +186,7 @@ def _card(busid: str) -> str:
     return busid.rpartition(".")[0] or busid  # 0000:18:00.1 -> 0000:18:00, the function gone
 
 
-def _pcie_class(a: _Endpoint, b: _Endpoint, cpus: list[_Node]) -> str:
+def _pcie_class(a: _Endpoint, b: _Endpoint, cpus: list[Node]) -> str:
     if a.cpu != b.cpu:
         return "SYS"
     if a.busid is not None and b.busid is not None and _card(a.busid) == _card(b.busid):
@@ -369,7 +237,7 @@ class _NvlinkCounts:
 def parse(text: str) -> Topology:
     """Read an NCCL topology XML into a Topology (GPUs in PCI bus order, as nvidia-smi numbers
     them; NICs in NCCL's net device order)."""
-    root, warnings = _read_tree(text)
+    root, warnings = read_tree(text)
     if root.attrs.get("version", "1") != "1":
         warnings.append(f"<system version={root.attrs.get('version')!r}>: NCCL reads version 1")
     found, cpus = _endpoints(root, warnings)
@@ -492,7 +360,7 @@ def _check_targets(gpus: list[_Endpoint], warnings: list[str]) -> None:
         )
 
 
-def _cpu_details(cpu: _Node) -> dict[str, Any]:
+def _cpu_details(cpu: Node) -> dict[str, Any]:
     keep = ("numaid", "affinity", "arch", "vendor", "familyid", "modelid")
     out: dict[str, Any] = {k: cpu.attrs[k] for k in keep if k in cpu.attrs}
     out["cpus"] = cpulist_from_mask(cpu.attrs.get("affinity", ""))
@@ -504,7 +372,7 @@ def _link_speed_gts(value: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def _device_details(ep: _Endpoint, cpu: _Node) -> dict[str, Any]:
+def _device_details(ep: _Endpoint, cpu: Node) -> dict[str, Any]:
     hops = [
         {
             "busid": normalise_busid(p.attrs.get("busid", "")),
@@ -616,9 +484,6 @@ def _write(node: dict[str, Any], indent: int, out: list[str]) -> None:
     out.append(f"{' ' * indent}</{node['tag']}>")
 
 
-_UNWRITABLE = re.compile(r'["<>&\n]')
-
-
 def _safe(value: Any) -> str:
     """An attribute value NCCL's reader takes (src/graph/xml.cc knows no entities and stops at
     255 characters). Ingest refuses values that are not (`writable`); one stored before it
@@ -626,12 +491,7 @@ def _safe(value: Any) -> str:
     text = str(value)
     if writable(text):
         return text
-    return _UNWRITABLE.sub("_", text)[:255]
-
-
-def writable(text: str) -> bool:
-    """Whether an attribute value can be written for NCCL's reader as it is."""
-    return len(text) <= 255 and _UNWRITABLE.search(text) is None
+    return UNWRITABLE.sub("_", text)[:255]
 
 
 def _el(
