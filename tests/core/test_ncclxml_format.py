@@ -305,3 +305,47 @@ def test_two_functions_of_one_card_are_pix_as_nvidia_smi_shows_its_two_ports() -
     names = {d.nic_name: d.id for d in topology.nics}
     (link,) = [lk for lk in topology.links if {lk.a, lk.b} == {names["eno1"], names["eno2"]}]
     assert link.link_class == "NODE"
+
+
+def socket_nic_host(second_dev: str = "0") -> str:
+    """Two sockets with a GPU each and eth0 (no PCI path) under each <cpu>, as Vast.ai's B200
+    and H200 dumps list it; `second_dev` is the dev of the second socket's copy."""
+
+    def cpu(numaid: int, busid: str, dev: str) -> str:
+        return (
+            f'  <cpu numaid="{numaid}" affinity="0000ffff" arch="x86_64" vendor="GenuineIntel">\n'
+            f'    <pci busid="{busid}" class="0x030200" vendor="0x10de" link_speed="32.0 GT/s '
+            'PCIe" link_width="16">\n'
+            f'      <gpu dev="{numaid}" sm="100" rank="{numaid}" gdr="1"/>\n'
+            "    </pci>\n"
+            "    <nic>\n"
+            f'      <net name="eth0" dev="{dev}" latency="0" speed="10000" port="0" guid="0x0" '
+            'maxconn="65536" gdr="0"/>\n'
+            "    </nic>\n"
+            "  </cpu>\n"
+        )
+
+    return (
+        '<system version="1">\n'
+        + cpu(0, "0000:51:00.0", "0")
+        + cpu(1, "0000:75:00.0", second_dev)
+        + "</system>\n"
+    )
+
+
+def test_a_socket_nic_listed_under_each_cpu_is_one_nic_next_to_the_gpus_of_each() -> None:
+    topology = ncclxml.parse(socket_nic_host())
+    assert [n.nic_name for n in topology.nics] == ["eth0"]
+    assert topology.link_class("GPU0", "NIC0") == topology.link_class("GPU1", "NIC0") == "NODE"
+    assert topology.link_class("GPU0", "GPU1") == "SYS"
+    assert topology.warnings == (
+        "NIC eth0 (under 2 <cpu> elements, lines 7, 15) has no PCI location: placed on each "
+        "of those CPUs",
+    )
+    assert topology.details["devices"]["NIC0"]["also_numaids"] == ["1"]
+    assert device_counts(socket_nic_host()) == (2, 3)  # counted before reading, as read
+    # Two nets NCCL tells apart by their dev stay two NICs, each on its own socket.
+    two = ncclxml.parse(socket_nic_host(second_dev="1"))
+    assert [n.nic_name for n in two.nics] == ["eth0", "eth0"]
+    assert two.link_class("GPU0", "NIC0") == "NODE" and two.link_class("GPU1", "NIC0") == "SYS"
+    assert two.link_class("NIC0", "NIC1") == "SYS" and len(two.warnings) == 2

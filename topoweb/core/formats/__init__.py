@@ -222,7 +222,8 @@ _GPU_ROW = re.compile(
 )
 _XML_GPU = re.compile(r"<gpu\b")
 _XML_GPU_PCI = re.compile(r"<pci\b[^>]*\bclass=\"0x03")  # a GPU's slot, or a bare <pci> GPU
-_XML_NET = re.compile(r"<net\b")
+_XML_NET = re.compile(r"<net\b[^>]*")
+_XML_NET_KEY = re.compile(r'\b(?:name|dev|guid)="[^"]*"')
 # The columns of a topo -m header that are not devices (CPU Affinity, NUMA Affinity, GPU
 # NUMA ID), counted generously so a real header is never overestimated.
 _NON_DEVICE_COLUMNS = 8
@@ -234,7 +235,9 @@ def device_counts(text: str) -> tuple[int, int]:
     before anything is parsed."""
     if _XML_START.match(text, 0, 4096):
         gpus = max(len(_XML_GPU.findall(text)), len(_XML_GPU_PCI.findall(text)))
-        return gpus, gpus + len(_XML_NET.findall(text))
+        # A net listed under several <cpu>s is one NIC to the reader: counted once.
+        nets = {tuple(sorted(_XML_NET_KEY.findall(m))) for m in _XML_NET.findall(text)}
+        return gpus, gpus + len(nets)
     gpus = len(set(_GPU_ROW.findall(text)))
     header = re.search(r"^.*\bGPU0\b.*$", text, re.M)
     # A retyped table's `|` borders are not columns.

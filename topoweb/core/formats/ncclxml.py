@@ -56,7 +56,7 @@ class _Endpoint:
     chain: tuple[Node, ...]  # <pci> ancestors, top-level first, its own <pci> last
     node: Node  # the <gpu>, <net>, or the bare <pci> for a pci-only file
     name: str | None = None
-    order: tuple[Any, ...] = ()
+    also_under: tuple[int, ...] = ()  # other <cpu>s a net with no PCI path is listed under
 
 
 def _bus_key(busid: str | None) -> tuple[int, int, int, int]:
@@ -135,6 +135,10 @@ def _endpoints(root: Node, warnings: list[str]) -> tuple[list[_Endpoint], list[N
     cpus = [c for c in root.children if c.tag == "cpu"]
     found: list[_Endpoint] = []
     bare: list[str] = []
+    # A net with no PCI path is written under every <cpu> in some dumps (Vast.ai's eth0): one
+    # device, keyed as NCCL keys a net (its dev) with its name and guid, next to each CPU.
+    on_cpu: dict[tuple[str | None, ...], _Endpoint] = {}
+    listed: dict[tuple[str | None, ...], list[int]] = {}
     for ci, cpu in enumerate(cpus):
 
         def visit(node: Node, chain: tuple[Node, ...], ci: int = ci) -> None:
@@ -162,14 +166,23 @@ def _endpoints(root: Node, warnings: list[str]) -> tuple[list[_Endpoint], list[N
                     visit(child, here)
                 elif child.tag == "nic" and node.tag == "cpu":
                     for net in (n for n in child.children if n.tag == "net"):
-                        name = net.attrs.get("name")
-                        warnings.append(
-                            f"NIC {name or '?'} (line {net.line}) has no PCI location: "
-                            "placed on its CPU"
-                        )
-                        found.append(_Endpoint("nic", None, ci, (), net, name))
+                        key = tuple(net.attrs.get(k) for k in ("name", "dev", "guid"))
+                        if (ep := on_cpu.get(key)) is None:
+                            on_cpu[key] = ep = _Endpoint("nic", None, ci, (), net, key[0])
+                            found.append(ep)
+                        elif ci != ep.cpu and ci not in ep.also_under:
+                            ep.also_under += (ci,)
+                        listed.setdefault(key, []).append(net.line)
 
         visit(cpu, ())
+    for key, ep in on_cpu.items():
+        lines = listed[key]
+        where = f"line {lines[0]}" if len(lines) == 1 else "lines " + ", ".join(map(str, lines))
+        under = f"under {1 + len(ep.also_under)} <cpu> elements, " if ep.also_under else ""
+        warnings.append(
+            f"NIC {ep.name or '?'} ({under}{where}) has no PCI location: placed on "
+            + ("each of those CPUs" if ep.also_under else "its CPU")
+        )
     if bare:
         warnings.append(
             f"{len(bare)} device(s) are bare <pci> entries without <gpu>/<nic> (e.g. "
@@ -187,8 +200,11 @@ def _card(busid: str) -> str:
 
 
 def _pcie_class(a: _Endpoint, b: _Endpoint, cpus: list[Node]) -> str:
-    if a.cpu != b.cpu:
-        return "SYS"
+    if a.cpu != b.cpu and (
+        not (a.also_under or b.also_under)
+        or {a.cpu, *a.also_under}.isdisjoint({b.cpu, *b.also_under})
+    ):
+        return "SYS"  # under no common <cpu>
     if a.busid is not None and b.busid is not None and _card(a.busid) == _card(b.busid):
         return "PIX"  # two ports of one card: one <pci>, or one function each
     k = 0
@@ -298,6 +314,9 @@ def parse(text: str) -> Topology:
                 )
             )
             details_devices[dev_id] = _device_details(ep, cpu)
+            if ep.also_under:
+                also = [cpus[c].attrs.get("numaid") for c in ep.also_under]
+                details_devices[dev_id]["also_numaids"] = also
     if any(c.attrs.get("numaid", "").startswith("-") for c in cpus):
         warnings.append("a <cpu> has numaid -1 (the VM hides NUMA): no NUMA node is known")
     _check_targets(gpus, warnings)
