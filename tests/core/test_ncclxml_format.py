@@ -349,3 +349,50 @@ def test_a_socket_nic_listed_under_each_cpu_is_one_nic_next_to_the_gpus_of_each(
     assert [n.nic_name for n in two.nics] == ["eth0", "eth0"]
     assert two.link_class("GPU0", "NIC0") == "NODE" and two.link_class("GPU1", "NIC0") == "SYS"
     assert two.link_class("NIC0", "NIC1") == "SYS" and len(two.warnings) == 2
+
+
+def one_gpu_host(pci: str, gpu: str = 'dev="0" sm="90" rank="0" gdr="1"') -> str:
+    return (
+        '<system version="2">\n'
+        '  <cpu numaid="3" affinity="00000000,ff000000" arch="x86_64" vendor="AMD">\n'
+        f'    <pci busid="0000:37:00.0" {pci} link_speed="16.0 GT/s PCIe" link_width="16">\n'
+        f"      <gpu {gpu}/>\n"
+        "    </pci>\n"
+        "  </cpu>\n"
+        "</system>\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "message"),
+    [
+        (  # as RCCL dumps its GPUs (ROCm/rccl issue 1185): gcn and arch on <gpu>, Hygon's id
+            one_gpu_host(
+                'class="0x038000" vendor="0x1d94" device="0x55b7"',
+                'dev="0" sm="90" gcn="21943" arch="38911" rank="0" gdr="1"',
+            ),
+            4,
+            'this is an RCCL topology dump of AMD/Hygon GPUs (<gpu gcn="21943">, PCI vendor '
+            "0x1d94 Hygon), not NVIDIA's: topoweb reads NVIDIA GPUs",
+        ),
+        (
+            one_gpu_host('class="0x038000" vendor="0x1002"'),
+            3,
+            "this is an RCCL topology dump of AMD/Hygon GPUs (PCI vendor 0x1002 AMD), not "
+            "NVIDIA's: topoweb reads NVIDIA GPUs",
+        ),
+        (
+            one_gpu_host('class="0x030000" vendor="0x8086"'),
+            3,
+            "the GPU at 0000:37:00.0 has PCI vendor 0x8086 Intel: topoweb reads NVIDIA GPUs",
+        ),
+    ],
+)
+def test_a_topology_of_gpus_not_nvidias_is_refused_as_what_it_is(
+    text: str, line: int, message: str
+) -> None:
+    with pytest.raises(ParseError) as err:
+        parse_text(text)
+    assert (err.value.line, err.value.message) == (line, message)
+    nvidia = one_gpu_host('class="0x030200" vendor="0x10DE"')
+    assert len(ncclxml.parse(nvidia).gpus) == 1  # NVIDIA's id, in either case, is read

@@ -257,6 +257,7 @@ def parse(text: str) -> Topology:
     if root.attrs.get("version", "1") != "1":
         warnings.append(f"<system version={root.attrs.get('version')!r}>: NCCL reads version 1")
     found, cpus = _endpoints(root, warnings)
+    _refuse_other_vendors(found)
     if not cpus:
         raise ParseError("the <system> element holds no <cpu>", line=root.line)
     gpus = sorted((e for e in found if e.kind == "gpu"), key=lambda e: _bus_key(e.busid))
@@ -349,6 +350,35 @@ def parse(text: str) -> Topology:
         "tree": root.to_document(),
     }
     return Topology(tuple(devices), tuple(links), tuple(warnings), details)
+
+
+_GPU_VENDORS = {"0x1002": "AMD", "0x1d94": "Hygon", "0x8086": "Intel"}
+
+
+def _refuse_other_vendors(found: list[_Endpoint]) -> None:
+    """RCCL, AMD's port of NCCL, dumps the same XML for AMD and Hygon GPUs (its <gpu> carries
+    gcn and arch, its <pci> their vendor id); read as NVIDIA's it would pass for a server this
+    project models. Refused as what it is, at its first GPU; a vendor not given is NVIDIA's."""
+    for ep in found:
+        if ep.kind != "gpu":
+            continue
+        pci = ep.chain[-1]  # the GPU's own <pci>: a <gpu> is read only inside one
+        vendor = pci.attrs.get("vendor", "").lower()
+        gcn = ep.node.attrs.get("gcn")
+        nvidia = not vendor or vendor.removeprefix("0x").lstrip("0") == "10de"
+        if gcn is None and nvidia:
+            continue
+        named = "" if nvidia else f"PCI vendor {vendor} {_GPU_VENDORS.get(vendor, '')}".rstrip()
+        if gcn is None and _GPU_VENDORS.get(vendor) not in ("AMD", "Hygon"):
+            raise ParseError(
+                f"the GPU at {ep.busid} has {named}: topoweb reads NVIDIA GPUs", pci.line
+            )
+        clues = ", ".join(c for c in ("" if gcn is None else f'<gpu gcn="{gcn}">', named) if c)
+        raise ParseError(
+            f"this is an RCCL topology dump of AMD/Hygon GPUs ({clues}), not NVIDIA's: topoweb "
+            "reads NVIDIA GPUs",
+            line=pci.line if gcn is None else ep.node.line,
+        )
 
 
 def _check_targets(gpus: list[_Endpoint], warnings: list[str]) -> None:
