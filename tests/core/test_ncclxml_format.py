@@ -396,3 +396,36 @@ def test_a_topology_of_gpus_not_nvidias_is_refused_as_what_it_is(
     assert (err.value.line, err.value.message) == (line, message)
     nvidia = one_gpu_host('class="0x030200" vendor="0x10DE"')
     assert len(ncclxml.parse(nvidia).gpus) == 1  # NVIDIA's id, in either case, is read
+
+
+def test_a_comment_inside_the_tree_saying_content_was_left_out_is_a_warning() -> None:
+    # As an incident report quotes AWS's p5 topology file: one GPU's block, then comments.
+    text = (
+        '<system version="1">\n'
+        '  <cpu numaid="0" affinity="0000ffff,ffffffff" arch="x86_64" vendor="AuthenticAMD">\n'
+        "    <!-- PCIe switch 0000:00 -->\n"
+        '    <pci busid="0000:00:00.0" class="0x060400" link_speed="16.0 GT/s PCIe">\n'
+        '      <pci busid="0000:4f:00.0" class="0x030200" link_speed="32.0 GT/s PCIe">\n'
+        '        <gpu dev="0" sm="90" rank="0" gdr="1"/>\n'
+        "      </pci>\n"
+        '      <pci busid="0000:50:00.0" class="0x020000" link_speed="16.0 GT/s PCIe">\n'
+        '        <nic><net name="rdmap79s0" dev="0" speed="100000" port="1" guid="0"/></nic>\n'
+        "      </pci>\n"
+        "    </pci>\n"
+        "    <!-- ... 7 more similar blocks for PCIe switches 0000:01 through 0000:07 ... -->\n"
+        "    <!-- Full 204-line text lives at:\n"
+        "         https://github.com/example/topology.xml\n"
+        "    -->\n"
+        "  </cpu>\n"
+        "</system>\n"
+    )
+    topology = ncclxml.parse(text)
+    assert len(topology.gpus) == 1 and len(topology.nics) == 1
+    assert topology.warnings == (
+        "line 12: a comment says content was left out of the file (<!-- ... 7 more similar "
+        "blocks for PCIe switches 0000:01 through 0000:07 ... -->): what is read is partial, "
+        "its GPU and NIC counts too",
+    )
+    # Comments that only name what is there (line 3) or point elsewhere are no such warning.
+    cut = "... 7 more similar blocks for PCIe switches 0000:01 through 0000:07 ..."
+    assert ncclxml.parse(text.replace(cut, "PCIe switches 0000:01 to 0000:07")).warnings == ()

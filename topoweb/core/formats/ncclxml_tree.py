@@ -1,6 +1,6 @@
 """NCCL topology XML text into a tree of elements, the first half of reading it: size and element
-limits, text before and after the XML, truncation, and the attribute values NCCL's own reader
-cannot take. Entities and DTDs are refused outright."""
+limits, text before and after the XML, truncation or a comment saying content was left out,
+and the attribute values NCCL's own reader cannot take. Entities and DTDs are refused outright."""
 
 from __future__ import annotations
 
@@ -23,6 +23,10 @@ _TRUNCATED = {
 }
 _JUNK_AFTER = expat.errors.codes[expat.errors.XML_ERROR_JUNK_AFTER_DOC_ELEMENT]
 _START = re.compile(r"<(\?xml|system)\b")
+# A comment inside the tree saying content was cut from it: `<!-- ... 7 more similar blocks -->`.
+_ELIDED = re.compile(
+    r"\.\.\.|\u2026|\b(?:elid|omit|truncat)\w*|\b(?:more|similar|snip(?:ped)?)\b", re.I
+)
 
 
 UNWRITABLE = re.compile(r'["<>&\n]')
@@ -110,10 +114,16 @@ def read_tree(text: str) -> tuple[Node, list[str]]:
     def on_end(tag: str) -> None:
         stack.pop().closed = True
 
+    def on_comment(text: str) -> None:
+        if stack and _ELIDED.search(text):
+            elided.append((line(), " ".join(text.split())))
+
     def refuse_dtd(*_: Any) -> None:
         raise _Refused("a DOCTYPE or entity declaration is not allowed here", line())
 
+    elided: list[tuple[int, str]] = []
     parser.StartElementHandler = on_start
+    parser.CommentHandler = on_comment
     parser.EndElementHandler = on_end
     parser.StartDoctypeDeclHandler = refuse_dtd
     parser.EntityDeclHandler = refuse_dtd
@@ -145,6 +155,14 @@ def read_tree(text: str) -> tuple[Node, list[str]]:
             raise ParseError(
                 f"not well-formed XML: {expat.errors.messages[exc.code]}", line=where
             ) from None
+    if elided:
+        (at, said), more = elided[0], len(elided) - 1
+        shown = said if len(said) <= 80 else said[:77] + "..."
+        warnings.append(
+            f"line {at}: a comment says content was left out of the file (<!-- {shown} -->"
+            + (f", and {more} more such comment(s)" if more else "")
+            + "): what is read is partial, its GPU and NIC counts too"
+        )
     if not roots:
         raise ParseError("no XML element found", line=1 + offset)
     root = roots[0]
