@@ -351,6 +351,15 @@ def test_a_socket_nic_listed_under_each_cpu_is_one_nic_next_to_the_gpus_of_each(
     assert two.link_class("NIC0", "NIC1") == "SYS" and len(two.warnings) == 2
 
 
+def test_the_b200_dump_with_eth0_under_both_sockets_has_one_eth0_next_to_all_eight_gpus() -> None:
+    topology = read("ncclxml_09")
+    assert len(topology.gpus) == 8 and [n.nic_name for n in topology.nics] == ["eth0"]
+    assert {topology.link_class(g.id, "NIC0") for g in topology.gpus} == {"NODE"}
+    assert topology.device("GPU4").numa_affinity == "1"
+    (warning,) = topology.warnings
+    assert warning.startswith("NIC eth0 (under 2 <cpu> elements, lines 16, 45)")
+
+
 def one_gpu_host(pci: str, gpu: str = 'dev="0" sm="90" rank="0" gdr="1"') -> str:
     return (
         '<system version="2">\n'
