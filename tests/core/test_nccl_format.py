@@ -528,3 +528,150 @@ def test_a_run_reads_the_same_however_its_lines_were_tagged_or_pasted(
     assert read.ranks == original.ranks and read.collective == original.collective
     assert (read.n_threads, read.n_gpus) == (original.n_threads, original.n_gpus)
     assert read.errors == original.errors
+
+
+def test_a_sendrecv_table_without_a_command_line_is_not_taken_for_an_all_reduce() -> None:
+    # Two ranks: all_reduce's busbw/algbw, 2(n-1)/n, is 1 as sendrecv's is; only sendrecv and
+    # alltoall print their in-place #wrong as N/A while checking the out-of-place one.
+    run = run_of("nccl_20")
+    assert (run.n_threads, run.n_gpus, len(run.ranks)) == (2, 1, 2)
+    assert run.nccl_version == "2.22.3+cuda12.2" and run.command is None
+    assert len(run.rows) == 29
+    assert all(r.out_of_place.wrong == 0 and r.in_place.wrong is None for r in run.rows)
+    assert row_at(run, 2147483648).out_of_place == NcclMeasurement(29935.0, 71.74, 71.74, 0)
+    assert run.collective == "sendrecv"
+    assert run.warnings == (
+        "the collective (sendrecv) is inferred from the table's columns: "
+        "no command line names the test binary",
+    )
+    assert run.errors == () and run.avg_busbw_gbps == 24.3607
+
+
+def _with_checks(lines: list[str], out_of_place: str, in_place: str) -> list[str]:
+    """The table's rows with their #wrong columns set as given."""
+
+    def row(line: str) -> str:
+        tokens = line.split()
+        if len(tokens) != 13 or not tokens[0].isdigit():
+            return line
+        tokens[8], tokens[12] = out_of_place, in_place
+        return "  ".join(tokens)
+
+    return [row(ln) for ln in lines]
+
+
+def test_a_two_rank_all_reduce_is_told_from_a_sendrecv_by_its_in_place_check() -> None:
+    run = nccl.parse("\n".join(_with_checks(lines_of("nccl_20"), "0", "0")))
+    assert len(run.rows) == 29 and run.collective == "all_reduce"
+
+
+def test_a_ratio_of_one_with_no_check_at_all_leaves_the_collective_unknown() -> None:
+    # validation 0: every check N/A, so nothing tells a two-rank all_reduce from a sendrecv
+    run = nccl.parse("\n".join(_with_checks(lines_of("nccl_20"), "N/A", "N/A")))
+    assert len(run.rows) == 29 and run.collective is None
+    assert run.warnings == ("the collective is unknown: no command line names the test binary",)
+
+
+def test_the_rank_count_keeps_a_ratio_that_does_not_fit_it_from_naming_an_all_reduce() -> None:
+    # 16 ranks listed, busbw/algbw 1: not all_reduce's 2(n-1)/n = 1.875
+    lines = lines_of("nccl_01")
+    lines[24] = lines[24].replace("222.88", "118.87")
+    lines = [ln for ln in lines if "all_reduce_perf" not in ln]
+    run = nccl.parse("\n".join(lines))
+    assert len(run.ranks) == 16 and run.command is None
+    assert run.collective is None
+
+
+def test_two_independent_runs_printed_into_one_output_are_refused_naming_the_line() -> None:
+    # nccl-tests built without MPI=1, started by mpirun on two hosts: each process ran alone
+    with pytest.raises(ParseError) as err:
+        run_of("nccl_21")
+    assert err.value.line == 4  # the second `# nThread` header, before any table
+    assert "several independent nccl-tests runs" in err.value.message
+    assert "without being built with MPI=1" in err.value.message
+    assert "Upload one process's output, or rebuild nccl-tests with MPI=1" in err.value.message
+
+
+def test_a_rank_listed_again_by_another_process_is_refused_as_another_run() -> None:
+    lines = lines_of("nccl_21")
+    del lines[3:6]  # the second header: the second rank list, inside the table, tells it
+    with pytest.raises(ParseError) as err:
+        nccl.parse("\n".join(lines))
+    assert err.value.line == 27
+    assert err.value.message.startswith(
+        "rank 0 is listed again (Pid 2171626 on node2; line 4: Pid 1528921 on node3): "
+        "this output holds several independent nccl-tests runs"
+    )
+
+
+def test_a_second_run_whose_header_starts_at_its_rank_list_is_not_read() -> None:
+    second = [ln for ln in lines_of("nccl_12") if "nThread" not in ln]
+    run = nccl.parse(text_of("nccl_11") + "\n" + "\n".join(second))
+    assert run.collective == "all_reduce" and len(run.rows) == 28
+    assert run.ranks == run_of("nccl_11").ranks  # not nccl_12's rank besides
+    (warning,) = run.warnings
+    assert warning.endswith("starts a second run; only the first run was read")
+
+
+def test_a_table_with_wrong_columns_and_a_blank_redop_is_read_as_v2_13_printed_it() -> None:
+    # nccl-tests v2.13.0 printed "" as the redop of all_gather and the other non-reductions
+    lines = [ln.replace("  none  ", "        ") for ln in lines_of("nccl_03")]
+    run = nccl.parse("\n".join(lines))
+    original = run_of("nccl_03")
+    assert [r.redop for r in run.rows] == [None, None, None]
+    assert [r.root for r in run.rows] == [-1, -1, -1]
+    assert [(r.out_of_place, r.in_place) for r in run.rows] == [
+        (r.out_of_place, r.in_place) for r in original.rows
+    ]
+    assert run.errors == ()
+
+
+def _mpich_chunks(line: str) -> str:
+    """A row as MPICH -prepend-rank forwards it: tagged at each flush of nccl-tests' output
+    (after the leading columns and after each measurement group)."""
+    tokens = line.split()
+    if len(tokens) != 13 or not tokens[0].isdigit():
+        return "[0] " + line
+    return "[0] " + "  ".join([*tokens[:4], tokens[4] + "[0]", *tokens[5:8], tokens[8] + "[0]",
+                               *tokens[9:]])  # fmt: skip
+
+
+def test_mpich_tags_glued_inside_rows_are_removed_with_a_warning() -> None:
+    original = run_of("nccl_06")
+    run = nccl.parse("\n".join(_mpich_chunks(ln) for ln in lines_of("nccl_06")))
+    assert run.rows == original.rows and run.avg_busbw_gbps == original.avg_busbw_gbps
+    assert run.collective == "all_reduce" and run.errors == ()
+    assert run.warnings == (
+        "lines 18-45: the launcher's tags (MPICH -prepend-rank's `[N]`, printed again inside "
+        "a line at each flush of its output) were removed",
+    )
+
+
+def test_only_the_tag_a_line_starts_with_is_taken_from_inside_it() -> None:
+    lines = [_mpich_chunks(ln).replace("[0]", "[1]", 1) for ln in lines_of("nccl_06")]
+    with pytest.raises(ParseError) as err:
+        nccl.parse("\n".join(lines))
+    assert err.value.line == 18 and "root '-1[0]' is not an integer" in err.value.message
+
+
+def test_a_row_tail_split_off_by_log_lines_is_named_in_a_warning() -> None:
+    lines = lines_of("nccl_11")
+    at = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["8"])
+    lines.insert(at, "    579.3    0.00    0.00      0    137.0    0.00    0.00      0")
+    run = nccl.parse("\n".join(lines))
+    assert run.rows == run_of("nccl_11").rows
+    assert run.warnings == (
+        f"line {at + 1}: a row's measurements stand alone, without its size, count and type "
+        "(the rest of a row split off by interleaved log lines); it is not read",
+    )
+
+
+def test_a_forks_per_process_gpu_header_gives_one_thread_and_its_gpus() -> None:
+    # NVIDIA/nccl-tests PR #364 prints `# nGpus(perProc) N ...` and runs one thread a process
+    lines = [
+        "# nGpus(perProc) 8 minBytes 64" + ln.split("minBytes 64", 1)[1] if "nThread" in ln else ln
+        for ln in lines_of("nccl_06")
+    ]
+    run = nccl.parse("\n".join(lines))
+    assert (run.n_threads, run.n_gpus) == (1, 8)
+    assert run.rows == run_of("nccl_06").rows and run.warnings == ()

@@ -271,6 +271,8 @@ def test_no_single_benchmark_fixture_is_said_to_hold_another_tools_output() -> N
     for path in sorted(FIXTURES.glob("*")):
         if path.name.split("_")[0] not in ("p2p", "nccl", "nvbandwidth"):
             continue
+        if path.name.startswith("nccl_21_"):
+            continue  # refused by design: two independent runs interleaved (test_nccl_format)
         parsed = parse_text(path.read_text())
         assert not [w for w in parsed.warnings if "which was not read" in w], path.name  # type: ignore[union-attr]
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from functools import partial
 
 from topoweb.core.formats.errors import ParseError, lines_named
 from topoweb.core.model import NcclMeasurement, NcclRank, NcclRow, NcclRun
 
 # Header lines. Pasted into markdown the leading "# " often loses its space ("#nThread"), so
 # every header pattern takes the hash and the blank as optional.
-_THREADS_RE = re.compile(r"^#?\s*nThread\s+([0-9]+)\s+nGpus\s+([0-9]+)")
+# A fork's header (NVIDIA/nccl-tests PR #364) prints `# nGpus(perProc) N` in place of
+# `# nThread T nGpus N`: it disabled -t, so each process runs one thread.
+_THREADS_RE = re.compile(r"^#?\s*(?:nThread\s+([0-9]+)\s+nGpus|nGpus\(perProc\))\s+([0-9]+)")
 _RANK_RE = re.compile(
     r"^#?\s*Rank\s+([0-9]+)\s+(?:Group\s+([0-9]+)\s+)?Pid\s+([0-9]+)\s+on\s+(\S+)\s+"
     r"device\s+([0-9]+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
@@ -44,6 +47,11 @@ _INFO_RE = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b")
 # numbers right-aligned) and MPICH's `-prepend-rank` ("[0] "). No line of nccl-tests' own
 # starts like any of them.
 _LAUNCHER_TAG_RE = re.compile(r"^(?:\[[0-9]+,[0-9]+\]<std(?:out|err)>:|[ \t]*[0-9]+: |\[[0-9]+\] )")
+# MPICH tags each chunk of output it forwards, and nccl-tests prints a row in several chunks
+# (the leading columns, then each measurement group), so the tag a line starts with also stands
+# glued to the end of a token inside it: "-1[0]    1626.5 ...      0[0]    2302.3".
+_MPICH_TAG_RE = re.compile(r"^\[([0-9]+)\] ")
+_GLUED_TAG_RE = re.compile(r"(?<=\S)\[([0-9]+)\](?=\s|$)")
 
 _TYPE_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _INT_RE = re.compile(r"^-?[0-9]+$")
@@ -94,6 +102,7 @@ class _State:
     # The line of the last closing line (out-of-bounds check, "Collective test concluded"):
     # nccl-tests prints them only once the sweep is done.
     closed_at: int | None = None
+    header_at: int | None = None  # the line of the `# nThread` header
     rank_lines: list[int] = field(default_factory=list)
     rank_ranges: list[tuple[int, int, str, int]] = field(default_factory=list)  # lo, hi, host, line
     table_at: int | None = None  # the line of the column header, or of the first row
@@ -109,11 +118,17 @@ class _State:
 def parse(text: str) -> NcclRun:
     """Read one nccl-tests run. A run that failed comes back with `errors`; text that is not
     nccl-tests output raises ParseError."""
-    # Line numbers as editors count them; each line without a launcher's tag, and read
+    # Line numbers as editors count them; each line without a launcher's tags, and read
     # without the indentation a paste into markdown gives every line.
-    lines = [_LAUNCHER_TAG_RE.sub("", raw, count=1) for raw in text.split("\n")]
+    lines, retagged = _untagged(text.split("\n"))
     last = max((i for i, ln in enumerate(lines, 1) if ln.strip()), default=0)
     st = _State()
+    if retagged:
+        st.warnings.append(
+            f"{lines_named(retagged[0], retagged[-1])}: the launcher's tags (MPICH "
+            "-prepend-rank's `[N]`, printed again inside a line at each flush of its output) "
+            "were removed"
+        )
     for lineno, raw in enumerate(lines, 1):
         line = raw.strip()
         if not line:
@@ -134,9 +149,44 @@ def parse(text: str) -> NcclRun:
             continue
         if _read_row_line(st, line, lineno, truncated=lineno == last):
             continue
+        if _is_row_tail(line):
+            st.warnings.append(
+                f"line {lineno}: a row's measurements stand alone, without its size, count and "
+                "type (the rest of a row split off by interleaved log lines); it is not read"
+            )
+            continue
         if st.command is None and not _INFO_RE.search(line):
             _read_command(st, lines, lineno)
     return _finish(st)
+
+
+def _untagged(raw_lines: list[str]) -> tuple[list[str], list[int]]:
+    """The lines without their launcher's tags, and the numbers of the lines whose MPICH tag
+    also stood inside them. Only the tag the line starts with is taken from inside it, so a
+    value is never eaten."""
+    lines: list[str] = []
+    retagged: list[int] = []
+    for lineno, raw in enumerate(raw_lines, 1):
+        line = _LAUNCHER_TAG_RE.sub("", raw, count=1)
+        if m := _MPICH_TAG_RE.match(raw):
+            inner = _GLUED_TAG_RE.sub(partial(_drop_tag, m.group(1)), line)
+            if inner != line:
+                line = inner
+                retagged.append(lineno)
+        lines.append(line)
+    return lines, retagged
+
+
+def _drop_tag(tag: str, glued: re.Match[str]) -> str:
+    return "" if glued.group(1) == tag else glued.group(0)
+
+
+def _is_row_tail(line: str) -> bool:
+    """Both measurement groups of a row (time, algbw, busbw, check) and nothing else."""
+    tokens = line.split()
+    return len(tokens) == 2 * (len(_MEASURE) + 1) and all(
+        t == "N/A" or _FLOAT_RE.match(t) for t in tokens
+    )
 
 
 def _read_failure(st: _State, line: str, lineno: int) -> bool:
@@ -168,28 +218,66 @@ def _read_header_fact(st: _State, line: str, lineno: int) -> bool:
     if m := _STARTING_RE.match(line):
         st.collective = st.collective or _collective_of(m.group(1))
         return True
-    if (m := _THREADS_RE.match(line)) and not st.started_table:
-        st.n_threads, st.n_gpus = int(m.group(1)), int(m.group(2))
+    if m := _THREADS_RE.match(line):
+        if st.header_at is not None and not st.avg_seen:
+            raise _several_runs(
+                f"a second `# nThread` header, while the run headed at line {st.header_at} "
+                "has not finished its table",
+                lineno,
+            )
+        if st.started_table:
+            return False  # a second run, after the first one's table
+        st.n_threads, st.n_gpus = int(m.group(1) or 1), int(m.group(2))
+        st.header_at = lineno
         return True
     if m := _RANK_RE.match(line):
+        if st.avg_seen:
+            return False  # a second run's rank list
         rank, group, pid, host, device, bus_id, name = m.groups()
-        st.ranks.append(
-            NcclRank(
-                rank=int(rank),
-                group=int(group) if group is not None else None,
-                pid=int(pid),
-                host=host,
-                device=int(device),
-                bus_id=bus_id.strip(),
-                name=name or None,
-            )
+        listed = NcclRank(
+            rank=int(rank),
+            group=int(group) if group is not None else None,
+            pid=int(pid),
+            host=host,
+            device=int(device),
+            bus_id=bus_id.strip(),
+            name=name or None,
         )
+        _refuse_a_rank_listed_twice(st, listed, lineno)
+        st.ranks.append(listed)
         st.rank_lines.append(lineno)
         return True
     if m := _RANK_RANGE_RE.match(line):
         st.rank_ranges.append((int(m.group(1)), int(m.group(2)), m.group(3), lineno))
         return True
     return False
+
+
+def _refuse_a_rank_listed_twice(st: _State, listed: NcclRank, lineno: int) -> None:
+    """One run lists each rank once; the same rank in another process or on another host is
+    a second run's rank list, printed into the same output."""
+    for earlier, at in zip(st.ranks, st.rank_lines, strict=True):
+        if earlier.rank == listed.rank and (earlier.pid, earlier.host) != (
+            listed.pid,
+            listed.host,
+        ):
+            raise _several_runs(
+                f"rank {listed.rank} is listed again (Pid {listed.pid} on {listed.host}; "
+                f"line {at}: Pid {earlier.pid} on {earlier.host})",
+                lineno,
+            )
+
+
+def _several_runs(evidence: str, lineno: int) -> ParseError:
+    # A build without MPI=1 started by mpirun runs one whole test per process, each printing
+    # its own header, rank list and table into the launcher's one stream.
+    return ParseError(
+        f"{evidence}: this output holds several independent nccl-tests runs, not one. "
+        "nccl-tests was most likely launched by mpirun without being built with MPI=1, so "
+        "each process ran the test alone and their outputs are interleaved. Upload one "
+        "process's output, or rebuild nccl-tests with MPI=1 and run it again",
+        lineno,
+    )
 
 
 def _version_from_code(code: int) -> str:
@@ -202,6 +290,8 @@ def _version_from_code(code: int) -> str:
 def _starts_new_run(st: _State, line: str) -> bool:
     if not st.started_table:
         return False
+    if st.avg_seen and _RANK_RE.match(line):
+        return True
     return bool(_THREADS_RE.match(line)) or _column_header(line) is not None
 
 
@@ -282,13 +372,16 @@ def _read_row_line(st: _State, line: str, lineno: int, truncated: bool) -> bool:
 
 
 def _with_blank_redop(tokens: list[str], layout: _Layout) -> list[str]:
-    """The old format prints the redop of a collective that reduces nothing (alltoall,
-    all_gather, broadcast) as blanks, so its rows are a column short: where the redop belongs
-    stands the time. An empty redop stands in for it; any other short row stays short."""
-    if layout.check != "error" or "redop" not in layout.leading:
+    """The old format, and nccl-tests v2.13.0 with its #wrong columns (TimeTest(..., "", ...)
+    until d313d20), print the redop of a collective that reduces nothing (alltoall,
+    all_gather, broadcast, gather, scatter) as blanks, so its rows are a column short: where
+    the redop belongs stands the root, or the time where there is no root column. An empty
+    redop stands in for it; any other short row stays short."""
+    if "redop" not in layout.leading or len(tokens) != layout.width - 1:
         return tokens
     at = layout.leading.index("redop")
-    if len(tokens) != layout.width - 1 or not _FLOAT_RE.match(tokens[at]):
+    after = layout.leading[at + 1] if at + 1 < len(layout.leading) else "time"
+    if not (_INT_RE if after == "root" else _FLOAT_RE).match(tokens[at]):
         return tokens
     return [*tokens[:at], "", *tokens[at:]]
 
@@ -466,9 +559,11 @@ def _finish(st: _State) -> NcclRun:
 def _infer_collective(st: _State) -> str | None:
     """Guess the collective from the columns when no command line names it (a pasted tail).
 
-    busbw/algbw is 1 for broadcast and reduce, 2(n-1)/n for all_reduce and (n-1)/n for
-    reduce_scatter, the gathers, scatter and all-to-all, so with redop and root it separates
-    the common cases; the rest stay unknown."""
+    busbw/algbw is 1 for broadcast, reduce and sendrecv, 2(n-1)/n for all_reduce and (n-1)/n
+    for reduce_scatter, the gathers, scatter and all-to-all, so with redop, root and the rank
+    count it separates the common cases; the rest stay unknown. sendrecv and alltoall check
+    only their out-of-place results (`reportErrors = in_place ? 0 : 1`): an in-place check
+    printed N/A on every row that checked its out-of-place one tells them from the others."""
     ratio: float | None = None
     for r in sorted(st.rows, key=lambda r: r.bytes, reverse=True):
         alg, bus = r.out_of_place.algbw_gbps, r.out_of_place.busbw_gbps
@@ -480,12 +575,26 @@ def _infer_collective(st: _State) -> str | None:
         row = st.rows[-1]
         rooted = row.root is not None and row.root >= 0
         reduces = row.redop not in (None, "none")
+        n = _rank_count(st)
+        checked = [(_checked(r.out_of_place), _checked(r.in_place)) for r in st.rows]
+        point_to_point = all(out and not in_ for out, in_ in checked)
         if rooted and reduces:
             guess = "reduce"
-        elif rooted and ratio is not None and abs(ratio - 1) < 0.02:
+        elif ratio is None:
+            pass
+        elif rooted and abs(ratio - 1) < 0.02:
             guess = "broadcast"
-        elif not rooted and reduces and ratio is not None and 0.98 < ratio < 2:
-            guess = "all_reduce"  # reduce_scatter, the other unrooted reduction, stays below 1
+        elif not rooted and reduces and point_to_point:
+            guess = "sendrecv" if abs(ratio - 1) < 0.02 else None
+        elif not rooted and reduces:
+            # reduce_scatter, the other unrooted reduction, stays below 1
+            if n is not None:
+                fits = abs(ratio - 2 * (n - 1) / n) < 0.02
+            else:
+                fits = 0.98 < ratio < 2
+            if abs(ratio - 1) < 0.02 and not any(in_ for _, in_ in checked):
+                fits = False  # two ranks, or a sendrecv whose checks all read N/A
+            guess = "all_reduce" if fits else None
     if guess is None:
         st.warnings.append("the collective is unknown: no command line names the test binary")
     else:
@@ -494,3 +603,15 @@ def _infer_collective(st: _State) -> str | None:
             "no command line names the test binary"
         )
     return guess
+
+
+def _checked(m: NcclMeasurement) -> bool:
+    return m.wrong is not None or m.error is not None
+
+
+def _rank_count(st: _State) -> int | None:
+    """How many ranks ran, where the rank list says it: every rank from 0 up listed once."""
+    numbers = {r.rank for r in st.ranks}
+    if not numbers or len(numbers) != len(st.ranks) or len(numbers) != max(numbers) + 1:
+        return None
+    return len(numbers)
