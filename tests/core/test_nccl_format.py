@@ -675,3 +675,13 @@ def test_a_forks_per_process_gpu_header_gives_one_thread_and_its_gpus() -> None:
     run = nccl.parse("\n".join(lines))
     assert (run.n_threads, run.n_gpus) == (1, 8)
     assert run.rows == run_of("nccl_06").rows and run.warnings == ()
+
+
+def test_a_failed_run_and_its_rerun_pasted_together_read_as_two_runs_not_as_interleaved_ones() -> (
+    None
+):
+    # A run that failed mid-table (nccl_17), then a whole run pasted after it (nccl_06): the
+    # second header and rank list belong to the rerun, not to processes of the first.
+    run = nccl.parse(text_of("nccl_17") + "\n" + text_of("nccl_06"))
+    assert run.errors
+    assert {rank.host for rank in run.ranks} == {r.host for r in run_of("nccl_17").ranks}

@@ -103,6 +103,7 @@ class _State:
     # nccl-tests prints them only once the sweep is done.
     closed_at: int | None = None
     header_at: int | None = None  # the line of the `# nThread` header
+    later_run: bool = False  # a second run's header was seen (its lines are not this run's)
     rank_lines: list[int] = field(default_factory=list)
     rank_ranges: list[tuple[int, int, str, int]] = field(default_factory=list)  # lo, hi, host, line
     table_at: int | None = None  # the line of the column header, or of the first row
@@ -219,19 +220,21 @@ def _read_header_fact(st: _State, line: str, lineno: int) -> bool:
         st.collective = st.collective or _collective_of(m.group(1))
         return True
     if m := _THREADS_RE.match(line):
-        if st.header_at is not None and not st.avg_seen:
+        # (A run that failed and its rerun, pasted together, are two runs one after the other.)
+        if st.header_at is not None and not st.avg_seen and not st.failures:
             raise _several_runs(
                 f"a second `# nThread` header, while the run headed at line {st.header_at} "
                 "has not finished its table",
                 lineno,
             )
-        if st.started_table:
-            return False  # a second run, after the first one's table
+        if st.started_table or st.failures:
+            st.later_run = True
+            return False  # a second run, after the first one's table (or failure)
         st.n_threads, st.n_gpus = int(m.group(1) or 1), int(m.group(2))
         st.header_at = lineno
         return True
     if m := _RANK_RE.match(line):
-        if st.avg_seen:
+        if st.avg_seen or st.later_run:
             return False  # a second run's rank list
         rank, group, pid, host, device, bus_id, name = m.groups()
         listed = NcclRank(
