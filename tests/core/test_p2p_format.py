@@ -282,8 +282,16 @@ def test_a_second_run_pasted_after_the_first_is_named_and_not_read() -> None:
     twice = p2p.parse(text + "\n" + text.replace("26.32", "25.00"))
     assert twice.matrices == result_of("p2p_05").matrices
     second = text.count("\n") + 2
+    # Named at the second run's banner, the line above its device list.
     assert [w for w in twice.warnings if "second run" in w] == [
-        f"line {second + _first_device_line(text)} starts a second run; only the first run was read"
+        f"line {second + _first_device_line(text) - 1} starts a second run; only the first run "
+        "was read"
+    ]
+    # With no banner, at its device list.
+    bare = text.replace("[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]\n", "")
+    twice = p2p.parse(text + "\n" + bare)
+    assert [w for w in twice.warnings if "second run" in w] == [
+        f"line {second + _first_device_line(bare)} starts a second run; only the first run was read"
     ]
 
 

@@ -91,7 +91,10 @@ def parse(text: str) -> P2PResult:
         if (heading := _HEADING_RE.match(line)) and _is_title(heading.group(1)):
             line = heading.group(1)
         if _starts_second_run(st, line):
-            st.warnings.append(f"line {lineno} starts a second run; only the first run was read")
+            # The run starts at its banner when one is printed just above its device list.
+            above = [n for n in range(max(1, lineno - 4), lineno) if _BANNER in lines[n - 1]]
+            start = above[-1] if above else lineno
+            st.warnings.append(f"line {start} starts a second run; only the first run was read")
             break
         _read_line(st, line, lineno)
     if st.block is not None:
@@ -99,6 +102,9 @@ def parse(text: str) -> P2PResult:
     if st.title is not None and st.title_unused:
         raise ParseError("the output ends before the matrix under this title", st.title.line)
     return _finish(st)
+
+
+_BANNER = "[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]"
 
 
 def _is_title(line: str) -> bool:
