@@ -366,3 +366,27 @@ def test_a_run_kept_as_a_scripts_comment_reads_with_a_warning() -> None:
     )
     assert run.to_document()["matrices"] == plain.to_document()["matrices"]
     assert run.gpus == plain.gpus
+
+
+def test_a_paste_with_an_editor_s_line_numbers_is_read_without_them() -> None:
+    # As an issue pasted it (NVIDIA/cuda-samples#230): vim's line numbers before every line.
+    body = [
+        "P2P=Disabled Latency Matrix (us)",
+        "   GPU     0      1",
+        "     0   2.61  14.95",
+        "     1  11.09   2.10",
+        "",
+        "   CPU     0      1",
+        "     0   2.67   6.78",
+        "     1   6.12   2.55",
+    ]
+    text = "A snippet of my result:\n\n```\n" + "\n".join(
+        f"{n:3d} {line}".rstrip() for n, line in enumerate(body, 1)
+    )
+    result = p2p.parse(text + "\n```\n")
+    assert result.matrices["latency_gpu_p2p_disabled_us"] == ((2.61, 14.95), (11.09, 2.10))
+    assert result.matrices["latency_cpu_p2p_disabled_us"] == ((2.67, 6.78), (6.12, 2.55))
+    assert result.warnings[0] == (
+        "lines 4-11: each line starts with its number in an editor's line-number column: "
+        "read without it"
+    )

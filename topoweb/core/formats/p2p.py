@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 
-from topoweb.core.formats.errors import ParseError
+from topoweb.core.formats.errors import ParseError, lines_named
 from topoweb.core.model import P2P_MATRIX_NAMES, Matrix, P2PGpu, P2PResult
 
 _DEVICE_RE = re.compile(
@@ -82,6 +83,7 @@ def parse(text: str) -> P2PResult:
         # Kept as a script's comment: the program itself prints no line starting with "#".
         lines = [re.sub(r"^(\s*)# ?", r"\1", line) for line in lines]
         st.warnings.append("every line is commented out with `#`: read as if it were not")
+    lines = _without_line_numbers(lines, st.warnings)
     for lineno, raw in enumerate(lines, 1):
         line = raw.rstrip()
         if st.block is not None and _read_row(st, st.block, line, lineno):
@@ -105,6 +107,31 @@ def parse(text: str) -> P2PResult:
 
 
 _BANNER = "[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]"
+_NUMBERED = re.compile(r"\s*(\d+)(?: |$)")
+
+
+def _without_line_numbers(lines: list[str], warnings: list[str]) -> list[str]:
+    """The lines without an editor's line-number column (vim's `:set number`, copied with the
+    text): a run of lines numbered one by one, a matrix title among them. A matrix row starts
+    with a number too, but never every line of a run that holds a title."""
+    # Each line's number less its index: constant along a numbered run.
+    offsets = [
+        int(m.group(1)) - index if (m := _NUMBERED.match(line)) else None
+        for index, line in enumerate(lines)
+    ]
+    out = list(lines)
+    start = 0
+    for offset, run in itertools.groupby(offsets):
+        end = start + len(list(run))
+        cut = [_NUMBERED.sub("", line, count=1) for line in lines[start:end]]
+        if offset is not None and end - start >= 3 and any(_is_title(c.strip()) for c in cut):
+            out[start:end] = cut
+            warnings.append(
+                f"{lines_named(start + 1, end)}: each line starts with its number in an "
+                "editor's line-number column: read without it"
+            )
+        start = end
+    return out
 
 
 def _is_title(line: str) -> bool:
