@@ -255,11 +255,11 @@ def _row_under(lines: list[str], index: int, first_gpu: int) -> list[str]:
     return following if len(following) >= 2 and blob.startswith(following[0]) else []
 
 
-def _starts_matrix(line: str, lines: list[str], index: int) -> bool:
-    """Whether `line` (lines[index]) is a matrix's header: it names a GPU and the row under
-    it starts with that device and a link class or a `topo -p2p` status (not a sentence that
-    names GPUs)."""
-    match = _HEADER_GPU.search(line) if "GPU" in line else None
+def _starts_matrix(lines: list[str], index: int) -> bool:
+    """Whether lines[index] is a matrix's header: it names a GPU and the row under it starts
+    with that device and a link class or a `topo -p2p` status (not a sentence that names
+    GPUs)."""
+    match = _HEADER_GPU.search(lines[index]) if "GPU" in lines[index] else None
     following = _row_under(lines, index, match.start()) if match else []
     return bool(following) and (bool(_split_cells(following[1])[0]) or following[1] in _P2P_STATUS)
 
@@ -717,9 +717,9 @@ def _read_nic_legend(lines: list[str], start: int, warnings: list[str]) -> dict[
     # The substring tests spare a regex on lines that cannot match it (most of them).
     for number, line in enumerate(lines[start:], start + 1):
         command = "nvidia-smi" in line
-        if command or _starts_matrix(line, lines, number - 1):
+        if command or _starts_matrix(lines, number - 1):
             after = range(number - 1, min(len(lines), number + 6)) if command else [number - 1]
-            if any(_starts_matrix(lines[i], lines, i) for i in after):  # its banner, header
+            if any(_starts_matrix(lines, i) for i in after):  # its banner, header
                 warnings.append(f"line {number}: another matrix starts; only the first is read")
             break
         match = _NIC_LEGEND_ENTRY.match(line) if "NIC" in line else None
