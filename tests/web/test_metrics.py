@@ -74,3 +74,14 @@ def test_metrics_count_ingest_outcomes_and_analyses(client: Any, collector_clien
         (("method", "POST"), ("view", "api:reports")),
     )
     assert after[latency] - before.get(latency, 0) == 3
+    by_status = {
+        status: after[key] - before.get(key, 0)
+        for status in ("200", "201", "403")
+        for key in [
+            (
+                "django_http_responses_total_by_status_view_method_total",
+                (("method", "POST"), ("status", status), ("view", "api:reports")),
+            )
+        ]
+    }
+    assert by_status == {"200": 1, "201": 1, "403": 1}

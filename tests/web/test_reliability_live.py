@@ -111,7 +111,7 @@ def test_metrics_are_summed_over_the_workers_and_their_labels_stay_bounded(web: 
     after = scrape(base)
     labels_after = {labels for name, labels in after if name == route[0]}
 
-    # At most ("<invalid method>", "<unnamed view>") and ("GET", ...): django-prometheus's
+    # At most ("<invalid method>", "<unnamed view>") and ("GET", ...): the metrics middleware's
     # fixed sets.
     assert len(labels_after - labels_before) <= 2
     assert {dict(labels)["method"] for labels in labels_after} <= {

@@ -57,7 +57,6 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
-    "django_prometheus",
     "rest_framework_api_key",  # the fleet's collector and API tokens are its keys
     "topoweb.fleet",
     "topoweb.analysis",
@@ -67,8 +66,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "topoweb.config.probes.ProbeMiddleware",
-    # django-prometheus: first and last, so a request's time includes every middleware's.
-    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "topoweb.config.metrics.HttpMetricsMiddleware",  # a request's time through all the rest
     "topoweb.config.api.NulInPathMiddleware",
     "topoweb.config.api.ApiTrailingSlashMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -81,7 +79,6 @@ MIDDLEWARE = [
     "topoweb.config.api.PageMessagesMiddleware",  # Django's MessageMiddleware, off the API
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "topoweb.ui.middleware.ContentSecurityPolicyMiddleware",
-    "topoweb.config.metrics.PrometheusAfterMiddleware",  # django-prometheus's, methods bounded
 ]
 
 ROOT_URLCONF = "topoweb.config.urls"
