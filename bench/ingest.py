@@ -20,8 +20,10 @@ the client side while a figure is measured. Three kinds of report, each for a fi
 - duplicate: a known host reports what it reported before, as most of a fleet's reports are.
 
 201 and 200 answers are counted apart (a new-report run that ran out of fresh hosts answers
-200 for the rest; any other status is reported as failed). The bare app is measured before and
-after the reports, and each ratio is against their mean (as in bench/query.py). Ports:
+200 for the rest; any other status is reported as failed). The three kinds run in rounds
+(`--rounds`, 3 by default) with the bare app measured before the first and after each: a
+kind's ratio in a round is against the mean of the bare runs on either side, and the figure
+judged is the median round's (the machine's drift moves single runs by a third). Ports:
 BENCH_PORT (topoweb) and BENCH_PORT + 1 (the bare app) when set, else free ones.
 """
 
@@ -195,12 +197,15 @@ class Hosts:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=int, default=5, help="seconds per measured run")
+    parser.add_argument(
+        "--rounds", type=int, choices=range(1, 17), default=3, help="rounds of the three kinds"
+    )
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2, help="wrk threads")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn sync workers")
     parser.add_argument("--hosts", type=int, default=200, help="known hosts (duplicates)")
     parser.add_argument(
-        "--fresh", type=int, default=4000, help="hosts never seen, for first reports"
+        "--fresh", type=int, default=2000, help="hosts never seen, for each round's first reports"
     )
     parser.add_argument("--servers", type=int, default=10_000)
     parser.add_argument("--reads", type=int, default=500)
@@ -223,9 +228,15 @@ def main() -> int:
             return 0
         salt = secrets.token_hex(8)
         known = Hosts("bench-", "b", args.hosts, salt, _readable(texts))
-        fresh = Hosts("fresh-", "f", args.fresh, salt, known.texts)
+        # Each round's first reports come from hosts no round has seen (a tag letter each).
+        fresh = [
+            Hosts(f"fresh{n}-", "fghijklmnopqrstu"[n], args.fresh, salt, known.texts)
+            for n in range(args.rounds)
+        ]
         known.create_tokens()
-        fresh.create_tokens()
+        for hosts in fresh:
+            hosts.create_tokens()
+        timing = (args.duration, args)
         _store_first_reports(known)
         url = base + "/api/v1/reports/"
         size = len(
@@ -249,50 +260,55 @@ def main() -> int:
             # is timed, and the bare app has answered.
             wrk(url, known.script("changed", "warm", args.threads), 1, args)
             wrk(bare, bare_script, 1, args)
-            # The bare app before and after the reports, as bench/query.py does: each ratio is
-            # against their mean, so that a machine drifting during the runs moves both sides.
+            # Rounds of the three kinds between runs of the bare app: each kind's ratio in a
+            # round is against the mean of the bare runs around it, so that a machine drifting
+            # during the runs moves both sides, and the figure is the rounds' median.
             baseline = [wrk(bare, bare_script, args.duration, args)]
-            runs = [
-                (
-                    "new, changed facts",
-                    201,
-                    wrk(url, known.script("changed", "run", args.threads), args.duration, args),
-                ),
-                (
-                    "new, first report",
-                    201,
-                    wrk(url, fresh.script("first", "", args.threads), args.duration, args),
-                ),
-                (
-                    "duplicate",
-                    200,
-                    wrk(url, known.script("same", "", args.threads), args.duration, args),
-                ),
-            ]
-            baseline.append(wrk(bare, bare_script, args.duration, args))
+            rounds: list[list[Run]] = []
+            for number, hosts in enumerate(fresh):
+                rounds.append(
+                    [
+                        wrk(url, known.script("changed", f"run{number}", args.threads), *timing),
+                        wrk(url, hosts.script("first", "", args.threads), *timing),
+                        wrk(url, known.script("same", "", args.threads), *timing),
+                    ]
+                )
+                baseline.append(wrk(bare, bare_script, args.duration, args))
 
         print(
             f"{args.connections} connections (wrk, {args.threads} threads), {args.workers} "
-            f"gunicorn sync workers, {args.duration} s per run, reports of {size} bytes and more"
+            f"gunicorn sync workers, {args.duration} s per run, {args.rounds} rounds, reports "
+            f"of {size} bytes and more"
         )
-        print(f"{'run':<24} {'reports/s':>9} {'p50 ms':>7} {'p95 ms':>7} {'of bare':>8}  target")
-        for when, bare_run in zip(("before", "after"), baseline, strict=True):
-            print(
-                f"{'bare DRF POST ' + when:<24} {bare_run.rate(200):9.0f} {bare_run.p50_ms:7.1f} "
-                f"{bare_run.p95_ms:7.1f} {'':>8}  (the framework's ceiling on this machine)"
-            )
-        bare_rps = sum(b.rate(200) for b in baseline) / len(baseline)
-        for label, status, run in runs:
-            rate = run.rate(status)
+        bare_rates = [b.rate(200) for b in baseline]
+        print(
+            "bare DRF POST, between the rounds: "
+            + ", ".join(f"{rate:.0f}" for rate in bare_rates)
+            + "/s (the framework's ceiling on this machine)"
+        )
+        print(
+            f"{'run':<20} {'reports/s':>9} {'p50 ms':>7} {'p95 ms':>7} {'of bare':>8} "
+            f"{'rounds':>13}  target (the median round)"
+        )
+        kinds = (("new, changed facts", 201), ("new, first report", 201), ("duplicate", 200))
+        for index, (label, status) in enumerate(kinds):
+            runs = [each[index] for each in rounds]
+            ratios = [
+                run.rate(status) / ((bare_rates[n] + bare_rates[n + 1]) / 2)
+                for n, run in enumerate(runs)
+            ]
+            ratio = statistics.median(ratios)
+            middle = runs[ratios.index(ratio)] if ratio in ratios else runs[0]
             target = TARGET_NEW if status == 201 else TARGET_DUPLICATE
-            notes = [f"{run.failed} failed"] if run.failed else []
-            other = run.same if status == 201 else run.created
+            notes = [f"{sum(r.failed for r in runs)} failed"] if any(r.failed for r in runs) else []
+            other = sum(r.same if status == 201 else r.created for r in runs)
             if other:
                 notes.append(f"{other} answered {200 if status == 201 else 201}")
             print(
-                f"{label:<24} {rate:9.1f} {run.p50_ms:7.1f} {run.p95_ms:7.1f} "
-                f"{rate / bare_rps:7.1%}  >= {target:.0%} of bare "
-                f"{'ok' if rate >= target * bare_rps else 'MISSED'}"
+                f"{label:<20} {statistics.median(r.rate(status) for r in runs):9.1f} "
+                f"{middle.p50_ms:7.1f} {middle.p95_ms:7.1f} {ratio:7.1%} "
+                f"{min(ratios):6.1%}-{max(ratios):5.1%}  >= {target:.0%} of bare "
+                f"{'ok' if ratio >= target else 'MISSED'}"
                 + (f"  ({', '.join(notes)})" if notes else "")
             )
 
