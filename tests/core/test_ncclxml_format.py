@@ -109,6 +109,23 @@ def test_bare_pci_files_are_read_by_class_with_a_warning() -> None:
     assert flat.link_class("GPU0", "GPU1") == "NODE" and flat.link_class("GPU0", "GPU4") == "SYS"
 
 
+def test_a_static_topology_file_without_nvlinks_says_so_and_a_dump_does_not() -> None:
+    # AWS's p5.48xlarge NCCL_TOPO_FILE: eight H100 (sm 90) and 32 EFA NICs, no <nvlink>,
+    # no PCI vendor or device ids; NCCL adds the NVLinks it detects when it runs.
+    topo = read("ncclxml_10")
+    assert len(topo.gpus) == 8 and len(topo.nics) == 32
+    assert {topo.link_class(f"GPU{a}", f"GPU{b}") for a in range(8) for b in range(a)} == {"NODE"}
+    (warning,) = [w for w in topo.warnings if "static NCCL_TOPO_FILE" in w]
+    assert warning.startswith("line 5: the XML names no NVLink and no GPU's PCI ids")
+    no_gpu_elements = read("ncclxml_02")  # bare <pci> GPUs: that warning says it already
+    assert not any("static NCCL_TOPO_FILE" in w for w in no_gpu_elements.warnings)
+    for dump in ("ncclxml_08", "ncclxml_09"):
+        assert not any("static NCCL_TOPO_FILE" in w for w in read(dump).warnings), dump
+    pcie_dump = xml_of("ncclxml_08")  # a dump of GPUs with no NVLink: ids given, no warning
+    pcie_dump = "\n".join(line for line in pcie_dump.splitlines() if "<nvlink" not in line)
+    assert not any("static NCCL_TOPO_FILE" in w for w in ncclxml.parse(pcie_dump).warnings)
+
+
 @pytest.mark.parametrize(
     ("text", "line", "words"),
     [

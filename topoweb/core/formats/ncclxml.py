@@ -321,6 +321,7 @@ def parse(text: str) -> Topology:
     if any(c.attrs.get("numaid", "").startswith("-") for c in cpus):
         warnings.append("a <cpu> has numaid -1 (the VM hides NUMA): no NUMA node is known")
     _check_targets(gpus, warnings)
+    _check_static(gpus, warnings)
 
     eps = gpus + nics
     nvlinks = _NvlinkCounts.of(gpus)
@@ -407,6 +408,25 @@ def _check_targets(gpus: list[_Endpoint], warnings: list[str]) -> None:
             f"NVLinks lead to {len(shown)} GPU(s) the XML does not list ({', '.join(shown[:4])}"
             f"{', ...' if len(shown) > 4 else ''}): those links are left out"
         )
+
+
+def _check_static(gpus: list[_Endpoint], warnings: list[str]) -> None:
+    """A file with <gpu> elements but no <nvlink> and no PCI ids on its GPUs is written by hand
+    or shipped with a cloud image as NCCL_TOPO_FILE (AWS's p5.48xlarge file): NCCL adds the
+    NVLinks it detects at run time, so the file's silence says nothing about them. A dump
+    (NCCL_TOPO_DUMP_FILE) carries the ids, and lists no NVLink only where there is none; so
+    does this project's export (the vendor id)."""
+    written = [g for g in gpus if g.node.tag == "gpu"]
+    if len(written) < 2 or any(c.tag == "nvlink" for g in written for c in g.node.children):
+        return
+    if any(g.chain and {"vendor", "device"} & set(g.chain[-1].attrs) for g in written):
+        return
+    warnings.append(
+        f"line {written[0].node.line}: the XML names no NVLink and no GPU's PCI ids, as a "
+        "static NCCL_TOPO_FILE does (NCCL detects NVLink at run time): its GPU pairs are read "
+        "as their PCIe paths only; NCCL's dump (NCCL_TOPO_DUMP_FILE) or `nvidia-smi topo -m` "
+        "shows the NVLinks"
+    )
 
 
 def _cpu_details(cpu: Node) -> dict[str, Any]:
