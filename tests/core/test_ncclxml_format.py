@@ -300,6 +300,23 @@ def test_an_nccl_graph_file_is_refused_as_what_it_is() -> None:
     assert err.value.line == 1 and err.value.message.startswith("this is an NCCL graph file")
 
 
+@pytest.mark.parametrize("head", ["doctype", "declaration", "bare"])
+def test_hwlocs_xml_is_refused_as_what_it_is(head: str) -> None:
+    # The head of `lstopo --of xml` on a p5en.48xlarge (aws/aws-ofi-nccl's unit-test fixture).
+    text = (
+        ('<?xml version="1.0" encoding="UTF-8"?>\n' if head != "bare" else "")
+        + ('<!DOCTYPE topology SYSTEM "hwloc2.dtd">\n' if head == "doctype" else "")
+        + '<topology version="2.0">\n'
+        '  <object type="Machine" os_index="0" cpuset="0xffffffff,0xffffffff">\n'
+        '    <info name="DMIProductName" value="p5en.48xlarge"/>\n'
+        "  </object>\n</topology>\n"
+    )
+    with pytest.raises(ParseError) as err:
+        parse_text(text)
+    assert err.value.line == {"doctype": 2, "declaration": 2, "bare": 1}[head]
+    assert err.value.message.startswith("this is hwloc's XML (`lstopo --of xml`)")
+
+
 def test_two_functions_of_one_card_are_pix_as_nvidia_smi_shows_its_two_ports() -> None:
     # A dual-port NIC listed as one <pci> per function, straight under its CPU (a Dell host's
     # Broadcom eno1np0/eno2np1 at 0000:18:00.0 and .1): PIX, not NODE.

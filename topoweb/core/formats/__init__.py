@@ -89,7 +89,9 @@ _IBNET_MARKERS: tuple[_Marker, ...] = (
     ("guid=0x", re.compile(r'^[ \t]*(Switch|Ca|Rt)\s+\d+\s+"[SHR]-[0-9a-fA-F]+"', re.M)),
 )
 # An XML declaration or <system>, after any comments a hand-written topology file opens with.
-_XML_START = re.compile(r"^\s*(?:<!--.*?-->\s*)*<(\?xml|system)\b", re.S)
+_XML_START = re.compile(r"^\s*(?:<!--.*?-->\s*)*<(\?xml|system|topology)\b", re.S)
+# hwloc's XML starts as NCCL's may (`<?xml ...?>`): its DTD, or its root holding <object>s.
+_HWLOC_XML = re.compile(r"<!DOCTYPE\s+topology\s+SYSTEM\s+\"hwloc|<topology\b[^>]*>\s*<object\b")
 # The last alternative is a matrix retyped as a markdown or RST table: a `| GPU0 |` cell.
 _TOPO_MARKERS = re.compile(
     r"GPU0\s*(GPU1|mlx|NIC|CPU|X\b)|\bGPU0\s+X\b|Legend:\s*$|\|\s*(\*\*)?GPU0(\*\*)?\s*\|", re.M
@@ -132,6 +134,12 @@ def detect_format(text: str) -> str:
         line = text[: text.index("\x00")].count("\n") + 1
         raise ParseError("the input is binary, not text", line=line)
     if _XML_START.match(text, 0, 4096):  # as on text[:4096], without the copy
+        if found := _HWLOC_XML.search(text, 0, 4096):
+            raise ParseError(
+                "this is hwloc's XML (`lstopo --of xml`), not NCCL's topology: send NCCL's "
+                "dump (NCCL_TOPO_DUMP_FILE) or `nvidia-smi topo -m`",
+                line=text.count("\n", 0, found.start()) + 1,
+            )
         return "nccl-topology-xml"
     if _has_marker(text, _IBNET_MARKERS):
         return "ibnetdiscover"
