@@ -677,3 +677,22 @@ def test_a_selection_over_many_servers_is_kept_without_its_servers(
     other = questions.selection(2, [*wanted[:2], ("h200-01", [0, 1])], "all_reduce")
     assert other["selections"][0]["hostname"] == "h200-01"
     assert other["selections"][0]["gpus"] == [0, 1] != first["selections"][0]["gpus"]
+
+
+def test_a_write_replaces_the_fleets_version_once_at_commit_and_its_own_reads_see_it(
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from django.core.cache import cache
+
+    from topoweb.config import answers
+
+    version = answers._fleet_version()
+    assert answers.kept_read(("read",), lambda: b"before") == b"before"
+    with django_capture_on_commit_callbacks(execute=True) as committed:
+        answers.fleet_changed()
+        # Other processes keep the version until the write commits; the writer's own
+        # reads inside its transaction are computed again.
+        assert cache.get(answers._VERSION_KEY) == version
+        assert answers.kept_read(("read",), lambda: b"after") == b"after"
+    assert len(committed) == 1
+    assert answers._fleet_version() not in (None, version)

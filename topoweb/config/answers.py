@@ -81,15 +81,22 @@ KEPT_READ_S = 60
 KEPT_READ_MAX_BYTES = 1024 * 1024
 
 
+# This process's writes since it started: part of each kept read's key, so that the writer's
+# own reads inside its transaction are computed again before the fleet's version changes.
+_writes_here = 0
+
+
 def fleet_changed() -> None:
-    """Every kept read is stale: the fleet's version is replaced now, and again when the
-    caller's transaction commits (a read between the two may have kept what was stored before
-    the commit). Called by fleet.changes.servers_changed and the writes of what kept reads
-    show beyond the servers' documents (a refitted calibration; a duplicate report's
-    last_seen_at through `server_seen`)."""
-    _new_version()
-    if not transaction.get_autocommit():
-        transaction.on_commit(_new_version)
+    """Every kept read is stale: the fleet's version (shared by every process) is replaced when
+    the caller's transaction commits, at once outside one, and this process's kept reads are
+    set aside now, for the reads the writer makes before it commits. Other processes see the
+    write only once it is committed, and the version changes then. Called by
+    fleet.changes.servers_changed and the writes of what kept reads show beyond the servers'
+    documents (a refitted calibration; a duplicate report's last_seen_at through
+    `server_seen`)."""
+    global _writes_here
+    _writes_here += 1
+    transaction.on_commit(_new_version)
 
 
 def server_seen(before: datetime | None, now: datetime) -> None:
@@ -132,7 +139,7 @@ def kept_read(key: Hashable, compute: Callable[[], bytes]) -> bytes:
     version = _fleet_version()
     if version is None:
         return compute()
-    name = answer_key(("kept read", version, key))
+    name = answer_key(("kept read", version, _writes_here, key))
     local = caches["answers"]
     found = local.get(name)
     if found is None:
