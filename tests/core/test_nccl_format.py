@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -645,6 +646,23 @@ def test_mpich_tags_glued_inside_rows_are_removed_with_a_warning() -> None:
         "lines 18-45: the launcher's tags (MPICH -prepend-rank's `[N]`, printed again inside "
         "a line at each flush of its output) were removed",
     )
+
+
+@pytest.mark.parametrize(
+    "excerpt",
+    [
+        lambda lines: [_mpich_chunks(ln) for ln in lines[17:45]],  # the rows alone
+        # from the column header, on a page that took each '#'
+        lambda lines: [_mpich_chunks(ln.lstrip().removeprefix("#")) for ln in lines[14:]],
+    ],
+    ids=["rows", "rendered-table"],
+)
+def test_an_mpich_tagged_excerpt_without_the_header_is_detected_and_read(
+    excerpt: Callable[[list[str]], list[str]],
+) -> None:
+    text = "\n".join(excerpt(lines_of("nccl_06")))
+    assert detect_format(text) == "nccl-tests"
+    assert nccl.parse(text).rows == run_of("nccl_06").rows
 
 
 def test_only_the_tag_a_line_starts_with_is_taken_from_inside_it() -> None:

@@ -62,6 +62,13 @@ _NCCL_MARKERS: tuple[_Marker, ...] = (
     ),
     ("_perf", re.compile(r"_perf\b")),
     ("nThread", _NCCL_BARE_HEADER),
+    # A table's column header and its average where a page that renders markdown took the
+    # '#', behind whatever tag a launcher put before the line.
+    ("count", re.compile(r"\bsize\s+count\s+type\s+redop\b")),
+    ("Avg bus bandwidth", re.compile(r"\bAvg bus bandwidth\s*:")),
+    # A row as MPICH -prepend-rank forwards it, its tag glued again inside it after a flush:
+    # "[0]   1048576   262144   float   sum   -1[0]   1626.5 ...".
+    ("[", re.compile(r"^\[(\d+)\] +\d+ +\d+ +\w+ .*?\S\[\1\]\s", re.M)),
     ("nccl-tests version", None),
     ("failure", re.compile(r"\bTest (CUDA |NCCL )?failure\b")),
 )
