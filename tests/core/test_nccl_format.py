@@ -703,3 +703,11 @@ def test_a_failed_run_and_its_rerun_pasted_together_read_as_two_runs_not_as_inte
     run = nccl.parse(text_of("nccl_17") + "\n" + text_of("nccl_06"))
     assert run.errors
     assert {rank.host for rank in run.ranks} == {r.host for r in run_of("nccl_17").ranks}
+
+
+def test_a_sentence_naming_the_test_binary_is_not_taken_for_its_command_line() -> None:
+    # As a reply introduces a run it pastes: the sentence names the binary, the prompt runs it
+    lines = ["Can confirm all_reduce_perf now works. Thank you.", "", *lines_of("nccl_06")]
+    run = nccl.parse("\n".join(lines))
+    assert run.command == "./build/all_reduce_perf -b 64 -e 10G -f 2 -t 1 -g 8"
+    assert run.rows == run_of("nccl_06").rows and run.warnings == ()

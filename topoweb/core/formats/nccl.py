@@ -38,6 +38,9 @@ _FAILURE_RE = re.compile(r"\bTest (?:CUDA |NCCL )?failure\b")
 # after the leading columns the row had already printed, on the same line.
 _CUT_BY_FAILURE_RE = re.compile(r"\s(\S+:\s+Test (?:CUDA |NCCL )?failure\b.*)$")
 _BINARY_RE = re.compile(r"(?:^|[\s/=])([a-z][a-z0-9_]*?)_perf(?:_mpi)?(?=\s|$)")
+# What follows the binary on a command line: nothing, its options, a continuation or a
+# redirection. A sentence that names the binary ("all_reduce_perf now works") goes on in words.
+_ARGUMENTS_RE = re.compile(r"\s*(?:$|-|\\|[|;&<>]|[0-9]>)")
 _PROMPT_RE = re.compile(r"^\s*(?:\S*@\S*?[$#]_?\s+|[$#>]\s+|Running:\s+)")
 # A command quoted in markdown carries "> " on every line it is continued on, too.
 _QUOTE_RE = re.compile(r"^>\s+")
@@ -463,7 +466,7 @@ def _collective_of(binary: str) -> str | None:
 
 def _read_command(st: _State, lines: list[str], lineno: int) -> None:
     line = lines[lineno - 1]
-    m = _BINARY_RE.search(line)
+    m = next((m for m in _BINARY_RE.finditer(line) if _ARGUMENTS_RE.match(line, m.end())), None)
     if not m:
         return
     # A command continued with backslashes starts on the first line of its block.
