@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from topoweb.core.formats import ParseError, detect_format, nccl
+from topoweb.core.formats import ParseError, detect_format, nccl, parse_text
 from topoweb.core.model import NcclMeasurement, NcclRank, NcclRow, NcclRun
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -711,3 +711,16 @@ def test_a_sentence_naming_the_test_binary_is_not_taken_for_its_command_line() -
     run = nccl.parse("\n".join(lines))
     assert run.command == "./build/all_reduce_perf -b 64 -e 10G -f 2 -t 1 -g 8"
     assert run.rows == run_of("nccl_06").rows and run.warnings == ()
+
+
+def test_a_run_quoted_in_a_reply_is_read_without_its_quote_markers() -> None:
+    # NVIDIA/nccl-tests#287: a reply quoting a whole run, "> " before every line of it
+    run = parse_text(text_of("nccl_22"), expected="nccl-tests")
+    assert isinstance(run, NcclRun)
+    assert run.collective == "all_reduce" and (run.n_threads, run.n_gpus) == (1, 4)
+    assert [r.bus_id for r in run.ranks] == ["0x01", "0x21", "0x41", "0x61"]
+    assert len(run.rows) == 25 and run.avg_busbw_gbps == 9.09703
+    assert row_at(run, 2097152).out_of_place == NcclMeasurement(152.9, 13.72, 20.57, 0)
+    assert row_at(run, 134217728).in_place == NcclMeasurement(7380.5, 18.19, 27.28, 0)
+    assert run.command == "sudo ./build/all_reduce_perf -b 8 -e 128M -f 2 -g 4"
+    assert run.errors == () and run.warnings == ()

@@ -431,3 +431,13 @@ def test_a_matrix_pasted_without_its_testcase_is_refused_naming_its_title() -> N
         parse_text(text)
     assert raised.value.line == 2
     assert "'memcpy local GPU(column) bandwidth (GB/s)' has no testcase name" in str(raised.value)
+
+
+def test_a_run_quoted_in_a_reply_reads_as_the_run_itself() -> None:
+    # Only some lines quoted, as an issue quoted each `Running` line (NVIDIA/nvbandwidth#24)
+    lines = text_of("nvbandwidth_02").splitlines()
+    quoted = "\n".join("> " + ln if ln.startswith("Running") else ln for ln in lines)
+    assert detect_format(quoted) == "nvbandwidth"
+    assert parse_text(quoted) == parse_text(text_of("nvbandwidth_02"))
+    everywhere = "\n".join("> " + ln for ln in lines)
+    assert parse_text(everywhere) == parse_text(text_of("nvbandwidth_02"))

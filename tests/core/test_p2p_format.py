@@ -390,3 +390,11 @@ def test_a_paste_with_an_editor_s_line_numbers_is_read_without_them() -> None:
         "lines 4-11: each line starts with its number in an editor's line-number column: "
         "read without it"
     )
+
+
+@pytest.mark.parametrize("marker", ["> ", ">", "> > "])
+def test_a_run_quoted_in_a_reply_reads_as_the_run_itself(marker: str) -> None:
+    plain = p2p.parse(text_of("p2p_05"))
+    quoted = "\n".join(marker + line for line in text_of("p2p_05").splitlines())
+    assert detect_format(quoted) == "p2p-bandwidth-latency"
+    assert parse_text(quoted) == plain

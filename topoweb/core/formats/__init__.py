@@ -132,8 +132,23 @@ _LOOKALIKES = (
 )
 
 
+# The markers a reply or a markdown page puts before each line it quotes ("> ", "> > "): no
+# line any of our programs prints starts with one, except a line of XML ending a long tag.
+_QUOTE_MARKERS = re.compile(r"^[ \t]*>(?:[ \t]?>)*[ \t]?", re.M)
+
+
+def _unquoted(text: str) -> str:
+    """The text without the quote markers before its lines; line numbers stay as they were."""
+    if "\n>" not in text and not text.lstrip().startswith(">"):
+        return text
+    if _XML_START.match(text, 0, 4096):
+        return text
+    return _QUOTE_MARKERS.sub("", text)
+
+
 def detect_format(text: str) -> str:
     """Which of FORMATS the text looks like; ParseError when it is none of them."""
+    text = _unquoted(text)
     # Neither test copies the text (a capture with an emoji is stored 4 bytes a character).
     if not text or text.isspace():
         raise ParseError("the input is empty", line=1)
@@ -169,7 +184,9 @@ def detect_format(text: str) -> str:
 
 
 def parse_text(text: str, expected: str | None = None) -> Parsed | IbnetCapture:
-    """Parse any supported output; with `expected`, insist on that format."""
+    """Parse any supported output; with `expected`, insist on that format. Output quoted in a
+    reply (each line after "> ") is read as if it were not."""
+    text = _unquoted(text)
     kind = detect_format(text)
     if expected == "topology" and kind in TOPOLOGY_FORMATS:
         pass  # either source gives a Topology
