@@ -583,6 +583,21 @@ def test_the_rank_count_keeps_a_ratio_that_does_not_fit_it_from_naming_an_all_re
     assert run.collective is None
 
 
+def test_a_rank_list_condensed_into_ranges_counts_its_ranks_for_the_collective() -> None:
+    # The same table under `#  Rank  0 .. Rank  7 on host` lines: 16 ranks, and busbw/algbw 1
+    # is not all_reduce's 2(n-1)/n = 1.875
+    lines = lines_of("nccl_01")
+    lines[24] = lines[24].replace("222.88", "118.87")
+    lines[4:20] = [
+        "#  Rank  0 .. Rank  7 on inst-xxxxx-gpu4-ol89  NVIDIA A100-SXM4-40GB",
+        "#  Rank  8 .. Rank 15 on inst-yyyyy-gpu4-ol89  NVIDIA A100-SXM4-40GB",
+    ]
+    run = nccl.parse("\n".join(ln for ln in lines if "all_reduce_perf" not in ln))
+    assert run.ranks == () and len(run.rows) == 1 and run.command is None
+    assert run.collective is None
+    assert "16 ranks on 2 host(s)" in run.warnings[0]
+
+
 def test_two_independent_runs_printed_into_one_output_are_refused_naming_the_line() -> None:
     # nccl-tests built without MPI=1, started by mpirun on two hosts: each process ran alone
     with pytest.raises(ParseError) as err:

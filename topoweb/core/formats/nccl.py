@@ -616,8 +616,11 @@ def _checked(m: NcclMeasurement) -> bool:
 
 
 def _rank_count(st: _State) -> int | None:
-    """How many ranks ran, where the rank list says it: every rank from 0 up listed once."""
-    numbers = {r.rank for r in st.ranks}
-    if not numbers or len(numbers) != len(st.ranks) or len(numbers) != max(numbers) + 1:
+    """How many ranks ran, where the rank list says it: every rank from 0 up listed once, one
+    line each or condensed into ranges."""
+    numbers = [r.rank for r in st.ranks]
+    if not numbers:
+        numbers = [n for lo, hi, _, _ in st.rank_ranges for n in range(lo, hi + 1)]
+    if not numbers or len(set(numbers)) != len(numbers) or len(numbers) != max(numbers) + 1:
         return None
     return len(numbers)
