@@ -739,3 +739,41 @@ def test_a_run_quoted_in_a_reply_is_read_without_its_quote_markers() -> None:
     assert row_at(run, 134217728).in_place == NcclMeasurement(7380.5, 18.19, 27.28, 0)
     assert run.command == "sudo ./build/all_reduce_perf -b 8 -e 128M -f 2 -g 4"
     assert run.errors == () and run.warnings == ()
+
+
+def test_a_table_pasted_without_its_summary_reads_as_finished_where_it_reaches_its_last_size() -> (
+    None
+):
+    # li-plus/playground: the command line, the column header and four rows up to -e 1G
+    run = run_of("nccl_23")
+    assert (
+        run.collective == "sendrecv"
+        and run.command == "./build/sendrecv_perf -b 128M -e 1G -f 2 -g 8"
+    )
+    assert [r.bytes for r in run.rows] == [134217728 << i for i in range(4)]
+    assert row_at(run, 1073741824).out_of_place == NcclMeasurement(5503.4, 195.10, 195.10, 0)
+    assert row_at(run, 1073741824).in_place == NcclMeasurement(5490.5, 195.56, 195.56, None)
+    assert run.errors == () and run.avg_busbw_gbps is None
+    assert run.warnings[1] == (
+        "the `# Avg bus bandwidth` line is missing, though the table reaches the sweep's last "
+        "size (-e 1073741824 bytes): the average is unknown"
+    )
+
+
+def test_the_header_s_sweep_tells_a_table_cut_before_its_last_size_from_a_finished_one() -> None:
+    # No command line: the header's `maxBytes 10737418240 step: 2(factor)` and the last row
+    lines = [
+        ln
+        for ln in lines_of("nccl_06")
+        if not ln.startswith(">") and "Out of bounds" not in ln and "Avg bus" not in ln
+    ]
+    finished = nccl.parse("\n".join(lines))
+    assert len(finished.rows) == 28 and finished.errors == ()
+    assert finished.warnings[0] == (
+        "the `# Avg bus bandwidth` line is missing, though the table reaches the sweep's last "
+        "size (maxBytes 10737418240): the average is unknown"
+    )
+    last_row = max(i for i, ln in enumerate(lines) if ln.strip()[:1].isdigit())
+    cut = nccl.parse("\n".join(lines[:last_row]))
+    assert len(cut.rows) == 27
+    assert cut.errors == ("the output ends before `# Avg bus bandwidth`: the run did not finish",)

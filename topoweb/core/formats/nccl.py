@@ -106,6 +106,7 @@ class _State:
     # nccl-tests prints them only once the sweep is done.
     closed_at: int | None = None
     header_at: int | None = None  # the line of the `# nThread` header
+    sweep: str | None = None  # the header's `maxBytes N step: S(factor)`, the sweep it ran
     later_run: bool = False  # a second run's header was seen (its lines are not this run's)
     rank_lines: list[int] = field(default_factory=list)
     rank_ranges: list[tuple[int, int, str, int]] = field(default_factory=list)  # lo, hi, host, line
@@ -235,6 +236,7 @@ def _read_header_fact(st: _State, line: str, lineno: int) -> bool:
             return False  # a second run, after the first one's table (or failure)
         st.n_threads, st.n_gpus = int(m.group(1) or 1), int(m.group(2))
         st.header_at = lineno
+        st.sweep = line
         return True
     if m := _RANK_RE.match(line):
         if st.avg_seen or st.later_run:
@@ -542,6 +544,12 @@ def _finish(st: _State) -> NcclRun:
                 f"the `# Avg bus bandwidth` line is missing, though line {st.closed_at} "
                 "shows the run finished: the average is unknown"
             )
+        elif not st.avg_seen and (end := _sweep_reached(st)) is not None:
+            # A table pasted without its summary lines: its last row is the sweep's last size.
+            st.warnings.append(
+                f"the `# Avg bus bandwidth` line is missing, though the table reaches the "
+                f"sweep's last size ({end}): the average is unknown"
+            )
         elif not st.avg_seen:
             errors.append("the output ends before `# Avg bus bandwidth`: the run did not finish")
     collective = st.collective
@@ -560,6 +568,44 @@ def _finish(st: _State) -> NcclRun:
         command=st.command,
         warnings=tuple(st.warnings),
     )
+
+
+# The sweep as the header prints it, and as the command line asks for it (-e 1G, -f 2, -i 1M;
+# nccl-tests reads K, M and G as powers of 1024).
+_HEADER_SWEEP_RE = re.compile(r"\bmaxBytes\s+([0-9]+)\s+step:\s*([0-9]+)\((factor|bytes)\)")
+_OPTION_RE = re.compile(
+    r"(?:^|\s)(-e|--maxbytes|-f|--stepfactor|-i|--stepbytes)(?:\s+|=)?([0-9]+)([KMGkmg]?)(?=\s|$)"
+)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def _sweep_reached(st: _State) -> str | None:
+    """Where the last row is the last size the sweep measures (the next step would pass its
+    maximum), how the output names that maximum; None where it is not, or is not known. Sizes
+    are rounded down to whole elements per rank, so the last is at most the maximum."""
+    if not st.rows:
+        return None
+    if st.sweep and (h := _HEADER_SWEEP_RE.search(st.sweep)):
+        maximum, step, how = int(h.group(1)), int(h.group(2)), h.group(3)
+        named = f"maxBytes {maximum}"
+    else:
+        asked: dict[str, int] = {}
+        for flag, number, unit in _OPTION_RE.findall(st.command or ""):
+            asked[flag.lstrip("-")[0]] = int(number) * _UNITS[unit.lower()]
+        if "e" not in asked:
+            return None
+        maximum = asked["e"]
+        # nccl-tests steps by bytes (1M unless -i) unless -f asks for a factor above 1
+        if asked.get("f", 1) > 1:
+            how, step = "factor", asked["f"]
+        else:
+            how, step = "bytes", asked.get("i", 1 << 20)
+        named = f"-e {maximum} bytes"
+    last = st.rows[-1].bytes
+    following = last * step if how == "factor" else last + step
+    if last > maximum or following <= maximum:
+        return None
+    return named
 
 
 def _infer_collective(st: _State) -> str | None:
