@@ -11,6 +11,10 @@ from topoweb.core.model import P2P_MATRIX_NAMES, P2PGpu, P2PResult
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 P2P_FIXTURES = sorted(FIXTURES.glob("p2p_*.txt"))
+NO_DEVICE_LIST = (
+    "no device list comes before the matrices (cut from the paste, or not printed by the tool "
+    "that ran the test): GPU names are unknown"
+)
 OLD_STYLE = tuple(k for k in P2P_MATRIX_NAMES if "latency_cpu" not in k)
 
 
@@ -100,7 +104,7 @@ def test_it_reads_the_dgx1_hybrid_cube_mesh_from_an_elided_paste() -> None:
     assert (enabled[0][3], enabled[0][1], enabled[0][4]) == (96.91, 48.50, 11.59)
     assert result.matrices["bidirectional_p2p_disabled_gbps"][7][6] == 8.16
     assert result.gpus == ()
-    assert result.warnings == ("the device list is missing (elided paste): GPU names are unknown",)
+    assert result.warnings == (NO_DEVICE_LIST,)
 
 
 def test_it_reads_the_dgx_station_elided_paste() -> None:
@@ -398,3 +402,19 @@ def test_a_run_quoted_in_a_reply_reads_as_the_run_itself(marker: str) -> None:
     quoted = "\n".join(marker + line for line in text_of("p2p_05").splitlines())
     assert detect_format(quoted) == "p2p-bandwidth-latency"
     assert parse_text(quoted) == plain
+
+
+def test_matrices_printed_between_another_program_s_log_lines_are_read_without_a_device_list() -> (
+    None
+):
+    # Isaac Sim's startup log: Omniverse runs a one-GPU P2P validation when the IOMMU is on and
+    # prints two of the test's matrices, with no banner or device list, between its log lines
+    result = parse_text(text_of("p2p_13"))
+    assert isinstance(result, P2PResult)
+    assert result.matrices == {
+        "unidirectional_p2p_enabled_gbps": ((197.51,),),
+        "latency_gpu_p2p_enabled_us": ((1.38,),),
+        "latency_cpu_p2p_enabled_us": ((3.15,),),
+    }
+    assert result.gpus == () and result.p2p_access is None
+    assert result.warnings == (NO_DEVICE_LIST,)
