@@ -777,3 +777,22 @@ def test_the_header_s_sweep_tells_a_table_cut_before_its_last_size_from_a_finish
     cut = nccl.parse("\n".join(lines[:last_row]))
     assert len(cut.rows) == 27
     assert cut.errors == ("the output ends before `# Avg bus bandwidth`: the run did not finish",)
+
+
+def test_a_2020_table_without_any_hash_and_a_topology_pasted_under_it() -> None:
+    # NVIDIA/nccl-tests#37: all_gather_perf's columns had no redop then, the page kept no '#',
+    # and `nvidia-smi topo -m` follows the run: named from its header line, not from GPU0's row
+    run = parse_text(text_of("nccl_24"), expected="nccl-tests")
+    assert isinstance(run, NcclRun)
+    assert run.collective == "all_gather" and run.command is not None
+    (row,) = run.rows
+    assert (row.bytes, row.count, row.type, row.redop, row.root) == (
+        4294967296, 134217728, "float", None, None
+    )  # fmt: skip
+    assert row.out_of_place == NcclMeasurement(29122.0, 129.05, 129.05, None, 1.0)
+    assert row.in_place == NcclMeasurement(29169.0, 128.84, 128.84, None, 1.0)
+    assert run.avg_busbw_gbps == 128.942
+    assert run.errors == ("out of bounds values: 2 FAILED",)
+    assert run.warnings[-1] == (
+        "line 10 starts `nvidia-smi topo -m` output, which was not read: upload it on its own"
+    )

@@ -226,7 +226,14 @@ _OUTPUT_STARTS: dict[str, tuple[str, tuple[re.Pattern[str], ...]]] = {
         ),
     ),
     "nvbandwidth": ("nvbandwidth", (_NVB_VERSION, _NVB_RUNNING)),
-    "topology": ("`nvidia-smi topo -m`", (re.compile(r"^[ \t]*GPU0[ \t]+X\b", re.M),)),
+    # The matrix starts at its header (`\tGPU0\tGPU1 ... CPU Affinity`) above GPU0's row.
+    "topology": (
+        "`nvidia-smi topo -m`",
+        (
+            re.compile(r"^[ \t]*GPU0[ \t]+X\b", re.M),
+            re.compile(r"^[ \t]*GPU0[ \t][^\n]*\n[ \t]*GPU0[ \t]+X\b", re.M),
+        ),
+    ),
 }
 
 
