@@ -796,3 +796,22 @@ def test_a_2020_table_without_any_hash_and_a_topology_pasted_under_it() -> None:
     assert run.warnings[-1] == (
         "line 10 starts `nvidia-smi topo -m` output, which was not read: upload it on its own"
     )
+
+
+# How a container's log gives each line: `docker logs -t` / `kubectl logs --timestamps` put the
+# time (RFC 3339) before it, `kubectl logs --prefix` the pod and container, or both.
+CONTAINER_LOG = {
+    "timestamps": lambda n, line: f"2026-02-16T10:00:{n % 60:02d}.{n:09d}Z {line}",
+    "kubectl --prefix": lambda n, line: f"[pod/nccl-launcher-7x2kq/launcher] {line}",
+    "both": lambda n, line: f"[pod/nccl-launcher-7x2kq/launcher] 2026-02-16T10:00:00+00:00 {line}",
+}
+
+
+@pytest.mark.parametrize("log", CONTAINER_LOG)
+@pytest.mark.parametrize("prefix", ["nccl_06", "nccl_16"])
+def test_a_run_read_from_a_container_s_log_reads_as_the_run_itself(prefix: str, log: str) -> None:
+    # nccl_16 has mpirun's --tag-output tags too, behind the container's
+    lines = [CONTAINER_LOG[log](n, line) for n, line in enumerate(lines_of(prefix))]
+    text = "\n".join(lines)
+    assert detect_format(text) == "nccl-tests"
+    assert parse_text(text) == parse_text(text_of(prefix))

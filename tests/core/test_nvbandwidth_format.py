@@ -441,3 +441,11 @@ def test_a_run_quoted_in_a_reply_reads_as_the_run_itself() -> None:
     assert parse_text(quoted) == parse_text(text_of("nvbandwidth_02"))
     everywhere = "\n".join("> " + ln for ln in lines)
     assert parse_text(everywhere) == parse_text(text_of("nvbandwidth_02"))
+
+
+def test_a_run_read_from_a_container_s_log_reads_as_the_run_itself() -> None:
+    # `kubectl logs --prefix --timestamps`: the pod, its container and the time before each line
+    lines = text_of("nvbandwidth_01").splitlines()
+    logged = "\n".join(f"[pod/nvbw-0/main] 2026-02-16T10:00:00Z {ln}" for ln in lines)
+    assert detect_format(logged) == "nvbandwidth"
+    assert parse_text(logged) == parse_text(text_of("nvbandwidth_01"))

@@ -420,3 +420,13 @@ def test_matrices_printed_between_another_program_s_log_lines_are_read_without_a
     }
     assert result.gpus == () and result.p2p_access is None
     assert result.warnings == (NO_DEVICE_LIST,)
+
+
+def test_a_run_read_from_a_container_s_log_reads_as_the_run_itself() -> None:
+    # `kubectl logs --timestamps`: the time before every line
+    lines = text_of("p2p_05").splitlines()
+    logged = "\n".join(
+        f"2026-02-16T10:00:{n % 60:02d}.123456789Z {ln}" for n, ln in enumerate(lines)
+    )
+    assert detect_format(logged) == "p2p-bandwidth-latency"
+    assert parse_text(logged) == p2p.parse(text_of("p2p_05"))

@@ -132,23 +132,32 @@ _LOOKALIKES = (
 )
 
 
-# The markers a reply or a markdown page puts before each line it quotes ("> ", "> > "): no
-# line any of our programs prints starts with one, except a line of XML ending a long tag.
-_QUOTE_MARKERS = re.compile(r"^[ \t]*>(?:[ \t]?>)*[ \t]?", re.M)
+# What comes before each line of an output that is not the output's: the markers a reply or a
+# markdown page puts before a line it quotes ("> ", "> > "), then the prefix `kubectl logs
+# --prefix` gives a container's line ("[pod/name/container] ") and the time `docker logs -t` or
+# `kubectl logs --timestamps` gives it (RFC 3339). No line any of our programs prints starts
+# with one, except a line of XML ending a long tag.
+_LINE_WRAPPING = re.compile(
+    r"^(?:[ \t]*>(?:[ \t]?>)*[ \t]?)?"
+    r"(?:\[pod/[^\]\s]+\] )?"
+    r"(?:[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?"
+    r"(?:Z|[+-][0-9]{2}:?[0-9]{2}) )?",
+    re.M,
+)
+_WRAPPED = re.compile(r"^(?:[ \t]*>|\[pod/|[0-9]{4}-[0-9]{2}-[0-9]{2}T)", re.M)
 
 
-def _unquoted(text: str) -> str:
-    """The text without the quote markers before its lines; line numbers stay as they were."""
-    if "\n>" not in text and not text.lstrip().startswith(">"):
+def _unwrapped(text: str) -> str:
+    """The text without what a reply, or a container's log, put before its lines; line numbers
+    stay as they were."""
+    if _WRAPPED.search(text) is None or _XML_START.match(text, 0, 4096):
         return text
-    if _XML_START.match(text, 0, 4096):
-        return text
-    return _QUOTE_MARKERS.sub("", text)
+    return _LINE_WRAPPING.sub("", text)
 
 
 def detect_format(text: str) -> str:
     """Which of FORMATS the text looks like; ParseError when it is none of them."""
-    text = _unquoted(text)
+    text = _unwrapped(text)
     # Neither test copies the text (a capture with an emoji is stored 4 bytes a character).
     if not text or text.isspace():
         raise ParseError("the input is empty", line=1)
@@ -185,8 +194,9 @@ def detect_format(text: str) -> str:
 
 def parse_text(text: str, expected: str | None = None) -> Parsed | IbnetCapture:
     """Parse any supported output; with `expected`, insist on that format. Output quoted in a
-    reply (each line after "> ") is read as if it were not."""
-    text = _unquoted(text)
+    reply (each line after "> "), or logged by a container with each line's time, is read as if
+    it were not."""
+    text = _unwrapped(text)
     kind = detect_format(text)
     if expected == "topology" and kind in TOPOLOGY_FORMATS:
         pass  # either source gives a Topology
