@@ -449,3 +449,11 @@ def test_a_run_read_from_a_container_s_log_reads_as_the_run_itself() -> None:
     logged = "\n".join(f"[pod/nvbw-0/main] 2026-02-16T10:00:00Z {ln}" for ln in lines)
     assert detect_format(logged) == "nvbandwidth"
     assert parse_text(logged) == parse_text(text_of("nvbandwidth_01"))
+
+
+@pytest.mark.parametrize("tag", ["[1,0]<stdout>:", " 0: "], ids=["mpirun --tag-output", "srun -l"])
+@pytest.mark.parametrize("prefix", ["nvbandwidth_01", "nvbandwidth_05"])
+def test_a_run_tagged_by_its_launcher_reads_as_the_run_itself(prefix: str, tag: str) -> None:
+    tagged = "\n".join(tag + ln for ln in text_of(prefix).splitlines())
+    assert detect_format(tagged) == "nvbandwidth"
+    assert parse_text(tagged) == parse_text(text_of(prefix))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -430,3 +431,16 @@ def test_a_run_read_from_a_container_s_log_reads_as_the_run_itself() -> None:
     )
     assert detect_format(logged) == "p2p-bandwidth-latency"
     assert parse_text(logged) == p2p.parse(text_of("p2p_05"))
+
+
+@pytest.mark.parametrize(
+    "tag", [lambda n: "[1,0]<stdout>:", lambda n: " 0: "], ids=["mpirun --tag-output", "srun -l"]
+)
+def test_a_run_tagged_by_its_launcher_reads_as_the_run_itself(tag: Callable[[int], str]) -> None:
+    # The command line above the run carries no tag
+    lines = text_of("p2p_01").splitlines()
+    tagged = "\n".join(
+        ["$ srun -l ./p2pBandwidthLatencyTest", *(tag(n) + ln for n, ln in enumerate(lines))]
+    )
+    assert detect_format(tagged) == "p2p-bandwidth-latency"
+    assert parse_text(tagged) == p2p.parse(text_of("p2p_01"))

@@ -147,12 +147,24 @@ _LINE_WRAPPING = re.compile(
 _WRAPPED = re.compile(r"^(?:[ \t]*>|\[pod/|[0-9]{4}-[0-9]{2}-[0-9]{2}T)", re.M)
 
 
+# The tag a launcher puts before each line of a job's output: Open MPI's `mpirun --tag-output`
+# ("[1,0]<stdout>:") and Slurm's `srun --label` ("0: ", right-aligned). The nccl-tests reader
+# takes them off itself (MPICH's too, whose tag recurs inside a line); for the other readers
+# they are taken off here where most lines carry one, so a line of output is never cut.
+_LAUNCHER_TAG = re.compile(r"^(?:\[[0-9]+,[0-9]+\]<std(?:out|err)>:|[ \t]*[0-9]+:(?: |$))", re.M)
+
+
 def _unwrapped(text: str) -> str:
-    """The text without what a reply, or a container's log, put before its lines; line numbers
-    stay as they were."""
-    if _WRAPPED.search(text) is None or _XML_START.match(text, 0, 4096):
+    """The text without what a reply, a container's log or a launcher put before its lines;
+    line numbers stay as they were."""
+    if _XML_START.match(text, 0, 4096):
         return text
-    return _LINE_WRAPPING.sub("", text)
+    if _WRAPPED.search(text) is not None:
+        text = _LINE_WRAPPING.sub("", text)
+    tagged = len(_LAUNCHER_TAG.findall(text))
+    if tagged and 2 * tagged >= sum(1 for line in text.splitlines() if line.strip()):
+        text = _LAUNCHER_TAG.sub("", text)
+    return text
 
 
 def detect_format(text: str) -> str:
