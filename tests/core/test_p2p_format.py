@@ -280,6 +280,8 @@ def test_no_single_benchmark_fixture_is_said_to_hold_another_tools_output() -> N
             continue  # refused by design: two independent runs interleaved (test_nccl_format)
         if path.name.startswith("nccl_24_"):
             continue  # a run, then `nvidia-smi topo -m` pasted under it (test_nccl_format)
+        if path.name.startswith("p2p_14_"):
+            continue  # refused by design: its first matrix's title is cut (below)
         parsed = parse_text(path.read_text())
         assert not [w for w in parsed.warnings if "which was not read" in w], path.name  # type: ignore[union-attr]
 
@@ -444,3 +446,47 @@ def test_a_run_tagged_by_its_launcher_reads_as_the_run_itself(tag: Callable[[int
     )
     assert detect_format(tagged) == "p2p-bandwidth-latency"
     assert parse_text(tagged) == p2p.parse(text_of("p2p_01"))
+
+
+def test_a_matrix_under_a_cut_title_is_refused_naming_both_lines() -> None:
+    # tinygrad/open-gpu-kernel-modules#16: "...in the bios directional P2P=Disabled Bandwidth
+    # Matrix (GB/s)": Unidirectional or Bidirectional was cut off with the start of the paste
+    with pytest.raises(ParseError) as err:
+        parse_text(text_of("p2p_14"))
+    assert err.value.line == 2
+    assert err.value.message == (
+        "a matrix header (D\\D) under a matrix title that is cut or run into other text "
+        "(line 1): which matrix it heads is unknown"
+    )
+
+
+def test_a_run_that_died_keeps_the_matrices_it_printed_and_names_the_failure() -> None:
+    # The same paste with its title whole: the sample printed one matrix, then the next title,
+    # then died with cudaCheckError's message (it exits at once)
+    lines = text_of("p2p_14").splitlines()
+    lines[0] = "Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)"
+    result = parse_text("\n".join(lines))
+    assert isinstance(result, P2PResult)
+    disabled = result.matrices["unidirectional_p2p_disabled_gbps"]
+    assert list(result.matrices) == ["unidirectional_p2p_disabled_gbps"]
+    assert (disabled[0][0], disabled[4][3], disabled[6][6]) == (723.04, 16.62, 287.68)
+    assert result.warnings == (
+        "line 11: the test failed here (Cuda failure p2pBandwidthLatencyTest.cu:189: 'mapping of "
+        "buffer object failed'); the matrices it had still to print are missing",
+        NO_DEVICE_LIST,
+    )
+
+
+def test_a_run_that_died_before_printing_anything_is_refused_naming_the_failure() -> None:
+    text = (
+        "[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]\n"
+        "CUDA error at p2pBandwidthLatencyTest.cu:634 code=100(cudaErrorNoDevice) "
+        '"cudaGetDeviceCount(&numGPUs)" \n'
+    )
+    with pytest.raises(ParseError) as err:
+        parse_text(text)
+    assert err.value.line == 2
+    assert err.value.message.startswith(
+        "the test failed before printing a device list or matrix: CUDA error at "
+        "p2pBandwidthLatencyTest.cu:634 code=100(cudaErrorNoDevice)"
+    )

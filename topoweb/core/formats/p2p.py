@@ -35,6 +35,9 @@ _ROW_START_RE = re.compile(r"^\s*([0-9]+)(?=\s)")
 _VALUES_RE = re.compile(r"^(?:\s*[0-9]+\.[0-9][0-9])+\s*$")
 _VALUE_RE = re.compile(r"[0-9]+\.[0-9][0-9]")
 _ELISION_RE = re.compile(r"^\s*(\.\.\.|…)\s*$")
+# How the sample dies: its cudaCheckError ("Cuda failure file:line: 'why'") and the samples'
+# checkCudaErrors ("CUDA error at file:line code=N(name) ..."); it exits at once.
+_FAILURE_RE = re.compile(r"^\s*(Cuda failure \S+:[0-9]+: .*|CUDA error at \S+:[0-9]+ code=.*?)\s*$")
 
 
 @dataclass
@@ -73,6 +76,8 @@ class _State:
     title_unused: bool = False  # a title whose matrix has not started yet
     block: _Block | None = None
     reads: dict[str, int] = field(default_factory=dict)  # key -> title line of a kept Reads one
+    failure: tuple[int, str] | None = None  # the line the run died on, and its message
+    cut_title: int | None = None  # a line holding a matrix title's words, not a whole title
 
 
 def parse(text: str) -> P2PResult:
@@ -98,10 +103,13 @@ def parse(text: str) -> P2PResult:
             start = above[-1] if above else lineno
             st.warnings.append(f"line {start} starts a second run; only the first run was read")
             break
+        if m := _FAILURE_RE.match(line):
+            st.failure = (lineno, m.group(1))
+            break
         _read_line(st, line, lineno)
     if st.block is not None:
         _close(st, st.block, len(lines))  # the output ends inside the matrix
-    if st.title is not None and st.title_unused:
+    if st.title is not None and st.title_unused and st.failure is None:
         raise ParseError("the output ends before the matrix under this title", st.title.line)
     return _finish(st)
 
@@ -177,10 +185,18 @@ def _read_line(st: _State, line: str, lineno: int) -> None:
         return
     if _ROW_START_RE.match(line) and st.title_unused:
         raise ParseError("a matrix row with no column header (D\\D, GPU or CPU) above it", lineno)
-    # Anything else is prompt, notes or commentary around the output.
+    # Anything else is prompt, notes or commentary around the output, or a title run into it.
+    if "P2P=" in line and " Matrix (" in line:
+        st.cut_title = lineno
 
 
 def _open(st: _State, label: str, columns: list[str], lineno: int) -> _Block:
+    if st.title is None and st.cut_title == lineno - 1:
+        raise ParseError(
+            f"a matrix header ({label}) under a matrix title that is cut or run into other text "
+            f"(line {lineno - 1}): which matrix it heads is unknown",
+            lineno,
+        )
     if st.title is None:
         raise ParseError(f"a matrix header ({label}) with no matrix title above it", lineno)
     family, state = st.title.family, st.title.state
@@ -304,8 +320,20 @@ def _store(st: _State, key: str, title: _Title, matrix: Matrix) -> None:
 
 
 def _finish(st: _State) -> P2PResult:
+    if st.n is None and st.failure is not None:
+        line, message = st.failure
+        raise ParseError(
+            f"the test failed before printing a device list or matrix: {message}", line
+        )
     if st.n is None:
         raise ParseError("not p2pBandwidthLatencyTest output: no device list and no matrix found")
+    if st.failure is not None:
+        # What it printed before was measured; what it would have printed after is missing.
+        line, message = st.failure
+        st.warnings.append(
+            f"line {line}: the test failed here ({message}); the matrices it had still to print "
+            "are missing"
+        )
     n = st.n
     for (a, b), lineno in st.access_line_no.items():
         if a >= n or b >= n:
