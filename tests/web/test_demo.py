@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -119,3 +120,39 @@ def test_servers_the_demo_deletes_leave_the_kept_server_list_at_once(
     assert [row["hostname"] for row in listed] == ["old-demo-01"]
     load_demo._delete(Server.objects.filter(hostname="old-demo-01"))
     assert client.get("/api/v1/servers/", {"search": "old-demo"}).json()["results"] == []
+
+
+def test_on_the_embedded_default_a_servers_fabrics_read_answers(tmp_path: Any) -> None:
+    """SQLite has no JSON containment: the server page's fabrics panel answered 500 on the
+    embedded default while PostgreSQL answered."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "DJANGO_SETTINGS_MODULE": "topoweb.config.settings",
+        "DEBUG": "1",
+    }
+    env.pop("REDIS_URL")
+    topo = FIXTURES / "topo_41_rtx5090-2gpu-phb-blackwell-consumer.txt"
+    manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
+    subprocess.run([*manage, "migrate", "--noinput"], env=env, check=True, capture_output=True)
+    subprocess.run(
+        [*manage, "import_topo", str(topo), "--host", "ws-01"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    read = (
+        "from django.contrib.auth.models import User\n"
+        "from django.test import Client\n"
+        "client = Client(HTTP_HOST='127.0.0.1')\n"
+        "client.force_login(User.objects.create_superuser('staff', password='x'))\n"
+        "answer = client.get('/api/v1/servers/ws-01/fabrics/')\n"
+        "print(answer.status_code, answer.content.decode())\n"
+    )
+    done = subprocess.run(
+        [*manage, "shell", "-c", read], env=env, check=True, capture_output=True, text=True
+    )
+
+    status, _, body = done.stdout.strip().splitlines()[-1].partition(" ")
+    assert status == "200", done.stdout + done.stderr
+    assert json.loads(body) == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import connection
 from django.db.models import QuerySet
 from django.http import Http404
 
@@ -102,10 +103,12 @@ def server_rails(hostname: str) -> list[dict[str, Any]]:
     """For a server page: in each fabric whose latest analysis names this server, its HCAs
     with the leaf and port each hangs off and the rail."""
     out = []
-    analysed = Fabric.objects.filter(
-        latest_capture__status=FabricCapture.Status.DONE,
-        latest_capture__analysis__hosts__contains=[{"server": hostname}],
-    ).select_related("latest_capture")
+    analysed = Fabric.objects.filter(latest_capture__status=FabricCapture.Status.DONE)
+    if connection.features.supports_json_field_contains:
+        # PostgreSQL finds the fabrics naming the server; SQLite (the embedded default) has no
+        # JSON containment, and the loop below, which picks the server's hosts, filters alone.
+        analysed = analysed.filter(latest_capture__analysis__hosts__contains=[{"server": hostname}])
+    analysed = analysed.select_related("latest_capture")
     for fabric in analysed:
         analysis = fabric.latest_capture.analysis if fabric.latest_capture else None
         for host in (analysis or {}).get("hosts", ()):
