@@ -9,7 +9,7 @@ import { el, clear, fmtNumber } from "./api.js";
 // The one style sheet (core/graphstyle.py), rendered into the page by the server: each class
 // has a colour AND a line pattern AND a text label, so colour never carries the meaning alone;
 // the exported SVG draws from the same document.
-const STYLE = JSON.parse(document.getElementById("graph-style")?.textContent || "null") || { link_classes: [], nodes: {}, edge_width: 2, sys_width: 3, source_label_offset: { fabric: 34, crossing: 14 } };
+const STYLE = JSON.parse(document.getElementById("graph-style")?.textContent || "null") || { link_classes: [], nodes: {}, edge_width: 2, sys_width: 3, source_label_offset: { fabric: 34, crossing: 14 }, caption_max_width: 120 };
 export const LINK_CLASSES = STYLE.link_classes;
 
 export const GROUP_COLOURS = ["#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#9a6324", "#469990", "#800000", "#808000", "#000075"];
@@ -103,7 +103,7 @@ function stylesheet() {
     { selector: "edge[?label_at_source]", style: { label: "", "source-label": "data(link_class)", "source-text-offset": STYLE.source_label_offset.crossing } },
     { selector: 'edge[link_class = "SYS"]', style: { label: "data(link_class)", width: STYLE.sys_width } },
     // The socket link names its platform, "(assumed)" where the capture did not say.
-    { selector: 'edge[link_class = "SYS"][caption]', style: { label: "data(caption)" } },
+    { selector: 'edge[link_class = "SYS"][caption]', style: { label: "data(caption)", "text-wrap": "wrap", "text-max-width": `${STYLE.caption_max_width}px` } },
     { selector: "edge.routed", style: { "curve-style": "segments", "edge-distances": "node-position", "segment-distances": "data(seg_d)", "segment-weights": "data(seg_w)" } },
     { selector: "edge.bent", style: { "curve-style": "unbundled-bezier", "edge-distances": "node-position", "control-point-distances": "data(bend_d)", "control-point-weights": 0.5 } },
     { selector: "edge[in_group]", style: { display: "none" } },

@@ -22,12 +22,14 @@ H200 = "graph-h200"  # topo_01: NVSwitch, two NUMA nodes, 12 NICs
 H20 = "graph-h20-36nic"  # topo_38: 36 NICs, nine on each PCIe switch
 A100 = "graph-dgx-a100"  # topo_26: four NUMA nodes with GPUs, two with storage NICs only
 A100_SPLIT = "graph-a100-split"  # topo_28: the matrix splits NUMA node 0 in two
+H100 = "graph-h100"  # topo_22: NVSwitch, two NUMA nodes close together, no NICs
 SERVERS = {
     DGX1: "topo_12_v100sxm2-32gb-8gpu-nv1nv2-node-indented.txt",
     H200: "topo_01_h200-8gpu-12nic-numaid.txt",
     H20: "topo_38_h20-8gpu-36nic-MANGLED-tab-expansion-merged-cells.txt",
     A100: "topo_26_dgx-a100-8gpu-nv12-12mlx5-named-cols.txt",
     A100_SPLIT: "topo_28_a100-8gpu-nv12-4nic-pxb-pix-numaid.txt",
+    H100: "topo_22_h100-8gpu-nv18-no-nic-no-legend-epyc9654.txt",
 }
 
 
@@ -92,6 +94,28 @@ def test_no_two_node_boxes_or_numa_boxes_overlap_and_no_two_numa_boxes_share_a_t
     assert clashes == []
     assert [(a, b) for (a, ba), (b, bb) in combinations(found["numa"], 2) if overlap(ba, bb)] == []
     assert len(set(found["titles"])) == len(found["titles"]) == len(found["numa"])
+
+
+def test_the_socket_links_caption_is_no_wider_than_the_link_between_the_cpu_boxes(
+    page: Page, graphs: None
+) -> None:
+    # On one line, "SYS · Intel UPI (Sapphire Rapids) (assumed)" ran under both CPU boxes,
+    # its "(assumed)" hidden.
+    open_server(page, H100)
+    found = page.evaluate(
+        """() => {
+        const cy = window.topowebCy;
+        const box = (e, labels) => { const b = e.renderedBoundingBox({includeLabels: labels,
+            includeOverlays: false, includeUnderlays: false}); return [b.x1, b.y1, b.x2, b.y2]; };
+        return cy.edges('[link_class = "SYS"][caption]').map((e) => ({
+          caption: e.data('caption'), link: box(e, false), with_label: box(e, true),
+        }));
+    }"""
+    )
+    assert found and all(edge["caption"].endswith("(assumed)") for edge in found)
+    for edge in found:
+        link, with_label = edge["link"], edge["with_label"]
+        assert with_label[0] >= link[0] - 0.5 and with_label[2] <= link[2] + 0.5, str(edge)
 
 
 def test_the_36_nic_server_starts_with_nics_grouped_per_switch_and_expands_them(

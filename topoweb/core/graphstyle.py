@@ -49,6 +49,9 @@ NODE_KINDS: dict[str, dict[str, Any]] = {
 DEFAULT_NODE = {"fill": "#eef1f5", "stroke": "#8a94a6", "ink": "#1d2430", "font": 11}
 # Where a label is drawn near an edge's source end, its distance along the edge.
 SOURCE_LABEL_OFFSET = {"fabric": 34, "crossing": 14}
+# The socket link's caption ("SYS · Intel UPI (Sapphire Rapids) (assumed)") wraps to this width,
+# the gap between two CPU boxes: on one line its ends hid under the boxes, "(assumed)" with them.
+CAPTION_MAX_WIDTH = 120
 
 
 def class_key(link_class: str) -> str:
@@ -85,4 +88,5 @@ def style_document() -> dict[str, Any]:
         "edge_width": EDGE_WIDTH,
         "sys_width": SYS_WIDTH,
         "source_label_offset": dict(SOURCE_LABEL_OFFSET),
+        "caption_max_width": CAPTION_MAX_WIDTH,
     }
