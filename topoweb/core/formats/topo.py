@@ -32,18 +32,17 @@ import functools
 import itertools
 import re
 from dataclasses import dataclass, replace
-from typing import cast
 
 from topoweb.core.bulk import collector_paused
 from topoweb.core.formats.errors import ParseError
 from topoweb.core.formats.topo_affinity import (
-    MAX_READINGS,
-    Reading,
+    MISSING,
+    Column,
+    Found,
     check_name,
     check_row,
-    consistent,
-    cpu_intervals,
-    readings,
+    place_values,
+    repair_glued_affinity,
 )
 from topoweb.core.formats.topo_table import SHORT_LABELS, Table, find_table
 from topoweb.core.model import (
@@ -63,11 +62,9 @@ _COLUMN_LABEL = re.compile(
     r"CPU\s+Affinity|NUMA\s+Affinity|GPU\s+NUMA\s+ID|\b(?:GPU\s+NUMA|NUMA|CPU)(?![\w-])"
 )
 _NIC_LEGEND_ENTRY = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
-_TOKEN = re.compile(r"\S+")
 _DEVICE_NAME = re.compile(r"(?:GPU|NIC)\d+|[A-Za-z][A-Za-z0-9]*?_(?:bond_)?\d+|\S+")
 # Cells of `nvidia-smi topo -p2p <r|w|n|a|p>`: a status matrix, not link classes.
 _P2P_STATUS = frozenset({"OK", "NS", "CNS", "GNS", "TNS", "U", "DR", "NR"})
-_MISSING = frozenset({"", "N/A"})
 
 # Column label -> Device field. Labels are matched with any run of whitespace inside.
 _COLUMN_FIELDS = {
@@ -79,20 +76,10 @@ _COLUMN_FIELDS = {
 # Decomposition of a token into cells, cached: real matrices repeat a handful of tokens, and
 # each is decomposed once.
 _pieces_read: dict[str, tuple[tuple[str, ...], str]] = {}
-# A value found after a row's cells: (token number in the row, characters of the token
-# before the value, the value). Columns are worked out only when a value must be placed by
-# position, which real rows rarely need.
-_Found = tuple[int, int, str]
 _single_cell: dict[str, str] = {}  # tokens that are exactly one cell -> canonical class
 _cell_of = _single_cell.__getitem__
 _not_cells: set[str] = set()  # tokens seen that are not a whole run of link classes
 _PIECES_READ_LIMIT = 4096
-
-
-@dataclass(frozen=True)
-class _Column:
-    name: str  # canonical label, e.g. "CPU Affinity"
-    start: int  # column of the label in the tab-expanded header
 
 
 @dataclass(slots=True)  # not frozen: a frozen __init__ sets each field through object.__setattr__
@@ -146,7 +133,7 @@ def _read_matrix(lines: list[str], table: Table | None) -> Topology:
     device_region = region[: labels[0].start()] if labels else region
     names = [" ".join(m.group(0).split()) for m in labels]
     columns = tuple(
-        _Column(SHORT_LABELS.get(name, name), first_gpu.start() + m.start())
+        Column(SHORT_LABELS.get(name, name), first_gpu.start() + m.start())
         for name, m in zip(names, labels, strict=True)
     )
     blob = "".join(device_region.split())
@@ -294,7 +281,7 @@ def _read_rows(
     header_index: int,
     blob: str,
     header_start: int,
-    columns: tuple[_Column, ...],
+    columns: tuple[Column, ...],
 ) -> tuple[list[_Row], int, list[str]]:
     """Rows under the header until the header's devices are all used; the index after them."""
     labels: list[str] = []
@@ -348,7 +335,7 @@ def _read_rows(
                 cells = ()
             if len(cells) == size:
                 values = (
-                    tuple([None if token in _MISSING else token for token in rest])
+                    tuple([None if token in MISSING else token for token in rest])
                     if rest
                     else none_values
                 )
@@ -356,12 +343,15 @@ def _read_rows(
                 continue
         line = lines[line_index]
         cells, found = _row_cells(tokens, label, labels, line_index + 1, glued, warnings)
-        values = _place_values(found, line, columns, header_start, label, line_index + 1, warnings)
+        found = _values_found(found, columns, label, line_index + 1, warnings)
+        values = place_values(found, line, columns, header_start, label, line_index + 1, warnings)
         short = len(found) < len(columns) and bool(found)
         rows.append(_Row(label, line_index + 1, cells, values, short))
     assert len(rows) == size
     warnings.extend(_glued_warnings(glued))
-    return _repair_glued_affinity(rows, columns, warnings), index, warnings
+    for i, values in repair_glued_affinity(rows, columns, warnings).items():
+        rows[i] = replace(rows[i], values=values)
+    return rows, index, warnings
 
 
 # A token a paste ran cells together in: (line number, row label, the token).
@@ -442,7 +432,7 @@ def _row_cells(
     line_number: int,
     glued: list[_Glued],
     warnings: list[str],
-) -> tuple[tuple[str, ...], list[_Found]]:
+) -> tuple[tuple[str, ...], list[Found]]:
     """The row's link cells (canonical) and the values that follow them; `tokens` is the
     row's line split on whitespace, its label first. Tokens it splits go to `glued`."""
     size = len(labels)
@@ -455,7 +445,7 @@ def _row_cells(
         if len(quick) == size:
             return quick, [(n, 0, tokens[n]) for n in range(size + 1, len(tokens))]
     cells: list[str] = []
-    found: list[_Found] = []
+    found: list[Found] = []
     run_together: set[str] = set()  # tokens holding more than one cell, or a cell and a value
     for number in range(1, len(tokens)):
         token = tokens[number]
@@ -483,7 +473,7 @@ def _row_cells(
                     f"{token!r}), not a `nvidia-smi topo -m` link matrix",
                     line=line_number,
                 )
-            if token[0].isdigit() or token in _MISSING:
+            if token[0].isdigit() or token in MISSING:
                 raise ParseError(
                     f"row {label} has {len(cells)} link cells but the header names "
                     f"{size} devices (no cell for {column})",
@@ -530,22 +520,14 @@ def _glued_length(token: str, count: int) -> int:
     return pos
 
 
-def _with_columns(line: str, found: list[_Found]) -> tuple[int, list[tuple[int, str]]]:
-    """The column of the row's first cell and of each value, in the tab-expanded line."""
-    starts = [m.start() for m in _TOKEN.finditer(line.expandtabs(8))]
-    return starts[1], [(starts[n] + skip, value) for n, skip, value in found]
-
-
-def _place_values(
-    found: list[_Found],
-    line: str,
-    columns: tuple[_Column, ...],
-    header_start: int,
+def _values_found(
+    found: list[Found],
+    columns: tuple[Column, ...],
     label: str,
     line_number: int,
     warnings: list[str],
-) -> tuple[str | None, ...]:
-    """One value per header column: in order when all are there, else by position."""
+) -> list[Found]:
+    """The row's values without a note typed after them; an extra link cell is refused."""
     count = len(columns)
     if len(found) > count and not _VALUE_LIKE.match(found[count][2]):
         note = " ".join(token for _, _, token in found[count:])
@@ -563,110 +545,7 @@ def _place_values(
                 f"(an extra {token!r})",
                 line=line_number,
             )
-    if len(found) > count:
-        names = ", ".join(c.name for c in columns) or "none"
-        raise ParseError(
-            f"row {label} has {len(found)} values after its link cells but the header "
-            f"names {count} such columns ({names})",
-            line=line_number,
-        )
-    if len(found) == count:
-        return tuple(None if token in _MISSING else token for _, _, token in found)
-    values: list[str | None] = [None] * count
-    if not found:
-        return tuple(values)
-    # Fewer values than columns: a value belongs under the first label that starts at or
-    # after it (nvidia-smi's values sit at or left of their wider labels), keeping order and
-    # leaving room for the values still to come. `shift` undoes a row pushed right by a
-    # label wider than a tab stop.
-    first_cell, tokens = _with_columns(line, found)
-    shift = max(0, first_cell - header_start)
-    previous = -1
-    placed: list[str] = []  # as printed, N/A too: where it went is what the warning tells
-    for k, (start, token) in enumerate(tokens):
-        room = count - (len(tokens) - k)
-        chosen = room
-        for i in range(previous + 1, room + 1):
-            if columns[i].start >= start - shift - 1:
-                chosen = i
-                break
-        values[chosen] = None if token in _MISSING else token
-        placed.append(f"{columns[chosen].name}={token}")
-        previous = chosen
-    warnings.append(
-        f"line {line_number}: {label} has {len(tokens)} values for {count} columns; "
-        f"placed by position ({', '.join(placed)})"
-    )
-    return tuple(values)
-
-
-def _repair_glued_affinity(
-    rows: list[_Row], columns: tuple[_Column, ...], warnings: list[str]
-) -> list[_Row]:
-    """Short rows whose CPU value may hold the NUMA value too: split where one reading fits."""
-    names = [c.name for c in columns]
-    if "CPU Affinity" not in names or "NUMA Affinity" not in names:
-        return rows
-    cpu_at, node_at = names.index("CPU Affinity"), names.index("NUMA Affinity")
-    suspects = [
-        i
-        for i, row in enumerate(rows)
-        if row.short and row.values[cpu_at] is not None and row.values[node_at] is None
-    ]
-    tokens = sorted({cast(str, rows[i].values[cpu_at]) for i in suspects})
-    options = {t: readings(t) for t in tokens}
-    if not any(any(node is not None for _, node in options[t]) for t in tokens):
-        return rows  # nothing could be glued: the values are only missing
-    intact: list[Reading] = []
-    for row in rows:
-        cpus = row.values[cpu_at]
-        if not row.short and cpus is not None and cpu_intervals(cpus) is not None:
-            intact.append((cpus, row.values[node_at]))
-    fitting: list[tuple[Reading, ...]] = []
-    count = 1
-    for t in tokens:
-        count *= max(1, len(options[t]))
-    if count <= MAX_READINGS:
-        for choice in itertools.product(*(options[t] for t in tokens)):
-            if consistent(intact + list(choice)):
-                fitting.append(choice)
-    # The header promises a NUMA value on every row: prefer the readings that leave fewest out.
-    if fitting:
-        fewest = min(sum(node is None for _, node in c) for c in fitting)
-        fitting = [c for c in fitting if sum(node is None for _, node in c) == fewest]
-    chosen = dict(zip(tokens, fitting[0], strict=True)) if len(fitting) == 1 else None
-    out = list(rows)
-    for i in suspects:
-        row = rows[i]
-        token = cast(str, row.values[cpu_at])
-        values = list(row.values)
-        if chosen is not None:
-            cpus, node = chosen[token]
-            if node is None:
-                continue  # a value missing, not glued: the position warning stands
-            values[cpu_at], values[node_at] = cpus, (None if node == "N/A" else node)
-            message = (
-                f"line {row.line}: {row.label}: CPU Affinity and NUMA Affinity are glued "
-                f"together ({token!r}); read as CPUs {cpus} on NUMA node {node}"
-            )
-        elif all(node is None for _, node in options[token]):
-            continue  # cannot hold a node: only missing
-        else:
-            ways = " or ".join(
-                f"CPUs {c} + node {n}" if n is not None else f"CPUs {c} with no node"
-                for c, n in options[token]
-            )
-            values[cpu_at] = values[node_at] = None
-            message = (
-                f"line {row.line}: {row.label}: CPU Affinity {token!r} may have NUMA Affinity "
-                f"glued to it and reads more than one way ({ways}); its CPU and NUMA "
-                "affinity are left out, so no pinning hint is given for it"
-            )
-        prefix = f"line {row.line}: {row.label} has "
-        warnings[:] = [w for w in warnings if not w.startswith(prefix)]
-        warnings.append(message)
-        out[i] = replace(row, values=tuple(values))
-    return out
+    return found
 
 
 def _check_square_and_symmetric(rows: list[_Row]) -> None:
@@ -747,7 +626,7 @@ def _new_links(keys: list[tuple[str, str, str]]) -> list[Link]:
 
 def _build(
     rows: list[_Row],
-    columns: tuple[_Column, ...],
+    columns: tuple[Column, ...],
     nic_names: dict[str, str],
     warnings: list[str],
 ) -> Topology:

@@ -1,10 +1,15 @@
-"""The CPU and NUMA affinity values of a `nvidia-smi topo -m` row: checked as a machine can
-print them, and a CPU value that may have the NUMA value glued to it read every way it splits.
-The topo reader decides which reading to keep (see its module's notes)."""
+"""The values after a `nvidia-smi topo -m` row's link cells (CPU Affinity, NUMA Affinity,
+GPU NUMA ID): placed under their header columns, checked as a machine can print them, and a CPU
+value that may have the NUMA value glued to it read every way it splits, one reading kept only
+where it is the single one that fits (see the topo reader's module notes for why)."""
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, cast
 
 from topoweb.core.formats.errors import ParseError
 from topoweb.core.model import DEVICE_NAME, MAX_CPU_ID, MAX_NUMA_NODE
@@ -18,6 +23,29 @@ _CPU_ITEM = re.compile(r"(0|[1-9]\d*)(?:-(0|[1-9]\d*))?\Z")
 _NODE_ID = re.compile(r"(0|[1-9]\d*|N/A)\Z")
 # Past this many joint readings the repair gives up (and withholds) rather than search.
 MAX_READINGS = 4096
+MISSING = frozenset({"", "N/A"})
+_TOKEN = re.compile(r"\S+")
+
+# A value found after a row's cells: (token number in the row, characters of the token
+# before the value, the value). Columns are worked out only when a value must be placed by
+# position, which real rows rarely need.
+Found = tuple[int, int, str]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str  # canonical label, e.g. "CPU Affinity"
+    start: int  # column of the label in the tab-expanded header
+
+
+class RowValues(Protocol):
+    """What the glued-affinity repair reads of a row."""
+
+    label: str
+    line: int  # 1-based
+    values: tuple[str | None, ...]  # one per header column, None for N/A or empty
+    short: bool  # fewer values than columns: some placed by position
+
 
 Interval = tuple[int, int]
 
@@ -110,3 +138,127 @@ def check_row(
             f"row {label}, GPU NUMA ID: {gpu_numa[:40]!r} is not a NUMA node (0-{MAX_NUMA_NODE})",
             line=line,
         )
+
+
+def _with_columns(line: str, found: list[Found]) -> tuple[int, list[tuple[int, str]]]:
+    """The column of the row's first cell and of each value, in the tab-expanded line."""
+    starts = [m.start() for m in _TOKEN.finditer(line.expandtabs(8))]
+    return starts[1], [(starts[n] + skip, value) for n, skip, value in found]
+
+
+def place_values(
+    found: list[Found],
+    line: str,
+    columns: tuple[Column, ...],
+    header_start: int,
+    label: str,
+    line_number: int,
+    warnings: list[str],
+) -> tuple[str | None, ...]:
+    """One value per header column: in order when all are there, else by position."""
+    count = len(columns)
+    if len(found) > count:
+        names = ", ".join(c.name for c in columns) or "none"
+        raise ParseError(
+            f"row {label} has {len(found)} values after its link cells but the header "
+            f"names {count} such columns ({names})",
+            line=line_number,
+        )
+    if len(found) == count:
+        return tuple(None if token in MISSING else token for _, _, token in found)
+    values: list[str | None] = [None] * count
+    if not found:
+        return tuple(values)
+    # Fewer values than columns: a value belongs under the first label that starts at or
+    # after it (nvidia-smi's values sit at or left of their wider labels), keeping order and
+    # leaving room for the values still to come. `shift` undoes a row pushed right by a
+    # label wider than a tab stop.
+    first_cell, tokens = _with_columns(line, found)
+    shift = max(0, first_cell - header_start)
+    previous = -1
+    placed: list[str] = []  # as printed, N/A too: where it went is what the warning tells
+    for k, (start, token) in enumerate(tokens):
+        room = count - (len(tokens) - k)
+        chosen = room
+        for i in range(previous + 1, room + 1):
+            if columns[i].start >= start - shift - 1:
+                chosen = i
+                break
+        values[chosen] = None if token in MISSING else token
+        placed.append(f"{columns[chosen].name}={token}")
+        previous = chosen
+    warnings.append(
+        f"line {line_number}: {label} has {len(tokens)} values for {count} columns; "
+        f"placed by position ({', '.join(placed)})"
+    )
+    return tuple(values)
+
+
+def repair_glued_affinity(
+    rows: Sequence[RowValues], columns: tuple[Column, ...], warnings: list[str]
+) -> dict[int, tuple[str | None, ...]]:
+    """Short rows whose CPU value may hold the NUMA value too: split where one reading fits.
+    Returns the new values of the rows it changed, by their index in `rows`."""
+    names = [c.name for c in columns]
+    if "CPU Affinity" not in names or "NUMA Affinity" not in names:
+        return {}
+    cpu_at, node_at = names.index("CPU Affinity"), names.index("NUMA Affinity")
+    suspects = [
+        i
+        for i, row in enumerate(rows)
+        if row.short and row.values[cpu_at] is not None and row.values[node_at] is None
+    ]
+    tokens = sorted({cast(str, rows[i].values[cpu_at]) for i in suspects})
+    options = {t: readings(t) for t in tokens}
+    if not any(any(node is not None for _, node in options[t]) for t in tokens):
+        return {}  # nothing could be glued: the values are only missing
+    intact: list[Reading] = []
+    for row in rows:
+        cpus = row.values[cpu_at]
+        if not row.short and cpus is not None and cpu_intervals(cpus) is not None:
+            intact.append((cpus, row.values[node_at]))
+    fitting: list[tuple[Reading, ...]] = []
+    count = 1
+    for t in tokens:
+        count *= max(1, len(options[t]))
+    if count <= MAX_READINGS:
+        for choice in itertools.product(*(options[t] for t in tokens)):
+            if consistent(intact + list(choice)):
+                fitting.append(choice)
+    # The header promises a NUMA value on every row: prefer the readings that leave fewest out.
+    if fitting:
+        fewest = min(sum(node is None for _, node in c) for c in fitting)
+        fitting = [c for c in fitting if sum(node is None for _, node in c) == fewest]
+    chosen = dict(zip(tokens, fitting[0], strict=True)) if len(fitting) == 1 else None
+    out: dict[int, tuple[str | None, ...]] = {}
+    for i in suspects:
+        row = rows[i]
+        token = cast(str, row.values[cpu_at])
+        values = list(row.values)
+        if chosen is not None:
+            cpus, node = chosen[token]
+            if node is None:
+                continue  # a value missing, not glued: the position warning stands
+            values[cpu_at], values[node_at] = cpus, (None if node == "N/A" else node)
+            message = (
+                f"line {row.line}: {row.label}: CPU Affinity and NUMA Affinity are glued "
+                f"together ({token!r}); read as CPUs {cpus} on NUMA node {node}"
+            )
+        elif all(node is None for _, node in options[token]):
+            continue  # cannot hold a node: only missing
+        else:
+            ways = " or ".join(
+                f"CPUs {c} + node {n}" if n is not None else f"CPUs {c} with no node"
+                for c, n in options[token]
+            )
+            values[cpu_at] = values[node_at] = None
+            message = (
+                f"line {row.line}: {row.label}: CPU Affinity {token!r} may have NUMA Affinity "
+                f"glued to it and reads more than one way ({ways}); its CPU and NUMA "
+                "affinity are left out, so no pinning hint is given for it"
+            )
+        prefix = f"line {row.line}: {row.label} has "
+        warnings[:] = [w for w in warnings if not w.startswith(prefix)]
+        warnings.append(message)
+        out[i] = tuple(values)
+    return out
