@@ -677,22 +677,57 @@ def test_a_note_typed_after_a_row_s_values_is_ignored_with_a_warning() -> None:
 
 
 @pytest.mark.parametrize("escape", ["\x1b[4m", "[4m"])
-def test_empty_affinity_cells_under_an_underlined_header_keep_their_columns(escape: str) -> None:
+@pytest.mark.parametrize("spaced", [False, True])
+def test_empty_affinity_cells_under_an_underlined_header_keep_their_columns(
+    escape: str, spaced: bool
+) -> None:
     # heldout sglang check_env: the header wrapped in an underline escape (or its `[4m`
     # remnant) and every GPU row ending `<TAB><TAB><TAB><TAB>N/A`: CPU and NUMA affinity empty.
     lines = fixture_text("topo_41").splitlines()
     lines[0] = lines[0].replace("\tGPU0", f"\t{escape}GPU0") + escape.replace("4", "0")
     lines[1] = "GPU0\t X \tPHB\t\t\t\t1"
     lines[2] = "GPU1\tPHB\t X \t\t\t\tN/A"
+    if spaced:  # the tabs expanded: only the values' columns tell where they belong
+        lines[1:3] = [line.expandtabs(8) for line in lines[1:3]]
     topo = parse("\n".join(lines))
     assert [(d.cpu_affinity, d.numa_affinity, d.gpu_numa_id) for d in topo.devices] == [
         (None, None, "1"),
         (None, None, None),
     ]
+    # Tabs keep an empty value's place, so the values are read as printed: nothing to warn of.
     assert topo.warnings == (
-        "line 2: GPU0 has 1 values for 3 columns; placed by position (GPU NUMA ID=1)",
-        "line 3: GPU1 has 1 values for 3 columns; placed by position (GPU NUMA ID=N/A)",
+        (
+            "line 2: GPU0 has 1 values for 3 columns; placed by position (GPU NUMA ID=1)",
+            "line 3: GPU1 has 1 values for 3 columns; placed by position (GPU NUMA ID=N/A)",
+        )
+        if spaced
+        else ()
     )
+
+
+def test_a_tab_separated_capture_without_cpu_or_numa_affinity_reads_them_empty_unwarned() -> None:
+    # topo_43, a real H800 check_env: every GPU row ends `<TAB><TAB><TAB><TAB>N/A` and every NIC
+    # row in four empty fields; the values are empty, not lost, and were warned of as placed.
+    topo = read("topo_43")
+    assert ids(topo) == gpus(4) + [f"NIC{i}" for i in range(17)]
+    assert {(d.cpu_affinity, d.numa_affinity, d.gpu_numa_id) for d in topo.devices} == {
+        (None, None, None)
+    }
+    assert topo.device("NIC16").nic_name == "mlx5_16"
+    assert topo.link_class("GPU0", "GPU3") == "NV8"
+    assert topo.link_class("GPU0", "NIC4") == topo.link_class("GPU3", "NIC16") == "PIX"
+    assert topo.warnings == ()
+
+
+def test_one_empty_value_among_full_rows_keeps_its_place_by_the_tabs() -> None:
+    # topo_01's GPU0 with its NUMA value left empty: the tabs around it say where it was, as
+    # the other rows' fields do, so it is empty (not lost, and not glued to the CPU list).
+    text = fixture_text("topo_01").replace("\t0-55,112-167\t0\t\t", "\t0-55,112-167\t\t\t", 1)
+    topo = parse(text)
+    gpu0 = topo.gpu(0)
+    assert (gpu0.cpu_affinity, gpu0.numa_affinity, gpu0.gpu_numa_id) == ("0-55,112-167", None, None)
+    assert topo.gpu(1).numa_affinity == "0"
+    assert topo.warnings == ()
 
 
 def test_amds_topology_table_is_refused_as_what_it_is() -> None:

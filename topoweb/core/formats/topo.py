@@ -14,9 +14,13 @@ How a real output is read, and why:
   separator between two cells (`NODENODE`, `NODEPIX`), so a token that is a run of link
   classes is split into its cells.
 - The trailing `CPU Affinity` / `NUMA Affinity` / `GPU NUMA ID` values never contain spaces.
-  When a row has one value per column they are taken in order; when some are missing they are
-  placed by position under the header (with a warning), since nvidia-smi's values drift left
-  of their wider header labels but never past the previous one.
+  When a row has one value per column they are taken in order. nvidia-smi prints an empty
+  value as an empty tab-separated field, so in a tab-separated row whose fields are laid out as
+  the matrix's full rows lay theirs (or, with none, as nvidia-smi does: one field a column and
+  an empty one before GPU NUMA ID) the values are read by field: empty, not lost, and nothing
+  to warn of. Otherwise the values a row lacks are placed by position under the header (with a
+  warning), since nvidia-smi's values drift left of their wider header labels but never past
+  the previous one.
 - A tool that loses the separator glues CPU Affinity to NUMA Affinity (`0-45,92-1370` is
   `0-45,92-137` and node `0`). The header says a NUMA value belongs there, so a short row's
   CPU value is read every way it can split; a reading is kept only when it is the single one,
@@ -39,9 +43,12 @@ from topoweb.core.formats.topo_affinity import (
     MISSING,
     Column,
     Found,
+    Layout,
+    by_field,
     check_name,
     check_row,
     place_values,
+    printed_layout,
     repair_glued_affinity,
 )
 from topoweb.core.formats.topo_table import SHORT_LABELS, Table, find_table
@@ -319,6 +326,7 @@ def _read_rows(
     glued: list[_Glued] = []
     none_values = (None,) * count
     lost_tabs = _may_have_lost_tabs([lines[i] for i in row_indexes])
+    layout: Layout | None = None  # worked out for the first row with values left empty
     for number, label in enumerate(labels):
         line_index = row_indexes[number]
         if lost_tabs and (spaced := _lost_tab(lines[line_index], label)):
@@ -344,8 +352,16 @@ def _read_rows(
         line = lines[line_index]
         cells, found = _row_cells(tokens, label, labels, line_index + 1, glued, warnings)
         found = _values_found(found, columns, label, line_index + 1, warnings)
-        values = place_values(found, line, columns, header_start, label, line_index + 1, warnings)
         short = len(found) < len(columns) and bool(found)
+        fields = _value_fields(line, tokens, found, size) if short and "\t" in line else None
+        if fields is not None:
+            if layout is None:
+                layout = _tab_layout(lines, row_indexes, row_tokens, size, columns)
+            # The tabs kept the empty values' places: they are empty, not lost.
+            if (as_printed := by_field(fields, layout)) is not None:
+                rows.append(_Row(label, line_index + 1, cells, as_printed))
+                continue
+        values = place_values(found, line, columns, header_start, label, line_index + 1, warnings)
         rows.append(_Row(label, line_index + 1, cells, values, short))
     assert len(rows) == size
     warnings.extend(_glued_warnings(glued))
@@ -518,6 +534,36 @@ def _glued_length(token: str, count: int) -> int:
         assert match is not None  # the caller split these same pieces
         pos = match.end()
     return pos
+
+
+def _value_fields(line: str, tokens: list[str], found: list[Found], size: int) -> list[str] | None:
+    """The tab-separated fields after the row's label and cells, empty ones too; None unless
+    the label and each cell have a field of their own and the values are the other fields."""
+    fields = line.split("\t")
+    if [f.strip() for f in fields[: size + 1]] != tokens[: size + 1]:
+        return None
+    rest = [f.strip() for f in fields[size + 1 :]]
+    return rest if [f for f in rest if f] == [token for _, _, token in found] else None
+
+
+def _tab_layout(
+    lines: list[str],
+    row_indexes: list[int],
+    row_tokens: list[list[str]],
+    size: int,
+    columns: tuple[Column, ...],
+) -> Layout:
+    """Where the matrix's rows that have every value put them in their tab-separated fields,
+    when they all agree; else where nvidia-smi prints them."""
+    seen: set[Layout] = set()
+    for index, tokens in zip(row_indexes, row_tokens, strict=True):
+        values = tokens[size + 1 :]
+        if len(values) == len(columns) and "\t" in lines[index]:
+            found = [(0, 0, value) for value in values]
+            fields = _value_fields(lines[index], tokens, found, size)
+            if fields is not None:
+                seen.add((len(fields), tuple(i for i, f in enumerate(fields) if f)))
+    return seen.pop() if len(seen) == 1 else printed_layout(columns)
 
 
 def _values_found(

@@ -140,6 +140,34 @@ def check_row(
         )
 
 
+# Where a tab-separated row's values sit: (fields after the row's link cells, the field of
+# each column in order).
+Layout = tuple[int, tuple[int, ...]]
+
+
+def printed_layout(columns: tuple[Column, ...]) -> Layout:
+    """The fields nvidia-smi prints after a row's cells: one per column, empty when the value
+    is, and an empty one between NUMA Affinity and GPU NUMA ID (`0-63<TAB>0<TAB><TAB>N/A`)."""
+    fields: list[int] = []
+    for i, column in enumerate(columns):
+        after_numa = i > 0 and columns[i - 1].name == "NUMA Affinity"
+        position = (fields[-1] + 1 if fields else 0) + int(
+            after_numa and column.name == "GPU NUMA ID"
+        )
+        fields.append(position)
+    return (fields[-1] + 1 if fields else 0), tuple(fields)
+
+
+def by_field(fields: list[str], layout: Layout) -> tuple[str | None, ...] | None:
+    """A row's values read from its tab-separated fields when they fit the layout: an empty
+    field is an empty value, kept in its place by the tabs around it; None when they do not
+    fit (a field lost or added), and the values must be placed some other way."""
+    count, at = layout
+    if len(fields) != count or any(f for i, f in enumerate(fields) if i not in at):
+        return None
+    return tuple(None if fields[i] in MISSING else fields[i] for i in at)
+
+
 def _with_columns(line: str, found: list[Found]) -> tuple[int, list[tuple[int, str]]]:
     """The column of the row's first cell and of each value, in the tab-expanded line."""
     starts = [m.start() for m in _TOKEN.finditer(line.expandtabs(8))]
