@@ -730,6 +730,29 @@ def test_one_empty_value_among_full_rows_keeps_its_place_by_the_tabs() -> None:
     assert topo.warnings == ()
 
 
+def test_a_matrix_quoted_in_an_email_reply_is_read_without_the_quote_marks() -> None:
+    # topo_44: a kernel patch's commit message quoted `>>> ` deep in a reply, with the matrix
+    # before and after the change; every line of it starts with the marker, header included.
+    topo = read("topo_44")
+    assert ids(topo) == gpus(3)
+    assert {link.link_class for link in topo.links} == {"NV2"}
+    assert {d.cpu_affinity for d in topo.devices} == {"0-0"}
+    assert topo.warnings == (
+        "line 32: the matrix is quoted ('>>>' before its lines, as in an e-mail reply, a "
+        "markdown quote or a comment): read without the quote marks",
+        "line 38: another matrix starts; only the first is read",
+    )
+
+
+@pytest.mark.parametrize("marker", ["> ", ">", "> > ", "# "])
+def test_a_quoted_or_commented_matrix_reads_as_the_plain_one(marker: str) -> None:
+    text = fixture_text("topo_01")
+    topo = parse("\n".join(marker + line for line in text.splitlines()))
+    plain = parse(text)
+    assert (topo.devices, topo.links) == (plain.devices, plain.links)
+    assert len(topo.warnings) == 1 and topo.warnings[0].startswith("line 2: the matrix is quoted")
+
+
 def test_amds_topology_table_is_refused_as_what_it_is() -> None:
     # `rocm-smi --showtopo` titles each table and labels its GPU0.. columns as topo -m does.
     text = (

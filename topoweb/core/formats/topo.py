@@ -6,6 +6,9 @@ How a real output is read, and why:
   `GPU<n>` that is followed by a row whose label the header starts with and whose next token
   is a link class. Blank lines between the header and the rows, or between rows, are skipped
   (a markdown paste puts one after every line).
+- A matrix quoted in an e-mail reply or a markdown quote (`>`, `>>>`, `> >` before every
+  line) or in a comment (`#`) has no header the reader can find as it stands; only then are
+  the lines read again without their quote marks, with a warning naming the header's line.
 - Device ids come from the row labels, checked against the header with whitespace removed, so
   a glued header (`GPU0GPU1...GPU7mlx5_0`) reads like a tab-separated one and any NIC naming
   (`NIC3`, `mlx5_bond_0`, `mlx4_0`) works without a list of known names.
@@ -51,7 +54,7 @@ from topoweb.core.formats.topo_affinity import (
     printed_layout,
     repair_glued_affinity,
 )
-from topoweb.core.formats.topo_table import SHORT_LABELS, Table, find_table
+from topoweb.core.formats.topo_table import SHORT_LABELS, Quoted, Table, find_table, unquote
 from topoweb.core.model import (
     Device,
     Link,
@@ -113,7 +116,21 @@ def _parse(text: str) -> Topology:
         raise ParseError("the input is empty", line=1)
     table = find_table(lines) if "|" in text else None
     if table is None:
-        return _read_matrix(lines, None)
+        try:
+            return _read_matrix(lines, None)
+        except _NoMatrix as exc:
+            # Quoted in a reply or a comment, every line starts with the marker, which no
+            # header or row does: read again without the markers, or refuse as before.
+            quoted = unquote(lines) if ">" in text or "#" in text else None
+            if quoted is None:
+                raise
+            try:
+                topology = _read_matrix(quoted.lines, None, quoted)
+            except _NoMatrix:
+                raise exc from None
+            if not quoted.markers[_find_header(quoted.lines)]:
+                raise  # the header was not quoted: not a quoted matrix
+            return topology
     try:
         return _read_matrix(table.lines, table)
     except ParseError as exc:
@@ -126,8 +143,9 @@ def _parse(text: str) -> Topology:
         ) from exc
 
 
-def _read_matrix(lines: list[str], table: Table | None) -> Topology:
-    """The first matrix in `lines`; `table` is the retyped table they were made from."""
+def _read_matrix(lines: list[str], table: Table | None, quoted: Quoted | None = None) -> Topology:
+    """The first matrix in `lines`; `table` is the retyped table they were made from, `quoted`
+    the quoted text they were taken out of."""
     header_index = _find_header(lines)
     # An underline escape around the header (`\x1b[4m`, or `[4m` where a paste lost the ESC)
     # takes no room on a terminal: left in, it moves every label a tab stop right of its
@@ -150,6 +168,13 @@ def _read_matrix(lines: list[str], table: Table | None) -> Topology:
         warnings.insert(0, f"line {header_index + 1}: the header's " + ", ".join(
             f"{n!r}" for n in short) + " read as " + ", ".join(SHORT_LABELS[n] for n in short)
             + " (a retyped header: nvidia-smi prints the full labels)")  # fmt: skip
+    if quoted is not None:
+        warnings.insert(
+            0,
+            f"line {header_index + 1}: the matrix is quoted "
+            f"({quoted.markers[header_index].strip()!r} before its lines, as in an e-mail "
+            "reply, a markdown quote or a comment): read without the quote marks",
+        )
     if table is not None and table.line == header_index + 1:
         warnings.insert(
             0,
@@ -189,6 +214,10 @@ def _pcie_paths_only(lines: list[str], header_index: int, end_index: int, rows: 
     return False
 
 
+class _NoMatrix(ParseError):
+    """No matrix header in the lines (a quoted one may still be there)."""
+
+
 def _find_header(lines: list[str]) -> int:
     """Index of the header line: names a GPU and is followed at once by the first row."""
     lone_header: int | None = None
@@ -215,12 +244,12 @@ def _find_header(lines: list[str]) -> int:
             line=p2p_status[0],
         )
     if lone_header is not None:
-        raise ParseError(
+        raise _NoMatrix(
             "the matrix header is not followed by a row starting with its first device "
             "and a link class: the matrix is missing or truncated",
             line=lone_header + 1,
         )
-    raise ParseError(
+    raise _NoMatrix(
         "no `nvidia-smi topo -m` matrix found: expected a header line naming GPU0 "
         "followed by rows of link classes (X, NV#, PIX, PXB, PHB, NODE, SYS)",
         line=1,

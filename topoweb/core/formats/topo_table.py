@@ -1,4 +1,5 @@
 """A `nvidia-smi topo -m` matrix retyped as a table (a markdown pipe table, an RST grid table),
+or quoted (an e-mail reply's or a markdown quote's `>` before every line, a comment's `#`),
 turned back into the plain lines the topo reader reads, line for line.
 
 Why it is read at all: such a table's cells are the command's cells, only bordered, so with
@@ -57,3 +58,28 @@ def find_table(lines: list[str]) -> Table | None:
             plain[row] = "\t".join(cell or "N/A" for cell in cells)
         return Table(kind, index + 1, plain)
     return None
+
+
+# The quote marker before a line: `>`, nested as `>>>` or `> > `, or a comment's `#`, with the
+# one space after it (the quoted line's own indent, which aligns its columns, stays).
+_QUOTE = re.compile(r"[ \t]*(?:(?:>[ \t]?)+|#+[ \t]?)")
+
+
+@dataclass(frozen=True)
+class Quoted:
+    markers: list[str]  # each line's quote marker as it stood ("" for a line without one)
+    lines: list[str]  # the whole text's lines, quote markers removed
+
+
+def unquote(lines: list[str]) -> Quoted | None:
+    """The lines without their quote markers, when a quoted line names a GPU; None if none
+    does. Only a reader that found no matrix in the lines as they are asks for this."""
+    markers = [""] * len(lines)
+    plain = list(lines)
+    for index, line in enumerate(lines):
+        marker = _QUOTE.match(line)
+        if marker is not None and marker.group(0).strip():
+            markers[index] = marker.group(0)
+            plain[index] = line[marker.end() :]
+    named = any(m and "GPU" in line for m, line in zip(markers, plain, strict=True))
+    return Quoted(markers, plain) if named else None
