@@ -753,6 +753,14 @@ def test_a_quoted_or_commented_matrix_reads_as_the_plain_one(marker: str) -> Non
     assert len(topo.warnings) == 1 and topo.warnings[0].startswith("line 2: the matrix is quoted")
 
 
+def test_rows_pasted_without_their_header_are_refused_at_the_first_row() -> None:
+    # A README's "GPU Detection Results": a script kept the lines starting GPU, not the header.
+    text = "NVLink Topology:\nGPU0   X   NV4  0-31  0   N/A\nGPU1  NV4   X   0-31  0   N/A\n"
+    exc = error(text)
+    assert exc.line == 2
+    assert "a matrix row (GPU0 ...) with no header line above it" in exc.message
+
+
 def test_amds_topology_table_is_refused_as_what_it_is() -> None:
     # `rocm-smi --showtopo` titles each table and labels its GPU0.. columns as topo -m does.
     text = (

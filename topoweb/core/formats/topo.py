@@ -218,6 +218,10 @@ class _NoMatrix(ParseError):
     """No matrix header in the lines (a quoted one may still be there)."""
 
 
+# A matrix row (`GPU0   X   NV4 ...`): its label, then the diagonal or a link class.
+_ROW = re.compile(r"\s*(GPU\d+)\s+(?:X|NV\d+|NODE|SYS|SOC|PHB|PXB|PIX)(?!\S)")
+
+
 def _find_header(lines: list[str]) -> int:
     """Index of the header line: names a GPU and is followed at once by the first row."""
     lone_header: int | None = None
@@ -249,6 +253,14 @@ def _find_header(lines: list[str]) -> int:
             "and a link class: the matrix is missing or truncated",
             line=lone_header + 1,
         )
+    for index, line in enumerate(lines):
+        row = _ROW.match(line) if "GPU" in line else None
+        if row:  # rows kept, header left out (a paste filtered to the lines naming a GPU)
+            raise _NoMatrix(
+                f"a matrix row ({row.group(1)} ...) with no header line above it naming the "
+                "devices of its columns: paste the output from its header line on",
+                line=index + 1,
+            )
     raise _NoMatrix(
         "no `nvidia-smi topo -m` matrix found: expected a header line naming GPU0 "
         "followed by rows of link classes (X, NV#, PIX, PXB, PHB, NODE, SYS)",
