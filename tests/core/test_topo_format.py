@@ -357,7 +357,9 @@ def test_tab_separated_and_space_aligned_forms_read_the_same() -> None:
     assert parse(text.expandtabs(8)) == parse(text)
 
 
-def test_a_missing_middle_value_is_placed_by_position_with_a_warning() -> None:
+def test_a_missing_middle_value_keeps_its_place_by_the_expanded_tabs() -> None:
+    # topo_09 is space-aligned: its tabs were expanded, so an empty value still leaves the tab
+    # stops it took, and the values after it sit where the fields put them.
     text = fixture_text("topo_09").replace(
         "0-31    0               N/A", "0-31                    N/A", 1
     )
@@ -365,8 +367,46 @@ def test_a_missing_middle_value_is_placed_by_position_with_a_warning() -> None:
     assert topo.gpu(0).cpu_affinity == "0-31"
     assert topo.gpu(0).numa_affinity is None
     assert topo.gpu(1).numa_affinity == "0"
+    assert topo.warnings == ()
+
+
+def test_a_value_off_its_tab_stop_is_placed_by_position_with_a_warning() -> None:
+    # One space more and N/A is on no tab stop: the spaces are not expanded tabs to count.
+    text = fixture_text("topo_09").replace(
+        "0-31    0               N/A", "0-31                     N/A", 1
+    )
+    topo = parse(text)
+    assert (topo.gpu(0).cpu_affinity, topo.gpu(0).numa_affinity) == ("0-31", None)
     assert len(topo.warnings) == 1
-    assert "line 3" in topo.warnings[0] and "GPU0" in topo.warnings[0]
+    assert "line 3" in topo.warnings[0] and "placed by position" in topo.warnings[0]
+
+
+# dask-cuda#1381: `srun -c32 nvidia-smi topo -m` on 8 A100s; Slurm's CPU set holds none of
+# socket 1's CPUs, so GPU4-7 print an empty CPU Affinity (tabs expanded in the paste). The
+# stored page ends inside the NIC0 row: completed here from NIC0's column (the matrix is
+# symmetric).
+SLURM_EMPTY_CPU_AFFINITY = """\
+$ srun --gpus=A100_80GB:8 -c32 --mem 128GB --pty nvidia-smi topo -m
+        GPU0    GPU1    GPU2    GPU3    GPU4    GPU5    GPU6    GPU7    NIC0    CPU Affinity    NUMA Affinity   GPU NUMA ID
+GPU0     X      NV12    NODE    NODE    NODE    NODE    NODE    NODE    NODE    0-15,56-71      0               N/A
+GPU1    NV12     X      NODE    NODE    NODE    NODE    NODE    NODE    NODE    0-15,56-71      0               N/A
+GPU2    NODE    NODE     X      NV12    NODE    NODE    NODE    NODE    NODE    0-15,56-71      0               N/A
+GPU3    NODE    NODE    NV12     X      NODE    NODE    NODE    NODE    NODE    0-15,56-71      0               N/A
+GPU4    NODE    NODE    NODE    NODE     X      NV12    NODE    NODE    NODE            1               N/A
+GPU5    NODE    NODE    NODE    NODE    NV12     X      NODE    NODE    NODE            1               N/A
+GPU6    NODE    NODE    NODE    NODE    NODE    NODE     X      NV12    PHB             1               N/A
+GPU7    NODE    NODE    NODE    NODE    NODE    NODE    NV12     X      NODE            1               N/A
+NIC0    NODE    NODE    NODE    NODE    NODE    NODE    PHB     NODE     X
+"""  # noqa: E501
+
+
+def test_an_empty_cpu_affinity_in_a_space_aligned_capture_is_read_empty_unwarned() -> None:
+    topo = parse(SLURM_EMPTY_CPU_AFFINITY)
+    assert [(d.cpu_affinity, d.numa_affinity) for d in topo.devices[:8]] == [
+        ("0-15,56-71", "0")
+    ] * 4 + [(None, "1")] * 4
+    assert {d.gpu_numa_id for d in topo.devices} == {None}
+    assert topo.warnings == ()
 
 
 def test_a_header_on_the_same_line_as_the_nvidia_topology_prefix_reads() -> None:
@@ -687,22 +727,16 @@ def test_empty_affinity_cells_under_an_underlined_header_keep_their_columns(
     lines[0] = lines[0].replace("\tGPU0", f"\t{escape}GPU0") + escape.replace("4", "0")
     lines[1] = "GPU0\t X \tPHB\t\t\t\t1"
     lines[2] = "GPU1\tPHB\t X \t\t\t\tN/A"
-    if spaced:  # the tabs expanded: only the values' columns tell where they belong
+    if spaced:  # the tabs expanded: the tab stops the values sit on tell their fields
         lines[1:3] = [line.expandtabs(8) for line in lines[1:3]]
     topo = parse("\n".join(lines))
     assert [(d.cpu_affinity, d.numa_affinity, d.gpu_numa_id) for d in topo.devices] == [
         (None, None, "1"),
         (None, None, None),
     ]
-    # Tabs keep an empty value's place, so the values are read as printed: nothing to warn of.
-    assert topo.warnings == (
-        (
-            "line 2: GPU0 has 1 values for 3 columns; placed by position (GPU NUMA ID=1)",
-            "line 3: GPU1 has 1 values for 3 columns; placed by position (GPU NUMA ID=N/A)",
-        )
-        if spaced
-        else ()
-    )
+    # Tabs keep an empty value's place (expanded, its tab stops do), so the values are read as
+    # printed: nothing to warn of.
+    assert topo.warnings == ()
 
 
 def test_a_tab_separated_capture_without_cpu_or_numa_affinity_reads_them_empty_unwarned() -> None:

@@ -18,10 +18,11 @@ How a real output is read, and why:
   classes is split into its cells.
 - The trailing `CPU Affinity` / `NUMA Affinity` / `GPU NUMA ID` values never contain spaces.
   When a row has one value per column they are taken in order. nvidia-smi prints an empty
-  value as an empty tab-separated field, so in a tab-separated row whose fields are laid out as
-  the matrix's full rows lay theirs (or, with none, as nvidia-smi does: one field a column and
-  an empty one before GPU NUMA ID) the values are read by field: empty, not lost, and nothing
-  to warn of. Otherwise the values a row lacks are placed by position under the header (with a
+  value as an empty tab-separated field, so in a row whose fields are laid out as the matrix's
+  full rows lay theirs (or, with none, as nvidia-smi does: one field a column and an empty one
+  before GPU NUMA ID) the values are read by field: empty, not lost, and nothing to warn of.
+  Where a terminal expanded the tabs, the fields are counted back from the tab stops the
+  values start on. Otherwise the values a row lacks are placed by position under the header (with a
   warning), since nvidia-smi's values drift left of their wider header labels but never past
   the previous one.
 - A tool that loses the separator glues CPU Affinity to NUMA Affinity (`0-45,92-1370` is
@@ -51,8 +52,9 @@ from topoweb.core.formats.topo_affinity import (
     check_name,
     check_row,
     place_values,
-    printed_layout,
     repair_glued_affinity,
+    tab_layout,
+    value_fields,
 )
 from topoweb.core.formats.topo_table import SHORT_LABELS, Quoted, Table, find_table, unquote
 from topoweb.core.model import (
@@ -394,10 +396,10 @@ def _read_rows(
         cells, found = _row_cells(tokens, label, labels, line_index + 1, glued, warnings)
         found = _values_found(found, columns, label, line_index + 1, warnings)
         short = len(found) < len(columns) and bool(found)
-        fields = _value_fields(line, tokens, found, size) if short and "\t" in line else None
+        fields = value_fields(line, tokens, found, size) if short else None
         if fields is not None:
             if layout is None:
-                layout = _tab_layout(lines, row_indexes, row_tokens, size, columns)
+                layout = tab_layout(lines, row_indexes, row_tokens, size, columns)
             # The tabs kept the empty values' places: they are empty, not lost.
             if (as_printed := by_field(fields, layout)) is not None:
                 rows.append(_Row(label, line_index + 1, cells, as_printed))
@@ -575,36 +577,6 @@ def _glued_length(token: str, count: int) -> int:
         assert match is not None  # the caller split these same pieces
         pos = match.end()
     return pos
-
-
-def _value_fields(line: str, tokens: list[str], found: list[Found], size: int) -> list[str] | None:
-    """The tab-separated fields after the row's label and cells, empty ones too; None unless
-    the label and each cell have a field of their own and the values are the other fields."""
-    fields = line.split("\t")
-    if [f.strip() for f in fields[: size + 1]] != tokens[: size + 1]:
-        return None
-    rest = [f.strip() for f in fields[size + 1 :]]
-    return rest if [f for f in rest if f] == [token for _, _, token in found] else None
-
-
-def _tab_layout(
-    lines: list[str],
-    row_indexes: list[int],
-    row_tokens: list[list[str]],
-    size: int,
-    columns: tuple[Column, ...],
-) -> Layout:
-    """Where the matrix's rows that have every value put them in their tab-separated fields,
-    when they all agree; else where nvidia-smi prints them."""
-    seen: set[Layout] = set()
-    for index, tokens in zip(row_indexes, row_tokens, strict=True):
-        values = tokens[size + 1 :]
-        if len(values) == len(columns) and "\t" in lines[index]:
-            found = [(0, 0, value) for value in values]
-            fields = _value_fields(lines[index], tokens, found, size)
-            if fields is not None:
-                seen.add((len(fields), tuple(i for i, f in enumerate(fields) if f)))
-    return seen.pop() if len(seen) == 1 else printed_layout(columns)
 
 
 def _values_found(

@@ -25,6 +25,7 @@ _NODE_ID = re.compile(r"(0|[1-9]\d*|N/A)\Z")
 MAX_READINGS = 4096
 MISSING = frozenset({"", "N/A"})
 _TOKEN = re.compile(r"\S+")
+_ONE_CELL = re.compile(r"X|NV\d+|NODE|SYS|SOC|PHB|PXB|PIX")
 
 # A value found after a row's cells: (token number in the row, characters of the token
 # before the value, the value). Columns are worked out only when a value must be placed by
@@ -156,6 +157,66 @@ def printed_layout(columns: tuple[Column, ...]) -> Layout:
         )
         fields.append(position)
     return (fields[-1] + 1 if fields else 0), tuple(fields)
+
+
+def value_fields(line: str, tokens: list[str], found: list[Found], size: int) -> list[str] | None:
+    """The tab-separated fields after the row's label and cells, empty ones too; None unless
+    the label and each cell have a field of their own and the values are the other fields.
+    A row whose tabs a terminal expanded has its fields counted back from where its tokens
+    start (each at a tab stop, ` X ` one past it)."""
+    if "\t" in line:
+        fields = line.split("\t")
+        if [f.strip() for f in fields[: size + 1]] != tokens[: size + 1]:
+            return None
+        rest = [f.strip() for f in fields[size + 1 :]]
+    elif (spaced := _expanded_fields(line, len(tokens), size)) is not None:
+        rest = spaced
+    else:
+        return None
+    return rest if [f for f in rest if f] == [token for _, _, token in found] else None
+
+
+def _expanded_fields(line: str, count: int, size: int) -> list[str] | None:
+    """The value fields of a row printed with tabs and shown with them expanded: a value one
+    tab after the one before starts at the next tab stop, each tab more moves it eight
+    columns on, and each of those tabs is an empty field."""
+    # Counted from the label: a block indented after its tabs were expanded keeps its stops.
+    line = line.expandtabs(8)
+    indent = len(line) - len(line.lstrip())
+    at = [(m.start() - indent, m.end() - indent, m.group(0)) for m in _TOKEN.finditer(line)]
+    if len(at) != count or any(start % 8 != (token == "X") for start, _, token in at[1:]):
+        return None  # not every token at its tab stop: the spaces are not expanded tabs
+    fields: list[str] = []
+    end = at[size][1]
+    for start, stop, token in at[size + 1 :]:
+        fields += [""] * (start // 8 - end // 8 - 1) + [token]
+        end = stop
+    return fields
+
+
+def _one_cell_each(tokens: list[str], size: int) -> bool:
+    """Whether the row's tokens after its label are one link cell each (none run together)."""
+    return all(_ONE_CELL.fullmatch(token) for token in tokens[1 : size + 1])
+
+
+def tab_layout(
+    lines: list[str],
+    row_indexes: list[int],
+    row_tokens: list[list[str]],
+    size: int,
+    columns: tuple[Column, ...],
+) -> Layout:
+    """Where the matrix's rows that have every value put them in their tab-separated fields,
+    when they all agree; else where nvidia-smi prints them."""
+    seen: set[Layout] = set()
+    for index, tokens in zip(row_indexes, row_tokens, strict=True):
+        values = tokens[size + 1 :]
+        if len(values) == len(columns) and _one_cell_each(tokens, size):
+            found = [(0, 0, value) for value in values]
+            fields = value_fields(lines[index], tokens, found, size)
+            if fields is not None:
+                seen.add((len(fields), tuple(i for i, f in enumerate(fields) if f)))
+    return seen.pop() if len(seen) == 1 else printed_layout(columns)
 
 
 def by_field(fields: list[str], layout: Layout) -> tuple[str | None, ...] | None:
