@@ -795,6 +795,22 @@ def test_rows_pasted_without_their_header_are_refused_at_the_first_row() -> None
     assert "a matrix row (GPU0 ...) with no header line above it" in exc.message
 
 
+@pytest.mark.parametrize(
+    ("prefix", "shown"),
+    [
+        ("vllm-1  | ", "vllm-1  |"),
+        ("2024-05-01T12:00:00.123456789Z ", "2024-05-01T12:00:00.123456789Z"),
+    ],
+)
+def test_rows_behind_a_log_prefix_are_refused_naming_the_prefix(prefix: str, shown: str) -> None:
+    # `docker compose logs` / `kubectl logs --timestamps`: every line behind the same kind of
+    # prefix, which was refused as a matrix "missing or truncated".
+    text = "\n".join(prefix + line for line in fixture_text("topo_09").splitlines())
+    exc = error(text)
+    assert exc.line == 3
+    assert f"the rows under the header have {shown!r} before their device names" in exc.message
+
+
 def test_amds_topology_table_is_refused_as_what_it_is() -> None:
     # `rocm-smi --showtopo` titles each table and labels its GPU0.. columns as topo -m does.
     text = (

@@ -250,6 +250,13 @@ def _find_header(lines: list[str]) -> int:
             line=p2p_status[0],
         )
     if lone_header is not None:
+        if prefixed := _prefixed_row(lines, lone_header):
+            raise _NoMatrix(
+                f"the rows under the header have {prefixed[1]!r} before their device names "
+                "(a log's or an editor's prefix on every line): paste the command's output "
+                "without it",
+                line=prefixed[0] + 1,
+            )
         raise _NoMatrix(
             "the matrix header is not followed by a row starting with its first device "
             "and a link class: the matrix is missing or truncated",
@@ -268,6 +275,21 @@ def _find_header(lines: list[str]) -> int:
         "followed by rows of link classes (X, NV#, PIX, PXB, PHB, NODE, SYS)",
         line=1,
     )
+
+
+def _prefixed_row(lines: list[str], header: int) -> tuple[int, str] | None:
+    """The row under the header and what stands before its device name, where that name (the
+    header's first) comes after other text and is followed by a link class: a log line's
+    timestamp or container name, an editor's line number."""
+    first = _HEADER_GPU.search(lines[header])
+    index = _next_filled(lines, header + 1)
+    tokens = lines[index].split() if first and index < len(lines) else []
+    if first is None or first.group(0) not in tokens[1:-1]:
+        return None
+    at = tokens.index(first.group(0))
+    if not _split_cells(tokens[at + 1])[0]:
+        return None
+    return index, lines[index][: lines[index].index(first.group(0))].strip()
 
 
 # A line drawn to set the header off (`-----`, `=====`, box drawing): a retyped matrix has one.
