@@ -409,6 +409,21 @@ def test_an_empty_cpu_affinity_in_a_space_aligned_capture_is_read_empty_unwarned
     assert topo.warnings == ()
 
 
+def test_values_of_a_row_whose_spacing_was_collapsed_are_withheld_not_guessed() -> None:
+    # The same capture as a web page's text shows it, every run of spaces one space: GPU4's
+    # `1 N/A` stood under NUMA Affinity and GPU NUMA ID, but by position it read as CPU 1.
+    text = "\n".join(" ".join(line.split()) for line in SLURM_EMPTY_CPU_AFFINITY.splitlines())
+    topo = parse(text)
+    assert topo.gpu(0).cpu_affinity == "0-15,56-71"
+    assert [(d.cpu_affinity, d.numa_affinity) for d in topo.devices[4:8]] == [(None, None)] * 4
+    assert len(topo.warnings) == 4
+    assert topo.warnings[0] == (
+        "line 7: GPU4 has 2 values for 3 columns and its spacing was collapsed in the paste, "
+        "so which columns they belong to cannot be told: its CPU Affinity, NUMA Affinity, "
+        "GPU NUMA ID are left out"
+    )
+
+
 def test_a_header_on_the_same_line_as_the_nvidia_topology_prefix_reads() -> None:
     text = fixture_text("topo_25").replace("NVIDIA Topology: \n", "NVIDIA Topology: ")
     assert ids(parse(text)) == ["GPU0", "NIC0"]

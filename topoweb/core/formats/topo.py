@@ -22,9 +22,10 @@ How a real output is read, and why:
   full rows lay theirs (or, with none, as nvidia-smi does: one field a column and an empty one
   before GPU NUMA ID) the values are read by field: empty, not lost, and nothing to warn of.
   Where a terminal expanded the tabs, the fields are counted back from the tab stops the
-  values start on. Otherwise the values a row lacks are placed by position under the header (with a
-  warning), since nvidia-smi's values drift left of their wider header labels but never past
-  the previous one.
+  values start on. Otherwise the values a row lacks are placed by position under the header
+  (with a warning), since nvidia-smi's values drift left of their wider header labels but
+  never past the previous one; where the paste collapsed every run of spaces to one, a
+  position says nothing and such a row's values are left out (with a warning).
 - A tool that loses the separator glues CPU Affinity to NUMA Affinity (`0-45,92-1370` is
   `0-45,92-137` and node `0`). The header says a NUMA value belongs there, so a short row's
   CPU value is read every way it can split; a reading is kept only when it is the single one,

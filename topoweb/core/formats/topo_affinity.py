@@ -258,6 +258,15 @@ def place_values(
     values: list[str | None] = [None] * count
     if not found:
         return tuple(values)
+    if "\t" not in line and "  " not in line.strip():
+        # Every run of spaces collapsed to one (a web page's text): where a value stood says
+        # nothing of its column, and a NUMA node taken for a CPU list would pin wrongly.
+        warnings.append(
+            f"line {line_number}: {label} has {len(found)} values for {count} columns and "
+            "its spacing was collapsed in the paste, so which columns they belong to cannot "
+            f"be told: its {', '.join(c.name for c in columns)} are left out"
+        )
+        return tuple(values)
     # Fewer values than columns: a value belongs under the first label that starts at or
     # after it (nvidia-smi's values sit at or left of their wider labels), keeping order and
     # leaving room for the values still to come. `shift` undoes a row pushed right by a
