@@ -779,27 +779,43 @@ def test_one_empty_value_among_full_rows_keeps_its_place_by_the_tabs() -> None:
     assert topo.warnings == ()
 
 
-def test_a_matrix_quoted_in_an_email_reply_is_read_without_the_quote_marks() -> None:
+def test_a_matrix_quoted_in_an_email_reply_is_read_as_if_it_were_not() -> None:
     # topo_44: a kernel patch's commit message quoted `>>> ` deep in a reply, with the matrix
-    # before and after the change; every line of it starts with the marker, header included.
-    topo = read("topo_44")
+    # before and after the change; parse_text takes the quote marks off before the reader.
+    topo = parse_text(fixture_text("topo_44"))
+    assert isinstance(topo, Topology)
     assert ids(topo) == gpus(3)
     assert {link.link_class for link in topo.links} == {"NV2"}
     assert {d.cpu_affinity for d in topo.devices} == {"0-0"}
+    assert topo.warnings == ("line 38: another matrix starts; only the first is read",)
+
+
+@pytest.mark.parametrize("marker", ["# ", "#", "#   ", "## "])
+def test_a_commented_out_matrix_reads_as_the_plain_one(marker: str) -> None:
+    # A script's comment holding the output (a vLLM/NIXL smoke test quotes a quad-GH200 node's
+    # matrix so): `#` before every line, which no header or row starts with.
+    text = fixture_text("topo_01")
+    topo = parse_text("\n".join(marker + line for line in text.splitlines()))
+    plain = parse(text)
+    assert isinstance(topo, Topology)
+    assert (topo.devices, topo.links) == (plain.devices, plain.links)
     assert topo.warnings == (
-        "line 32: the matrix is quoted ('>>>' before its lines, as in an e-mail reply, a "
-        "markdown quote or a comment): read without the quote marks",
-        "line 38: another matrix starts; only the first is read",
+        f"line 2: the matrix is commented out ({marker.strip()!r} before its lines): read "
+        "without those marks",
     )
 
 
-@pytest.mark.parametrize("marker", ["> ", ">", "> > ", "# "])
-def test_a_quoted_or_commented_matrix_reads_as_the_plain_one(marker: str) -> None:
-    text = fixture_text("topo_01")
-    topo = parse("\n".join(marker + line for line in text.splitlines()))
-    plain = parse(text)
-    assert (topo.devices, topo.links) == (plain.devices, plain.links)
-    assert len(topo.warnings) == 1 and topo.warnings[0].startswith("line 2: the matrix is quoted")
+def test_the_reader_on_its_own_reads_a_quoted_matrix_too() -> None:
+    # parse_text takes a reply's `>` off before any reader; the reader called on its own (as
+    # the cost and placement tests call it on every sample) reads it as well, and says so.
+    topo = read("topo_44")
+    assert (topo.devices, topo.links) == (
+        parse_text(fixture_text("topo_44")).devices,
+        parse_text(fixture_text("topo_44")).links,
+    )
+    assert topo.warnings[0] == (
+        "line 32: the matrix is quoted ('>>>' before its lines): read without those marks"
+    )
 
 
 def test_rows_pasted_without_their_header_are_refused_at_the_first_row() -> None:
@@ -810,20 +826,18 @@ def test_rows_pasted_without_their_header_are_refused_at_the_first_row() -> None
     assert "a matrix row (GPU0 ...) with no header line above it" in exc.message
 
 
-@pytest.mark.parametrize(
-    ("prefix", "shown"),
-    [
-        ("vllm-1  | ", "vllm-1  |"),
-        ("2024-05-01T12:00:00.123456789Z ", "2024-05-01T12:00:00.123456789Z"),
-    ],
-)
-def test_rows_behind_a_log_prefix_are_refused_naming_the_prefix(prefix: str, shown: str) -> None:
-    # `docker compose logs` / `kubectl logs --timestamps`: every line behind the same kind of
-    # prefix, which was refused as a matrix "missing or truncated".
-    text = "\n".join(prefix + line for line in fixture_text("topo_09").splitlines())
-    exc = error(text)
-    assert exc.line == 3
-    assert f"the rows under the header have {shown!r} before their device names" in exc.message
+@pytest.mark.parametrize(("numbered", "shown"), [(False, "vllm-1  |"), (True, "3")])
+def test_rows_behind_a_log_prefix_are_refused_naming_the_prefix(numbered: bool, shown: str) -> None:
+    # `docker compose logs` puts the service's name before every line, an editor's `:set
+    # number` a line number: the matrix was refused as "missing or truncated".
+    lines = fixture_text("topo_09").splitlines()
+    text = "\n".join(
+        (f"{n:>3} " if numbered else "vllm-1  | ") + line for n, line in enumerate(lines, 1)
+    )
+    with pytest.raises(ParseError) as info:
+        parse_text(text)
+    assert info.value.line == 3
+    assert f"the rows under the header have {shown!r} before their device names" in str(info.value)
 
 
 def test_amds_topology_table_is_refused_as_what_it_is() -> None:

@@ -6,9 +6,10 @@ How a real output is read, and why:
   `GPU<n>` that is followed by a row whose label the header starts with and whose next token
   is a link class. Blank lines between the header and the rows, or between rows, are skipped
   (a markdown paste puts one after every line).
-- A matrix quoted in an e-mail reply or a markdown quote (`>`, `>>>`, `> >` before every
-  line) or in a comment (`#`) has no header the reader can find as it stands; only then are
-  the lines read again without their quote marks, with a warning naming the header's line.
+- A matrix commented out (`#` before every line, as a script's comment holds it) or quoted
+  (a reply's `>`, which parse_text takes off before any reader, but not before this one
+  called on its own) has no header the reader can find as it stands; only then are the lines
+  read again without the marks, with a warning naming the header's line.
 - Device ids come from the row labels, checked against the header with whitespace removed, so
   a glued header (`GPU0GPU1...GPU7mlx5_0`) reads like a tab-separated one and any NIC naming
   (`NIC3`, `mlx5_bond_0`, `mlx4_0`) works without a list of known names.
@@ -122,9 +123,9 @@ def _parse(text: str) -> Topology:
         try:
             return _read_matrix(lines, None)
         except _NoMatrix as exc:
-            # Quoted in a reply or a comment, every line starts with the marker, which no
-            # header or row does: read again without the markers, or refuse as before.
-            quoted = unquote(lines) if ">" in text or "#" in text else None
+            # Commented out or quoted, every line starts with the marker, which no header or
+            # row does: read again without the markers, or refuse as before.
+            quoted = unquote(lines) if "#" in text or ">" in text else None
             if quoted is None:
                 raise
             try:
@@ -132,7 +133,7 @@ def _parse(text: str) -> Topology:
             except _NoMatrix:
                 raise exc from None
             if not quoted.markers[_find_header(quoted.lines)]:
-                raise  # the header was not quoted: not a quoted matrix
+                raise  # the header was not marked: not a commented-out or quoted matrix
             return topology
     try:
         return _read_matrix(table.lines, table)
@@ -148,7 +149,7 @@ def _parse(text: str) -> Topology:
 
 def _read_matrix(lines: list[str], table: Table | None, quoted: Quoted | None = None) -> Topology:
     """The first matrix in `lines`; `table` is the retyped table they were made from, `quoted`
-    the quoted text they were taken out of."""
+    the comment or quote they were taken out of."""
     header_index = _find_header(lines)
     # An underline escape around the header (`\x1b[4m`, or `[4m` where a paste lost the ESC)
     # takes no room on a terminal: left in, it moves every label a tab stop right of its
@@ -172,11 +173,12 @@ def _read_matrix(lines: list[str], table: Table | None, quoted: Quoted | None = 
             f"{n!r}" for n in short) + " read as " + ", ".join(SHORT_LABELS[n] for n in short)
             + " (a retyped header: nvidia-smi prints the full labels)")  # fmt: skip
     if quoted is not None:
+        marker = quoted.markers[header_index].strip()
+        what = "commented out" if marker.startswith("#") else "quoted"
         warnings.insert(
             0,
-            f"line {header_index + 1}: the matrix is quoted "
-            f"({quoted.markers[header_index].strip()!r} before its lines, as in an e-mail "
-            "reply, a markdown quote or a comment): read without the quote marks",
+            f"line {header_index + 1}: the matrix is {what} ({marker!r} before its lines): "
+            "read without those marks",
         )
     if table is not None and table.line == header_index + 1:
         warnings.insert(
@@ -218,7 +220,7 @@ def _pcie_paths_only(lines: list[str], header_index: int, end_index: int, rows: 
 
 
 class _NoMatrix(ParseError):
-    """No matrix header in the lines (a quoted one may still be there)."""
+    """No matrix header in the lines (a commented-out or quoted one may still be there)."""
 
 
 # A matrix row (`GPU0   X   NV4 ...`): its label, then the diagonal or a link class.

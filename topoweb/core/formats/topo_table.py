@@ -1,6 +1,7 @@
 """A `nvidia-smi topo -m` matrix retyped as a table (a markdown pipe table, an RST grid table),
-or quoted (an e-mail reply's or a markdown quote's `>` before every line, a comment's `#`),
-turned back into the plain lines the topo reader reads, line for line.
+or quoted or commented out (a reply's `>` or a comment's `#` before every line), turned back
+into the plain lines the topo reader reads, line for line. (parse_text takes a reply's `>`
+off before any reader; the topo reader is also called on its own, on the samples.)
 
 Why it is read at all: such a table's cells are the command's cells, only bordered, so with
 the borders and bold markers (`**NV4**`) removed each row reads as the command printed it.
@@ -60,20 +61,20 @@ def find_table(lines: list[str]) -> Table | None:
     return None
 
 
-# The quote marker before a line: `>`, nested as `>>>` or `> > `, or a comment's `#`, with the
-# one space after it (the quoted line's own indent, which aligns its columns, stays).
+# The marker before a quoted line: a reply's `>`, nested as `>>>` or `> > `, or a comment's
+# `#`, with the one space after it (the line's own indent, which aligns its columns, stays).
 _QUOTE = re.compile(r"[ \t]*(?:(?:>[ \t]?)+|#+[ \t]?)")
 
 
 @dataclass(frozen=True)
 class Quoted:
-    markers: list[str]  # each line's quote marker as it stood ("" for a line without one)
-    lines: list[str]  # the whole text's lines, quote markers removed
+    markers: list[str]  # each line's marker as it stood ("" for a line without one)
+    lines: list[str]  # the whole text's lines, markers removed
 
 
 def unquote(lines: list[str]) -> Quoted | None:
-    """The lines without their quote markers, when a quoted line names a GPU; None if none
-    does. Only a reader that found no matrix in the lines as they are asks for this."""
+    """The lines without their quote or comment markers, when a marked line names a GPU; None
+    if none does. Only a reader that found no matrix in the lines as they are asks for this."""
     markers = [""] * len(lines)
     plain = list(lines)
     for index, line in enumerate(lines):
