@@ -205,6 +205,67 @@ def test_odd_lines_warn_and_a_repeated_node_is_refused() -> None:
     assert err.value.line == 12 and "printed twice (first at line 8)" in err.value.message
 
 
+def test_a_capture_with_its_guids_redacted_is_refused_naming_the_guid_and_line() -> None:
+    # A blog's paste (QM9700 at 2xNDR, 2024) with every GUID masked: three HCAs print as
+    # "H-946d<redacted>", so the links' ends cannot be told apart.
+    text = (
+        "root@tj01-h20-node139:/# ibnetdiscover\n#\n# Initiated from node <redacted> port "
+        "<redacted>\n\nvendid=0x2c9\ndevid=0xd2f2\nsysimgguid=0x9c05<redacted>\n"
+        "switchguid=0x9c05<redacted>(9c05<redacted>)\n"
+        'Switch\t129 "S-9c05<redacted>"\t\t# "MF0;CNTSN-POD229-QM97-IB-02:MQM9700/U1" '
+        "enhanced port 0 lid 1 lmc 0\n"
+        '[1]\t"H-b83f<redacted>"[1](b83f<redacted>) \t\t# "tj01-4090-node005 mlx5_2" lid 22 '
+        "2xNDR\n"
+        '[2]\t"H-946d<redacted>"[1](946d<redacted>) \t\t# "tj01-4090-node004 mlx5_2" lid 27 '
+        "2xNDR\n...omitted\n"
+    )
+    assert detect_format(text) == "ibnetdiscover"
+    with pytest.raises(ParseError) as err:
+        parse_text(text)
+    assert err.value.line == 9
+    assert 'the node GUID "S-9c05<redacted>" is not hexadecimal (redacted?)' in err.value.message
+
+
+# A Voltaire 4036 QDR fabric as an OMNeT++ model's converter quotes it: the blocks alone, with
+# no vendid/switchguid header lines, and a '#' inside the switch's NodeDescription.
+VOLTAIRE = (
+    'Switch\t36 "S-0008f10500200134"\t\t# "Voltaire 4036 # v4036" enhanced port 0 lid 1 lmc 0\n'
+    '[1]\t"H-00117500007ea9b2"[1](117500007ea9b2) \t\t# "larissa HCA-1" lid 2 4xQDR\n'
+    '[2]\t"H-00117500007eaa84"[1](117500007eaa84) \t\t# "triton HCA-1" lid 7 4xDDR\n'
+    '[4]\t"H-001e0bffff4cafc0"[1](1e0bffff4cafc1) \t\t# "telesto HCA-1" lid 3 4xDDR\n'
+    '[5]\t"H-0002c90300001dd0"[1](2c90300001dd1) \t\t# "skoll HCA-1" lid 8 4xDDR\n\n'
+    'Ca\t2 "H-001e0bffff4cafc0"\t\t# "telesto HCA-1"\n'
+    '[1](1e0bffff4cafc1) \t"S-0008f10500200134"[4]\t\t# lid 3 lmc 0 "Voltaire 4036 # v4036" '
+    "lid 1 4xDDR\n"
+)
+
+
+def test_blocks_pasted_without_their_header_lines_are_read() -> None:
+    assert detect_format(VOLTAIRE) == "ibnetdiscover"
+    capture = parse_text(VOLTAIRE)
+    assert isinstance(capture, IbnetCapture)
+    assert capture.nodes["0008f10500200134"].description == "Voltaire 4036 # v4036"
+    assert sorted((lk.a_port, lk.rate) for lk in capture.links) == [
+        (1, "4xQDR"),
+        (2, "4xDDR"),
+        (4, "4xDDR"),
+        (5, "4xDDR"),
+    ]
+
+
+def test_a_shell_prompt_in_brackets_is_not_taken_for_a_port_line() -> None:
+    # `ibnetdiscover | grep <guid>` on an Oracle BDA node, pasted with its prompt.
+    text = (
+        "[root@bda01node05 ~]# ibnetdiscover | grep 10e0406d5aa0a0\n"
+        "switchguid=0x10e0406d5aa0a0(10e0406d5aa0a0)\n"
+        'Switch 36 "S-0010e0406d5aa0a0" # "SUN DCS 36P QDR bdax01sw-ib1 xxx.xxx.171.24" '
+        "enhanced port 0 lid 15 lmc 0\n"
+    )
+    warnings = "\n".join(parse(text).warnings)
+    assert "port line outside any node block" not in warnings
+    assert "line 1: not an ibnetdiscover line, skipped: '[root@bda01node05 ~]#" in warnings
+
+
 @pytest.mark.parametrize("cut", [0.1, 0.37, 0.5, 0.81, 0.999])
 def test_a_cut_off_capture_reads_what_is_there_and_never_crashes(cut: float) -> None:
     text = IBNET_01.read_text()

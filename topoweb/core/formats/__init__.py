@@ -91,9 +91,12 @@ def _has_marker(text: str, markers: tuple[_Marker, ...]) -> bool:
     )
 
 
-# An ibnetdiscover node header: `switchguid=0x...` / `caguid=0x...` then `Switch 65 "S-..."`.
+# An ibnetdiscover node header: `switchguid=0x...` / `caguid=0x...` then `Switch 65 "S-..."`
+# (its GUID may be masked: the reader refuses that naming the line); or, where a paste left the
+# header lines out, a switch's line followed by its first port line.
 _IBNET_MARKERS: tuple[_Marker, ...] = (
-    ("guid=0x", re.compile(r'^[ \t]*(Switch|Ca|Rt)\s+\d+\s+"[SHR]-[0-9a-fA-F]+"', re.M)),
+    ("guid=0x", re.compile(r'^[ \t]*(Switch|Ca|Rt)\s+\d+\s+"[SHR]-[^"\s]+"', re.M)),
+    ('"S-', re.compile(r'^[ \t]*Switch\s+\d+\s+"S-[^"\s]+"[^\n]*\n[ \t]*\[\d+\]', re.M)),
 )
 # An XML declaration or <system>, after any comments a hand-written topology file opens with.
 _XML_START = re.compile(r"^\s*(?:<!--.*?-->\s*)*<(\?xml|system|topology)\b", re.S)

@@ -44,6 +44,8 @@ _PORT = re.compile(
     r'^\[(\d+)\](?:\[ext \d+\])?(?:\([0-9a-fA-F]+\))?\s*"([SHR])-([0-9a-fA-F]+)"\[(\d+)\]'
     r"(?:\([0-9a-fA-F]+\))?(?:\[ext \d+\])?\s*#(.*)$"
 )
+# A node line whose GUID is masked (`"S-9c05<redacted>"`, `"H-xxxx"`).
+_HIDDEN_GUID = re.compile(r'^(Switch|Ca|Rt)\s+\d+\s+"([SHR]-[^"]*)"')
 _HEADERS = ("vendid=", "devid=", "sysimgguid=", "switchguid=", "caguid=", "rtguid=")
 # What `ibnetdiscover -g` (grouping) prints between blocks: a chassis's title, an Xsigo
 # chassis's host, and the title of the nodes in no chassis (rdma-core's dump_topology).
@@ -221,7 +223,9 @@ def parse(text: str) -> IbnetCapture:
         first = raw[0]
         if first in "vdsc" and raw.startswith(_HEADERS):
             continue
-        if first == "[":
+        if first == "[" and not raw[1:2].isdigit():
+            pass  # a shell prompt (`[root@host ~]# ibnetdiscover`), not a port: warned below
+        elif first == "[":
             if current is None:
                 warnings.append(f"line {number}: a port line outside any node block, skipped")
                 continue
@@ -288,6 +292,15 @@ def parse(text: str) -> IbnetCapture:
                 nodes[guid] = current
                 named_by_peer.pop(guid, None)
                 continue
+            hidden = _HIDDEN_GUID.match(raw)
+            if hidden is not None:
+                # GUIDs join a link's two ends: a capture with them masked cannot be read.
+                raise ParseError(
+                    f'the node GUID "{hidden.group(2)}" is not hexadecimal (redacted?): links '
+                    "are joined by their ends' GUIDs, so the capture cannot be read; send it "
+                    "unredacted, or with each GUID replaced by another hex GUID consistently",
+                    line=number,
+                )
         if raw.isspace() or raw.startswith(_HEADERS) or raw.startswith(_GROUPING):
             continue
         warnings.append(f"line {number}: not an ibnetdiscover line, skipped: {raw[:60]!r}")
