@@ -206,3 +206,25 @@ def test_a_switch_whose_block_is_missing_gets_no_tier_it_cannot_have() -> None:
     # The core is seen only from the spines; a spine from its leaves; a leaf from its hosts'
     # own blocks, which name it.
     assert tiers == {"SPINE-0": "unknown", "LEAF-1": "spine", "CORE-3": "leaf"}
+
+
+def test_switches_of_one_description_get_names_that_differ() -> None:
+    """Switches left at one NodeDescription are told apart by their GUID's tail, as long as it
+    takes: two whose GUIDs end alike (a QDR paste, "...0535c3ff" and "...0235c3ff") were both
+    named "...~c3ff"."""
+    desc = "BC 36-Port QSFP QDR Infiniband Switch"
+    text = (
+        f'Switch  36 "S-080038000235c7ef" # "{desc}" base port 0 lid 16 lmc 0\n'
+        '[35]    "H-080038000139e357"[1](80038000139e308)   # "r3-1016 HCA-1" lid 3 4xQDR\n\n'
+        'Ca      1 "H-080038000139e307"          # "r3-1016 HCA-1"\n'
+        f'[1](80038000139e328)    "S-080038000535c3ff"[35]   # lid 3 lmc 0 "{desc}" lid 16 '
+        "4xQDR\n\n"
+        'Ca      1 "H-080038000138a325"          # "1015 HCA-1"\n'
+        f'[1](80038000139a526)    "S-080038000235c3ff"[34]   # lid 5 lmc 0 "{desc}" lid 16 4xQDR\n'
+    )
+    names = {s["guid"]: s["name"] for s in fabric_doc(text)["switches"]}
+    assert names == {
+        "080038000235c7ef": f"{desc}~235c7ef",
+        "080038000535c3ff": f"{desc}~535c3ff",
+        "080038000235c3ff": f"{desc}~235c3ff",
+    }

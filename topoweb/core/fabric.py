@@ -161,8 +161,19 @@ def _switch_names(switches: list[IbNode]) -> dict[str, str]:
     for node in switches:
         m = _SWITCH_NAME.match(node.description)
         names[node.guid] = (m.group(1) if m else node.description.strip()) or f"S-{node.guid}"
-    counts = Counter(names.values())
-    return {g: n if counts[n] == 1 else f"{n}~{g[-4:]}" for g, n in names.items()}
+    guids_of: dict[str, list[str]] = defaultdict(list)
+    for g, n in names.items():
+        guids_of[n].append(g)
+    out: dict[str, str] = {}
+    for n, guids in guids_of.items():
+        if len(guids) == 1:
+            out[guids[0]] = n
+            continue
+        # The GUID's tail tells switches of one name apart: as many digits as that takes
+        # (GUIDs of one vendor can share their last four).
+        k = next(k for k in range(4, 17) if len({g[-k:] for g in guids}) == len(guids))
+        out.update((g, f"{n}~{g[-k:]}") for g in guids)
+    return {g: out[g] for g in names}
 
 
 def _tiers(
