@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from tests.core.test_fabric import IBNET_01, fabric_doc, raw_blocks, raw_uplinks, short
+from tests.core.test_fabric import (
+    FIXTURES,
+    IBNET_01,
+    fabric_doc,
+    raw_blocks,
+    raw_uplinks,
+    short,
+)
 
 LANE_GBPS = {"EDR": 25, "HDR": 50, "NDR": 100, "XDR": 200}
 
@@ -228,3 +235,37 @@ def test_switches_of_one_description_get_names_that_differ() -> None:
         "080038000535c3ff": f"{desc}~535c3ff",
         "080038000235c3ff": f"{desc}~235c3ff",
     }
+
+
+# A lab fabric from NVIDIA's ibdiagpath how-to: an EDR SwitchIB with three loopback cables and an
+# FDR SX6012 below it, HCAs from SDR to EDR, hosts cabling both their HCAs to one switch.
+IBNET_03 = FIXTURES / "ibnet_03_switchib-edr-sx6012-fdr-loopback-cables.txt"
+
+
+@pytest.fixture(scope="module")
+def ibnet_03() -> dict[str, Any]:
+    return fabric_doc(IBNET_03.read_text())
+
+
+def test_a_loopback_cable_is_named_and_is_no_peer_of_the_links_between_switches(
+    ibnet_03: dict[str, Any],
+) -> None:
+    warnings = ibnet_03["warnings"]
+    loops = [w for w in warnings if "(a loopback" in w]
+    assert loops == [
+        f"line {n}: SwitchIB Mellanox Technologies port {p} is cabled to its own port {q} "
+        "(a loopback: it joins the switch to no other)"
+        for n, p, q in ((12, 1, 2), (15, 19, 21), (17, 29, 30))
+    ]
+    # The FDR switch's link to the EDR one runs as fast as the FDR switch runs anywhere: it was
+    # called downtrained against the EDR loopbacks.
+    slow = [f["evidence"] for f in ibnet_03["findings"] if f["kind"] == "downtrained_link"]
+    assert [(e["a"], e["a_port"], e["rate"]) for e in slow] == [("switch-de779e", 8, "4xSDR")]
+
+
+def test_leaves_carrying_whole_hosts_have_no_rail_to_be_off(ibnet_03: dict[str, Any]) -> None:
+    # r-ufm101 cables HCA-1 and HCA-2 to the SX6012; each switch carries as many HCA-1s as
+    # HCA-2s. Their HCA-2s were called off a "rail-0 leaf".
+    hcas = {(h["hostname"], c["name"]): c["switch"] for h in ibnet_03["hosts"] for c in h["hcas"]}
+    assert hcas[("r-ufm101", "HCA-1")] == hcas[("r-ufm101", "HCA-2")] == "switch-de779e"
+    assert [f for f in ibnet_03["findings"] if f["kind"] == "off_rail_hca"] == []

@@ -265,6 +265,13 @@ def build_fabric(
     agg_set = set(aggregation)
     host_cas = [n for n in nodes.values() if n.kind == "ca" and n.guid not in agg_set]
 
+    for link in capture.links:
+        if link.a == link.b:
+            warnings.append(
+                f"line {link.line}: {names.get(link.a, link.a)} port {link.a_port} is cabled to "
+                f"its own port {link.b_port} (a loopback: it joins the switch to no other)"
+            )
+
     # Host and device of each HCA.
     named: dict[str, tuple[str | None, str | None]] = {}
     for n in host_cas:
@@ -307,14 +314,20 @@ def build_fabric(
             + ", ".join(unknown[:10])
         )
 
-    # Each leaf's rail: the one most of its named HCAs belong to.
+    # Each leaf's rail: the one more than half of its named HCAs belong to. A leaf with no such
+    # rail, or where most hosts cable more than one HCA, serves whole hosts: no rail's leaf.
     rails_on_leaf: dict[str, Counter[int]] = defaultdict(Counter)
-    for guid, (_, device) in named.items():
+    hcas_of_host_on_leaf: dict[str, Counter[str]] = defaultdict(Counter)
+    for guid, (hostname, device) in named.items():
         if device is not None and guid in hca_port and device in rail_of_device:
             rails_on_leaf[hca_port[guid][0]][rail_of_device[device]] += 1
-    rail_of_leaf = {
-        leaf: min(c.items(), key=lambda kv: (-kv[1], kv[0]))[0] for leaf, c in rails_on_leaf.items()
-    }
+            hcas_of_host_on_leaf[hca_port[guid][0]][str(hostname)] += 1
+    rail_of_leaf: dict[str, int] = {}
+    for leaf, c in rails_on_leaf.items():
+        top, count = min(c.items(), key=lambda kv: (-kv[1], kv[0]))
+        per_host = hcas_of_host_on_leaf[leaf].values()
+        if 2 * count > c.total() and 2 * sum(n > 1 for n in per_host) <= len(per_host):
+            rail_of_leaf[leaf] = top
 
     by_host: dict[str, list[Hca]] = defaultdict(list)
     unnamed: list[Hca] = []

@@ -91,7 +91,16 @@ def _downtrained(fabric: Fabric) -> list[FabricFinding]:
     """Each link against the links of its class (HCA-leaf, leaf-spine, spine-core)."""
     host_of = fabric.host_of_hca()
     classes: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    # A switch's fastest link: a link runs no faster than its slower switch can (an FDR switch
+    # cabled to an EDR one, in a fabric of both generations).
+    fastest: dict[str, float] = defaultdict(float)
     for link in fabric.links:
+        for end in (link.a, link.b):
+            if end in fabric.switches:
+                fastest[end] = max(fastest[end], link.gbps)
+    for link in fabric.links:
+        if link.a == link.b:
+            continue  # a loopback cable (build_fabric warns of it), no peer of a real link
         a, b = fabric.switches.get(link.a), fabric.switches.get(link.b)
         if a is not None and b is not None:
             lo, lo_port, hi, hi_port = (a, link.a_port, b, link.b_port)
@@ -118,6 +127,9 @@ def _downtrained(fabric: Fabric) -> list[FabricFinding]:
         for link, a, a_port, b, b_port, host in rows:
             if link.width >= width and LANE_GBPS.get(link.speed, 0.0) >= LANE_GBPS.get(speed, 0):
                 continue
+            ends = [fastest[e] for e in (link.a, link.b) if e in fastest]
+            if link.gbps >= min(ends):
+                continue  # as fast as its slower switch runs anywhere
             out.append(
                 FabricFinding(
                     kind=DOWNTRAINED_LINK,
