@@ -266,6 +266,35 @@ def test_a_shell_prompt_in_brackets_is_not_taken_for_a_port_line() -> None:
     assert "line 1: not an ibnetdiscover line, skipped: '[root@bda01node05 ~]#" in warnings
 
 
+def test_links_an_older_ibnetdiscover_could_not_rate_are_kept_with_an_unknown_rate() -> None:
+    """rdma-core's ibnetdiscover prints a width it has no name for as `??` and such a speed as
+    `???` (`4x???` for NDR from a build that predates it): those links were dropped as port
+    lines without a width and speed, so hosts lost their leaves and leaves their uplinks."""
+    text = IBNET_01.read_text()
+    old = text.replace("4xNDR", "4x???")
+    plain, aged = parse(text), parse(old)
+    assert [(lk.a, lk.a_port, lk.b, lk.b_port) for lk in aged.links] == [
+        (lk.a, lk.a_port, lk.b, lk.b_port) for lk in plain.links
+    ]
+    assert {lk.rate for lk in aged.links} == {"4x???"}
+    assert {lk.gbps for lk in aged.links} == {0.0}
+    # A width it has no name for: `??` before the speed.
+    narrow = parse(SMALL.replace("lid 11 4xHDR", "lid 11 ??HDR"))
+    assert {(lk.a_port, lk.rate, lk.known) for lk in narrow.links if lk.a_port == 2} == {
+        (2, "??HDR", False)
+    }
+    (warning,) = aged.warnings
+    first = min(lk.line for lk in aged.links)
+    assert warning.startswith(f"line {first}: {len(plain.links)} link(s) print their rate as ")
+    assert "predates that link width or speed" in warning
+    fabric, before = build_fabric(aged), build_fabric(plain)
+    assert {h.guid: h.switch for host in fabric.hosts for h in host.hcas} == {
+        h.guid: h.switch for host in before.hosts for h in host.hcas
+    }
+    kinds = {f.kind for f in fabric_findings(fabric)}
+    assert not kinds & {"downtrained_link", "leaf_oversubscribed"}
+
+
 @pytest.mark.parametrize("cut", [0.1, 0.37, 0.5, 0.81, 0.999])
 def test_a_cut_off_capture_reads_what_is_there_and_never_crashes(cut: float) -> None:
     text = IBNET_01.read_text()

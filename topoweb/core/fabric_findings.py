@@ -99,8 +99,10 @@ def _downtrained(fabric: Fabric) -> list[FabricFinding]:
             if end in fabric.switches:
                 fastest[end] = max(fastest[end], link.gbps)
     for link in fabric.links:
-        if link.a == link.b:
-            continue  # a loopback cable (build_fabric warns of it), no peer of a real link
+        if link.a == link.b or not link.known:
+            # A loopback cable (build_fabric warns of it) is no peer of a real link; a link
+            # whose rate the capture could not print (the reader warns of it) has no rate.
+            continue
         a, b = fabric.switches.get(link.a), fabric.switches.get(link.b)
         if a is not None and b is not None:
             lo, lo_port, hi, hi_port = (a, link.a_port, b, link.b_port)
@@ -387,8 +389,11 @@ def _oversubscribed(fabric: Fabric) -> list[FabricFinding]:
     down: dict[str, float] = defaultdict(float)
     up: dict[str, float] = defaultdict(float)
     hosted = fabric.host_of_hca()
+    unknown: set[str] = set()  # switches with a link of unknown rate: no ratio to be had
     for link in fabric.links:
         a, b = fabric.switches.get(link.a), fabric.switches.get(link.b)
+        if not link.known:
+            unknown.update(g for g in (link.a, link.b) if g in fabric.switches)
         if a is not None and b is not None:
             lo, hi = (a, b) if (a.tier or 0) <= (b.tier or 0) else (b, a)
             if lo.tier == 1 and hi.tier == 2:
@@ -401,7 +406,7 @@ def _oversubscribed(fabric: Fabric) -> list[FabricFinding]:
     leaves: list[Switch] = [s for s in fabric.switches.values() if s.tier == 1]
     for leaf in leaves:
         d, u = down.get(leaf.guid, 0.0), up.get(leaf.guid, 0.0)
-        if d <= u or d == 0:
+        if d <= u or d == 0 or leaf.guid in unknown:
             continue
         if u == 0 and len(fabric.tiers()) < 2:
             continue  # a one-switch fabric has no uplinks to miss

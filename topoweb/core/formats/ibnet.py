@@ -53,7 +53,13 @@ _GROUPING = ("Chassis ", "Non-Chassis Nodes", "Hostname: ")
 # The rate ends the line, unless `ibnetdiscover --full` follows it with the port's raw fields
 # (` s=4 w=2 v=4`, and ` e=4` where extended speeds are on) or Xsigo gear with ` slot N` or
 # ` (scp)`: what rdma-core's ibnetdiscover.c prints after it.
-_RATE = re.compile(r"\b(\d+)x([A-Z]+\d*)(?:\s+[swve]=\d+)*(?:\s+slot \d+|\s+\(scp\))?\s*$")
+# An ibnetdiscover older than a link's width or speed prints `??` for the width and `???` for
+# the speed (its own conversion tables, rdma-core's ibnetdiscover.c): `4x???` on an HDR or NDR
+# link, read as a link of unknown speed (0 lanes: unknown width).
+_RATE = re.compile(
+    r"(?<!\S)(?:(\d+)x|\?\?)([A-Z]+\d*|\?\?\?)(?:\s+[swve]=\d+)*(?:\s+slot \d+|\s+\(scp\))?\s*$"
+)
+UNKNOWN_SPEED = "???"
 _DESC = re.compile(r'"(.*?)"')
 _LID = re.compile(r"\blid (\d+)")
 
@@ -102,7 +108,12 @@ class IbLink(NamedTuple):
 
     @property
     def rate(self) -> str:
-        return f"{self.width}x{self.speed}"
+        return f"{self.width}x{self.speed}" if self.width else f"??{self.speed}"
+
+    @property
+    def known(self) -> bool:
+        """Whether ibnetdiscover knew its width and speed (see _RATE)."""
+        return self.width > 0 and self.speed in LANE_GBPS
 
     @property
     def gbps(self) -> float:
@@ -149,7 +160,7 @@ def _rate(comment: str) -> tuple[int, str] | None:
     m = _RATE.search(comment)
     if m is None:
         return None
-    return int(m.group(1)), m.group(2)
+    return int(m.group(1) or 0), m.group(2)
 
 
 def _port_line(raw: str) -> tuple[int, str, str, int, str] | None:
@@ -237,7 +248,7 @@ def parse(text: str) -> IbnetCapture:
                 token = raw.rsplit(None, 1)[-1]
                 if token != seen.rate:  # or the rate is followed by --full's fields
                     rate = _rate_of(raw)
-                    shown = f"{rate[0]}x{rate[1]}" if rate else token
+                    shown = seen._replace(width=rate[0], speed=rate[1]).rate if rate else token
                     if shown != seen.rate:
                         # A link runs no faster than either end says (one caught retraining).
                         this_end = seen._replace(width=rate[0], speed=rate[1]) if rate else seen
@@ -318,6 +329,13 @@ def parse(text: str) -> IbnetCapture:
             f"{where} and holds no switch ({len(nodes)} node(s), {len(ordered)} link(s)): "
             "nothing to build a fabric from; was it cut off?",
             line=last.line if last is not None else None,
+        )
+    unknown = [lk for lk in ordered if not lk.known]
+    if unknown:
+        warnings.append(
+            f"line {unknown[0].line}: {len(unknown)} link(s) print their rate as "
+            f"{unknown[0].rate!r}: the ibnetdiscover that wrote the capture predates that link "
+            "width or speed, so their bandwidth is unknown and no rate is judged on them"
         )
     for guid, (letter, line, comment) in named_by_peer.items():
         descs = _DESC.findall(comment)
