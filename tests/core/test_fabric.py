@@ -438,6 +438,15 @@ def test_not_a_fabric_is_refused() -> None:
             1,
             "`ibnetdiscover -p` output",
         ),
+        # As `ibswitches` then `ibhosts` printed them on an HDR lab fabric (a public page).
+        (
+            "root@ubuntu:/home/ubuntu# ibswitches \n"
+            'Switch  : 0x08c0eb0300add04e ports 41 "Quantum Mellanox Technologies" base port 0 '
+            "lid 10 lmc 0\nroot@ubuntu:/home/ubuntu# ibhosts\n"
+            'Ca      : 0xe8ebd303003a3cb8 ports 1 "node1 HCA-2"\n',
+            2,
+            "a list of nodes (`ibswitches`, `ibhosts`",
+        ),
     ],
 )
 def test_the_other_infiniband_reports_are_refused_as_what_they_are(

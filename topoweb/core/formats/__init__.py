@@ -121,11 +121,16 @@ _LOOKALIKES = (
         "this is an NCCL graph file (NCCL_GRAPH_DUMP_FILE: the rings and trees NCCL chose), "
         "not its topology dump (NCCL_TOPO_DUMP_FILE)",
     ),
-    # The fabric's other reports: each port's state, and the one-line-per-port listing.
+    # The fabric's other reports: each port's state, the nodes listed, and one line per port.
     (
         re.compile(r"^\s*0x[0-9a-f]+\s+\d+\s+\d+\[[^\]\n]*\]\s*==\(", re.M),
         "this is `iblinkinfo` output (each port's state), not `ibnetdiscover`: upload the "
         "plain `ibnetdiscover` report for the fabric",
+    ),
+    (
+        re.compile(r"^(?:Switch|Ca|Router)\s*: 0x[0-9a-fA-F]+ ports \d+ ", re.M),
+        "this is a list of nodes (`ibswitches`, `ibhosts`, `ibnetdiscover -l`/`-S`/`-H`), "
+        "without the links between them: upload the plain `ibnetdiscover` report",
     ),
     (
         re.compile(r"^(?:CA|SW)\s+\d+\s+\d+\s+0x[0-9a-f]{16}\s+\d+x\s", re.M),
