@@ -269,3 +269,14 @@ def test_leaves_carrying_whole_hosts_have_no_rail_to_be_off(ibnet_03: dict[str, 
     hcas = {(h["hostname"], c["name"]): c["switch"] for h in ibnet_03["hosts"] for c in h["hcas"]}
     assert hcas[("r-ufm101", "HCA-1")] == hcas[("r-ufm101", "HCA-2")] == "switch-de779e"
     assert [f for f in ibnet_03["findings"] if f["kind"] == "off_rail_hca"] == []
+
+
+def test_a_query_that_failed_during_discovery_is_named_for_what_it_may_have_lost(
+    ibnet_03: dict[str, Any],
+) -> None:
+    # The capture opens with libibnetdisc's stderr line for a node that did not answer.
+    assert ibnet_03["warnings"][0] == (
+        "line 1: ibnetdiscover's query to the node at directed route 0,1,1,31 failed "
+        "(Connection timed out): that node, and what only it leads to, may be missing from the "
+        "capture"
+    )

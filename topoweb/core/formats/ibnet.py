@@ -60,6 +60,12 @@ _RATE = re.compile(
     r"(?<!\S)(?:(\d+)x|\?\?)([A-Z]+\d*|\?\?\?)(?:\s+[swve]=\d+)*(?:\s+slot \d+|\s+\(scp\))?\s*$"
 )
 UNKNOWN_SPEED = "???"
+# What libibnetdisc prints to stderr when a query gets no answer, mixed into a capture taken
+# with `2>&1`: `src/query_smp.c:195; umad (DR path slid 0; dlid 0; 0,1,1,31 Attr 0x11:0) bad
+# status 110; Connection timed out`.
+_DR_FAILURE = re.compile(
+    r"umad \(DR path (?:slid \d+; dlid \d+; )?([\d,]+) .*?\) bad status \d+;(.*)$"
+)
 _DESC = re.compile(r'"(.*?)"')
 _LID = re.compile(r"\blid (\d+)")
 
@@ -313,6 +319,14 @@ def parse(text: str) -> IbnetCapture:
                     line=number,
                 )
         if raw.isspace() or raw.startswith(_HEADERS) or raw.startswith(_GROUPING):
+            continue
+        failed = _DR_FAILURE.search(raw)
+        if failed is not None:
+            warnings.append(
+                f"line {number}: ibnetdiscover's query to the node at directed route "
+                f"{failed.group(1)} failed ({failed.group(2).strip()}): that node, and what only "
+                "it leads to, may be missing from the capture"
+            )
             continue
         warnings.append(f"line {number}: not an ibnetdiscover line, skipped: {raw[:60]!r}")
     close_block()
