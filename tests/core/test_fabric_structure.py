@@ -280,3 +280,20 @@ def test_a_query_that_failed_during_discovery_is_named_for_what_it_may_have_lost
         "(Connection timed out): that node, and what only it leads to, may be missing from the "
         "capture"
     )
+
+
+def test_hcas_named_by_a_bare_name_are_not_said_to_carry_the_firmware_default() -> None:
+    # ibsim's fabric, as its tutorial's `ibnetdiscover` printed it: HCAs named "Hca1", "Hca2".
+    text = (
+        "switchguid=0x200000(200000)\n"
+        'Switch  8 "S-0000000000200000"          # "Switch1" base port 0 lid 1 lmc 0\n'
+        '[1]     "H-0000000000100000"[1](100001)                 # "Hca1" lid 2 4xSDR\n\n'
+        "caguid=0x100000\n"
+        'Ca      2 "H-0000000000100000"          # "Hca1"\n'
+        '[1](100001)     "S-0000000000200000"[1]         # lid 2 lmc 0 "Switch1" lid 1 4xSDR\n'
+    )
+    (unnamed,) = [f for f in fabric_doc(text)["findings"] if f["kind"] == "unnamed_hcas"]
+    assert unnamed["message"].startswith(
+        "1 HCA(s) carry a NodeDescription not of the form `<hostname> <device>` (a firmware "
+        "default, or a bare name)"
+    )

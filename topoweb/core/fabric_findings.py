@@ -453,7 +453,8 @@ def _unnamed(fabric: Fabric) -> list[FabricFinding]:
             },
             advice="Set the hosts' NodeDescription (rdma-core sets it at boot), or run the "
             "collector on them: it sends each host's HCA GUIDs, which name these.",
-            message=f"{len(unnamed)} HCA(s) carry a default NodeDescription, so their host is "
+            message=f"{len(unnamed)} HCA(s) carry a NodeDescription not of the form `<hostname> "
+            "<device>` (a firmware default, or a bare name), so their host is "
             f"unknown from the capture alone (on {', '.join(leaves[:6])}"
             + (" and more" if len(leaves) > 6 else "")
             + ").",
