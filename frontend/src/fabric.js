@@ -93,7 +93,7 @@ function draw(page) {
     if (!g) return;
     const s = at[Number(g.dataset.index)];
     const lines = [`${s.name} (${s.tier}${s.rail !== null && s.rail !== undefined ? `, rail ${s.rail}` : ""})`];
-    if (s.unnamed) lines.push(`${s.unnamed} HCA(s) with the default NodeDescription`);
+    if (s.unnamed) lines.push(`${s.unnamed} HCA(s) whose NodeDescription names no host`);
     tip.textContent = lines.join(" · ");
     tip.hidden = false;
   });

@@ -315,7 +315,7 @@ def _host_hcas(fabric: Fabric, skus: Mapping[str, str]) -> list[FabricFinding]:
                 message += f" (its neighbours cable that rail to {', '.join(where)})"
             if candidates:
                 message += (
-                    f"; {len(candidates)} HCA(s) with the default NodeDescription sit there, "
+                    f"; {len(candidates)} HCA(s) whose NodeDescription names no host sit there, "
                     "one may be this host's with its NodeDescription unset"
                 )
             out.append(
