@@ -58,6 +58,7 @@ FLEET_NAMES = {
     "36": ("l40s-4g", "L40S 4-GPU server"),
     "38": ("hgx-h20", "HGX H20 8-GPU"),
     "41": ("rtx5090-ws", "RTX 5090 2-GPU workstation"),
+    "42": ("h200-vm", "H200 1-GPU VM (Firecracker)"),
     "43": ("h800-4g", "H800 4-GPU node (17 NICs)"),
     "44": ("witherspoon-v100", "IBM Witherspoon (POWER9, 3x V100 SXM2)"),
 }
