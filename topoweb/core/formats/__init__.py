@@ -177,7 +177,11 @@ def _unwrapped(text: str) -> str:
 
 def detect_format(text: str) -> str:
     """Which of FORMATS the text looks like; ParseError when it is none of them."""
-    text = _unwrapped(text)
+    return _detected(_unwrapped(text))
+
+
+def _detected(text: str) -> str:
+    """detect_format on a text already unwrapped."""
     # Neither test copies the text (a capture with an emoji is stored 4 bytes a character).
     if not text or text.isspace():
         raise ParseError("the input is empty", line=1)
@@ -216,8 +220,8 @@ def parse_text(text: str, expected: str | None = None) -> Parsed | IbnetCapture:
     """Parse any supported output; with `expected`, insist on that format. Output quoted in a
     reply (each line after "> "), or logged by a container with each line's time, is read as if
     it were not."""
-    text = _unwrapped(text)
-    kind = detect_format(text)
+    text = _unwrapped(text)  # once: the reader reads what detection saw
+    kind = _detected(text)
     if expected == "topology" and kind in TOPOLOGY_FORMATS:
         pass  # either source gives a Topology
     elif expected is not None and kind != expected:
