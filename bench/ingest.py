@@ -263,7 +263,7 @@ def main() -> int:
             # Rounds of the three kinds between runs of the bare app: each kind's ratio in a
             # round is against the mean of the bare runs around it, so that a machine drifting
             # during the runs moves both sides, and the figure is the rounds' median.
-            baseline = [wrk(bare, bare_script, args.duration, args)]
+            baseline = [wrk(bare, bare_script, *timing)]
             rounds: list[list[Run]] = []
             for number, hosts in enumerate(fresh):
                 rounds.append(
@@ -273,7 +273,7 @@ def main() -> int:
                         wrk(url, known.script("same", "", args.threads), *timing),
                     ]
                 )
-                baseline.append(wrk(bare, bare_script, args.duration, args))
+                baseline.append(wrk(bare, bare_script, *timing))
 
         print(
             f"{args.connections} connections (wrk, {args.threads} threads), {args.workers} "
@@ -298,7 +298,8 @@ def main() -> int:
                 for n, run in enumerate(runs)
             ]
             ratio = statistics.median(ratios)
-            middle = runs[ratios.index(ratio)] if ratio in ratios else runs[0]
+            # Latencies of the median round (the lower of the two middle ones, for even rounds).
+            middle = runs[ratios.index(statistics.median_low(ratios))]
             target = TARGET_NEW if status == 201 else TARGET_DUPLICATE
             notes = [f"{sum(r.failed for r in runs)} failed"] if any(r.failed for r in runs) else []
             other = sum(r.same if status == 201 else r.created for r in runs)
