@@ -13,6 +13,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from tests.web.conftest import fixture_text, keep_tasks_here, report, wait_for
+from topoweb.core.health import expectations_from_model
 from topoweb.fleet.models import QueuedWork, Server, Source
 from topoweb.fleet.services import BenchmarkInput, ingest_report
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
@@ -446,3 +447,34 @@ def test_a_skus_figures_are_read_once_and_again_whenever_its_members_or_runs_cha
     Server.objects.filter(hostname="a100-02").update(sku_name="DGX A100 (spare)")
     assert sorted(health_selectors.sku_figures("DGX A100", limits)) == ["a100-03", "a100-04"]
     assert list(health_selectors.sku_figures("DGX A100 (spare)", limits)) == ["a100-02"]
+
+
+def test_the_hosts_cpu_names_the_socket_link_of_its_expectations_and_its_graph(
+    reader: APIClient,
+) -> None:
+    """An L40S box whose collector read Sapphire Rapids in /proc/cpuinfo: its acceptance report
+    and its graph both price the socket link it has (Intel's UPI, which refuses cross-socket
+    P2P: a SYS pair is expected at a host-staged copy's rate), not Ada's usual AMD platform."""
+    ingested = ingest_report(
+        hostname="l40s-01",
+        topo_text=fixture_text("topo_36_l40s-4gpu-node-sys-2nic-redacted-email-prompt.txt"),
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+        host={"product_name": "PowerEdge R760xa", "cpu_model": "Intel(R) Xeon(R) Gold 6442Y"},
+        gpu_model_hint="NVIDIA L40S",
+    )
+    evaluate_server(ingested.server.pk)
+    body = reader.get("/api/v1/servers/l40s-01/acceptance/").json()
+    assert body["basis"].endswith(
+        "; Intel UPI (Sapphire Rapids) from the host's CPU (Intel(R) Xeon(R) Gold 6442Y))"
+    )
+    graph = reader.get("/api/v1/servers/l40s-01/graph/").json()
+    labels = {e["data"].get("label") for e in graph["elements"]}
+    assert "Intel UPI (Sapphire Rapids)" in labels
+    assert not any(str(label).endswith("(assumed)") for label in labels if "UPI" in str(label))
+    sys_rows = [r for r in body["rows"] if r["kind"] == "p2p" and r["class"] == "SYS"]
+    expected = {r["expected_gbps"] for r in sys_rows}
+    staged = expectations_from_model(
+        ingested.snapshot.to_domain(), "NVIDIA L40S"
+    ).staged_gbps_by_class["SYS"]
+    assert len(sys_rows) == 8 and expected == {round(staged, 2)}  # host-staged, as on Intel

@@ -45,8 +45,10 @@ from topoweb.core.steptime import GpuSpec, gpu_spec
 # 8: a smallest fit's memory per GPU with its levers; 9: TP divides the MLP's hidden units;
 # 10: a pair whose P2P is unavailable judged against the model's staged copy of its class;
 # 11: a staged copy on a link narrower than x16 runs at one host copy's rate;
-# 12: a server's health expectations on the PCIe links NVML reports (core.costs.pcie_capability)
-COST_MODEL_VERSION = 12
+# 12: a server's health expectations on the PCIe links NVML reports (core.costs.pcie_capability);
+# 13: the socket link of the host's CPU (the collector's cpu_model, else the CPUs an NCCL topology
+# XML names: core.catalogue.socket_link_of_cpu)
+COST_MODEL_VERSION = 13
 
 # Message sizes of the per-group cost tables (the full set gets a curve over STANDARD_SIZES).
 TABLE_SIZES = (1 << 20, 64 << 20, 1 << 30)

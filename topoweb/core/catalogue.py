@@ -325,6 +325,107 @@ SOCKET_LINK_GBPS: dict[str, float] = {
     "AMD xGMI (Zen5)": 32.0,
 }
 
+
+def socket_link_of_cpu(
+    name: str | None = None,
+    *,
+    vendor: str | None = None,
+    family: int | None = None,
+    model: int | None = None,
+) -> str | None:
+    """The socket link of a host's CPU (a key of SOCKET_LINK_GBPS), from its model name as
+    /proc/cpuinfo gives it ("AMD EPYC 9654 96-Core Processor", "Intel(R) Xeon(R) Platinum
+    8480C") or from the vendor, family and model ids an NCCL topology XML's <cpu> carries;
+    None when neither says (an Arm or POWER host, a name not recognised).
+
+    Intel by NCCL's own rule (src/graph/topo.cc, ncclTopoGetCpuType: family 6, model from
+    0xCF Emerald Rapids, from 0x8F Sapphire Rapids, from 0x55 Skylake, else Broadwell's QPI);
+    AMD by Zen generation (family 17h Zen1-2, 19h Zen3-4, 1Ah Zen5), where NCCL plans every
+    AMD host at the Zen1-2 figure. An NCCL dump writes the family as base + (extended << 4)
+    (Zen3's 19h as 175), a file written by hand as x86 names it (25): both are read."""
+    if name:
+        return _socket_link_of_name(name)
+    if vendor == "GenuineIntel" and family == 6 and model is not None:
+        return (
+            "Intel UPI (Emerald Rapids)" if model >= 0xCF
+            else "Intel UPI (Sapphire Rapids)" if model >= 0x8F
+            else "Intel UPI (Skylake)" if model >= 0x55
+            else "Intel QPI (Broadwell)"
+        )  # fmt: skip
+    if vendor == "AuthenticAMD" and family is not None:
+        if family > 0x1F and family & 0xF == 0xF:  # NCCL's dump: 0xF + (extended << 4)
+            family = 0xF + (family >> 4)
+        zen = {0x17: "Zen1-2", 0x19: "Zen3-4", 0x1A: "Zen5"}.get(family, "Zen1-2")
+        return f"AMD xGMI ({zen})"
+    return None
+
+
+# EPYC model numbers end in their generation (7xx1 Naples ... 9xx5 Turin); a Xeon Scalable's
+# second digit is its generation (8180 Skylake ... 8580 Emerald Rapids); Xeon 6 (6960P) is
+# Granite Rapids, which NCCL plans at the Sapphire Rapids figure.
+_EPYC = re.compile(r"\bEPYC\s+\w{3}([1-5])", re.IGNORECASE)
+_XEON_SCALABLE = re.compile(r"\b(?:Platinum|Gold|Silver|Bronze)\s+\d([1-5])\d\d", re.IGNORECASE)
+_XEON_6 = re.compile(r"\bXeon(?:\(R\))?\s+6\d{3}[PE]\b", re.IGNORECASE)
+_XEON_E5_E7 = re.compile(r"\bE[57]-\d{4}\w*(?:\s+v(\d))?", re.IGNORECASE)
+
+
+def _socket_link_of_name(name: str) -> str | None:
+    if found := _EPYC.search(name):
+        generation = int(found.group(1))
+        zen = "Zen1-2" if generation <= 2 else "Zen3-4" if generation <= 4 else "Zen5"
+        return f"AMD xGMI ({zen})"
+    if found := _XEON_SCALABLE.search(name):
+        return {
+            "1": "Intel UPI (Skylake)",
+            "2": "Intel UPI (Skylake)",  # Cascade Lake: NCCL's Skylake figure
+            "3": "Intel UPI (Skylake)",  # Ice Lake: NCCL's Skylake figure
+            "4": "Intel UPI (Sapphire Rapids)",
+            "5": "Intel UPI (Emerald Rapids)",
+        }[found.group(1)]
+    if _XEON_6.search(name):
+        return "Intel UPI (Sapphire Rapids)"
+    if _XEON_E5_E7.search(name):
+        return "Intel QPI (Broadwell)"  # Haswell and Broadwell alike: NCCL's QPI figure
+    return None
+
+
+def socket_link_of_topology(topo: Topology | None) -> tuple[str, str] | None:
+    """The socket link the CPUs of an NCCL topology XML name, with how it was read; None for a
+    topology that names none (`topo -m`) or CPUs of no one link."""
+    details = topo.details if topo is not None and isinstance(topo.details, dict) else {}
+    cpus = details.get("cpus")
+    if not isinstance(cpus, list):
+        return None
+    links: set[str | None] = set()
+    for cpu in cpus:
+        if not isinstance(cpu, dict):
+            continue
+        links.add(
+            socket_link_of_cpu(
+                vendor=cpu.get("vendor"), family=_int_id(cpu.get("familyid")),
+                model=_int_id(cpu.get("modelid")),
+            )
+        )  # fmt: skip
+    (link, *others) = links or {None}
+    if others or link is None:
+        return None
+    first = next(c for c in cpus if isinstance(c, dict))
+    return link, (
+        f"the topology XML's CPUs ({first.get('vendor')} family {first.get('familyid')} "
+        f"model {first.get('modelid')})"
+    )
+
+
+def _int_id(value: object) -> int | None:
+    """An NCCL XML id: decimal as NCCL writes it, or 0x-prefixed hex."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        return int(value.strip(), 0)
+    except ValueError:
+        return None
+
+
 # Per-hop latency (alpha) in microseconds, DOMAIN.md s2 "Latency orders of magnitude", each at
 # the top of its range: what a hop adds where no measurement says (a socket or NIC crossing on a
 # route whose class was measured, exports). Collectives without measured latency take NCCL's own.
@@ -507,6 +608,10 @@ class Hardware:
     copy_sources: tuple[str, ...] = ()
     pcie_p2p: bool = True  # the driver allows PCIe P2P (not GeForce/TITAN from Turing on)
     nic_source: str = "generation default"
+    # Where the socket link comes from; without a CPU named (topo -m names none) it is the GPU
+    # generation's usual platform, a guess the drawing and the analysis say is one.
+    socket_source: str = ""
+    socket_assumed: bool = True
     warnings: tuple[str, ...] = ()
 
     def latency(self, kind: str) -> float:
@@ -555,6 +660,7 @@ class Hardware:
             "copy_sources": list(self.copy_sources),
             "socket_link": self.socket_link,
             "socket_gbps_per_direction": self.socket_gbps,
+            "socket_link_source": self.socket_source,
             "nic_gbps_per_direction": self.nic_gbps,
             "nic_rate_source": self.nic_source,
             "pcie_p2p_supported": self.pcie_p2p,
@@ -590,9 +696,12 @@ def resolve_hardware(
     p2p_enabled: bool = True,
     socket_link: str | None = None,
     nic_gbits: float | None = None,
+    cpu_model: str | None = None,
 ) -> Hardware:
     """Figures for a server: generation defaults, overridden by whatever the caller knows
-    (NVML's PCIe generation and width, P2P status, the NIC rate)."""
+    (NVML's PCIe generation and width, P2P status, the NIC rate, the host's CPU model as the
+    collector reads it) or the topology says (the CPUs an NCCL topology XML names): the
+    socket link comes from the CPU."""
     choice = infer_generation(topo, gpu_model)
     gen = choice.generation
     if socket_link is not None and socket_link not in SOCKET_LINK_GBPS:
@@ -600,7 +709,7 @@ def resolve_hardware(
     if nic_gbits is not None and not nic_gbits > 0:
         raise ValueError(f"the NIC rate must be positive, got {nic_gbits} Gb/s")
     pgen = pcie_gen or gen.pcie_gen
-    link = socket_link or gen.socket_link
+    link, socket_source = _socket_link(topo, gen, socket_link, cpu_model)
     assumption = choice.assumption
     if pcie_gen is None:
         assumption += f"; PCIe Gen{pgen} x{pcie_width} assumed from the generation"
@@ -618,6 +727,8 @@ def resolve_hardware(
         pcie_gbps=0.0,
         socket_link=link,
         socket_gbps=SOCKET_LINK_GBPS[link],
+        socket_source=socket_source,
+        socket_assumed=socket_source.startswith("assumed"),
         nic_gbps=(nic_gbits or gen.nic_gbits) / 8,
         p2p_enabled=p2p_enabled,
         latency_us=tuple(sorted(LATENCY_US.items())),
@@ -628,6 +739,20 @@ def resolve_hardware(
         warnings=tuple(_nvlink_warnings(topo, gpu_model, gen)),
     )
     return _pcie_figures(hw, pgen, pcie_width)
+
+
+def _socket_link(
+    topo: Topology | None, gen: Generation, given: str | None, cpu_model: str | None
+) -> tuple[str, str]:
+    """The socket link and where it comes from: the caller's, the host's CPU model, the
+    topology XML's CPUs, else the GPU generation's usual platform (assumed)."""
+    if given is not None:
+        return given, "given"
+    if cpu_model and (link := socket_link_of_cpu(cpu_model)) is not None:
+        return link, f"the host's CPU ({cpu_model.strip()})"
+    if (found := socket_link_of_topology(topo)) is not None:
+        return found
+    return gen.socket_link, f"assumed: the usual platform of {gen.name} GPUs"
 
 
 def _pcie_figures(hw: Hardware, gen: int, width: int) -> Hardware:

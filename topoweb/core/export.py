@@ -116,6 +116,7 @@ def graph_document(
     collapsed: bool | None = None,
     gpu_model: str | None = None,
     pcie: tuple[int, int] | None = None,
+    cpu_model: str | None = None,
 ) -> dict[str, Any]:
     """The graph the pages draw: `elements` (see cytoscape_elements), `paths` (per GPU, the
     elements on the real path to every other device, by its link class), `nic_groups`
@@ -124,10 +125,13 @@ def graph_document(
     `gpu_model`: the name the server reported, read as the analysis reads it (without it the
     generation is guessed from the matrix); `pcie`: its links' generation and width as NVML
     reports them (core.costs.pcie_capability, as the health expectations read them), else the
-    generation's usual ones, assumed."""
+    generation's usual ones, assumed; `cpu_model`: the host's CPU as the collector reads it,
+    which names the socket link (as the health expectations read it)."""
     h = hierarchy or recover_hierarchy(topo)
     gen, width = pcie if pcie else (None, 16)
-    hw = hardware or resolve_hardware(topo, gpu_model or None, pcie_gen=gen, pcie_width=width)
+    hw = hardware or resolve_hardware(
+        topo, gpu_model or None, pcie_gen=gen, pcie_width=width, cpu_model=cpu_model
+    )
     groups = nic_groups(topo, h)
     if collapsed is None:
         collapsed = bool(groups) and len(topo.nics) >= COLLAPSE_FROM
@@ -226,9 +230,9 @@ def graph_document(
             edges.append(
                 _edge(f"pcie:{pn.id}", pn.id, drawn(pn.parent), "PCIe", hw.pcie_gbps, pcie_lat)
             )
-    # topo -m names no CPU: the socket link is the GPU generation's usual platform, a guess the
-    # drawing says is one (a caller passing `hardware` knows better).
-    assumed = hardware is None
+    # topo -m names no CPU: the socket link is then the GPU generation's usual platform, a
+    # guess the drawing says is one.
+    assumed = hw.socket_assumed
     link_name = f"{hw.socket_link} (assumed)" if assumed else hw.socket_link
     socket: dict[str, Any] = {"label": link_name}
     if assumed:

@@ -27,7 +27,7 @@ from topoweb.core.costs import pcie_capability
 from topoweb.core.export import graph_document
 from topoweb.core.formats import TOPOLOGY_FORMATS, ParseError, detect_format, parse_text
 from topoweb.core.formats.ibnet import IbnetCapture
-from topoweb.core.formats.nvml import NvmlFactsError, read_nvml
+from topoweb.core.formats.nvml import NvmlFactsError, read_host, read_nvml
 from topoweb.core.model import NcclRun, NvbandwidthRun, P2PResult, Topology
 from topoweb.core.scheduling import nvlink_domain_of, topology_conf
 from topoweb.core.steptime import mixed_models_note
@@ -347,13 +347,18 @@ def graph_elements(
 
 
 def _drawn(snapshot: Snapshot, topo: Topology) -> dict[str, Any]:
-    """The snapshot's graph priced for its reported GPU model and the PCIe links its NVML
-    facts report (as its health expectations are)."""
+    """The snapshot's graph priced for its reported GPU model, the PCIe links its NVML facts
+    report and its host's CPU (as its health expectations are)."""
     try:
         nvml = read_nvml(snapshot.nvml) if isinstance(snapshot.nvml, dict) else None
     except NvmlFactsError:  # the health checks name facts they cannot read
         nvml = None
-    return graph_document(topo, gpu_model=snapshot.gpu_model, pcie=pcie_capability(nvml))
+    return graph_document(
+        topo,
+        gpu_model=snapshot.gpu_model,
+        pcie=pcie_capability(nvml),
+        cpu_model=read_host(snapshot.host).cpu_model,
+    )
 
 
 def warm_graph(snapshot: Snapshot, topology: Topology | None = None) -> None:

@@ -54,6 +54,8 @@ class HealthInputs:
     nccl_runs: tuple[NcclRun, ...]
     # The RDMA NICs the collector reported (count and rate), for multi-node runs' expectation.
     network: Network | None = None
+    # The host's CPU model as the collector read it (/proc/cpuinfo): the socket link.
+    cpu_model: str | None = None
     # Stored facts that could not be read (stored before ingest checked their shape): the
     # server is judged on everything else, and the acceptance report says what was left out.
     unread_facts: tuple[str, ...] = ()
@@ -111,7 +113,8 @@ def health_inputs(server: Server) -> HealthInputs | None:
     except NvmlFactsError as exc:
         unread = (f"NVML facts not read: {exc}",)
     # Host facts are descriptive: read_host takes what it can and leaves the rest unknown.
-    facts = options_from_facts(None, read_host(snapshot.host))
+    host = read_host(snapshot.host)
+    facts = options_from_facts(None, host)
     network = Network(facts.get("nics_per_node"), facts.get("nic_gbits")) if facts else None
     return HealthInputs(
         topology=snapshot.to_domain(),
@@ -123,6 +126,7 @@ def health_inputs(server: Server) -> HealthInputs | None:
         p2p=p2p,
         nccl_runs=runs,
         network=network,
+        cpu_model=host.cpu_model,
         unread_facts=unread,
     )
 

@@ -71,7 +71,9 @@ def evaluate_server(server_id: int) -> ServerHealth | None:
     drawings.store_exports(server, snapshot, inputs.topology)
     row = selectors.sku_expectation(server.sku_name)
     gpu_model = server.latest_snapshot.gpu_model if server.latest_snapshot else ""
-    expectations = expectations_for(inputs.topology, gpu_model, row, pcie_capability(inputs.nvml))
+    expectations = expectations_for(
+        inputs.topology, gpu_model, row, pcie_capability(inputs.nvml), inputs.cpu_model
+    )
     siblings = {
         host: figures
         for host, figures in selectors.sku_figures(server.sku_name, expectations.thresholds).items()
@@ -148,11 +150,15 @@ def expectations_for(
     gpu_model: str,
     row: SkuExpectation | None,
     pcie: tuple[int, int] | None = None,
+    cpu_model: str | None = None,
 ) -> Expectations:
-    """The cost model's figures for this wiring (on the PCIe links NVML reports, `pcie`), with
-    staff's SKU figures (and thresholds) taking precedence wherever they give one."""
+    """The cost model's figures for this wiring (on the PCIe links NVML reports, `pcie`, and
+    the socket link of the host's CPU, `cpu_model`), with staff's SKU figures (and thresholds)
+    taking precedence wherever they give one."""
     thresholds = row.thresholds() if row is not None else Thresholds()
-    model = expectations_from_model(topology, gpu_model or None, thresholds, pcie=pcie)
+    model = expectations_from_model(
+        topology, gpu_model or None, thresholds, pcie=pcie, cpu_model=cpu_model
+    )
     if row is None:
         return model
     staff = row.to_domain(topology)

@@ -289,6 +289,7 @@ def build_model(
     nic_gbits: float | None = None,
     nics_per_node: int | None = None,
     nvlink_nodes: bool = False,
+    cpu_model: str | None = None,
 ) -> CostModel:
     """A cost model for one server, or for a job over `nodes` servers wired like it.
 
@@ -297,7 +298,8 @@ def build_model(
     `gpu_model` is the NVML name where known; `p2p` auto infers per pair whether NCCL and
     the driver use P2P (`p2p_status`: `nvidia-smi topo -p2p r` or NVML, per ordered pair),
     on/off force it; `nic_gbits` is one NIC's rate (Gb/s) and `nics_per_node` their count
-    (default: the NICs of the capture, else one per GPU)."""
+    (default: the NICs of the capture, else one per GPU); `cpu_model` the host's CPU as the
+    collector reads it (/proc/cpuinfo), which names the socket link."""
     if not topo.gpus:
         raise ValueError("the topology has no GPUs")
     if nvlink_nodes and nodes > 1:
@@ -310,6 +312,7 @@ def build_model(
         pcie_width=pcie_width,
         p2p_enabled=p2p_enabled,
         nic_gbits=nic_gbits,
+        cpu_model=cpu_model,
     )
     return CostModel(
         topo,

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from topoweb.core.catalogue import infer_generation
+from topoweb.core.catalogue import infer_generation, socket_link_of_cpu
 from topoweb.core.formats.errors import ParseError
 from topoweb.core.formats.ncclxml_tree import UNWRITABLE, Node, read_tree, writable
 from topoweb.core.hierarchy import recover_hierarchy
@@ -531,13 +531,31 @@ _PCIE_SPEED = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "1
                5: "32.0 GT/s PCIe", 6: "64.0 GT/s PCIe"}  # fmt: skip
 
 
+# The ids a <cpu> is written with for each socket link: NCCL plans the link from them
+# (src/graph/topo.cc), and this project's reader reads them back as the same link.
+_CPU_IDS: dict[str, tuple[str, str, str]] = {
+    "Intel QPI (Broadwell)": ("GenuineIntel", "6", "79"),
+    "Intel UPI (Skylake)": ("GenuineIntel", "6", "85"),
+    "Intel UPI (Sapphire Rapids)": ("GenuineIntel", "6", "143"),
+    "Intel UPI (Emerald Rapids)": ("GenuineIntel", "6", "207"),
+    "AMD xGMI (Zen1-2)": ("AuthenticAMD", "23", "49"),
+    "AMD xGMI (Zen3-4)": ("AuthenticAMD", "25", "17"),
+    "AMD xGMI (Zen5)": ("AuthenticAMD", "26", "17"),
+}
+
+
 def _cpu_attrs(cpu_model: str | None) -> dict[str, str]:
+    """The host's CPU model (/proc/cpuinfo's name) as NCCL's <cpu> attributes; a name not
+    recognised is written as its vendor's current generation, Intel's where none is named."""
     model = (cpu_model or "").lower()
-    if "amd" in model or "epyc" in model:
-        return {"arch": "x86_64", "vendor": "AuthenticAMD", "familyid": "25", "modelid": "17"}
     if "grace" in model or "neoverse" in model or "arm" in model:
         return {"arch": "arm64", "vendor": "", "familyid": "0", "modelid": "0"}
-    return {"arch": "x86_64", "vendor": "GenuineIntel", "familyid": "6", "modelid": "143"}
+    link = socket_link_of_cpu(cpu_model) if cpu_model else None
+    if link is None:
+        amd = "amd" in model or "epyc" in model
+        link = "AMD xGMI (Zen3-4)" if amd else "Intel UPI (Sapphire Rapids)"
+    vendor, family, model_id = _CPU_IDS[link]
+    return {"arch": "x86_64", "vendor": vendor, "familyid": family, "modelid": model_id}
 
 
 def _write(node: dict[str, Any], indent: int, out: list[str]) -> None:

@@ -143,13 +143,15 @@ def expectations_from_model(
     thresholds: Thresholds = Thresholds(),
     *,
     pcie: tuple[int, int] | None = None,
+    cpu_model: str | None = None,
 ) -> Expectations:
     """What the cost model predicts for this wiring and GPU generation (uncalibrated): P2P copy
     bandwidth per ordered GPU pair and large-message busbw of each collective over all GPUs.
     `pcie`: the links' generation and width as NVML reports them (core.costs.pcie_capability),
-    else the generation's usual ones, assumed and said so."""
+    else the generation's usual ones, assumed and said so; `cpu_model`: the host's CPU as the
+    collector reads it, whose socket link carries (or, Intel's, refuses) cross-socket P2P."""
     gen, width = pcie if pcie else (None, 16)
-    model = build_model(topo, gpu_model, pcie_gen=gen, pcie_width=width)
+    model = build_model(topo, gpu_model, pcie_gen=gen, pcie_width=width, cpu_model=cpu_model)
     uni = p2p_unidirectional(model)
     order = sorted(g.index for g in topo.gpus)
     pairs = {
@@ -159,7 +161,7 @@ def expectations_from_model(
         if (value := uni[i][j]) is not None
     }
     bands = {key: copy_band(model, *key) for key in pairs}
-    staged, staged_bands = _staged_by_class(topo, gpu_model, gen, width)
+    staged, staged_bands = _staged_by_class(topo, gpu_model, gen, width, cpu_model)
     busbw: dict[CollectiveKey, float] = {}
     if len(order) >= 2:
         for name in COLLECTIVES:
@@ -172,6 +174,8 @@ def expectations_from_model(
     assumption = model.hardware.assumption
     if pcie:
         assumption += f"; PCIe Gen{pcie[0]} x{pcie[1]} as NVML reports the GPUs' links"
+    if not model.hardware.socket_assumed:
+        assumption += f"; {model.hardware.socket_link} from {model.hardware.socket_source}"
     return Expectations(
         Figures(pairs, busbw),
         thresholds,
@@ -184,13 +188,19 @@ def expectations_from_model(
 
 
 def _staged_by_class(
-    topo: Topology, gpu_model: str | None, pcie_gen: int | None, pcie_width: int
+    topo: Topology,
+    gpu_model: str | None,
+    pcie_gen: int | None,
+    pcie_width: int,
+    cpu_model: str | None,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """One-way copies staged through host memory, as the driver makes them where P2P is
     refused: the cost model's figure and band for the first ordered pair of each GPU link class
     (a staged copy's route is its two GPUs' links up to the host and down, whatever their
     class, so one pair speaks for its class)."""
-    model = build_model(topo, gpu_model, p2p="off", pcie_gen=pcie_gen, pcie_width=pcie_width)
+    model = build_model(
+        topo, gpu_model, p2p="off", pcie_gen=pcie_gen, pcie_width=pcie_width, cpu_model=cpu_model
+    )
     gbps: dict[str, float] = {}
     bands: dict[str, float] = {}
     for a in topo.gpus:
