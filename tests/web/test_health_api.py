@@ -3,18 +3,23 @@ reports (JSON and printable), SKU expectations edited by staff and versioned."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.apps import apps
+from django.db import connection as db_connection
 from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from tests.web.conftest import fixture_text, keep_tasks_here, report, wait_for
+from topoweb.analysis import services as analysis_services
+from topoweb.analysis.selectors import server_cost_model
 from topoweb.core.health import expectations_from_model
-from topoweb.fleet.models import QueuedWork, Server, Source
+from topoweb.fleet.models import QueuedWork, Server, Snapshot, Source, TopologyClass
 from topoweb.fleet.services import BenchmarkInput, ingest_report
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
 from topoweb.health.services import evaluate_server
@@ -478,3 +483,36 @@ def test_the_hosts_cpu_names_the_socket_link_of_its_expectations_and_its_graph(
         ingested.snapshot.to_domain(), "NVIDIA L40S"
     ).staged_gbps_by_class["SYS"]
     assert len(sys_rows) == 8 and expected == {round(staged, 2)}  # host-staged, as on Intel
+    # The server's questions and its class's analysis price the same link.
+    server = Server.objects.get(hostname="l40s-01")
+    assert server.latest_snapshot.cpu_model == "Intel(R) Xeon(R) Gold 6442Y"  # type: ignore[union-attr]
+    assert server_cost_model(server).hardware.socket_link == "Intel UPI (Sapphire Rapids)"
+    analysis = analysis_services.current_analysis_for(server.topology_class)  # type: ignore[arg-type]
+    assert analysis_services.run_analysis(analysis.pk) == "done"
+    analysis.refresh_from_db()
+    hardware = analysis.result["hardware"]
+    assert hardware["socket_link"] == "Intel UPI (Sapphire Rapids)"
+    assert hardware["socket_link_source"] == "the host's CPU (Intel(R) Xeon(R) Gold 6442Y)"
+
+
+def test_the_cpu_models_of_reports_stored_before_are_filled_in_from_their_host_facts() -> None:
+    for hostname, cpu in (("epyc-01", "AMD EPYC 9454 48-Core Processor"), ("bare-01", None)):
+        ingest_report(
+            hostname=hostname,
+            topo_text=fixture_text("topo_36_l40s-4gpu-node-sys-2nic-redacted-email-prompt.txt"),
+            captured_at=timezone.now(),
+            source=Source.COLLECTOR,
+            host={"kernel": "6.8.0", **({"cpu_model": cpu} if cpu else {})},
+        )
+    stored = sorted(Snapshot.objects.values_list("server__hostname", "cpu_model"))
+    assert stored == [("bare-01", ""), ("epyc-01", "AMD EPYC 9454 48-Core Processor")]
+    Snapshot.objects.update(cpu_model="")
+    TopologyClass.objects.update(cpu_model="")
+    migration = importlib.import_module("topoweb.fleet.migrations.0017_cpu_model")
+
+    class Editor:
+        connection = db_connection
+
+    migration.fill_in(apps, Editor())
+    assert sorted(Snapshot.objects.values_list("server__hostname", "cpu_model")) == stored
+    assert list(TopologyClass.objects.values_list("cpu_model", flat=True)) == [stored[1][1]]

@@ -85,6 +85,7 @@ class ModelKey:
     topology_class_id: int | None
     wiring: str  # the snapshot's wiring_sha256 ("content:" + its content hash before it had one)
     gpu_model: str
+    cpu_model: str
     benchmarks: str  # benchmark_set_identity of the calibrating benchmarks (_calibrations)
     load: Callable[[], tuple[Topology, Calibration | None]] = field(
         compare=False, hash=False, repr=False
@@ -94,7 +95,7 @@ class ModelKey:
 @functools.lru_cache(maxsize=MODEL_CACHE_SIZE)
 def cached_model(key: ModelKey) -> CostModel:
     topology, calibration = key.load()
-    model = build_model(topology, key.gpu_model or None)
+    model = build_model(topology, key.gpu_model or None, cpu_model=key.cpu_model or None)
     return calibrated(model, calibration) if calibration is not None else model
 
 
@@ -184,6 +185,7 @@ _SNAPSHOT_FIELDS = (
     "wiring_sha256",
     "gpu_count",
     "gpu_model",
+    "cpu_model",
     "gpu_memory_bytes",
     "nvlink_domain",
 )
@@ -194,6 +196,7 @@ _QUESTION_COLUMNS = (
     "latest_snapshot__wiring_sha256",
     "latest_snapshot__gpu_count",
     "latest_snapshot__gpu_model",
+    "latest_snapshot__cpu_model",
     "latest_snapshot__gpu_memory_bytes",
     "latest_snapshot__nvlink_domain",
     "calibration",
@@ -346,7 +349,9 @@ def model_key(server: Server) -> ModelKey:
         return snapshot.to_domain(), stored_calibration(server_benchmarks(server))
 
     wiring = snapshot.wiring_sha256 or "content:" + snapshot.content_sha256
-    return ModelKey(server.topology_class_id, wiring, snapshot.gpu_model, calibration, load)
+    return ModelKey(
+        server.topology_class_id, wiring, snapshot.gpu_model, snapshot.cpu_model, calibration, load
+    )
 
 
 def server_cost_model(server: Server) -> CostModel:

@@ -201,7 +201,10 @@ def run_analysis(analysis_id: int) -> str:
             benchmark_set = selectors.class_benchmark_set(topology_class.pk)
             fitted = selectors.fitted_calibration(selectors.class_benchmarks(topology_class))
             result = analyse(
-                topology_class.to_domain(), topology_class.gpu_model, fitted=fitted
+                topology_class.to_domain(),
+                topology_class.gpu_model,
+                fitted=fitted,
+                cpu_model=topology_class.cpu_model,
             ).to_document()
     except (DocumentError, ValueError, KeyError) as exc:
         # Bad stored data will not get better by retrying.

@@ -124,12 +124,13 @@ def analyse(
     benchmarks: Sequence[CalibrationInput] = (),
     *,
     fitted: Fitted | None = None,
+    cpu_model: str = "",
 ) -> Analysis:
     """Everything stored as the analysis of one topology class. `gpu_model` is the NVML name
-    the class's servers report (the one hardware fact a class analysis reads: it picks the
-    catalogue's link speeds); `benchmarks` are measured runs to fit a calibration from (the
+    the class's servers report (it picks the catalogue's link speeds), `cpu_model` their host
+    CPU (the socket link); `benchmarks` are measured runs to fit a calibration from (the
     CLI), or `fitted` the calibration already fitted from the class's runs (the worker)."""
-    model = build_model(topology, gpu_model or None)
+    model = build_model(topology, gpu_model or None, cpu_model=cpu_model or None)
     spec = gpu_spec(gpu_model or None, model.hardware.generation.name)
     default = recommend(model, DEFAULT_SHAPE, spec=spec, time_budget_s=_each_budget())
     if fitted is None:

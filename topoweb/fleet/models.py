@@ -30,6 +30,9 @@ class TopologyClass(models.Model):
     gpu_count = models.PositiveIntegerField(default=0)
     nic_count = models.PositiveIntegerField(default=0)
     gpu_model = models.CharField(max_length=200, blank=True)
+    # The host CPU of the report that made the class (learned later, as gpu_model, when it
+    # named none): its socket link prices the class analysis.
+    cpu_model = models.CharField(max_length=200, blank=True, default="")
     nvlink_summary = models.CharField(max_length=200, blank=True)
     description = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -102,6 +105,10 @@ class Snapshot(models.Model):
     # every GPU is one model or no per-GPU names were given.
     gpu_model = models.CharField(max_length=200, blank=True, db_index=True)
     gpu_models = models.JSONField(default=dict, blank=True)
+    # The host's CPU model as the collector read it (/proc/cpuinfo, `host.cpu_model`): its
+    # socket link (core.catalogue.socket_link_of_cpu) prices the server's model, read without
+    # loading the host facts ("" when none was sent).
+    cpu_model = models.CharField(max_length=200, blank=True, default="")
     # core.formats.nvml.smallest_gpu_memory of `nvml`: what a model must fit into on each GPU,
     # read by placement questions without loading the facts (None when none was sent).
     gpu_memory_bytes = models.BigIntegerField(null=True, blank=True)

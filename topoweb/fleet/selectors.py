@@ -27,7 +27,7 @@ from topoweb.core.costs import pcie_capability
 from topoweb.core.export import graph_document
 from topoweb.core.formats import TOPOLOGY_FORMATS, ParseError, detect_format, parse_text
 from topoweb.core.formats.ibnet import IbnetCapture
-from topoweb.core.formats.nvml import NvmlFactsError, read_host, read_nvml
+from topoweb.core.formats.nvml import NvmlFactsError, read_nvml
 from topoweb.core.model import NcclRun, NvbandwidthRun, P2PResult, Topology
 from topoweb.core.scheduling import nvlink_domain_of, topology_conf
 from topoweb.core.steptime import mixed_models_note
@@ -357,7 +357,7 @@ def _drawn(snapshot: Snapshot, topo: Topology) -> dict[str, Any]:
         topo,
         gpu_model=snapshot.gpu_model,
         pcie=pcie_capability(nvml),
-        cpu_model=read_host(snapshot.host).cpu_model,
+        cpu_model=snapshot.cpu_model or None,
     )
 
 

@@ -264,7 +264,8 @@ def _store_report(report: _Report) -> Ingested:
         sku_name = _sku_name(server, report.host)
         _one_ingest_per_sku_at_a_time(sku_name)
         summary = nvlink_summary(topology)
-        topology_class, new_class = _topology_class(report, sku_name, gpu_model, summary)
+        cpu_model = (read_host(report.host).cpu_model or "")[:200]
+        topology_class, new_class = _topology_class(report, sku_name, gpu_model, cpu_model, summary)
         snapshot = Snapshot(
             server=server,
             content_sha256=report.digest,
@@ -282,6 +283,7 @@ def _store_report(report: _Report) -> Ingested:
             nic_count=len(topology.nics),
             gpu_model=gpu_model,
             gpu_models=gpu_models,
+            cpu_model=cpu_model,
             gpu_memory_bytes=smallest_gpu_memory(report.nvml),
             nvlink_domain=nvlink_domain(report.nvml),
             has_nvlink=bool(summary),
@@ -596,7 +598,11 @@ def calibration_document(
     if snapshot.gpu_count > settings.TOPOWEB_MAX_QUERY_GPUS:
         return {"skipped": "no cost questions are answered for this many GPUs"} | stamp
     try:
-        base = build_model(topology or snapshot.to_domain(), snapshot.gpu_model or None)
+        base = build_model(
+            topology or snapshot.to_domain(),
+            snapshot.gpu_model or None,
+            cpu_model=snapshot.cpu_model or None,
+        )
         if isinstance(parsed, NcclRun):
             calibration = calibrate_from_nccl(base, parsed)
         else:
@@ -674,7 +680,7 @@ def _sku_name(server: Server, host: dict[str, Any] | None) -> str:
 
 
 def _topology_class(
-    report: _Report, sku_name: str, gpu_model: str, summary: str
+    report: _Report, sku_name: str, gpu_model: str, cpu_model: str, summary: str
 ) -> tuple[TopologyClass, bool]:
     """The report's class, and whether it is new: then its document is a placeholder until
     the caller copies the snapshot's into it, in the same transaction."""
@@ -692,6 +698,7 @@ def _topology_class(
                 "gpu_count": len(topology.gpus),
                 "nic_count": len(topology.nics),
                 "gpu_model": gpu_model,
+                "cpu_model": cpu_model,
                 "nvlink_summary": summary,
                 "description": describe_links(topology),
             },
@@ -701,7 +708,11 @@ def _topology_class(
     # A class first seen through an anonymous upload learns its names from later reports.
     missing = {
         name: value
-        for name, value in (("sku_name", sku_name), ("gpu_model", gpu_model))
+        for name, value in (
+            ("sku_name", sku_name),
+            ("gpu_model", gpu_model),
+            ("cpu_model", cpu_model),
+        )
         if value and not getattr(topology_class, name)
     }
     if not created and missing:

@@ -140,7 +140,7 @@ def server_to_store(hostname: str, captured_at: datetime) -> tuple[Server, bool]
 
 @functools.cache
 def _class_names_sql() -> str:
-    columns = ", ".join(column_name(TopologyClass, f) for f in ("id", "sku_name", "gpu_model"))
+    columns = ", ".join(column_name(TopologyClass, f) for f in _CLASS_NAMES)
     return (
         f"SELECT {columns} FROM {table_name(TopologyClass)} "
         f"WHERE {column_name(TopologyClass, 'fingerprint')} = %s"
@@ -155,7 +155,10 @@ def topology_class_names(fingerprint: str) -> TopologyClass | None:
         row = cursor.fetchone()
     if row is None:
         return None
-    return _loaded(TopologyClass, dict(zip(("id", "sku_name", "gpu_model"), row, strict=True)))
+    return _loaded(TopologyClass, dict(zip(_CLASS_NAMES, row, strict=True)))
+
+
+_CLASS_NAMES = ("id", "sku_name", "gpu_model", "cpu_model")
 
 
 # --- rows written ---------------------------------------------------------------------------

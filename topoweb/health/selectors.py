@@ -54,7 +54,7 @@ class HealthInputs:
     nccl_runs: tuple[NcclRun, ...]
     # The RDMA NICs the collector reported (count and rate), for multi-node runs' expectation.
     network: Network | None = None
-    # The host's CPU model as the collector read it (/proc/cpuinfo): the socket link.
+    # The host's CPU model as the collector read it (Snapshot.cpu_model): the socket link.
     cpu_model: str | None = None
     # Stored facts that could not be read (stored before ingest checked their shape): the
     # server is judged on everything else, and the acceptance report says what was left out.
@@ -113,8 +113,7 @@ def health_inputs(server: Server) -> HealthInputs | None:
     except NvmlFactsError as exc:
         unread = (f"NVML facts not read: {exc}",)
     # Host facts are descriptive: read_host takes what it can and leaves the rest unknown.
-    host = read_host(snapshot.host)
-    facts = options_from_facts(None, host)
+    facts = options_from_facts(None, read_host(snapshot.host))
     network = Network(facts.get("nics_per_node"), facts.get("nic_gbits")) if facts else None
     return HealthInputs(
         topology=snapshot.to_domain(),
@@ -126,7 +125,7 @@ def health_inputs(server: Server) -> HealthInputs | None:
         p2p=p2p,
         nccl_runs=runs,
         network=network,
-        cpu_model=host.cpu_model,
+        cpu_model=snapshot.cpu_model or None,
         unread_facts=unread,
     )
 
