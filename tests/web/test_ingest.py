@@ -38,7 +38,15 @@ from tests.web.conftest import (
 from topoweb.analysis.models import Analysis
 from topoweb.fleet import work
 from topoweb.fleet.access import create_collector_token, revoke_collector_token
-from topoweb.fleet.models import Benchmark, CollectorToken, Server, Snapshot, Source, TopologyClass
+from topoweb.fleet.models import (
+    Benchmark,
+    CollectorToken,
+    QueuedWork,
+    Server,
+    Snapshot,
+    Source,
+    TopologyClass,
+)
 from topoweb.fleet.services import BenchmarkInput, ingest_report
 
 pytestmark = pytest.mark.django_db
@@ -846,6 +854,43 @@ def test_a_new_reports_tasks_are_sent_together_once_it_commits(
     assert sent[1:] == [[("health.evaluate", (server.pk,))]]
 
 
+def test_a_report_asks_for_its_class_analysis_only_when_what_the_analysis_reads_changed(
+    collector_client: Any,
+) -> None:
+    """A class's analysis reads its document and its servers' runs: the report that makes the
+    class asks for it, and so does one that brings runs; another server of the class, or a
+    known host's changed facts, ask nothing of it (nor claim its queued work again)."""
+
+    dgx = "topo_26_dgx-a100-8gpu-nv12-12mlx5-named-cols.txt"
+    sweep = "nccl_06_a100-sxm4-40gb-8gpu-single-proc-g8-full-sweep.txt"
+
+    def analysis_asked() -> tuple[str, Any]:
+        row = Analysis.objects.get()
+        return row.status, QueuedWork.objects.get(kind="analysis", key=row.pk).queued_at
+
+    assert post_report(collector_client("gpu-a01"), report("gpu-a01", dgx)).status_code == 201
+    assert analysis_asked()[0] == Analysis.Status.PENDING
+    # Its message consumed (the broker refused it, or a worker is about to claim it): the
+    # sweep, not every report of the class's servers, sends it again.
+    QueuedWork.objects.filter(kind="analysis").update(queued_at=None)
+    taken = (Analysis.Status.PENDING, None)
+
+    second = collector_client("gpu-a02")
+    assert post_report(second, report("gpu-a02", dgx)).status_code == 201
+    assert analysis_asked() == taken
+    changed = report("gpu-a02", dgx, host={"kernel": "6.8.0"})
+    assert post_report(second, changed).status_code == 201
+    assert analysis_asked() == taken
+    # Its evaluation was asked each time: a new server's only sent, a known one's marked stale.
+    assert QueuedWork.objects.get(kind="health", key=Server.objects.get(hostname="gpu-a02").pk)
+
+    Analysis.objects.update(status=Analysis.Status.DONE)
+    runs = [{"kind": "nccl-tests", "text": fixture_text(sweep)}]
+    assert post_report(second, report("gpu-a02", dgx, benchmarks=runs)).status_code == 201
+    status, queued_at = analysis_asked()
+    assert status == Analysis.Status.PENDING and queued_at is not None  # analysed again
+
+
 def test_a_token_due_a_mark_is_marked_used_by_the_reports_own_statement(
     collector_client: Any, django_assert_num_queries: Any
 ) -> None:
@@ -944,16 +989,17 @@ def test_a_known_hosts_changed_report_reads_its_previous_snapshot_with_its_serve
 ) -> None:
     """The previous snapshot's columns the ingest compares (model, models, wiring, warnings)
     come with the server's row: none is loaded on its own (a deferred column read later would
-    be a query per report), and its analysis and health check are claimed in the report's
-    transaction, one statement each."""
+    be a query per report), and its health check is claimed in the report's transaction, in
+    one statement; its class's analysis is not asked for (nothing it reads changed)."""
     client = collector_client("gpu-a01")
     assert post_report(client, report("gpu-a01", H200)).status_code == 201
     changed = report("gpu-a01", H200, host={"kernel": "6.8"})
-    # 12 statements, and the savepoint and its release the test's transaction puts around the
+    # 10 statements, and the savepoint and its release the test's transaction puts around the
     # report's own.
-    with django_assert_max_num_queries(14) as stored:
+    with django_assert_max_num_queries(12) as stored:
         assert post_report(client, changed).status_code == 201
     statements = [" ".join(q["sql"].split()) for q in stored.captured_queries]
     assert not [s for s in statements if s.startswith('SELECT "fleet_snapshot"')], statements
     claims = [s for s in statements if s.startswith('INSERT INTO "fleet_queuedwork"')]
-    assert len(claims) == 2
+    assert len(claims) == 1 and "'health'" in claims[0]
+    assert not [s for s in statements if '"analysis_analysis"' in s], statements

@@ -34,11 +34,18 @@ def test_the_server_to_store_is_the_orms_server_with_its_current_snapshots_colum
     server, newest = found
     previous = server.latest_snapshot
     assert previous is not None
-    assert (server.pk, server.hostname, server.labels, server.sku_name) == (
+    assert (
+        server.pk,
+        server.hostname,
+        server.labels,
+        server.sku_name,
+        server.topology_class_id,
+    ) == (
         stored.pk,
         "gpu-01",
         {"rack": "r7", "sku": "lab"},
         stored.sku_name,
+        current.topology_class_id,
     )
     assert [
         getattr(previous, f)
@@ -60,19 +67,26 @@ def test_a_server_without_a_snapshot_or_none_at_all() -> None:
     found = statements.server_to_store("empty-01", timezone.now())
     assert found is not None
     server, newest = found
-    assert (server.latest_snapshot, newest, server.labels) == (None, True, {})
+    assert (server.latest_snapshot, newest, server.labels, server.topology_class_id) == (
+        None,
+        True,
+        {},
+        None,
+    )
     assert statements.server_to_store("nobody", timezone.now()) is None
 
 
 def test_a_class_is_read_with_the_names_the_orm_reads() -> None:
     add("rtx-01", RTX6000, "ESC8000A")
+    TopologyClass.objects.update(cpu_model="AMD EPYC 9454 48-Core Processor")
     stored = TopologyClass.objects.get()
     found = statements.topology_class_names(stored.fingerprint)
     assert found is not None
-    assert (found.pk, found.sku_name, found.gpu_model) == (
+    assert (found.pk, found.sku_name, found.gpu_model, found.cpu_model) == (
         stored.pk,
         stored.sku_name,
         stored.gpu_model,
+        "AMD EPYC 9454 48-Core Processor",
     )
     assert statements.topology_class_names("no such fingerprint") is None
 

@@ -25,7 +25,8 @@ from topoweb.core.analysis import COST_MODEL_VERSION, analyse
 from topoweb.core.model import DocumentError
 from topoweb.fleet import services as fleet_services
 from topoweb.fleet import work
-from topoweb.fleet.models import Benchmark, Server, Snapshot, TopologyClass
+from topoweb.fleet.models import Benchmark, Server, TopologyClass
+from topoweb.fleet.services import NewSnapshot
 from topoweb.fleet.statements import column_name, table_name
 
 log = logging.getLogger(__name__)
@@ -105,11 +106,16 @@ def enqueue_analysis(analysis_id: int) -> bool:
     return work.send(ANALYSIS, analysis_id, ANALYSIS_TASK)
 
 
-def on_new_snapshot(server: Server, snapshot: Snapshot) -> None:
-    """The fleet stored a snapshot (with any runs captured beside it): its topology class
-    needs an analysis (fleet.services calls this, registered by AnalysisConfig.ready)."""
-    if snapshot.topology_class is not None:
-        request_analysis(snapshot.topology_class)
+def on_new_snapshot(stored: NewSnapshot) -> None:
+    """The fleet stored a snapshot (fleet.services calls this, registered by
+    AnalysisConfig.ready): a new class needs its analysis, and one whose runs changed (the
+    report carried some, or the server brought its own from another class) is analysed
+    again. Another report of a class's server changes nothing the analysis reads: the class
+    keeps its document, and a current analysis it lacks (a new cost model) comes from the
+    sweep."""
+    topology_class = stored.snapshot.topology_class
+    if topology_class is not None and (stored.new_class or stored.runs_changed):
+        request_analysis(topology_class)
 
 
 def on_new_benchmark(server: Server, _benchmark: Benchmark) -> None:

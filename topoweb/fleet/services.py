@@ -89,14 +89,29 @@ class Ingested:
 # evaluation. They register here from their AppConfig.ready() (in INSTALLED_APPS order), so
 # that the fleet, which they build on, never imports them: the import-linter layers contract.
 # Each hook runs inside the ingest's transaction; what it enqueues waits for the commit.
-SnapshotHook = Callable[[Server, Snapshot], None]
+
+
+@dataclass(frozen=True)
+class NewSnapshot:
+    """A snapshot an ingest stored, with what changed beside it: what the hooks ask of their
+    apps follows from it (a class's analysis depends on its document and its servers' runs,
+    not on each report of its servers)."""
+
+    server: Server
+    snapshot: Snapshot
+    new_server: bool  # made by this report: nothing of it is stored elsewhere yet
+    new_class: bool  # its class was made by this report
+    runs_changed: bool  # its class's runs: the report carried some, or the server changed class
+
+
+SnapshotHook = Callable[[NewSnapshot], None]
 BenchmarkHook = Callable[[Server, Benchmark], None]
 _AFTER_SNAPSHOT: list[SnapshotHook] = []
 _AFTER_BENCHMARK: list[BenchmarkHook] = []
 
 
 def after_new_snapshot(hook: SnapshotHook) -> None:
-    """Call `hook(server, snapshot)` whenever an ingest stores a new snapshot."""
+    """Call `hook(NewSnapshot(...))` whenever an ingest stores a new snapshot."""
     if hook not in _AFTER_SNAPSHOT:
         _AFTER_SNAPSHOT.append(hook)
 
@@ -254,6 +269,7 @@ def _store_report(report: _Report) -> Ingested:
         _one_ingest_per_host_at_a_time(report.hostname)
         found = statements.server_to_store(report.hostname, report.captured_at)
         server, newest = found or (_new_server(report.hostname), True)
+        class_before = server.topology_class_id
         gpu_model, gpu_models = _gpu_model(
             report.facts, report.gpu_model_hint, report.parsed_benchmarks
         )
@@ -310,11 +326,25 @@ def _store_report(report: _Report) -> Ingested:
             update_fields += ["latest_snapshot", "topology_class"]
         statements.update_row(server, update_fields)
         drifted = refresh_sku_drift(sku_name)
+        stored = NewSnapshot(
+            server,
+            snapshot,
+            new_server=found is None,
+            new_class=new_class,
+            # A server made now has no runs but the report's; one that moved class takes its
+            # runs along (from no class, for runs uploaded before its first snapshot).
+            runs_changed=bool(report.benchmarks)
+            or (found is not None and newest and class_before != topology_class.pk),
+        )
         for snapshot_hook in _AFTER_SNAPSHOT:
-            snapshot_hook(server, snapshot)
+            snapshot_hook(stored)
         # The server's documents are written by its health evaluation, which the hooks asked
-        # for; its SKU siblings' (a drift finding) are written now.
-        changes.servers_outdated([server.pk])
+        # for; its SKU siblings' (a drift finding) are written now. A server made now has no
+        # documents to drop, but every kept read of the fleet is out of date.
+        if found is None:
+            fleet_changed()
+        else:
+            changes.servers_outdated([server.pk])
         changes.servers_changed([pk for pk in drifted if pk != server.pk])
     return Ingested(server=server, created=True, snapshot=snapshot)
 

@@ -73,7 +73,7 @@ def _server_to_store_sql(vendor: str) -> str:
     server, snapshot = table_name(Server), table_name(Snapshot)
     s = {
         f: column_name(Server, f)
-        for f in ("id", "hostname", "labels", "sku_name", "latest_snapshot")
+        for f in ("id", "hostname", "labels", "sku_name", "latest_snapshot", "topology_class")
     }
     p = {
         f: column_name(Snapshot, f)
@@ -86,28 +86,29 @@ def _server_to_store_sql(vendor: str) -> str:
         else (f"json_extract(p.{p['document']}, '$.warnings')")
     )
     return f"""
-SELECT s.{s["id"]}, s.{s["labels"]}, s.{s["sku_name"]}, p.{p["id"]}, p.{p["gpu_count"]},
-  p.{p["gpu_model"]}, p.{p["gpu_models"]}, p.{p["wiring_sha256"]}, {warnings},
-  p.{captured} <= %s
+SELECT s.{s["id"]}, s.{s["labels"]}, s.{s["sku_name"]}, s.{s["topology_class"]}, p.{p["id"]},
+  p.{p["gpu_count"]}, p.{p["gpu_model"]}, p.{p["gpu_models"]}, p.{p["wiring_sha256"]},
+  {warnings}, p.{captured} <= %s
 FROM {server} s LEFT JOIN {snapshot} p ON p.{p["id"]} = s.{s["latest_snapshot"]}
 WHERE s.{s["hostname"]} = %s
 """
 
 
 def server_to_store(hostname: str, captured_at: datetime) -> tuple[Server, bool] | None:
-    """The server a report of `hostname` is stored on, with what the ingest reads of its
-    current snapshot as `server.latest_snapshot` (id, GPU count and models, wiring digest;
-    its reader warnings as `server.previous_warnings`), and whether a report captured at
-    `captured_at` is the newest capture (it becomes the current snapshot); None without such
-    a server. One statement of a few columns, not the snapshot's texts and documents."""
+    """The server a report of `hostname` is stored on (with its class), with what the ingest
+    reads of its current snapshot as `server.latest_snapshot` (id, GPU count and models,
+    wiring digest; its reader warnings as `server.previous_warnings`), and whether a report
+    captured at `captured_at` is the newest capture (it becomes the current snapshot); None
+    without such a server. One statement of a few columns, not the snapshot's texts and
+    documents."""
     at = connection.ops.adapt_datetimefield_value(captured_at)
     with connection.cursor() as cursor:
         cursor.execute(_server_to_store_sql(connection.vendor), [at, hostname])
         row = cursor.fetchone()
     if row is None:
         return None
-    server_id, labels, sku_name, snapshot_id, gpu_count, model, models, wiring = row[:8]
-    warnings, newest = row[8:]
+    server_id, labels, sku_name, class_id, snapshot_id, gpu_count, model, models, wiring = row[:9]
+    warnings, newest = row[9:]
     server = _loaded(
         Server,
         {
@@ -115,6 +116,7 @@ def server_to_store(hostname: str, captured_at: datetime) -> tuple[Server, bool]
             "hostname": hostname,
             "labels": _json(labels),
             "sku_name": sku_name,
+            "topology_class_id": class_id,
             "latest_snapshot_id": snapshot_id,
         },
     )

@@ -17,7 +17,7 @@ class HealthConfig(AppConfig):
         from topoweb.fleet.services import after_new_benchmark, after_new_snapshot
         from topoweb.health import documents, services, tasks  # noqa: F401
 
-        after_new_snapshot(services.on_new_report)
+        after_new_snapshot(services.on_new_snapshot)
         after_new_benchmark(services.on_new_report)
         after_class_analysed(services.on_class_analysed)
         writes_documents(documents.write_documents, documents.drop_documents)

@@ -38,6 +38,7 @@ from topoweb.core.model import Topology
 from topoweb.fleet import changes, drawings, work
 from topoweb.fleet import selectors as fleet_selectors
 from topoweb.fleet.models import Benchmark, Server, Snapshot
+from topoweb.fleet.services import NewSnapshot
 from topoweb.fleet.statements import column_name, execute_for_ids, table_name
 from topoweb.health import selectors
 from topoweb.health.assessment import assessment_document, bounded_acceptance
@@ -220,6 +221,16 @@ def run_evaluation(server_id: int) -> bool:
     """One attempt of the worker's evaluation (fleet.work: counted, given up past its tries
     with the reason); whether the server was evaluated."""
     return work.attempt(HEALTH, server_id, lambda: evaluate_server(server_id)) is not None
+
+
+def on_new_snapshot(stored: NewSnapshot) -> None:
+    """The fleet stored a snapshot (fleet.services calls this, registered by
+    HealthConfig.ready): the server needs a fresh assessment. A server the report made has
+    none to mark stale: its evaluation is only sent."""
+    if stored.new_server:
+        work.request(HEALTH, [stored.server.pk], HEALTH_TASK, renew=True)
+    else:
+        on_new_report(stored.server, stored.snapshot)
 
 
 def on_new_report(server: Server, stored: Snapshot | Benchmark) -> None:
