@@ -235,3 +235,27 @@ def test_place_ep_needs_an_moe_model_and_gives_ep_groups_with_one(tmp_path: Path
     doc = json.loads(out.stdout)
     assert len(doc["groups"]["ep"]) == 2 and all(len(g) == 2 for g in doc["groups"]["ep"])
     assert doc["breakdown"]["exposed_comm_us"]["ep"] > 0
+
+
+def test_the_hosts_cpu_decides_a_cross_socket_copy_and_is_said(tmp_path: Path) -> None:
+    """Ada's usual platform is AMD (xGMI carries P2P across sockets); the same cards on a
+    Sapphire Rapids host, as `--cpu-model` says, copy across UPI through host memory."""
+    path = tmp_path / "l40s.txt"
+    path.write_text(PCIE_TOPO)
+    copy = ["cost", str(path), "--collective", "copy", "--gpus", "0,2", "--bytes", "1073741824"]
+    copy += ["--gpu-model", "NVIDIA L40S"]
+    by_cpu = {}
+    for cpu in ("AMD EPYC 9454 48-Core Processor", "Intel(R) Xeon(R) Platinum 8480+"):
+        out = _run(*copy, "--cpu-model", cpu)
+        assert out.returncode == 0, out.stderr
+        by_cpu[cpu.split()[0]] = json.loads(out.stdout)["transports"]
+    assert by_cpu == {
+        "AMD": ["GPU0->GPU2 PCIe P2P (SYS)"],
+        "Intel(R)": ["GPU0->GPU2 staged through host memory (SYS, no P2P)"],
+    }
+    analysed = _run("analyse", str(path), "--gpu-model", "NVIDIA L40S", "--cpu-model",
+                    "Intel(R) Xeon(R) Platinum 8480+")  # fmt: skip
+    assert analysed.returncode == 0, analysed.stderr
+    hardware = json.loads(analysed.stdout)["hardware"]
+    assert hardware["socket_link"] == "Intel UPI (Sapphire Rapids)"
+    assert hardware["socket_link_source"] == "the host's CPU (Intel(R) Xeon(R) Platinum 8480+)"

@@ -134,7 +134,7 @@ def analyse(
     spec = gpu_spec(gpu_model or None, model.hardware.generation.name)
     default = recommend(model, DEFAULT_SHAPE, spec=spec, time_budget_s=_each_budget())
     if fitted is None:
-        calibration, notes = calibration_from(benchmarks)
+        calibration, notes = calibration_from(benchmarks, cpu_model)
         used: list[int] = []
     else:
         calibration, notes, used = (
@@ -193,7 +193,7 @@ def summary_of(model: CostModel, gpu_model: str) -> dict[str, Any]:
 
 
 def calibration_from(
-    benchmarks: Sequence[CalibrationInput],
+    benchmarks: Sequence[CalibrationInput], cpu_model: str = ""
 ) -> tuple[Calibration | None, list[str]]:
     """Measured corrections from the runs, each fitted on the topology it ran on (a
     Calibration is per link class, so it carries over to every server of the class). Runs
@@ -202,7 +202,7 @@ def calibration_from(
     notes: list[str] = []
     for topo, model_name, run in benchmarks:
         try:
-            base = build_model(topo, model_name or None)
+            base = build_model(topo, model_name or None, cpu_model=cpu_model or None)
             if isinstance(run, NcclRun):
                 cal = calibrate_from_nccl(base, run)
             else:

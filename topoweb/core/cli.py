@@ -127,6 +127,7 @@ def cmd_cost(args: argparse.Namespace) -> dict[str, Any]:
             nic_gbits=args.nic_gbps,
             nics_per_node=args.nics_per_node,
             nvlink_nodes=args.nvlink_nodes,
+            cpu_model=args.cpu_model,
         )
         cost = collective_cost(
             model,
@@ -152,6 +153,15 @@ def cmd_cost(args: argparse.Namespace) -> dict[str, Any]:
         "transports": list(cost.transports),
         "assumed": list(cost.assumed),
     }
+
+
+def _cpu_model_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cpu-model",
+        help='the host\'s CPU as /proc/cpuinfo names it, e.g. "AMD EPYC 9654 96-Core Processor": '
+        "its socket link (default: the one an NCCL XML's CPUs name, else the GPU generation's "
+        "usual platform, assumed)",
+    )
 
 
 def _positive_int(value: str) -> int:
@@ -205,7 +215,7 @@ def cmd_place(args: argparse.Namespace) -> dict[str, Any]:
             f"({', '.join(k for k, v in PRESETS.items() if v.moe_layers)})"
         )
     try:
-        model = build_model(topo, args.gpu_model)
+        model = build_model(topo, args.gpu_model, cpu_model=args.cpu_model)
         spec = gpu_spec(args.gpu_model, model.hardware.generation.name)
         if not any(given):
             return recommend(
@@ -229,7 +239,7 @@ def cmd_serve(args: argparse.Namespace) -> dict[str, Any]:
     topo = _topology(args.file)
     free = _index_list(args.free, "--free") if args.free is not None else None
     try:
-        model = build_model(topo, args.gpu_model)
+        model = build_model(topo, args.gpu_model, cpu_model=args.cpu_model)
         spec = gpu_spec(args.gpu_model, model.hardware.generation.name)
         return serve(
             model,
@@ -259,7 +269,9 @@ def cmd_analyse(args: argparse.Namespace) -> dict[str, Any]:
         benchmarks.append((topo, args.gpu_model or "", run))
     try:
         # As stored: GPU indices in the class's canonical order (see "gpu_numbering").
-        return analyse(topo, args.gpu_model or "", benchmarks).to_document()
+        return analyse(
+            topo, args.gpu_model or "", benchmarks, cpu_model=args.cpu_model or ""
+        ).to_document()
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
 
@@ -309,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--gpus", required=True, help="comma-separated GPU indices, e.g. 0,1,2,3")
     c.add_argument("--bytes", required=True, type=int, help="message size as nccl-tests counts")
     c.add_argument("--gpu-model", help='NVML GPU name, e.g. "NVIDIA H100 80GB HBM3"')
+    _cpu_model_option(c)
     c.add_argument(
         "--bidirectional",
         action="store_true",
@@ -358,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--ep", type=int, default=1, help="expert parallel (MoE models)")
     pl.add_argument("--free", help="comma-separated free GPU indices (default: all)")
     pl.add_argument("--gpu-model", help="NVML GPU name")
+    _cpu_model_option(pl)
     pl.add_argument("--model", choices=sorted(PRESETS), default="llama-7b")
     pl.add_argument("--seq", type=int, help="sequence length (default: the preset's)")
     pl.add_argument("--global-batch", type=int, help="sequences per step")
@@ -387,12 +401,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sv.add_argument("--dtype", choices=DTYPES, default="bf16", help="weights' data type")
     sv.add_argument("--gpu-model", help='NVML GPU name, e.g. "NVIDIA H100 80GB HBM3"')
+    _cpu_model_option(sv)
     sv.add_argument("--free", help="comma-separated free GPU indices (default: all)")
     sv.set_defaults(handler=cmd_serve)
 
     a = sub.add_parser("analyse", help="everything the service stores for a topology class")
     a.add_argument("file", help="nvidia-smi topo -m output, or - for standard input")
     a.add_argument("--gpu-model", help="NVML GPU name")
+    _cpu_model_option(a)
     a.add_argument(
         "--benchmark",
         action="append",
