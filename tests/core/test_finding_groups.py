@@ -78,3 +78,27 @@ def test_the_same_mechanism_on_other_pairs_has_the_same_cause() -> None:
     said = [f for f in findings if f.kind == "p2p_unavailable"]
     assert len({cause_of(f) for f in staged + said}) == 1
     assert len({cause_of(f) for f in slow if f not in staged}) == 1
+
+
+def test_pairs_measuring_what_a_narrower_link_carries_say_which_when_the_width_was_assumed() -> (
+    None
+):
+    """The rig's P2P pairs measure 0.7-0.8 GB/s, 1/16 of the x16 link topo -m made the model
+    assume: what the x1 risers the capture's source names carry. Said where the width was
+    assumed; where NVML reported x16 links, the same figures are only slow."""
+    rig, findings = rig_findings()
+    within = next(g for g in group_findings(findings) if g.kind == "below_expected_bandwidth")
+    assert within.title.endswith(
+        ": what a PCIe Gen3 x1 link carries (x16 was assumed: a riser, an x1 slot or a link "
+        "trained down? NVML facts name the width)"
+    )
+    assert all(f.evidence["fits_pcie"] == [3, 1, 16] for f in within.members)
+    assert "; that is what a PCIe Gen3 x1 link carries" in within.members[0].message
+
+    measured = parse_text((FIXTURES / GTX_RIG_P2P).read_text())
+    assert isinstance(measured, P2PResult)
+    reported = expectations_from_model(rig, "NVIDIA GeForce GTX 1070", pcie=(3, 16))
+    assert reported.assumed_pcie is None
+    told = check_health(rig, p2p=measured, expectations=reported)
+    slow = [f for f in told if f.kind == "below_expected_bandwidth"]
+    assert slow and not any("fits_pcie" in f.evidence or "x1" in f.message for f in slow)

@@ -47,7 +47,8 @@ from topoweb.core.steptime import GpuSpec, gpu_spec
 # 11: a staged copy on a link narrower than x16 runs at one host copy's rate;
 # 12: a server's health expectations on the PCIe links NVML reports (core.costs.pcie_capability);
 # 13: the socket link of the host's CPU (the collector's cpu_model, else the CPUs an NCCL topology
-# XML names: core.catalogue.socket_link_of_cpu)
+# XML names: core.catalogue.socket_link_of_cpu); a slow PCIe pair names the narrower link it fits
+# where the width was assumed (core.health.benchmarks.narrower_link)
 COST_MODEL_VERSION = 13
 
 # Message sizes of the per-group cost tables (the full set gets a curve over STANDARD_SIZES).

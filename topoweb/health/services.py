@@ -175,6 +175,7 @@ def expectations_for(
         busbw_bands={
             k: v for k, v in model.busbw_bands.items() if k not in staff.figures.busbw_gbps
         },
+        assumed_pcie=model.assumed_pcie,
     )
 
 

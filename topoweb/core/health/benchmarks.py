@@ -11,6 +11,7 @@ from topoweb.core.health.expectations import (
     FAR_BELOW_BAND,
     FAR_BELOW_EVIDENCE,
     Network,
+    PairExpectation,
     judge,
     network_expectation,
     pair_expectations,
@@ -70,6 +71,27 @@ def _below_expected(
                 "below_sku_median": below_m,
             }
     return low
+
+
+def narrower_link(
+    expectation: PairExpectation, measured: float, assumed_pcie: tuple[int, int] | None
+) -> int | None:
+    """The PCIe width whose share of the model's figure a pair measured (within 25 %), where
+    that figure stands on a width nothing reported (topo -m names none; NVML facts would):
+    GPUs on x1 risers, in x8 slots or on links trained down measure what that width carries,
+    1/16 or 1/2 of an x16 figure. None for NVLink pairs, measured evidence, staff's figures."""
+    if (
+        assumed_pcie is None
+        or expectation.source != "model"
+        or nvlink_count(expectation.link_class)
+    ):
+        return None
+    width = assumed_pcie[1]
+    for narrower in (1, 2, 4, 8):
+        carried = expectation.value_gbps * narrower / width
+        if narrower < width and 0.75 * carried <= measured <= 1.25 * carried:
+            return narrower
+    return None
 
 
 _BELOW_ADVICE = (
@@ -142,6 +164,7 @@ def p2p_findings(
         )
 
     cells = p2p_cells(p2p)
+    assumed_pcie = expectations.assumed_pcie if expectations else None
     measured = {k: v for k, (v, _) in cells.items() if frozenset(k) not in unavailable}
     expected = pair_expectations(topo, expectations, measured, medians, host_staged=unavailable)
     median = medians.p2p_gbps if medians else {}
@@ -155,6 +178,7 @@ def p2p_findings(
         if verdict.severity is None:
             continue
         m = median.get(key)
+        fits = None if host_staged else narrower_link(e, value[0], assumed_pcie)
         low[key] = {
             "measured_gbps": round(value[0], 2),
             "expected_gbps": round(e.value_gbps, 2),
@@ -166,6 +190,7 @@ def p2p_findings(
             "median_ratio": round(value[0] / m, 3) if m else None,
             "host_staged": host_staged,
             "matrix": value[1],
+            "fits_pcie_width": fits,
         }
     by_pair: dict[frozenset[int], dict[str, Any]] = {}
     for (i, j), ev in sorted(low.items()):
@@ -175,22 +200,39 @@ def p2p_findings(
         critical = any(ev["severity"] == "critical" for ev in directions.values())
         worst = min(directions.values(), key=lambda ev: ev["ratio"])
         cls = topo.link_class(ids[i], ids[j])
+        evidence: dict[str, Any] = {
+            "benchmark": "p2pBandwidthLatencyTest",
+            "class": cls,
+            "directions": directions,
+        }
+        message = (
+            f"{ids[i]}-{ids[j]} ({cls}) measured {worst['measured_gbps']:.1f} GB/s per "
+            f"direction, {worst['against']}"
+        )
+        widths = {ev["fits_pcie_width"] for ev in directions.values()}
+        if assumed_pcie is not None and len(widths) == 1 and None not in widths:
+            evidence["fits_pcie"] = [assumed_pcie[0], widths.pop(), assumed_pcie[1]]
+            message += "; that is " + narrower_link_words(*evidence["fits_pcie"])
         findings.append(
             Finding(
                 kind=BELOW_EXPECTED_BANDWIDTH,
                 severity="critical" if critical else "warning",
                 devices=(ids[i], ids[j]),
-                evidence={
-                    "benchmark": "p2pBandwidthLatencyTest",
-                    "class": cls,
-                    "directions": directions,
-                },
+                evidence=evidence,
                 advice=_BELOW_ADVICE,
-                message=f"{ids[i]}-{ids[j]} ({cls}) measured {worst['measured_gbps']:.1f} GB/s "
-                f"per direction, {worst['against']}",
+                message=message,
             )
         )
     return findings
+
+
+def narrower_link_words(gen: int, width: int, assumed: int) -> str:
+    """What a measurement that fits a narrower link than the one assumed says (a finding's
+    message, its group's title)."""
+    return (
+        f"what a PCIe Gen{gen} x{width} link carries (x{assumed} was assumed: a riser, an "
+        f"x{width} slot or a link trained down? NVML facts name the width)"
+    )
 
 
 def p2p_unavailable(topo: Topology, pairs: list[dict[str, Any]], why: str) -> Finding:

@@ -92,6 +92,9 @@ class Expectations:
     # like: its P2P=Enabled cells time staged copies too).
     staged_gbps_by_class: Mapping[str, float] = field(default_factory=dict, hash=False)
     staged_bands_by_class: Mapping[str, float] = field(default_factory=dict, hash=False)
+    # The PCIe generation and width the cost model assumed for the GPUs' links (nothing
+    # reported them); None where NVML did, or where no model figure stands.
+    assumed_pcie: tuple[int, int] | None = None
 
     def to_document(self) -> dict[str, Any]:
         return {
@@ -110,6 +113,7 @@ class Expectations:
                 {"class": c, "gbps": v, "band": round(self.staged_bands_by_class.get(c, 0.0), 3)}
                 for c, v in sorted(self.staged_gbps_by_class.items())
             ],
+            "assumed_pcie": list(self.assumed_pcie) if self.assumed_pcie else None,
         }
 
 
@@ -184,6 +188,7 @@ def expectations_from_model(
         busbw_bands=dict.fromkeys(busbw, BUSBW_MODEL_BAND),
         staged_gbps_by_class=staged,
         staged_bands_by_class=staged_bands,
+        assumed_pcie=None if pcie else (model.hardware.pcie_gen, model.hardware.pcie_width),
     )
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from topoweb.core.health.benchmarks import narrower_link_words
 from topoweb.core.health.findings import (
     BELOW_EXPECTED_BANDWIDTH,
     DEGRADED_NVLINK,
@@ -83,6 +84,8 @@ def cause_of(f: Finding) -> str:
     ev = f.evidence
     parts = [f.kind, f.severity, str(ev.get("benchmark", "")), str(ev.get("class", ""))]
     parts += [str(ev.get("sku_class", "")), str(ev.get("collective", "")), ""]
+    if f.kind == BELOW_EXPECTED_BANDWIDTH and ev.get("fits_pcie"):  # a narrower link: its own
+        parts += [str(ev["fits_pcie"])]
     if f.kind == DOWNTRAINED_PCIE:
         parts += [f"Gen{ev.get('current_gen')} x{ev.get('current_width')}"]
         parts += [f"Gen{ev.get('max_gen')} x{ev.get('max_width')}"]
@@ -143,7 +146,11 @@ def _title(group: FindingGroup) -> str:
         cls = "/".join(sorted({str(f.evidence.get("class")) for f in members})) or "these"
         what = ev.get("benchmark") or "the benchmark"
         share = f", each {_share(min(ratios), max(ratios))} of its expectation" if ratios else ""
-        return f"{n} {cls} GPU pairs measured below their expectation in {what}{share}"
+        title = f"{n} {cls} GPU pairs measured below their expectation in {what}{share}"
+        fits = ev.get("fits_pcie")  # the same in every member: part of the cause
+        if isinstance(fits, list) and len(fits) == 3:
+            title += ": " + narrower_link_words(*fits)
+        return title
     if first.kind == DEGRADED_NVLINK:
         return (
             f"{n} GPU pairs are {ev.get('class', 'degraded')} where their SKU shows "
