@@ -18,11 +18,13 @@ from rest_framework.test import APIClient
 from tests.web.conftest import fixture_text, keep_tasks_here, report, wait_for
 from topoweb.analysis import services as analysis_services
 from topoweb.analysis.selectors import server_cost_model
-from topoweb.core.health import expectations_from_model
+from topoweb.core.formats import parse_text
+from topoweb.core.health import check_health, expectations_from_model
+from topoweb.core.model import P2PResult, Topology
 from topoweb.fleet.models import QueuedWork, Server, Snapshot, Source, TopologyClass
 from topoweb.fleet.services import BenchmarkInput, ingest_report
 from topoweb.health.models import HealthFinding, ServerHealth, SkuExpectation
-from topoweb.health.services import evaluate_server
+from topoweb.health.services import evaluate_server, expectations_for
 
 pytestmark = pytest.mark.django_db
 
@@ -516,3 +518,23 @@ def test_the_cpu_models_of_reports_stored_before_are_filled_in_from_their_host_f
     migration.fill_in(apps, Editor())
     assert sorted(Snapshot.objects.values_list("server__hostname", "cpu_model")) == stored
     assert list(TopologyClass.objects.values_list("cpu_model", flat=True)) == [stored[1][1]]
+
+
+def test_staff_figures_leave_pairs_without_p2p_judged_against_the_models_staged_copy() -> None:
+    """The GTX rig's SKU with staff's all_reduce figure: its 13 pairs whose P2P gives nothing
+    are still judged as host-staged copies (staff give direct figures only)."""
+    rig = parse_text(fixture_text("topo_04_gtx1070x6-1080-7gpu-pix-phb.txt"))
+    measured = parse_text(fixture_text("p2p_01_gtx1070x6-1080-7gpu-pcie-x1.txt"))
+    assert isinstance(rig, Topology) and isinstance(measured, P2PResult)
+    row = SkuExpectation(sku_name="GTX rig", busbw_gbps={"all_reduce": 5.0})
+    merged = expectations_for(rig, "NVIDIA GeForce GTX 1070", row)
+    alone = expectations_from_model(rig, "NVIDIA GeForce GTX 1070", row.thresholds())
+    assert merged.staged_gbps_by_class == alone.staged_gbps_by_class != {}
+    found = check_health(rig, p2p=measured, expectations=merged)
+    staged = [
+        f
+        for f in found
+        if f.kind == "below_expected_bandwidth"
+        and any(d["host_staged"] for d in f.evidence["directions"].values())
+    ]
+    assert len(staged) == 13

@@ -175,6 +175,10 @@ def expectations_for(
         busbw_bands={
             k: v for k, v in model.busbw_bands.items() if k not in staff.figures.busbw_gbps
         },
+        # Staff give direct figures: a pair whose P2P is unavailable is still judged against
+        # the model's staged copy.
+        staged_gbps_by_class=model.staged_gbps_by_class,
+        staged_bands_by_class=model.staged_bands_by_class,
         assumed_pcie=model.assumed_pcie,
     )
 
