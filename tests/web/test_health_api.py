@@ -538,3 +538,18 @@ def test_staff_figures_leave_pairs_without_p2p_judged_against_the_models_staged_
         and any(d["host_staged"] for d in f.evidence["directions"].values())
     ]
     assert len(staged) == 13
+
+
+def test_an_upload_without_host_facts_keeps_the_cpu_the_collector_reported() -> None:
+    topo = fixture_text("topo_36_l40s-4gpu-node-sys-2nic-redacted-email-prompt.txt")
+    cpu = "Intel(R) Xeon(R) Gold 6442Y"
+    for host in ({"cpu_model": cpu}, None):  # the collector's report, then a person's upload
+        ingest_report(
+            hostname="l40s-02",
+            topo_text=topo,
+            captured_at=timezone.now(),
+            source=Source.COLLECTOR if host else Source.UPLOAD,
+            host=host,
+        )
+    latest = Server.objects.get(hostname="l40s-02").latest_snapshot
+    assert latest is not None and latest.host is None and latest.cpu_model == cpu

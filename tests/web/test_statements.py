@@ -47,12 +47,9 @@ def test_the_server_to_store_is_the_orms_server_with_its_current_snapshots_colum
         stored.sku_name,
         current.topology_class_id,
     )
-    assert [
-        getattr(previous, f)
-        for f in ("pk", "server_id", "gpu_count", "gpu_model", "gpu_models", "wiring_sha256")
-    ] == [
-        getattr(current, f)
-        for f in ("pk", "server_id", "gpu_count", "gpu_model", "gpu_models", "wiring_sha256")
+    read = ("pk", "server_id", "gpu_count", "gpu_model", "gpu_models", "cpu_model")
+    assert [getattr(previous, f) for f in (*read, "wiring_sha256")] == [
+        getattr(current, f) for f in (*read, "wiring_sha256")
     ]
     assert server.previous_warnings == current.document["warnings"]  # type: ignore[attr-defined]
     assert newest

@@ -281,6 +281,8 @@ def _store_report(report: _Report) -> Ingested:
         _one_ingest_per_sku_at_a_time(sku_name)
         summary = nvlink_summary(topology)
         cpu_model = (read_host(report.host).cpu_model or "")[:200]
+        if not cpu_model and previous is not None:
+            cpu_model = previous.cpu_model  # an upload without host facts: the same host CPU
         topology_class, new_class = _topology_class(report, sku_name, gpu_model, cpu_model, summary)
         snapshot = Snapshot(
             server=server,

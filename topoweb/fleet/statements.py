@@ -77,7 +77,15 @@ def _server_to_store_sql(vendor: str) -> str:
     }
     p = {
         f: column_name(Snapshot, f)
-        for f in ("id", "gpu_count", "gpu_model", "gpu_models", "wiring_sha256", "document")
+        for f in (
+            "id",
+            "gpu_count",
+            "gpu_model",
+            "gpu_models",
+            "cpu_model",
+            "wiring_sha256",
+            "document",
+        )
     }
     captured = column_name(Snapshot, "captured_at")
     warnings = (
@@ -87,8 +95,8 @@ def _server_to_store_sql(vendor: str) -> str:
     )
     return f"""
 SELECT s.{s["id"]}, s.{s["labels"]}, s.{s["sku_name"]}, s.{s["topology_class"]}, p.{p["id"]},
-  p.{p["gpu_count"]}, p.{p["gpu_model"]}, p.{p["gpu_models"]}, p.{p["wiring_sha256"]},
-  {warnings}, p.{captured} <= %s
+  p.{p["gpu_count"]}, p.{p["gpu_model"]}, p.{p["gpu_models"]}, p.{p["cpu_model"]},
+  p.{p["wiring_sha256"]}, {warnings}, p.{captured} <= %s
 FROM {server} s LEFT JOIN {snapshot} p ON p.{p["id"]} = s.{s["latest_snapshot"]}
 WHERE s.{s["hostname"]} = %s
 """
@@ -96,7 +104,7 @@ WHERE s.{s["hostname"]} = %s
 
 def server_to_store(hostname: str, captured_at: datetime) -> tuple[Server, bool] | None:
     """The server a report of `hostname` is stored on (with its class), with what the ingest
-    reads of its current snapshot as `server.latest_snapshot` (id, GPU count and models,
+    reads of its current snapshot as `server.latest_snapshot` (id, GPU count and models, CPU,
     wiring digest; its reader warnings as `server.previous_warnings`), and whether a report
     captured at `captured_at` is the newest capture (it becomes the current snapshot); None
     without such a server. One statement of a few columns, not the snapshot's texts and
@@ -107,8 +115,8 @@ def server_to_store(hostname: str, captured_at: datetime) -> tuple[Server, bool]
         row = cursor.fetchone()
     if row is None:
         return None
-    server_id, labels, sku_name, class_id, snapshot_id, gpu_count, model, models, wiring = row[:9]
-    warnings, newest = row[9:]
+    server_id, labels, sku_name, class_id, snapshot_id, gpu_count, model, models = row[:8]
+    cpu_model, wiring, warnings, newest = row[8:]
     server = _loaded(
         Server,
         {
@@ -130,6 +138,7 @@ def server_to_store(hostname: str, captured_at: datetime) -> tuple[Server, bool]
             "gpu_count": gpu_count,
             "gpu_model": model,
             "gpu_models": _json(models),
+            "cpu_model": cpu_model,
             "wiring_sha256": wiring,
         },
     )
