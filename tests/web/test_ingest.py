@@ -891,6 +891,33 @@ def test_a_report_asks_for_its_class_analysis_only_when_what_the_analysis_reads_
     assert status == Analysis.Status.PENDING and queued_at is not None  # analysed again
 
 
+def test_a_class_that_learns_the_gpu_or_cpu_model_it_prices_with_is_analysed_again() -> None:
+    """A class first seen through a person's upload (no GPU model, no host facts) learns both
+    from its first collector report: its finished analysis, priced on guesses, is queued again;
+    a name it already has is not learned again."""
+    topo = fixture_text("topo_36_l40s-4gpu-node-sys-2nic-redacted-email-prompt.txt")
+
+    def store(hostname: str, **facts: Any) -> None:
+        ingest_report(
+            hostname=hostname,
+            topo_text=topo,
+            captured_at=timezone.now(),
+            source=Source.COLLECTOR if facts else Source.UPLOAD,
+            **facts,
+        )
+
+    store("l40s-01")
+    Analysis.objects.update(status=Analysis.Status.DONE)
+    store("l40s-02", host={"cpu_model": "AMD EPYC 9454 48-Core Processor"})
+    learned = TopologyClass.objects.get()
+    assert learned.cpu_model == "AMD EPYC 9454 48-Core Processor"
+    assert Analysis.objects.get().status == Analysis.Status.PENDING
+    Analysis.objects.update(status=Analysis.Status.DONE)
+    store("l40s-03", host={"cpu_model": "Intel(R) Xeon(R) Gold 6442Y"})
+    assert TopologyClass.objects.get().cpu_model == learned.cpu_model  # the first one stays
+    assert Analysis.objects.get().status == Analysis.Status.DONE
+
+
 def test_a_token_due_a_mark_is_marked_used_by_the_reports_own_statement(
     collector_client: Any, django_assert_num_queries: Any
 ) -> None:

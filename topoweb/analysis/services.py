@@ -72,10 +72,11 @@ def _current_status_sql() -> str:
     )
 
 
-def request_analysis(topology_class: TopologyClass) -> None:
+def request_analysis(topology_class: TopologyClass, *, renamed: bool = False) -> None:
     """Make sure the class has a current analysis, and enqueue it once the caller commits;
-    a finished one whose class's runs changed since (a run added or removed) is analysed
-    again, its result served meanwhile."""
+    a finished one whose class's runs changed since (a run added or removed), or whose class
+    learned the GPU or CPU model it prices with (`renamed`), is analysed again, its result
+    served meanwhile."""
     found = _current_status(topology_class.pk)
     if found:
         analysis_id, status, seen = found[0]
@@ -84,7 +85,7 @@ def request_analysis(topology_class: TopologyClass) -> None:
         analysis_id, status, seen = analysis.pk, analysis.status, analysis.benchmark_set
     finished = (Analysis.Status.DONE, Analysis.Status.FAILED)
     again = False  # new input: its work gets its full tries again
-    if status in finished and seen != selectors.class_benchmark_set(topology_class.pk):
+    if status in finished and (renamed or seen != selectors.class_benchmark_set(topology_class.pk)):
         # Conditional: of two ingests racing here, one re-queues it.
         again = bool(
             Analysis.objects.filter(pk=analysis_id, status=status, benchmark_set=seen).update(
@@ -109,13 +110,15 @@ def enqueue_analysis(analysis_id: int) -> bool:
 def on_new_snapshot(stored: NewSnapshot) -> None:
     """The fleet stored a snapshot (fleet.services calls this, registered by
     AnalysisConfig.ready): a new class needs its analysis, and one whose runs changed (the
-    report carried some, or the server brought its own from another class) is analysed
-    again. Another report of a class's server changes nothing the analysis reads: the class
-    keeps its document, and a current analysis it lacks (a new cost model) comes from the
-    sweep."""
+    report carried some, or the server brought its own from another class) or that learned
+    its GPU or CPU model is analysed again. Another report of a class's server changes
+    nothing the analysis reads: the class keeps its document, and a current analysis it lacks
+    (a new cost model) comes from the sweep."""
     topology_class = stored.snapshot.topology_class
-    if topology_class is not None and (stored.new_class or stored.runs_changed):
-        request_analysis(topology_class)
+    if topology_class is not None and (
+        stored.new_class or stored.runs_changed or stored.class_learned
+    ):
+        request_analysis(topology_class, renamed=stored.class_learned)
 
 
 def on_new_benchmark(server: Server, _benchmark: Benchmark) -> None:

@@ -101,6 +101,7 @@ class NewSnapshot:
     snapshot: Snapshot
     new_server: bool  # made by this report: nothing of it is stored elsewhere yet
     new_class: bool  # its class was made by this report
+    class_learned: bool  # its class learned the GPU or CPU model it lacked from this report
     runs_changed: bool  # its class's runs: the report carried some, or the server changed class
 
 
@@ -283,7 +284,9 @@ def _store_report(report: _Report) -> Ingested:
         cpu_model = (read_host(report.host).cpu_model or "")[:200]
         if not cpu_model and previous is not None:
             cpu_model = previous.cpu_model  # an upload without host facts: the same host CPU
-        topology_class, new_class = _topology_class(report, sku_name, gpu_model, cpu_model, summary)
+        topology_class, new_class, class_learned = _topology_class(
+            report, sku_name, gpu_model, cpu_model, summary
+        )
         snapshot = Snapshot(
             server=server,
             content_sha256=report.digest,
@@ -333,6 +336,7 @@ def _store_report(report: _Report) -> Ingested:
             snapshot,
             new_server=found is None,
             new_class=new_class,
+            class_learned=class_learned,
             # A server made now has no runs but the report's; one that moved class takes its
             # runs along (from no class, for runs uploaded before its first snapshot).
             runs_changed=bool(report.benchmarks)
@@ -713,9 +717,10 @@ def _sku_name(server: Server, host: dict[str, Any] | None) -> str:
 
 def _topology_class(
     report: _Report, sku_name: str, gpu_model: str, cpu_model: str, summary: str
-) -> tuple[TopologyClass, bool]:
-    """The report's class, and whether it is new: then its document is a placeholder until
-    the caller copies the snapshot's into it, in the same transaction."""
+) -> tuple[TopologyClass, bool, bool]:
+    """The report's class, whether it is new (then its document is a placeholder until the
+    caller copies the snapshot's into it, in the same transaction) and whether it learned a
+    GPU or CPU model it lacked from the report."""
     topology, document = report.topology, report.document
     fingerprint = fingerprint_of_wiring(topology, report.wiring)
     found = statements.topology_class_names(fingerprint)
@@ -751,4 +756,8 @@ def _topology_class(
         for name, value in missing.items():
             setattr(topology_class, name, value)
         topology_class.save(update_fields=list(missing))
-    return topology_class, created
+    return topology_class, created, not created and bool(missing.keys() & _PRICED_NAMES)
+
+
+# The names of a class its analysis prices with (its SKU name is a label only).
+_PRICED_NAMES = {"gpu_model", "cpu_model"}
