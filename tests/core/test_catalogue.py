@@ -214,3 +214,13 @@ def test_the_hosts_cpu_decides_whether_a_cross_socket_pair_is_expected_at_p2p_or
     )
     labels = {e["data"].get("label") for e in drawn["elements"]}
     assert "AMD xGMI (Zen3-4)" in labels and "AMD xGMI (Zen3-4) (assumed)" not in labels
+
+
+@pytest.mark.parametrize("ids", ['familyid="0x6" modelid="0x55"', 'familyid="06" modelid="085"'])
+def test_cpu_ids_in_hex_or_zero_padded_read_as_nccls_decimal_ones(ids: str) -> None:
+    text = (FIXTURES / "ncclxml_04_azure-ndv2-v100-8gpu-1ib-topofile.xml").read_text()
+    written = text.replace('familyid="6" modelid="85"', ids)
+    assert written != text
+    parsed = parse_text(written)
+    assert isinstance(parsed, Topology)
+    assert resolve_hardware(parsed).socket_link == "Intel UPI (Skylake)"

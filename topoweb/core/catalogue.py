@@ -418,10 +418,9 @@ def socket_link_of_topology(topo: Topology | None) -> tuple[str, str] | None:
 
 def _int_id(value: object) -> int | None:
     """An NCCL XML id: decimal as NCCL writes it, or 0x-prefixed hex."""
-    if not isinstance(value, str) or not value.strip():
-        return None
+    text = value.strip().lower() if isinstance(value, str) else ""
     try:
-        return int(value.strip(), 0)
+        return int(text, 16) if text.startswith("0x") else int(text)
     except ValueError:
         return None
 
