@@ -240,6 +240,8 @@ function renderSummary(s, analysis) {
   else if (s.gpu_count != null) parts.push(`${s.gpu_count} GPUs (model not reported)`);
   if (s.nvlink_summary) parts.push(s.nvlink_summary);
   if (s.nic_count != null) parts.push(`${s.nic_count} NICs`);
+  // The host's CPU names the socket link the page prices (without it, the graph says assumed).
+  if (s.cpu_model) parts.push(el("span", { id: "cpu-model", title: "The host's CPU, as its collector read it: its socket link prices the cross-socket paths", text: s.cpu_model }));
   // The age in its own element: the visual check hides what changes with the clock.
   const summary = clear($("server-summary"));
   parts.forEach((p, i) => { if (i) summary.append(" · "); summary.append(...(Array.isArray(p) ? p : [p])); });

@@ -365,3 +365,30 @@ def test_the_fleet_list_and_the_server_page_count_the_same_findings_on_the_badge
     wait_for_flag(page, "graph-ready")
     shown = page.locator("#server-badges .badge").first.inner_text()
     assert listed.split("·")[-1].strip() == shown.split("·")[-1].strip() == str(alarming)
+
+
+def test_a_server_names_its_hosts_cpu_and_draws_the_socket_link_it_has(page: Page) -> None:
+    """An L40S box whose collector read Sapphire Rapids: the header names the CPU, and the
+    graph's socket link is Intel's UPI, not Ada's usual AMD platform marked assumed."""
+    from django.utils import timezone
+
+    from topoweb.fleet.models import Source
+    from topoweb.fleet.services import ingest_report
+    from topoweb.health.services import evaluate_server
+
+    topo = FIXTURES / "topo_36_l40s-4gpu-node-sys-2nic-redacted-email-prompt.txt"
+    ingested = ingest_report(
+        hostname="l40s-01",
+        topo_text=topo.read_text(),
+        captured_at=timezone.now(),
+        source=Source.COLLECTOR,
+        host={"cpu_model": "Intel(R) Xeon(R) Gold 6442Y"},
+        gpu_model_hint="NVIDIA L40S",
+    )
+    evaluate_server(ingested.server.pk)
+    page.goto("/servers/l40s-01/")
+    wait_for_flag(page, "graph-ready")
+    assert page.locator("#cpu-model").inner_text() == "Intel(R) Xeon(R) Gold 6442Y"
+    shown = page.evaluate("() => window.topowebCy.elements().map((e) => e.data('label') || '')")
+    assert "Intel UPI (Sapphire Rapids)" in shown
+    assert not [label for label in shown if "(assumed)" in label]

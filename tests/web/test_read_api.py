@@ -52,6 +52,7 @@ def test_the_server_list_pages_and_carries_each_servers_summary(
         "gpu_models": [],  # one model: nothing to list
         "gpu_models_source": "",
         "gpu_count": 8,
+        "cpu_model": "",
         "nic_count": 12,
         "has_nvlink": True,
         "nvlink_summary": "NV18 x28",

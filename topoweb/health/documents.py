@@ -56,6 +56,11 @@ class ServerSummarySerializer(serializers.Serializer):
         "run printed), uploader (a person's word: which GPU is which is not known)"
     )
     gpu_count = serializers.IntegerField(source="latest_snapshot.gpu_count", allow_null=True)
+    cpu_model = serializers.CharField(
+        source="latest_snapshot.cpu_model",
+        allow_null=True,
+        help_text="The host's CPU as its collector read it (empty: none reported)",
+    )
     nic_count = serializers.IntegerField(source="latest_snapshot.nic_count", allow_null=True)
     has_nvlink = serializers.BooleanField(source="latest_snapshot.has_nvlink", allow_null=True)
     nvlink_summary = serializers.CharField(source="latest_snapshot.nvlink_summary", allow_null=True)
@@ -102,6 +107,10 @@ class SnapshotSummarySerializer(serializers.Serializer):
     gpu_count = serializers.IntegerField()
     nic_count = serializers.IntegerField()
     gpu_model = serializers.CharField()
+    cpu_model = serializers.CharField(
+        help_text="The host's CPU as its collector read it (empty: none reported); its socket "
+        "link prices the server's cross-socket paths"
+    )
     has_nvlink = serializers.BooleanField()
     nvlink_summary = serializers.CharField()
     warning_count = serializers.IntegerField()
