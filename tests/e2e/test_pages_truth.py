@@ -392,3 +392,19 @@ def test_a_server_names_its_hosts_cpu_and_draws_the_socket_link_it_has(page: Pag
     shown = page.evaluate("() => window.topowebCy.elements().map((e) => e.data('label') || '')")
     assert "Intel UPI (Sapphire Rapids)" in shown
     assert not [label for label in shown if "(assumed)" in label]
+
+
+def test_pages_and_reports_carry_their_icon_and_ask_for_no_favicon(page: Page) -> None:
+    """A page without an icon has the browser ask for /favicon.ico (a 404 in its console):
+    the printable reports carry the pages' empty one."""
+    gtx_rig_judged()
+    asked: list[str] = []
+    errors: list[str] = []
+    page.on("request", lambda r: asked.append(r.url))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    for path in ("/", f"/servers/{GTX_RIG}/acceptance/"):
+        page.goto(path)
+        page.wait_for_load_state("networkidle")
+        assert page.locator("link[rel=icon]").count() == 1
+    assert not [url for url in asked if url.endswith("/favicon.ico")]
+    assert errors == []
