@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import orjson
@@ -163,23 +164,20 @@ def expectations_for(
     if row is None:
         return model
     staff = row.to_domain(topology)
-    return Expectations(
-        Figures(
+    # The model's expectations with staff's direct figures over them; the rest (the staged
+    # copies a pair without P2P is judged against, the PCIe link assumed) stays the model's.
+    return replace(
+        model,
+        figures=Figures(
             {**model.figures.p2p_gbps, **staff.figures.p2p_gbps},
             {**model.figures.busbw_gbps, **staff.figures.busbw_gbps},
         ),
-        thresholds,
         basis=f"{staff.basis}; other figures from the {model.basis}",
         # The model's bands stay on the figures it still gives; staff's figures carry none.
         p2p_bands={k: v for k, v in model.p2p_bands.items() if k not in staff.figures.p2p_gbps},
         busbw_bands={
             k: v for k, v in model.busbw_bands.items() if k not in staff.figures.busbw_gbps
         },
-        # Staff give direct figures: a pair whose P2P is unavailable is still judged against
-        # the model's staged copy.
-        staged_gbps_by_class=model.staged_gbps_by_class,
-        staged_bands_by_class=model.staged_bands_by_class,
-        assumed_pcie=model.assumed_pcie,
     )
 
 
@@ -193,12 +191,13 @@ def request_health(server: Server) -> None:
     request_assessments([server.pk])
 
 
-def request_assessments(server_ids: Sequence[int]) -> None:
-    """These servers' assessments are out of date: mark them (served `stale` meanwhile), give
-    their evaluations their full tries again (fleet.work) and send each once the caller
-    commits, unless one is already queued: one queued evaluation per server at most."""
-    now = timezone.now()
-    _mark_requested(server_ids, now)
+def request_assessments(server_ids: Sequence[int], *, mark_stale: bool = True) -> None:
+    """These servers' assessments are out of date: mark them (served `stale` meanwhile; not
+    for servers that have none yet, `mark_stale` False), give their evaluations their full
+    tries again (fleet.work) and send each once the caller commits, unless one is already
+    queued: one queued evaluation per server at most."""
+    if mark_stale:
+        _mark_requested(server_ids, timezone.now())
     work.request(HEALTH, server_ids, HEALTH_TASK, renew=True)
 
 
@@ -231,11 +230,8 @@ def run_evaluation(server_id: int) -> bool:
 def on_new_snapshot(stored: NewSnapshot) -> None:
     """The fleet stored a snapshot (fleet.services calls this, registered by
     HealthConfig.ready): the server needs a fresh assessment. A server the report made has
-    none to mark stale: its evaluation is only sent."""
-    if stored.new_server:
-        work.request(HEALTH, [stored.server.pk], HEALTH_TASK, renew=True)
-    else:
-        on_new_report(stored.server, stored.snapshot)
+    none to mark stale."""
+    request_assessments([stored.server.pk], mark_stale=not stored.new_server)
 
 
 def on_new_report(server: Server, stored: Snapshot | Benchmark) -> None:

@@ -19,29 +19,23 @@ def fill_in(apps: Any, schema_editor: Any) -> None:
     alias = schema_editor.connection.alias
     snapshot_model = apps.get_model("fleet", "Snapshot")
     class_model = apps.get_model("fleet", "TopologyClass")
-    rows = snapshot_model.objects.using(alias).filter(host__isnull=False).only("id", "host")
+    rows = snapshot_model.objects.using(alias).filter(host__isnull=False)
     batch = []
-    for snapshot in rows.order_by("id").iterator(chunk_size=BATCH):
+    # A class takes the CPU of its first snapshot that names one, as ingest would have.
+    first_of_class: dict[int, str] = {}
+    for snapshot in rows.only("id", "host", "topology_class_id").order_by("id").iterator(BATCH):
         snapshot.cpu_model = _cpu_model(snapshot.host)
-        if snapshot.cpu_model:
-            batch.append(snapshot)
+        if not snapshot.cpu_model:
+            continue
+        first_of_class.setdefault(snapshot.topology_class_id, snapshot.cpu_model)
+        batch.append(snapshot)
         if len(batch) == BATCH:
             snapshot_model.objects.using(alias).bulk_update(batch, ["cpu_model"])
             batch = []
     if batch:
         snapshot_model.objects.using(alias).bulk_update(batch, ["cpu_model"])
-    # A class takes the CPU of its first snapshot that names one, as ingest would have.
-    for topology_class in class_model.objects.using(alias).only("id"):
-        first = (
-            snapshot_model.objects.using(alias)
-            .filter(topology_class=topology_class)
-            .exclude(cpu_model="")
-            .order_by("id")
-            .values_list("cpu_model", flat=True)
-            .first()
-        )
-        if first:
-            class_model.objects.using(alias).filter(pk=topology_class.pk).update(cpu_model=first)
+    for class_id, cpu_model in first_of_class.items():
+        class_model.objects.using(alias).filter(pk=class_id).update(cpu_model=cpu_model)
 
 
 class Migration(migrations.Migration):
