@@ -760,6 +760,20 @@ def test_a_table_pasted_without_its_summary_reads_as_finished_where_it_reaches_i
     )
 
 
+def test_the_sweep_s_long_options_read_as_its_short_ones() -> None:
+    # nccl-tests takes --maxbytes, --stepfactor and --stepbytes for -e, -f and -i.
+    text = text_of("nccl_23")
+    short = "./build/sendrecv_perf -b 128M -e 1G -f 2 -g 8"
+    assert short in text
+    for long in (
+        "./build/sendrecv_perf --minbytes 128M --maxbytes 1G --stepfactor 2 -g 8",
+        "./build/sendrecv_perf --minbytes=128M --maxbytes=1G --stepbytes=256M --stepfactor=2 -g 8",
+    ):
+        run = nccl.parse(text.replace(short, long))
+        assert run.command == long and run.errors == ()
+        assert "the table reaches the sweep's last size (-e 1073741824 bytes)" in run.warnings[1]
+
+
 def test_the_header_s_sweep_tells_a_table_cut_before_its_last_size_from_a_finished_one() -> None:
     # No command line: the header's `maxBytes 10737418240 step: 2(factor)` and the last row
     lines = [

@@ -577,6 +577,8 @@ _OPTION_RE = re.compile(
     r"(?:^|\s)(-e|--maxbytes|-f|--stepfactor|-i|--stepbytes)(?:\s+|=)?([0-9]+)([KMGkmg]?)(?=\s|$)"
 )
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+_OPTION_NAMES = {"-e": "e", "--maxbytes": "e", "-f": "f", "--stepfactor": "f", "-i": "i",
+                 "--stepbytes": "i"}  # fmt: skip
 
 
 def _sweep_reached(st: _State) -> str | None:
@@ -591,7 +593,7 @@ def _sweep_reached(st: _State) -> str | None:
     else:
         asked: dict[str, int] = {}
         for flag, number, unit in _OPTION_RE.findall(st.command or ""):
-            asked[flag.lstrip("-")[0]] = int(number) * _UNITS[unit.lower()]
+            asked[_OPTION_NAMES[flag]] = int(number) * _UNITS[unit.lower()]
         if "e" not in asked:
             return None
         maximum = asked["e"]
