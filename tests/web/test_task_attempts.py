@@ -82,7 +82,7 @@ def test_an_evaluation_that_fails_every_time_is_given_up_and_the_page_says_why(
     # New input (its next report) gives it its tries again.
     monkeypatch.undo()
     with django_capture_on_commit_callbacks(execute=True):
-        health_services.request_health(server)
+        health_services.request_assessments([server.pk])
     assert work.given_up(health_services.HEALTH, [server.pk]) == {}
     assert health_services.run_evaluation(server.pk)
     assert reader.get("/api/v1/servers/h200-01/page/").json()["gave_up"] == {}

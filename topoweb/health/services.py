@@ -185,12 +185,6 @@ HEALTH = "health"  # the kind of work, in fleet.work
 HEALTH_TASK = "health.evaluate"
 
 
-def request_health(server: Server) -> None:
-    """An input of the server's assessment changed: re-evaluate it once the caller's
-    transaction commits (eager without a broker). See request_assessments."""
-    request_assessments([server.pk])
-
-
 def request_assessments(server_ids: Sequence[int], *, mark_stale: bool = True) -> None:
     """These servers' assessments are out of date: mark them (served `stale` meanwhile; not
     for servers that have none yet, `mark_stale` False), give their evaluations their full
