@@ -102,3 +102,18 @@ def test_pairs_measuring_what_a_narrower_link_carries_say_which_when_the_width_w
     told = check_health(rig, p2p=measured, expectations=reported)
     slow = [f for f in told if f.kind == "below_expected_bandwidth"]
     assert slow and not any("fits_pcie" in f.evidence or "x1" in f.message for f in slow)
+
+
+def test_a_slow_pair_across_the_sockets_is_not_explained_by_a_narrower_link() -> None:
+    """Azure's M60 pair (SYS) copies at 5.3 GB/s with P2P off: with no GPU name the model
+    guesses a generation whose SYS figure is P2P over xGMI, and 5.3 GB/s is a quarter of it,
+    but staging, not an x4 link, is what slows a copy across the sockets."""
+    pair = parse_text((FIXTURES / "topo_05_azure-m60-2gpu-soc-nolegend.txt").read_text())
+    measured = parse_text((FIXTURES / "p2p_02_azure-m60-2gpu-no-p2p.txt").read_text())
+    assert isinstance(pair, Topology) and isinstance(measured, P2PResult)
+    guessed = expectations_from_model(pair)
+    assert guessed.assumed_pcie is not None
+    (slow,) = [f for f in check_health(pair, p2p=measured, expectations=guessed)
+               if f.kind == "below_expected_bandwidth"]  # fmt: skip
+    assert slow.evidence["class"] == "SYS"
+    assert "fits_pcie" not in slow.evidence and "link carries" not in slow.message

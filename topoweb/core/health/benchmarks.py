@@ -79,11 +79,14 @@ def narrower_link(
     """The PCIe width whose share of the model's figure a pair measured (within 25 %), where
     that figure stands on a width nothing reported (topo -m names none; NVML facts would):
     GPUs on x1 risers, in x8 slots or on links trained down measure what that width carries,
-    1/16 or 1/2 of an x16 figure. None for NVLink pairs, measured evidence, staff's figures."""
+    1/16 or 1/2 of an x16 figure. Only for pairs under PCIe switches (PIX, PXB), whose copy
+    nothing but the links bounds: across a host bridge or the sockets the driver may stage it
+    through host memory, which a narrow link's share would wrongly explain. None for measured
+    evidence and staff's figures."""
     if (
         assumed_pcie is None
         or expectation.source != "model"
-        or nvlink_count(expectation.link_class)
+        or expectation.link_class not in ("PIX", "PXB")
     ):
         return None
     width = assumed_pcie[1]
