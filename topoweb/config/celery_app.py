@@ -100,8 +100,9 @@ def wait_for_background(timeout: float | None = None) -> bool:
 def enqueue_together() -> Iterator[None]:
     """The tasks enqueued inside this block (by the on-commit hooks of a transaction that
     commits in it) are sent when it ends, all in one broker round trip: one Redis pipeline
-    (kombu's `Producer.batch`). A new report asks for two (its
-    analysis and its server's health). What is sent, and to which queue, does not change; a
+    (kombu's `Producer.batch`), or as `enqueue` sends it when there is one. A new report asks
+    for one or two (its server's health; its class's analysis when the class or its runs are
+    new). What is sent, and to which queue, does not change; a
     broker that is down is logged for each task, as `enqueue` does. Nested blocks send with the
     outermost; in eager mode tasks run at once, as `enqueue` runs them."""
     if getattr(_together, "pending", None) is not None or app.conf.task_always_eager:
@@ -118,6 +119,10 @@ def enqueue_together() -> Iterator[None]:
 
 
 def _send(pending: list[_Pending]) -> None:
+    if len(pending) == 1:  # a batch would set up a pipeline of its own for one message
+        task_name, args, on_refused = pending[0]
+        enqueue(task_name, *args, on_refused=on_refused)
+        return
     try:
         with app.producer_or_acquire() as producer, producer.batch():
             for task_name, args, _ in pending:
