@@ -39,6 +39,7 @@ from topoweb.analysis.models import Analysis
 from topoweb.fleet import work
 from topoweb.fleet.access import create_collector_token, revoke_collector_token
 from topoweb.fleet.models import (
+    AuditEvent,
     Benchmark,
     CollectorToken,
     QueuedWork,
@@ -926,16 +927,43 @@ def test_a_token_due_a_mark_is_marked_used_by_the_reports_own_statement(
     long_ago = timezone.now() - timedelta(hours=1)
     collector_tokens_last_used(long_ago)
 
-    # The token (kept in the cache: no query), its use in the audit trail (due, as its mark
-    # is), then one statement: the duplicate found, its server seen, the token marked.
-    with django_assert_num_queries(2):
+    # The token (kept in the cache: no query), then one statement: the duplicate found, its
+    # server seen, the token marked and its use written to the audit trail (due, as the mark).
+    used = AuditEvent.objects.filter(kind=AuditEvent.Kind.TOKEN_USED)
+    with django_assert_num_queries(1):
         assert post_report(client, report("gpu-a01", H200)).status_code == 200
     assert CollectorToken.objects.get().last_used_at > long_ago
+    assert used.count() == 2
+    assert used.first().detail == {"token": "collector", "path": "/api/v1/reports"}
 
     # A new report marks it the same way.
     collector_tokens_last_used(long_ago)
     assert post_report(client, report("gpu-a01", V100)).status_code == 201
     assert CollectorToken.objects.get().last_used_at > long_ago
+    assert used.count() == 3
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's duplicate check")
+def test_a_new_hosts_first_report_neither_waits_for_its_host_nor_looks_for_its_server(
+    collector_client: Any,
+) -> None:
+    """The duplicate check found no server of the host: the server is inserted at once (a
+    second report racing it fails on the unique hostname and retries, as the race test
+    shows). A known host's new report still takes its host's lock and reads its server."""
+    client = collector_client("gpu-a01")
+    with CaptureQueriesContext(connection) as first:
+        assert post_report(client, report("gpu-a01", H200)).status_code == 201
+    with CaptureQueriesContext(connection) as second:
+        answer = post_report(client, report("gpu-a01", V100))
+    assert answer.status_code == 201
+
+    def looks(queries: CaptureQueriesContext) -> list[str]:
+        sql = [q["sql"] for q in queries.captured_queries]
+        return [s for s in sql if "pg_advisory_xact_lock" in s or "LEFT JOIN" in s]
+
+    assert looks(first) == []
+    assert len(looks(second)) == 2
+    assert Server.objects.get().latest_snapshot_id == answer.json()["id"]
 
 
 def test_a_refused_report_still_marks_its_token_used(collector_client: Any) -> None:
@@ -946,8 +974,11 @@ def test_a_refused_report_still_marks_its_token_used(collector_client: Any) -> N
         ({"hostname": "gpu-a01"}, 400),  # invalid
     ):
         collector_tokens_last_used(long_ago)
+        used = AuditEvent.objects.filter(kind=AuditEvent.Kind.TOKEN_USED).count()
         assert post_report(client, body).status_code == status
         assert CollectorToken.objects.get().last_used_at > long_ago
+        # Its use is in the audit trail, written by the endpoint as the mark is.
+        assert AuditEvent.objects.filter(kind=AuditEvent.Kind.TOKEN_USED).count() == used + 1
 
 
 def _synchronous_commit() -> str:
@@ -971,12 +1002,15 @@ def test_a_duplicate_marks_its_server_seen_without_waiting_for_the_disk_and_noth
     with CaptureQueriesContext(connection) as queries:
         assert post_report(client, report("gpu-a01", H200)).status_code == 200
     assert Server.objects.get().last_seen_at > long_ago
-    assert CollectorToken.objects.get().last_used_at > long_ago
     # Its own statement, its whole transaction, asks for a commit that does not wait for the
-    # WAL flush, by either update (the server's, the token's); the connection's later
-    # transactions (a new report) still wait for it.
-    assert queries.captured_queries[-1]["sql"].count("'synchronous_commit', 'off', true") == 2
+    # WAL flush, by either update (the server's; the token's, when it is due a mark and its
+    # use an audit event, as here); the connection's later transactions (a new report) still
+    # wait for it.
+    (statement,) = [q["sql"] for q in queries.captured_queries]
+    assert statement.count("'synchronous_commit', 'off', true") == 2
     assert _synchronous_commit() == "on"
+    assert CollectorToken.objects.get().last_used_at > long_ago
+    assert AuditEvent.objects.filter(kind=AuditEvent.Kind.TOKEN_USED).count() == 2
 
     # Inside a caller's transaction the setting would hold for the caller's writes too: left.
     with transaction.atomic():

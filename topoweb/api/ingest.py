@@ -287,6 +287,7 @@ class ReportApi(_CountedIngest):
         token = getattr(self, "collector_token", None)
         if token is not None and not isinstance(exc, DatabaseError):
             selectors.mark_used(token)
+            access.record_use(token)
         return super().handle_exception(exc)
 
 

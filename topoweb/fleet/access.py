@@ -77,7 +77,7 @@ def _actor(user: Any) -> tuple[str, Any]:
     return str(user.get_username()), user
 
 
-def record(
+def _event(
     kind: str,
     *,
     actor: str,
@@ -89,7 +89,7 @@ def record(
 ) -> AuditEvent:
     if forwarded_for:
         detail["forwarded_for"] = forwarded_for[:300]
-    event = AuditEvent(
+    return AuditEvent(
         at=timezone.now(),
         kind=kind,
         actor=actor[:300],
@@ -98,8 +98,21 @@ def record(
         subject=subject[:300],
         detail=detail,
     )
-    # Written out (fleet.statements): a token's once-a-minute mark records one, and a new
-    # collector's first report pays it.
+
+
+def record(
+    kind: str,
+    *,
+    actor: str,
+    user: Any = None,
+    address: str | None = None,
+    forwarded_for: str = "",
+    subject: str = "",
+    **detail: Any,
+) -> AuditEvent:
+    event = _event(kind, actor=actor, user=user, address=address, forwarded_for=forwarded_for,
+                   subject=subject, **detail)  # fmt: skip
+    # Written out (fleet.statements): a token's once-a-minute mark records one.
     statements.insert_row(event)
     return event
 
@@ -112,15 +125,28 @@ def record_request(kind: str, request: AnyRequest, *, actor: str = "", **fields:
            **fields)  # fmt: skip
 
 
-def token_used(request: AnyRequest, token: CollectorToken | ApiToken) -> None:
+def token_use(request: AnyRequest, token: CollectorToken | ApiToken) -> AuditEvent:
+    """The audit event of this request's use of `token`, not yet written."""
     if isinstance(token, CollectorToken):
         actor, user, detail = f"collector {token.hostname}", None, {"token": "collector"}
     else:
         actor, user, detail = token.user.get_username(), token.user, {"token": "api"}
     address, forwarded = _peer(request)
-    record(AuditEvent.Kind.TOKEN_USED, actor=actor, user=user, address=address,
-           forwarded_for=forwarded, subject=token.prefix, path=request.path[:200],
-           **detail)  # fmt: skip
+    return _event(AuditEvent.Kind.TOKEN_USED, actor=actor, user=user, address=address,
+                  forwarded_for=forwarded, subject=token.prefix, path=request.path[:200],
+                  **detail)  # fmt: skip
+
+
+def token_used(request: AnyRequest, token: CollectorToken | ApiToken) -> None:
+    statements.insert_row(token_use(request, token))
+
+
+def record_use(token: CollectorToken) -> None:
+    """Write the audit event of the collector token's use that its report's first statement
+    did not (the report was refused before it; SQLite, which has no such statement)."""
+    if token.unrecorded_use is not None:
+        statements.insert_row(token.unrecorded_use)
+        token.unrecorded_use = None
 
 
 def _token_created(sender: type, instance: CollectorToken | ApiToken, created: bool,

@@ -61,7 +61,7 @@ class CollectorTokenAuthentication(authentication.BaseAuthentication):
         now = timezone.now()
         if selectors.needs_mark(found, now):  # ingest marks it; audited as often
             if _first_mark(found, now):
-                access.token_used(request, found)
+                found.unrecorded_use = access.token_use(request, found)  # written with the mark
             else:  # another worker marks it: this request's copy must not mark it again
                 found.last_used_at = now
         return AnonymousUser(), found

@@ -272,6 +272,10 @@ class CollectorToken(AbstractAPIKey):
     last_used_at = models.DateTimeField(null=True, blank=True)
 
     objects: ClassVar[TokenManager] = TokenManager()
+    # The audit event of this request's use, when this request marks the token used: set by
+    # the authentication, written by the report's first statement with the mark (one round
+    # trip for both). Never stored with the row.
+    unrecorded_use: AuditEvent | None = None
 
     class Meta(AbstractAPIKey.Meta):
         verbose_name = "collector token"

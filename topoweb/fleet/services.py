@@ -42,7 +42,7 @@ from topoweb.core.gpunames import count_models, models_from_text
 from topoweb.core.merge import merge_sources
 from topoweb.core.model import NcclRun, NvbandwidthRun, P2PResult, Topology
 from topoweb.core.steptime import priced_model
-from topoweb.fleet import changes, statements
+from topoweb.fleet import access, changes, statements
 from topoweb.fleet.drift import refresh_sku_drift
 from topoweb.fleet.models import (
     Benchmark,
@@ -178,7 +178,7 @@ def ingest_report(
     report endpoint's throttle) refuses it there by raising."""
     limits.check_benchmark_count(len(benchmarks))
     digest = content_sha256(topo_text, nvml, host, benchmarks, nccl_xml)
-    stored = _stored_duplicate(hostname, digest, collector_token)
+    stored, first_of_host = _stored_duplicate(hostname, digest, collector_token)
     if stored is not None:
         return stored
     if admit is not None:
@@ -224,13 +224,13 @@ def ingest_report(
         try:
             # The analysis and the health evaluation the hooks enqueue: one broker round trip.
             with enqueue_together():
-                return _store_report(report)
+                return _store_report(report, first_of_host)
         except IntegrityError:
             # Another request stored this same report, or this host's first one, between the
             # check above and this one's commit: this transaction rolled back whole (no
             # savepoint per insert, each a round trip). The same report is answered as a
             # duplicate; a server that appeared meanwhile is used on the second try.
-            stored = _stored_duplicate(hostname, digest)
+            stored, first_of_host = _stored_duplicate(hostname, digest)
             if stored is not None:
                 return stored
             if attempt == 2:
@@ -261,14 +261,19 @@ class _Report:
     gpu_model_hint: str
 
 
-def _store_report(report: _Report) -> Ingested:
+def _store_report(report: _Report, first_of_host: bool) -> Ingested:
     """One transaction, each write one statement; a unique violation (a race) rolls it back
-    whole and raises IntegrityError."""
+    whole and raises IntegrityError. `first_of_host`: the duplicate check found no server of
+    the host, so none is looked for (a new collector's first report): one made since by
+    another request makes this one's insert of it fail, and the retry looks."""
     topology = report.topology
     now = timezone.now()
     with transaction.atomic():
-        _one_ingest_per_host_at_a_time(report.hostname)
-        found = statements.server_to_store(report.hostname, report.captured_at)
+        if first_of_host:
+            found = None
+        else:
+            _one_ingest_per_host_at_a_time(report.hostname)
+            found = statements.server_to_store(report.hostname, report.captured_at)
         server, newest = found or (_new_server(report.hostname), True)
         class_before = server.topology_class_id
         gpu_model, gpu_models = _gpu_model(
@@ -397,25 +402,29 @@ def _duplicate(hostname: str, digest: str) -> tuple[Any, ...] | None:
 
 def _stored_duplicate(
     hostname: str, digest: str, token: CollectorToken | None = None
-) -> Ingested | None:
+) -> tuple[Ingested | None, bool]:
     """The stored snapshot with this content for this host (its id, server and the reader's
     warnings, what the answer shows), found in one query, its server marked seen, and `token`
-    marked used if it is due; None when the report is new."""
+    marked used if it is due (with the audit event of its use); None when the report is new.
+    Second: whether no server of this host was stored (known on PostgreSQL only; False
+    elsewhere)."""
     now = timezone.now()
     if token is not None and not needs_mark(token, now):
         token = None
     if connection.vendor == "postgresql":
-        found = statements.mark_duplicate(hostname, digest, now, token)
+        found, first_of_host = statements.mark_duplicate(hostname, digest, now, token)
         if token is not None:
             token.last_used_at = now
         if found is None:
-            return None
+            return None, first_of_host
         server_id, snapshot_id, warnings, seen_before = found
     else:
         mark_used(token)
+        if token is not None:
+            access.record_use(token)
         row = _duplicate(hostname, digest)
         if row is None:
-            return None
+            return None, False
         snapshot_id, server_id, warnings, seen_before = row
         Server.objects.filter(pk=server_id).update(last_seen_at=now)
     server_seen(seen_before, now)  # kept reads show its last_seen_at
@@ -423,7 +432,8 @@ def _stored_duplicate(
         DEFAULT_DB_ALIAS, ["id", "hostname", "last_seen_at"], [server_id, hostname, now]
     )
     snapshot = Snapshot.from_db(DEFAULT_DB_ALIAS, ["id", "server_id"], [snapshot_id, server_id])
-    return Ingested(server=server, created=False, snapshot=snapshot, warnings=tuple(warnings or ()))
+    warned = tuple(warnings or ())
+    return Ingested(server=server, created=False, snapshot=snapshot, warnings=warned), False
 
 
 def ingest_benchmark(

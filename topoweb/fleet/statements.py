@@ -20,7 +20,7 @@ import orjson
 from django.db import DEFAULT_DB_ALIAS, connection
 from django.db.models import Field, Model
 
-from topoweb.fleet.models import CollectorToken, Server, Snapshot, TopologyClass
+from topoweb.fleet.models import AuditEvent, CollectorToken, Server, Snapshot, TopologyClass
 
 M = TypeVar("M", bound=Model)
 
@@ -185,12 +185,7 @@ def _insert_sql(model: type[Model], vendor: str, given: tuple[tuple[str, str], .
     return f"INSERT INTO {table_name(model)} ({columns}) VALUES ({marks}) RETURNING {pk}"
 
 
-def insert_row(obj: Model, given: dict[str, tuple[str, list[Any]]] | None = None) -> None:
-    """Insert `obj` as `obj.save()` would (each field's `pre_save` and `get_db_prep_save`, what
-    Django's own insert sends) and set its primary key; `given`: fields written by an SQL
-    expression of their own instead, (SQL, parameters). No model signals are sent (nothing
-    listens on the models written this way) and nothing is validated."""
-    given = given or {}
+def _insert_params(obj: Model, given: dict[str, tuple[str, list[Any]]]) -> list[Any]:
     params: list[Any] = []
     for field in type(obj)._meta.concrete_fields:
         if field.primary_key:
@@ -199,6 +194,16 @@ def insert_row(obj: Model, given: dict[str, tuple[str, list[Any]]] | None = None
             params += given[field.name][1]
         else:
             params.append(field.get_db_prep_save(field.pre_save(obj, True), connection))
+    return params
+
+
+def insert_row(obj: Model, given: dict[str, tuple[str, list[Any]]] | None = None) -> None:
+    """Insert `obj` as `obj.save()` would (each field's `pre_save` and `get_db_prep_save`, what
+    Django's own insert sends) and set its primary key; `given`: fields written by an SQL
+    expression of their own instead, (SQL, parameters). No model signals are sent (nothing
+    listens on the models written this way) and nothing is validated."""
+    given = given or {}
+    params = _insert_params(obj, given)
     shape = tuple(sorted((name, sql) for name, (sql, _) in given.items()))
     with connection.cursor() as cursor:
         cursor.execute(_insert_sql(type(obj), connection.vendor, shape), params)
@@ -261,57 +266,74 @@ def snapshot_document(
 # The statement, run on its own (autocommit: it is its whole transaction), commits without
 # waiting for the disk: set_config(..., true) holds for this transaction only, set by whichever
 # of its updates writes a row (RETURNING runs per row written, a data-modifying WITH's too).
-# What it writes are marks, the server's last_seen_at and the token's last_used_at: a crash of
-# PostgreSQL (not of a client) can lose the last few hundred milliseconds of them (at most
-# 3 x wal_writer_delay), never data, never a corrupt row, and the next report marks them again.
-# The wait it saves, a WAL flush, is most of what a duplicate costs. A new report's own
-# transaction, and every later one on the connection, commits durably as before (and flushes
-# these marks with it); inside a caller's transaction the statement leaves the setting alone:
-# it would hold for everything the caller writes.
+# What it writes are marks, the server's last_seen_at and the token's last_used_at, with the
+# token-used event of the audit trail that goes with a mark (one a minute per token, itself a
+# sample of its uses): a crash of PostgreSQL (not of a client) can lose the last few hundred
+# milliseconds of them (at most 3 x wal_writer_delay), never a report, never a corrupt row,
+# and the next report marks them again. The wait it saves, a WAL flush, is most of what a
+# duplicate costs. A new report's own transaction, which follows at once, and every later one
+# on the connection, commits durably as before (and flushes these with it); inside a caller's
+# transaction the statement leaves the setting alone: it would hold for everything the caller
+# writes.
 _LAZY_COMMIT = "set_config('synchronous_commit', 'off', true)"
 
 
 @functools.cache
-def _duplicate_sql(marks_token: bool, lazy: bool) -> str:
+def _duplicate_sql(marks_token: bool, audits: bool, lazy: bool) -> str:
     server, snapshot = table_name(Server), table_name(Snapshot)
     s = {f: column_name(Server, f) for f in ("id", "hostname", "last_seen_at")}
     p = {f: column_name(Snapshot, f) for f in ("id", "server", "content_sha256", "document")}
     # `seen` is the server's row as the statement found it: its last_seen_at before this one.
+    # A row of nulls says no server of the hostname is stored: the report is the host's first.
     found = f"""
-UPDATE {server} AS server SET {s["last_seen_at"]} = %s
-FROM {snapshot} AS snapshot, {server} AS seen
-WHERE server.{s["hostname"]} = %s AND snapshot.{p["server"]} = server.{s["id"]}
-  AND snapshot.{p["content_sha256"]} = %s AND seen.{s["id"]} = server.{s["id"]}
-RETURNING server.{s["id"]}, snapshot.{p["id"]}, snapshot.{p["document"]} -> 'warnings',
-  seen.{s["last_seen_at"]}{", " + _LAZY_COMMIT if lazy else ""}
+found AS (UPDATE {server} AS server SET {s["last_seen_at"]} = %s
+  FROM {snapshot} AS snapshot, {server} AS seen
+  WHERE server.{s["hostname"]} = %s AND snapshot.{p["server"]} = server.{s["id"]}
+    AND snapshot.{p["content_sha256"]} = %s AND seen.{s["id"]} = server.{s["id"]}
+  RETURNING server.{s["id"]}, snapshot.{p["id"]}, snapshot.{p["document"]} -> 'warnings',
+    seen.{s["last_seen_at"]}{", " + _LAZY_COMMIT if lazy else ""})
+SELECT * FROM found
+UNION ALL
+SELECT NULL, NULL, NULL, NULL{", NULL" if lazy else ""}
+WHERE NOT EXISTS (SELECT FROM {server} WHERE {s["hostname"]} = %s)
 """
-    if not marks_token:
-        return found.strip()
-    # The same, marking the collector token used too (whatever the report turns out to be):
-    # one statement, and one commit to wait for, instead of two.
-    used, pk = column_name(CollectorToken, "last_used_at"), column_name(CollectorToken, "id")
-    marking = (
-        f"WITH token AS (UPDATE {table_name(CollectorToken)} SET {used} = %s WHERE {pk} = %s"
-        f"{' RETURNING ' + _LAZY_COMMIT if lazy else ''})"
-    )
-    return marking + "\n" + found.strip()
+    parts = []
+    if marks_token:
+        # The collector token marked used too (whatever the report turns out to be), and the
+        # audit event of that use written: one statement, and one commit, instead of three.
+        used, pk = column_name(CollectorToken, "last_used_at"), column_name(CollectorToken, "id")
+        parts.append(
+            f"token AS (UPDATE {table_name(CollectorToken)} SET {used} = %s WHERE {pk} = %s"
+            f"{' RETURNING ' + _LAZY_COMMIT if lazy else ''})"
+        )
+    if audits:
+        parts.append(f"audit AS ({_insert_sql(AuditEvent, 'postgresql', ())})")
+    return "WITH " + ",\n".join([*parts, found.strip()])
 
 
 def mark_duplicate(
     hostname: str, digest: str, now: datetime, token: CollectorToken | None
-) -> tuple[int, int, Any, datetime | None] | None:
+) -> tuple[tuple[int, int, Any, datetime | None] | None, bool]:
     """PostgreSQL: the stored snapshot with this content for this host, found by the
     (server, content) unique index and its server marked seen at `now` (and `token` marked
-    used) in one statement: (server id, snapshot id, its reader warnings, the server's
-    last_seen_at before); None when the report is new."""
-    sql = _duplicate_sql(token is not None, connection.get_autocommit())
+    used, with the audit event of its use when it carries one: `token.unrecorded_use`) in one
+    statement: ((server id, snapshot id, its reader warnings, the server's last_seen_at
+    before) or None when the report is new, whether no server of `hostname` is stored)."""
+    event = token.unrecorded_use if token is not None else None
+    sql = _duplicate_sql(token is not None, event is not None, connection.get_autocommit())
+    params: list[Any] = []
+    if token is not None:
+        params += [now, token.pk]
+    if event is not None:
+        params += _insert_params(event, {})
     with connection.cursor() as cursor:
-        if token is None:
-            cursor.execute(sql, [now, hostname, digest])
-        else:
-            cursor.execute(sql, [now, token.pk, now, hostname, digest])
+        cursor.execute(sql, [*params, now, hostname, digest, hostname])
         row = cursor.fetchone()
+    if token is not None:
+        token.unrecorded_use = None
     if row is None:
-        return None
+        return None, False
     server_id, snapshot_id, warnings, seen_before = row[:4]
-    return server_id, snapshot_id, _json(warnings), seen_before
+    if server_id is None:
+        return None, True
+    return (server_id, snapshot_id, _json(warnings), seen_before), False
