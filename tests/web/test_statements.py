@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from tests.web.conftest import H200, RTX6000, add
 from topoweb.fleet import statements
-from topoweb.fleet.models import Server, Snapshot, TopologyClass
+from topoweb.fleet.access import create_collector_token, revoke_collector_token
+from topoweb.fleet.models import CollectorToken, Server, Snapshot, TopologyClass
 
 pytestmark = pytest.mark.django_db
 
@@ -86,6 +88,31 @@ def test_a_class_is_read_with_the_names_the_orm_reads() -> None:
         "AMD EPYC 9454 48-Core Processor",
     )
     assert statements.topology_class_names("no such fingerprint") is None
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="written out for PostgreSQL")
+def test_a_collector_token_is_found_as_the_packages_manager_finds_it() -> None:
+    key = create_collector_token("gpu-01")
+    other = create_collector_token("gpu-02")
+    CollectorToken.objects.filter(hostname="gpu-02").update(
+        expiry_date=timezone.now() - timedelta(days=1), last_used_at=timezone.now()
+    )
+    prefix, _, secret = key.partition(".")
+    for presented in (key, other, f"{prefix}.{secret[::-1]}", f"nobody.{secret}"):
+        try:
+            expected = CollectorToken.objects.get_from_key(presented)
+        except CollectorToken.DoesNotExist:
+            expected = None
+        found = statements.usable_collector_token(presented)
+        assert (found and _fields(found)) == (expected and _fields(expected)), presented
+    assert statements.usable_collector_token(key) is not None  # a token that opens
+    revoke_collector_token(CollectorToken.objects.get(hostname="gpu-01"))
+    assert statements.usable_collector_token(key) is None
+    assert CollectorToken.objects.filter(revoked=True).count() == 1
+
+
+def _fields(token: CollectorToken) -> dict[str, Any]:
+    return {f.attname: getattr(token, f.attname) for f in CollectorToken._meta.concrete_fields}
 
 
 def _row(model: Any, pk: int) -> dict[str, Any]:

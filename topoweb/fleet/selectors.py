@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from django.core.cache import cache
+from django.db import connection
 from django.db.models import (
     Count,
     F,
@@ -31,7 +32,7 @@ from topoweb.core.formats.nvml import NvmlFactsError, read_nvml
 from topoweb.core.model import NcclRun, NvbandwidthRun, P2PResult, Topology
 from topoweb.core.scheduling import nvlink_domain_of, topology_conf
 from topoweb.core.steptime import mixed_models_note
-from topoweb.fleet import cached_tokens, work
+from topoweb.fleet import cached_tokens, statements, work
 from topoweb.fleet.models import (
     LARGE_COLUMNS,
     ApiToken,
@@ -65,11 +66,14 @@ def _fields(model: type[Model]) -> list[str]:
 def _active(kind: type[T], token: str) -> T | None:
     """The token of this kind that the presented `token` opens, found and verified by the
     package's manager (`get_from_key`: usable keys only, by prefix; an API token with its
-    active user), through the cache (fleet.cached_tokens); None when it opens none or has
-    expired."""
+    active user; on PostgreSQL a collector token by the same rule written out, as a new
+    collector's first report reads it: fleet.statements), through the cache
+    (fleet.cached_tokens); None when it opens none or has expired."""
     key = legacy_key(token)
 
     def read() -> T | None:
+        if issubclass(kind, CollectorToken) and connection.vendor == "postgresql":
+            return cast(T, statements.usable_collector_token(key))
         try:
             return cast(T, kind.objects.get_from_key(key))
         except kind.DoesNotExist:

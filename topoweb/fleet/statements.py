@@ -65,6 +65,37 @@ def execute_for_ids(sql: str, ids: Iterable[int], before: Sequence[Any] = ()) ->
             cursor.execute(sql.format(ids=", ".join(["%s"] * len(part))), [*before, *part])
 
 
+# --- a collector's token ----------------------------------------------------------------------
+
+
+@functools.cache
+def _usable_token_sql() -> str:
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in _TOKEN_FIELDS)
+    prefix, revoked = (column_name(CollectorToken, f) for f in ("prefix", "revoked"))
+    return (
+        f"SELECT {columns} FROM {table_name(CollectorToken)} WHERE {prefix} = %s AND NOT {revoked}"
+    )
+
+
+_TOKEN_FIELDS = CollectorToken._meta.concrete_fields
+
+
+def usable_collector_token(key: str) -> CollectorToken | None:
+    """PostgreSQL: the collector token that `key` opens, as the package's manager finds it
+    (`get_from_key`: not revoked, by the key's prefix, the key verified by the package's
+    `is_valid`), without building its query (a new collector's first report reads it); its
+    expiry is the caller's to check, as with the manager. None when `key` opens none. The
+    cursor gives PostgreSQL's columns as the ORM would (aware datetimes, booleans)."""
+    prefix = key.partition(".")[0]
+    with connection.cursor() as cursor:
+        cursor.execute(_usable_token_sql(), [prefix])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    token = CollectorToken.from_db(DEFAULT_DB_ALIAS, [f.attname for f in _TOKEN_FIELDS], row)
+    return token if token.is_valid(key) else None
+
+
 # --- the server a new report is stored on ----------------------------------------------------
 
 
