@@ -135,16 +135,28 @@ def test_a_row_inserted_and_updated_is_the_row_save_writes() -> None:
         }
         return Snapshot(**fields | {"nvml": {"gpus": [{"name": "x"}]}, "gpu_models": {"a": 2}})
 
-    saved, written = copy(), copy()
+    saved, written, with_server = copy(), copy(), copy()
     saved.content_sha256, written.content_sha256 = "a" * 64, "b" * 64
+    with_server.content_sha256 = "c" * 64
     saved.save()
-    statements.insert_row(written, {"document": statements.snapshot_document(
-        template.document, "", None, None)})  # fmt: skip
+    document = statements.snapshot_document(template.document, "", None, None)
+    statements.insert_row(written, {"document": document})
     assert written.pk is not None and not written._state.adding
-    by_save, by_statement = _row(Snapshot, saved.pk), _row(Snapshot, written.pk)
-    for row in (by_save, by_statement):
+    # The same insert with its server's update in one statement (PostgreSQL) writes the same.
+    server.sku_name = "HGX H200 (rev 1)"
+    statements.insert_snapshot_for_server(
+        with_server, document, server, ["sku_name", "latest_snapshot"]
+    )
+    assert with_server.pk is not None and not with_server._state.adding
+    stored = _row(Server, server.pk)
+    assert (stored["sku_name"], stored["latest_snapshot_id"]) == (
+        "HGX H200 (rev 1)",
+        with_server.pk,
+    )
+    rows = [_row(Snapshot, s.pk) for s in (saved, written, with_server)]
+    for row in rows:
         del row["id"], row["content_sha256"], row["received_at"]
-    assert by_statement == by_save
+    assert rows[1] == rows[0] and rows[2] == rows[0]
 
     server.last_seen_at = timezone.now()
     server.sku_name = "HGX H200 (rev 2)"

@@ -319,22 +319,20 @@ def _store_report(report: _Report, first_of_host: bool) -> Ingested:
         document = statements.snapshot_document(
             report.document, report.wiring, previous, getattr(server, "previous_warnings", None)
         )
-        statements.insert_row(snapshot, {"document": document})
+        update_fields = ["last_seen_at", "sku_name"]
+        server.last_seen_at = now
+        server.sku_name = sku_name
+        # Spooled reports can arrive late: the newest capture, not the newest arrival, is current.
+        if newest:
+            server.topology_class = topology_class
+            update_fields += ["latest_snapshot", "topology_class"]
+        statements.insert_snapshot_for_server(snapshot, document, server, update_fields)
         snapshot.document = report.document  # as read back
         if new_class:  # its document is the snapshot's: copied in the database, not sent again
             TopologyClass.objects.filter(pk=topology_class.pk).update(
                 document=Subquery(Snapshot.objects.filter(pk=snapshot.pk).values("document"))
             )
         _store_report_benchmarks(server, snapshot, report)
-        update_fields = ["last_seen_at", "sku_name"]
-        server.last_seen_at = now
-        server.sku_name = sku_name
-        # Spooled reports can arrive late: the newest capture, not the newest arrival, is current.
-        if newest:
-            server.latest_snapshot = snapshot
-            server.topology_class = topology_class
-            update_fields += ["latest_snapshot", "topology_class"]
-        statements.update_row(server, update_fields)
         drifted = refresh_sku_drift(sku_name)
         stored = NewSnapshot(
             server,

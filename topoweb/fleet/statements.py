@@ -259,6 +259,56 @@ def update_row(obj: Model, names: list[str]) -> None:
         cursor.execute(_update_sql(type(obj), tuple(names)), [*params, obj.pk])
 
 
+# --- a new snapshot and its server ----------------------------------------------------------
+
+
+@functools.cache
+def _snapshot_with_server_sql(shape: tuple[tuple[str, str], ...], names: tuple[str, ...]) -> str:
+    # In PostgreSQL a data-modifying WITH runs once, to completion, whatever the query reads
+    # of it; the server's foreign key to the snapshot is checked at commit (Django's are
+    # deferrable, initially deferred).
+    pk = column_name(Snapshot, "id")
+    sets = ", ".join(
+        f"{column_name(Server, n)} = "
+        + (f"(SELECT {pk} FROM new_snapshot)" if n == "latest_snapshot" else "%s")
+        for n in names
+    )
+    server_pk = column_name(Server, "id")
+    return (
+        f"WITH new_snapshot AS ({_insert_sql(Snapshot, 'postgresql', shape)}),\n"
+        f"server AS (UPDATE {table_name(Server)} SET {sets} WHERE {server_pk} = %s)\n"
+        f"SELECT {pk} FROM new_snapshot"
+    )
+
+
+def insert_snapshot_for_server(
+    snapshot: Snapshot, document: tuple[str, list[Any]], server: Server, names: list[str]
+) -> None:
+    """Insert `snapshot` (insert_row, its document written by `document`) and save `names` of
+    its `server` (update_row; "latest_snapshot" the snapshot inserted): on PostgreSQL in one
+    statement, a round trip fewer for every new report."""
+    if connection.vendor != "postgresql":
+        insert_row(snapshot, {"document": document})
+        if "latest_snapshot" in names:
+            server.latest_snapshot = snapshot
+        update_row(server, names)
+        return
+    given = {"document": document}
+    params = _insert_params(snapshot, given)
+    params += [
+        (field := _field(Server, n)).get_db_prep_save(field.pre_save(server, False), connection)
+        for n in names
+        if n != "latest_snapshot"
+    ]
+    shape = tuple(sorted((name, sql) for name, (sql, _) in given.items()))
+    with connection.cursor() as cursor:
+        cursor.execute(_snapshot_with_server_sql(shape, tuple(names)), [*params, server.pk])
+        (snapshot.pk,) = cursor.fetchone()
+    snapshot._state.adding, snapshot._state.db = False, DEFAULT_DB_ALIAS
+    if "latest_snapshot" in names:
+        server.latest_snapshot = snapshot
+
+
 # --- a new snapshot's document ---------------------------------------------------------------
 
 
