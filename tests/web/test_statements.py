@@ -170,6 +170,49 @@ def test_a_row_inserted_and_updated_is_the_row_save_writes() -> None:
     )
 
 
+def test_a_new_server_with_its_first_snapshot_is_the_rows_save_writes() -> None:
+    """PostgreSQL's one statement for both (ids drawn from the sequences, each row naming the
+    other) writes what saving them writes; later rows still get ids of their own."""
+    add("gpu-01", H200, "HGX H200")
+    template = Snapshot.objects.get()
+    seen = timezone.now()
+
+    def server(hostname: str) -> Server:
+        return Server(hostname=hostname, sku_name="HGX H200", labels={"rack": "r1"},
+                      topology_class_id=template.topology_class_id, last_seen_at=seen)  # fmt: skip
+
+    def snapshot(of: Server) -> Snapshot:
+        fields = {
+            f.attname: getattr(template, f.attname)
+            for f in Snapshot._meta.concrete_fields
+            if not f.primary_key and f.name not in ("server", "received_at")
+        }
+        return Snapshot(server=of, **fields)
+
+    saved_server = server("gpu-02")
+    saved_server.save()
+    saved = snapshot(saved_server)
+    saved.save()
+    saved_server.latest_snapshot = saved
+    saved_server.save()
+    new_server = server("gpu-03")
+    written = snapshot(new_server)
+    document = statements.snapshot_document(template.document, "", None, None)
+    statements.insert_server_with_snapshot(new_server, written, document)
+
+    assert (written.server_id, new_server.latest_snapshot_id) == (new_server.pk, written.pk)
+    servers = [_row(Server, s.pk) for s in (saved_server, new_server)]
+    snapshots = [_row(Snapshot, s.pk) for s in (saved, written)]
+    linked = (servers[1]["latest_snapshot_id"], snapshots[1]["server_id"])
+    assert linked == (written.pk, new_server.pk)
+    for row in servers:
+        del row["id"], row["hostname"], row["created_at"], row["latest_snapshot_id"]
+    for row in snapshots:
+        del row["id"], row["server_id"], row["received_at"]
+    assert servers[1] == servers[0] and snapshots[1] == snapshots[0]
+    assert Server.objects.create(hostname="gpu-04").pk > new_server.pk
+
+
 def test_a_re_reports_document_is_copied_from_the_current_snapshot_in_the_database() -> None:
     add("gpu-01", H200)
     current = Snapshot.objects.get()

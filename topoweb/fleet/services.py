@@ -274,7 +274,7 @@ def _store_report(report: _Report, first_of_host: bool) -> Ingested:
         else:
             _one_ingest_per_host_at_a_time(report.hostname)
             found = statements.server_to_store(report.hostname, report.captured_at)
-        server, newest = found or (_new_server(report.hostname), True)
+        server, newest = found or (Server(hostname=report.hostname), True)
         class_before = server.topology_class_id
         gpu_model, gpu_models = _gpu_model(
             report.facts, report.gpu_model_hint, report.parsed_benchmarks
@@ -326,7 +326,10 @@ def _store_report(report: _Report, first_of_host: bool) -> Ingested:
         if newest:
             server.topology_class = topology_class
             update_fields += ["latest_snapshot", "topology_class"]
-        statements.insert_snapshot_for_server(snapshot, document, server, update_fields)
+        if found is None:  # a new collector's first report: written out as the rest
+            statements.insert_server_with_snapshot(server, snapshot, document)
+        else:
+            statements.insert_snapshot_for_server(snapshot, document, server, update_fields)
         snapshot.document = report.document  # as read back
         if new_class:  # its document is the snapshot's: copied in the database, not sent again
             TopologyClass.objects.filter(pk=topology_class.pk).update(
@@ -356,12 +359,6 @@ def _store_report(report: _Report, first_of_host: bool) -> Ingested:
             changes.servers_outdated([server.pk])
         changes.servers_changed([pk for pk in drifted if pk != server.pk])
     return Ingested(server=server, created=True, snapshot=snapshot)
-
-
-def _new_server(hostname: str) -> Server:
-    server = Server(hostname=hostname)
-    statements.insert_row(server)  # a new collector's first report: written out as the rest
-    return server
 
 
 def _store_report_benchmarks(server: Server, snapshot: Snapshot, report: _Report) -> None:

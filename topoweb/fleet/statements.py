@@ -208,12 +208,18 @@ _CLASS_NAMES = ("id", "sku_name", "gpu_model", "cpu_model")
 
 @functools.cache
 def _insert_sql(model: type[Model], vendor: str, given: tuple[tuple[str, str], ...]) -> str:
+    columns, marks = _columns_and_marks(model, given)
+    pk = connection.ops.quote_name(model._meta.pk.column)
+    return f"INSERT INTO {table_name(model)} ({columns}) VALUES ({marks}) RETURNING {pk}"
+
+
+def _columns_and_marks(model: type[Model], given: tuple[tuple[str, str], ...]) -> tuple[str, str]:
+    """The columns a row of `model` is inserted with (all but its primary key) and what each
+    is given: a parameter, or the SQL expression `given` names for its field."""
     values = dict(given)
     fields = [f for f in model._meta.concrete_fields if not f.primary_key]
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    marks = ", ".join(values.get(f.name, "%s") for f in fields)
-    pk = connection.ops.quote_name(model._meta.pk.column)
-    return f"INSERT INTO {table_name(model)} ({columns}) VALUES ({marks}) RETURNING {pk}"
+    return columns, ", ".join(values.get(f.name, "%s") for f in fields)
 
 
 def _insert_params(obj: Model, given: dict[str, tuple[str, list[Any]]]) -> list[Any]:
@@ -260,6 +266,55 @@ def update_row(obj: Model, names: list[str]) -> None:
 
 
 # --- a new snapshot and its server ----------------------------------------------------------
+
+
+@functools.cache
+def _server_with_snapshot_sql(shape: tuple[tuple[str, str], ...]) -> str:
+    # Both ids drawn first from their tables' sequences (identity columns): each row names
+    # the other, and Django's foreign keys are deferrable, initially deferred, so they are
+    # checked at commit. Data-modifying WITHs run once, to completion.
+    def sequence(model: type[Model]) -> str:
+        table, pk = model._meta.db_table, model._meta.pk.column
+        return f"nextval(pg_get_serial_sequence('{table}', '{pk}'))"
+
+    def insert(model: type[Model], given: tuple[tuple[str, str], ...], pk: str) -> str:
+        columns, marks = _columns_and_marks(model, given)
+        pk_column = connection.ops.quote_name(model._meta.pk.column)
+        # VALUES, not SELECT: PostgreSQL takes each parameter's type from its column there.
+        return f"INSERT INTO {table_name(model)} ({pk_column}, {columns}) VALUES ({pk}, {marks})"
+
+    server_id, snapshot_id = "(SELECT server FROM ids)", "(SELECT snapshot FROM ids)"
+    server = insert(Server, (("latest_snapshot", snapshot_id),), server_id)
+    snapshot = insert(Snapshot, (*shape, ("server", server_id)), snapshot_id)
+    return (
+        f"WITH ids AS (SELECT {sequence(Server)} AS server, {sequence(Snapshot)} AS snapshot),\n"
+        f"new_server AS ({server}),\nnew_snapshot AS ({snapshot})\n"
+        "SELECT server, snapshot FROM ids"
+    )
+
+
+def insert_server_with_snapshot(
+    server: Server, snapshot: Snapshot, document: tuple[str, list[Any]]
+) -> None:
+    """Insert a new `server` with `snapshot` (its document written by `document`) as its
+    current one: on PostgreSQL in one statement (a new collector's first report), elsewhere
+    the server, then the snapshot with the server's update. Both get their primary keys."""
+    if connection.vendor != "postgresql":
+        insert_row(server)
+        snapshot.server = server
+        insert_snapshot_for_server(snapshot, document, server, ["latest_snapshot"])
+        return
+    given = {"document": document}
+    shape = tuple(sorted((name, sql) for name, (sql, _) in given.items()))
+    server_params = _insert_params(server, {"latest_snapshot": ("", [])})
+    snapshot_params = _insert_params(snapshot, {**given, "server": ("", [])})
+    with connection.cursor() as cursor:
+        cursor.execute(_server_with_snapshot_sql(shape), [*server_params, *snapshot_params])
+        server.pk, snapshot.pk = cursor.fetchone()
+    for obj in (server, snapshot):
+        obj._state.adding, obj._state.db = False, DEFAULT_DB_ALIAS
+    snapshot.server = server
+    server.latest_snapshot = snapshot
 
 
 @functools.cache
