@@ -274,8 +274,8 @@ def _server_with_snapshot_sql(shape: tuple[tuple[str, str], ...]) -> str:
     # the other, and Django's foreign keys are deferrable, initially deferred, so they are
     # checked at commit. Data-modifying WITHs run once, to completion.
     def sequence(model: type[Model]) -> str:
-        table, pk = model._meta.db_table, model._meta.pk.column
-        return f"nextval(pg_get_serial_sequence('{table}', '{pk}'))"
+        # The table quoted as an identifier (its case kept); the column is taken literally.
+        return f"nextval(pg_get_serial_sequence('{table_name(model)}', '{model._meta.pk.column}'))"
 
     def insert(model: type[Model], given: tuple[tuple[str, str], ...], pk: str) -> str:
         columns, marks = _columns_and_marks(model, given)
