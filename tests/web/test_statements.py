@@ -198,7 +198,7 @@ def test_a_new_server_with_its_first_snapshot_is_the_rows_save_writes() -> None:
     new_server = server("gpu-03")
     written = snapshot(new_server)
     document = statements.snapshot_document(template.document, "", None, None)
-    statements.insert_server_with_snapshot(new_server, written, document)
+    statements.insert_new_server(new_server, written, document)
 
     assert (written.server_id, new_server.latest_snapshot_id) == (new_server.pk, written.pk)
     servers = [_row(Server, s.pk) for s in (saved_server, new_server)]

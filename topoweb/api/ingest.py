@@ -281,9 +281,10 @@ class ReportApi(_CountedIngest):
         self.collector_token = request.auth if isinstance(request.auth, CollectorToken) else None
 
     def handle_exception(self, exc: Exception) -> Response:
-        # The token is marked used by the report's first statement (CollectorTokenAuthentication
-        # leaves it): a request refused before it (invalid, another host's) is marked here,
-        # unless the database itself failed. One refused after it (over budget) is marked.
+        # The token is marked used, and its use audited, by the report's first statement
+        # (CollectorTokenAuthentication leaves both): a request refused before it (invalid,
+        # another host's) is marked and audited here, unless the database itself failed. One
+        # refused after it (over budget) is marked.
         token = getattr(self, "collector_token", None)
         if token is not None and not isinstance(exc, DatabaseError):
             selectors.mark_used(token)

@@ -327,7 +327,7 @@ def _store_report(report: _Report, first_of_host: bool) -> Ingested:
             server.topology_class = topology_class
             update_fields += ["latest_snapshot", "topology_class"]
         if found is None:  # a new collector's first report: written out as the rest
-            statements.insert_server_with_snapshot(server, snapshot, document)
+            statements.insert_new_server(server, snapshot, document)
         else:
             statements.insert_snapshot_for_server(snapshot, document, server, update_fields)
         snapshot.document = report.document  # as read back

@@ -5,8 +5,12 @@ query (joins, deferred columns, annotations) costs a report more than running it
 does that on every call. So these statements are written out once, and their tables and
 columns are taken from the models. Only public APIs are used: a cursor, the models' `_meta`,
 `Model.from_db` and `connection.ops`. The SQL runs on PostgreSQL and SQLite alike; the
-duplicate's single statement is PostgreSQL's only. tests/web/test_statements.py checks each
-against the ORM query it replaces, so a model change that they miss fails there.
+duplicate's single statement is PostgreSQL's only, as are a collector token's row (SQLite's
+cursor gives values the ORM converts; there the package's own query reads it) and the two that
+do in one statement what SQLite does in two or three (a new snapshot with its server's update,
+a new server with its first snapshot: data-modifying WITHs and sequences).
+tests/web/test_statements.py checks each against the ORM query it replaces, so a model change
+that they miss fails there.
 """
 
 from __future__ import annotations
@@ -269,7 +273,7 @@ def update_row(obj: Model, names: list[str]) -> None:
 
 
 @functools.cache
-def _server_with_snapshot_sql(shape: tuple[tuple[str, str], ...]) -> str:
+def _new_server_sql(shape: tuple[tuple[str, str], ...]) -> str:
     # Both ids drawn first from their tables' sequences (identity columns): each row names
     # the other, and Django's foreign keys are deferrable, initially deferred, so they are
     # checked at commit. Data-modifying WITHs run once, to completion.
@@ -293,9 +297,7 @@ def _server_with_snapshot_sql(shape: tuple[tuple[str, str], ...]) -> str:
     )
 
 
-def insert_server_with_snapshot(
-    server: Server, snapshot: Snapshot, document: tuple[str, list[Any]]
-) -> None:
+def insert_new_server(server: Server, snapshot: Snapshot, document: tuple[str, list[Any]]) -> None:
     """Insert a new `server` with `snapshot` (its document written by `document`) as its
     current one: on PostgreSQL in one statement (a new collector's first report), elsewhere
     the server, then the snapshot with the server's update. Both get their primary keys."""
@@ -309,7 +311,7 @@ def insert_server_with_snapshot(
     server_params = _insert_params(server, {"latest_snapshot": ("", [])})
     snapshot_params = _insert_params(snapshot, {**given, "server": ("", [])})
     with connection.cursor() as cursor:
-        cursor.execute(_server_with_snapshot_sql(shape), [*server_params, *snapshot_params])
+        cursor.execute(_new_server_sql(shape), [*server_params, *snapshot_params])
         server.pk, snapshot.pk = cursor.fetchone()
     for obj in (server, snapshot):
         obj._state.adding, obj._state.db = False, DEFAULT_DB_ALIAS
@@ -318,7 +320,7 @@ def insert_server_with_snapshot(
 
 
 @functools.cache
-def _snapshot_with_server_sql(shape: tuple[tuple[str, str], ...], names: tuple[str, ...]) -> str:
+def _snapshot_and_server_sql(shape: tuple[tuple[str, str], ...], names: tuple[str, ...]) -> str:
     # In PostgreSQL a data-modifying WITH runs once, to completion, whatever the query reads
     # of it; the server's foreign key to the snapshot is checked at commit (Django's are
     # deferrable, initially deferred).
@@ -357,7 +359,7 @@ def insert_snapshot_for_server(
     ]
     shape = tuple(sorted((name, sql) for name, (sql, _) in given.items()))
     with connection.cursor() as cursor:
-        cursor.execute(_snapshot_with_server_sql(shape, tuple(names)), [*params, server.pk])
+        cursor.execute(_snapshot_and_server_sql(shape, tuple(names)), [*params, server.pk])
         (snapshot.pk,) = cursor.fetchone()
     snapshot._state.adding, snapshot._state.db = False, DEFAULT_DB_ALIAS
     if "latest_snapshot" in names:
