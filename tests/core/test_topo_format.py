@@ -826,6 +826,31 @@ def test_rows_pasted_without_their_header_are_refused_at_the_first_row() -> None
     assert "a matrix row (GPU0 ...) with no header line above it" in exc.message
 
 
+@pytest.mark.parametrize(("fixture", "width", "over"), [
+    ("topo_01", 80, "lines 3-4"),  # 8 GPUs and 12 NICs: the header over three lines
+    ("topo_09", 64, "line 3"),
+])  # fmt: skip
+def test_a_header_wrapped_at_a_width_is_refused_naming_its_lines(
+    fixture: str, width: int, over: str
+) -> None:
+    # Output hard-wrapped at a terminal's or a mail program's width (as `fold -w` does): the
+    # header's devices go on over the next lines before the first row. It was refused as
+    # "missing or truncated".
+    text = "\n".join(
+        piece
+        for line in fixture_text(fixture).splitlines()
+        for piece in _folded(line.expandtabs(), width)
+    )
+    with pytest.raises(ParseError) as info:
+        parse_text(text)
+    assert info.value.line == 2
+    assert f"the matrix header goes on over {over}, wrapped at a" in str(info.value)
+
+
+def _folded(line: str, width: int) -> list[str]:
+    return [line[at : at + width] for at in range(0, len(line), width)] or [""]
+
+
 @pytest.mark.parametrize(("numbered", "shown"), [(False, "vllm-1  |"), (True, "3")])
 def test_rows_behind_a_log_prefix_are_refused_naming_the_prefix(numbered: bool, shown: str) -> None:
     # `docker compose logs` puts the service's name before every line, an editor's `:set

@@ -260,6 +260,18 @@ def _find_header(lines: list[str]) -> int:
                 "without it",
                 line=prefixed[0] + 1,
             )
+        if (first_row := _wrapped_header(lines, lone_header)) is not None:
+            over = (
+                f"line {first_row}"
+                if first_row == lone_header + 2
+                else f"lines {lone_header + 2}-{first_row}"
+            )
+            raise _NoMatrix(
+                f"the matrix header goes on over {over}, wrapped at a "
+                "terminal's, an editor's or a mail program's width: paste the command's output "
+                "unwrapped, or save it (`nvidia-smi topo -m > topo.txt`) and upload the file",
+                line=lone_header + 1,
+            )
         raise _NoMatrix(
             "the matrix header is not followed by a row starting with its first device "
             "and a link class: the matrix is missing or truncated",
@@ -293,6 +305,30 @@ def _prefixed_row(lines: list[str], header: int) -> tuple[int, str] | None:
     if not _split_cells(tokens[at + 1])[0]:
         return None
     return index, lines[index][: lines[index].index(first.group(0))].strip()
+
+
+def _wrapped_header(lines: list[str], header: int) -> int | None:
+    """The index of the first row when the lines between it and the header go on naming
+    devices and column labels: a header wrapped at a width (a row's own wrapped lines come
+    after it); None otherwise."""
+    first = _HEADER_GPU.search(lines[header])
+    index = _next_filled(lines, header + 1)
+    continued = False
+    while first is not None and index < min(len(lines), header + 10):
+        tokens = lines[index].split()
+        if len(tokens) >= 2 and tokens[0] == first.group(0) and _split_cells(tokens[1])[0]:
+            return index if continued else None
+        if not all(_HEADER_WORD.fullmatch(token) for token in tokens):
+            return None
+        continued = True
+        index = _next_filled(lines, index + 1)
+    return None
+
+
+# What a header line holds: device names (as _DEVICE_NAME's named ones) and its labels' words.
+_HEADER_WORD = re.compile(
+    r"(?:GPU|NIC)\d+|[A-Za-z][A-Za-z0-9]*?_(?:bond_)?\d+|CPU|NUMA|GPU|ID|Affinity"
+)
 
 
 # A line drawn to set the header off (`-----`, `=====`, box drawing): a retyped matrix has one.
