@@ -10,7 +10,8 @@ import pytest
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from tests.web.conftest import fixture_text, report, wait_for
+from tests.web.conftest import H200 as H200_TOPO
+from tests.web.conftest import add, fixture_text, report, wait_for
 from topoweb.analysis import selectors as analysis_selectors
 from topoweb.analysis import services as analysis_services
 from topoweb.analysis.models import Analysis
@@ -122,6 +123,29 @@ def test_a_benchmark_uploaded_after_the_class_analysis_changes_the_served_analys
     analysis = Analysis.objects.get(topology_class__servers__hostname=host)
     assert analysis.result["calibration"]["benchmarks"] == [run.pk]
     assert analysis.attempts == 1  # queued again once, not once per reader
+
+
+def test_a_server_of_other_gpus_than_its_class_analysis_priced_gets_advice_for_its_own(
+    reader: APIClient,
+) -> None:
+    """An H100 board and an H200 board are wired alike: one class, whose analysis prices the
+    GPU of its first server. The H200 server's layouts and recommendations are priced for
+    H200s (141 GB each), not the class's H100s."""
+    add("hgx-h100-01", H200_TOPO, model="NVIDIA H100 80GB HBM3")
+    add("hgx-h200-01", H200_TOPO, model="NVIDIA H200")
+    servers = list(Server.objects.order_by("hostname"))
+    assert len({s.topology_class_id for s in servers}) == 1
+    for pk in Analysis.objects.values_list("pk", flat=True):
+        analysis_services.run_analysis(pk)
+    for server in servers:
+        evaluate_server(server.pk)
+    priced = {}
+    for host in ("hgx-h100-01", "hgx-h200-01"):
+        page = reader.get(f"/api/v1/servers/{host}/page/").json()
+        names = {layout["gpu"]["name"] for layout in page["best_layouts"]}
+        names |= {rec["gpu"]["name"] for rec in page["recommendations"].values()}
+        priced[host] = names
+    assert priced == {"hgx-h100-01": {"H100 SXM"}, "hgx-h200-01": {"H200"}}
 
 
 def test_a_class_analysis_reads_the_calibrations_fitted_at_ingest_and_names_its_runs(

@@ -33,7 +33,7 @@ from django.http import Http404
 
 from topoweb.analysis.models import Analysis
 from topoweb.config import limits
-from topoweb.core.analysis import COST_MODEL_VERSION, Fitted
+from topoweb.core.analysis import COST_MODEL_VERSION, Fitted, advice
 from topoweb.core.costs import (
     Calibration,
     CostModel,
@@ -383,6 +383,36 @@ class _Loader:
 
     def __call__(self) -> Topology:
         return self.snapshot.to_domain()
+
+
+def prices_own_models(server: Server) -> bool:
+    """Whether the class analysis was priced for this server's own GPU and CPU models (those
+    its class names). A class holds every server wired alike, and boards wired alike carry
+    other GPUs (H100 and H200, A100 40 and 80 GB) in hosts of other CPUs."""
+    snapshot, topology_class = server.latest_snapshot, server.topology_class
+    if snapshot is None or topology_class is None:
+        return True
+    own = (snapshot.gpu_model, snapshot.cpu_model)
+    return own == (topology_class.gpu_model, topology_class.cpu_model)
+
+
+def own_advice(server: Server) -> dict[str, Any]:
+    """The class analysis's advice (core.analysis.advice: layouts, recommendations, what the
+    step time assumes) priced for this server's own GPU and CPU models, in its numbering;
+    worked out once per wiring and models (by the health worker, for the few servers whose
+    models are not the ones their class analysis priced)."""
+    snapshot = server.latest_snapshot
+    assert snapshot is not None
+    wiring = snapshot.wiring_sha256 or "content:" + snapshot.content_sha256
+    return _own_advice(wiring, snapshot.gpu_model, snapshot.cpu_model, _Loader(snapshot))
+
+
+@functools.lru_cache(maxsize=64)
+def _own_advice(
+    wiring: str, gpu_model: str, cpu_model: str, load: Callable[[], Topology]
+) -> dict[str, Any]:
+    model = build_model(load(), gpu_model or None, cpu_model=cpu_model or None)
+    return advice(model, gpu_model)
 
 
 def analysis_result_for(server: Server, result: dict[str, Any] | None) -> dict[str, Any] | None:

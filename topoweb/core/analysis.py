@@ -132,8 +132,7 @@ def analyse(
     CPU (the socket link); `benchmarks` are measured runs to fit a calibration from (the
     CLI), or `fitted` the calibration already fitted from the class's runs (the worker)."""
     model = build_model(topology, gpu_model or None, cpu_model=cpu_model or None)
-    spec = gpu_spec(gpu_model or None, model.hardware.generation.name)
-    default = recommend(model, DEFAULT_SHAPE, spec=spec, time_budget_s=_each_budget())
+    advised = advice(model, gpu_model)
     if fitted is None:
         calibration, notes = calibration_from(benchmarks, cpu_model)
         used: list[int] = []
@@ -151,7 +150,7 @@ def analyse(
         structure=model.hierarchy.to_document(),
         hardware=model.hardware.describe(),
         costs=cost_tables(model),
-        layouts=tuple(layout_advice(default)),
+        layouts=tuple(advised["layouts"]),
         affinity=affinity(model).to_document(),
         p2p_prediction=p2p_matrix(model),
         calibration={
@@ -166,10 +165,24 @@ def analyse(
         },
         calibrated_costs=cost_tables(measured) if measured is not None else None,
         calibrated_p2p_prediction=p2p_matrix(measured) if measured is not None else None,
-        recommendations=recommendations(model, spec),
-        step_assumptions=default.to_document()["assumptions"],
+        recommendations=advised["recommendations"],
+        step_assumptions=advised["step_assumptions"],
         gpu_order=canonical_gpus(topology),
     )
+
+
+def advice(model: CostModel, gpu_model: str) -> dict[str, Any]:
+    """What an analysis advises on `model` for GPUs of `gpu_model` (the name picks their
+    memory and rates): every layout of the default preset (`layouts`), each preset's
+    recommendation (`recommendations`) and what the step time assumes (`step_assumptions`),
+    in the model's own GPU numbering."""
+    spec = gpu_spec(gpu_model or None, model.hardware.generation.name)
+    default = recommend(model, DEFAULT_SHAPE, spec=spec, time_budget_s=_each_budget())
+    return {
+        "layouts": layout_advice(default),
+        "recommendations": recommendations(model, spec),
+        "step_assumptions": default.to_document()["assumptions"],
+    }
 
 
 def summary_of(model: CostModel, gpu_model: str) -> dict[str, Any]:

@@ -221,6 +221,11 @@ def assessment_document(
     result: dict[str, Any] = {}
     if analysis is not None and analysis.result:
         result = analysis_selectors.analysis_result_for(server, analysis.result) or {}
+    # The class analysis advises for the GPU and CPU models it priced; a server of other ones
+    # (an H200 board wired as the class's H100s) gets its layouts priced for its own.
+    advised = result
+    if result and not analysis_selectors.prices_own_models(server):
+        advised = analysis_selectors.own_advice(server)
     left_out: dict[str, str] = {}
     affinity = None
     if result.get("affinity"):
@@ -242,7 +247,7 @@ def assessment_document(
         "devices": device_details(topology, affinity),
         "affinity": affinity,
         "plot": _plot(server, costs),
-        **_advice(server, best_layouts(result), result.get("recommendations") or {}),
-        "step_assumptions": result.get("step_assumptions") or "",
+        **_advice(server, best_layouts(advised), advised.get("recommendations") or {}),
+        "step_assumptions": advised.get("step_assumptions") or "",
         "left_out": left_out,
     }
