@@ -100,18 +100,9 @@ def _event(
     )
 
 
-def record(
-    kind: str,
-    *,
-    actor: str,
-    user: Any = None,
-    address: str | None = None,
-    forwarded_for: str = "",
-    subject: str = "",
-    **detail: Any,
-) -> AuditEvent:
-    event = _event(kind, actor=actor, user=user, address=address, forwarded_for=forwarded_for,
-                   subject=subject, **detail)  # fmt: skip
+def record(kind: str, **fields: Any) -> AuditEvent:
+    """Write an event of `kind` (its fields as `_event` takes them) to the audit trail."""
+    event = _event(kind, **fields)
     # Written out (fleet.statements): a token's once-a-minute mark records one.
     statements.insert_row(event)
     return event
