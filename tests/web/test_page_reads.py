@@ -132,6 +132,23 @@ def test_compare_marks_what_its_figures_assume(reader: APIClient, fleet: None) -
         assert rows["PCIe generation"][side].endswith(", assumed from the GPU generation")
 
 
+def test_compare_names_each_sides_own_gpus_where_two_skus_share_a_class(
+    reader: APIClient, fleet: None
+) -> None:
+    """An HGX H100 and an HGX H200 are wired alike: one class, analysed for the H200 that
+    came first. Each side of the comparison names its own GPUs, and its layout is its own."""
+    add("h100-01", H200, "HGX H100", "NVIDIA H100 80GB HBM3")
+    analyse()
+    assert Server.objects.get(hostname="h100-01").topology_class_id == (
+        Server.objects.get(hostname="h200-01").topology_class_id
+    )
+    body = reader.get("/api/v1/compare/", {"a": "HGX H100", "b": "HGX H200"}).json()
+    rows = {r["label"]: r for r in body["rows"]}
+    assert (rows["GPU model"]["a"], rows["GPU model"]["b"]) == ("H100", "H200")
+    assert rows["GPU model"]["detail"]["a"] == "NVIDIA H100 80GB HBM3"
+    assert rows["GPU model"]["differs"]
+
+
 def test_compare_never_reads_a_servers_health_documents(reader: APIClient, fleet: None) -> None:
     # A 576-GPU server's health row holds megabytes (its page's document, every pair's
     # expectation): the compare page counts findings, it never reads them.

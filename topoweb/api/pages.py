@@ -305,7 +305,9 @@ def _facts(side: dict[str, Any]) -> list[dict[str, Any]]:
     placement = side.get("placement")
     # What the catalogue's figures rest on, said where a row shows one of its guesses.
     assumption = str(hw.get("assumption") or "")
-    model = summary.get("gpu_model") or (snap.gpu_model if snap else None)
+    # The server's own GPUs first: its class (every server wired alike: H100 and H200 boards)
+    # names the GPU of the server its analysis priced.
+    model = (snap.gpu_model if snap else None) or summary.get("gpu_model")
     guess = assumption.split("; ")[1] if assumption.startswith("no GPU name given; ") else ""
     pcie_assumed = (
         ", assumed from the GPU generation" if "assumed from the gen" in assumption else ""
