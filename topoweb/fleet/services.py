@@ -319,16 +319,17 @@ def _store_report(report: _Report, first_of_host: bool) -> Ingested:
         document = statements.snapshot_document(
             report.document, report.wiring, previous, getattr(server, "previous_warnings", None)
         )
-        update_fields = ["last_seen_at", "sku_name"]
         server.last_seen_at = now
         server.sku_name = sku_name
         # Spooled reports can arrive late: the newest capture, not the newest arrival, is current.
         if newest:
             server.topology_class = topology_class
-            update_fields += ["latest_snapshot", "topology_class"]
         if found is None:  # a new collector's first report: written out as the rest
             statements.insert_new_server(server, snapshot, document)
         else:
+            update_fields = ["last_seen_at", "sku_name"]
+            if newest:
+                update_fields += ["latest_snapshot", "topology_class"]
             statements.insert_snapshot_for_server(snapshot, document, server, update_fields)
         snapshot.document = report.document  # as read back
         if new_class:  # its document is the snapshot's: copied in the database, not sent again

@@ -238,6 +238,25 @@ def _insert_params(obj: Model, given: dict[str, tuple[str, list[Any]]]) -> list[
     return params
 
 
+def _shape(given: dict[str, tuple[str, list[Any]]]) -> tuple[tuple[str, str], ...]:
+    """What a statement built from `given` looks like (its fields and their SQL, not their
+    parameters): the key its text is kept by."""
+    return tuple(sorted((name, sql) for name, (sql, _) in given.items()))
+
+
+def _stored(obj: Model) -> None:
+    """`obj` as the ORM leaves a row it saved."""
+    obj._state.adding, obj._state.db = False, DEFAULT_DB_ALIAS
+
+
+def _update_params(obj: Model, names: Iterable[str]) -> list[Any]:
+    """The values `obj.save(update_fields=names)` sends for these fields."""
+    return [
+        (field := _field(type(obj), n)).get_db_prep_save(field.pre_save(obj, False), connection)
+        for n in names
+    ]
+
+
 def insert_row(obj: Model, given: dict[str, tuple[str, list[Any]]] | None = None) -> None:
     """Insert `obj` as `obj.save()` would (each field's `pre_save` and `get_db_prep_save`, what
     Django's own insert sends) and set its primary key; `given`: fields written by an SQL
@@ -245,11 +264,10 @@ def insert_row(obj: Model, given: dict[str, tuple[str, list[Any]]] | None = None
     listens on the models written this way) and nothing is validated."""
     given = given or {}
     params = _insert_params(obj, given)
-    shape = tuple(sorted((name, sql) for name, (sql, _) in given.items()))
     with connection.cursor() as cursor:
-        cursor.execute(_insert_sql(type(obj), connection.vendor, shape), params)
+        cursor.execute(_insert_sql(type(obj), connection.vendor, _shape(given)), params)
         (obj.pk,) = cursor.fetchone()
-    obj._state.adding, obj._state.db = False, DEFAULT_DB_ALIAS
+    _stored(obj)
 
 
 @functools.cache
@@ -261,10 +279,7 @@ def _update_sql(model: type[Model], names: tuple[str, ...]) -> str:
 
 def update_row(obj: Model, names: list[str]) -> None:
     """`obj.save(update_fields=names)` of a row known to exist, as one statement."""
-    params = [
-        (field := _field(type(obj), n)).get_db_prep_save(field.pre_save(obj, False), connection)
-        for n in names
-    ]
+    params = _update_params(obj, names)
     with connection.cursor() as cursor:
         cursor.execute(_update_sql(type(obj), tuple(names)), [*params, obj.pk])
 
@@ -307,14 +322,14 @@ def insert_new_server(server: Server, snapshot: Snapshot, document: tuple[str, l
         insert_snapshot_for_server(snapshot, document, server, ["latest_snapshot"])
         return
     given = {"document": document}
-    shape = tuple(sorted((name, sql) for name, (sql, _) in given.items()))
+    # The ids each row names the other by are the statement's own: no parameter for them.
     server_params = _insert_params(server, {"latest_snapshot": ("", [])})
     snapshot_params = _insert_params(snapshot, {**given, "server": ("", [])})
     with connection.cursor() as cursor:
-        cursor.execute(_new_server_sql(shape), [*server_params, *snapshot_params])
+        cursor.execute(_new_server_sql(_shape(given)), [*server_params, *snapshot_params])
         server.pk, snapshot.pk = cursor.fetchone()
-    for obj in (server, snapshot):
-        obj._state.adding, obj._state.db = False, DEFAULT_DB_ALIAS
+    _stored(server)
+    _stored(snapshot)
     snapshot.server = server
     server.latest_snapshot = snapshot
 
@@ -352,16 +367,12 @@ def insert_snapshot_for_server(
         return
     given = {"document": document}
     params = _insert_params(snapshot, given)
-    params += [
-        (field := _field(Server, n)).get_db_prep_save(field.pre_save(server, False), connection)
-        for n in names
-        if n != "latest_snapshot"
-    ]
-    shape = tuple(sorted((name, sql) for name, (sql, _) in given.items()))
+    params += _update_params(server, (n for n in names if n != "latest_snapshot"))
     with connection.cursor() as cursor:
-        cursor.execute(_snapshot_and_server_sql(shape, tuple(names)), [*params, server.pk])
+        sql = _snapshot_and_server_sql(_shape(given), tuple(names))
+        cursor.execute(sql, [*params, server.pk])
         (snapshot.pk,) = cursor.fetchone()
-    snapshot._state.adding, snapshot._state.db = False, DEFAULT_DB_ALIAS
+    _stored(snapshot)
     if "latest_snapshot" in names:
         server.latest_snapshot = snapshot
 

@@ -76,7 +76,9 @@ _COLUMN_LABEL = re.compile(
     r"CPU\s+Affinity|NUMA\s+Affinity|GPU\s+NUMA\s+ID|\b(?:GPU\s+NUMA|NUMA|CPU)(?![\w-])"
 )
 _NIC_LEGEND_ENTRY = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
-_DEVICE_NAME = re.compile(r"(?:GPU|NIC)\d+|[A-Za-z][A-Za-z0-9]*?_(?:bond_)?\d+|\S+")
+# A device's name: GPU0, NIC3, or a legend's (mlx5_2, mlx5_bond_0).
+_NAMED_DEVICE = r"(?:GPU|NIC)\d+|[A-Za-z][A-Za-z0-9]*?_(?:bond_)?\d+"
+_DEVICE_NAME = re.compile(_NAMED_DEVICE + r"|\S+")
 # Cells of `nvidia-smi topo -p2p <r|w|n|a|p>`: a status matrix, not link classes.
 _P2P_STATUS = frozenset({"OK", "NS", "CNS", "GNS", "TNS", "U", "DR", "NR"})
 
@@ -312,9 +314,11 @@ def _wrapped_header(lines: list[str], header: int) -> int | None:
     devices and column labels: a header wrapped at a width (a row's own wrapped lines come
     after it); None otherwise."""
     first = _HEADER_GPU.search(lines[header])
+    if first is None:
+        return None
     index = _next_filled(lines, header + 1)
     continued = False
-    while first is not None and index < min(len(lines), header + 10):
+    while index < min(len(lines), header + 10):
         tokens = lines[index].split()
         if len(tokens) >= 2 and tokens[0] == first.group(0) and _split_cells(tokens[1])[0]:
             return index if continued else None
@@ -325,10 +329,8 @@ def _wrapped_header(lines: list[str], header: int) -> int | None:
     return None
 
 
-# What a header line holds: device names (as _DEVICE_NAME's named ones) and its labels' words.
-_HEADER_WORD = re.compile(
-    r"(?:GPU|NIC)\d+|[A-Za-z][A-Za-z0-9]*?_(?:bond_)?\d+|CPU|NUMA|GPU|ID|Affinity"
-)
+# What a header line holds: device names and its labels' words.
+_HEADER_WORD = re.compile(_NAMED_DEVICE + r"|CPU|NUMA|GPU|ID|Affinity")
 
 
 # A line drawn to set the header off (`-----`, `=====`, box drawing): a retyped matrix has one.
